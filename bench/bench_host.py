@@ -1,0 +1,197 @@
+"""Benchmarks of `streamkit host` as a real daemon; prints Markdown tables.
+
+1. Cross-process pickup latency: another process appends one event at a time;
+   the daemon's processor notes when ``process_event`` sees each one. The
+   latency is from just before the ``append`` call (in the appending process)
+   to ``process_event`` (in the daemon), same machine clock. Goal: p99 < 20 ms.
+2. Catch-up: a log of N events (default 1,000,000), a daemon with 3 processors
+   started on it; each processor's ``catch_up.done`` log line gives its events
+   per second (the three catch up at once, on one event loop).
+
+Usage: ``.venv/bin/python bench/bench_host.py [--events N] [--pickups N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from streamkit import open_log
+from streamkit.control import live_server_at
+
+PROCESSORS = """
+import time
+from pydantic import BaseModel
+from streamkit import StreamProcessor, define_processor_contract
+
+class Count(BaseModel):
+    n: int = 0
+
+def _counter(slug):
+    class Counter(StreamProcessor[Count]):
+        contract = define_processor_contract(
+            slug=slug, version="1", state_schema=Count, consumes=["tick"]
+        )
+
+        def reduce(self, event, state):
+            return Count(n=state.n + 1)
+
+    return Counter
+
+A = _counter("a")
+B = _counter("b")
+C = _counter("c")
+
+class Stamp(StreamProcessor[Count]):
+    contract = define_processor_contract(
+        slug="stamp", version="1", state_schema=Count, consumes=["probe"]
+    )
+
+    def __init__(self, out):
+        self.out = open(out, "a", buffering=1)
+
+    def reduce(self, event, state):
+        return Count(n=state.n + 1)
+
+    def process_event(self, args):
+        if args.event is not None:
+            self.out.write(f"{args.event.offset} {time.time()}\\n")
+"""
+
+
+def spawn(workdir: Path, db: Path, *processors: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log = workdir / f"host-{time.monotonic_ns()}.log"
+    argv = [sys.executable, "-m", "streamkit", "host", "--db", str(db), "--log-format", "json"]
+    argv += ["--socket", str(workdir / "h.sock")]
+    for processor in processors:
+        argv += ["--processor", processor]
+    env = dict(os.environ, PYTHONPATH=str(workdir))
+    with open(log, "wb") as out:
+        child = subprocess.Popen(argv, env=env, stdout=out, stderr=out, cwd=workdir)
+    deadline = time.monotonic() + 60
+    while not live_server_at(workdir / "h.sock"):
+        if child.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"host did not start:\n{log.read_text()}")
+        time.sleep(0.02)
+    return child, log
+
+
+def stop(child: subprocess.Popen[bytes]) -> None:
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+def bench_pickup(workdir: Path, count: int) -> list[str]:
+    db = workdir / "pickup.db"
+    stamps = workdir / "stamps.txt"
+    spec = f'bench_procs:Stamp{{"out": "{stamps}"}}'
+    child, _ = spawn(workdir, db, spec)
+    sent: dict[int, float] = {}
+
+    async def append_all() -> None:
+        async with open_log(db) as log:
+            stream = log.stream("/")
+            for _ in range(count):
+                started = time.time()
+                (event,) = await stream.append({"type": "probe"})
+                sent[event.offset] = started
+                await asyncio.sleep(0.005)
+
+    try:
+        asyncio.run(append_all())
+        deadline = time.monotonic() + 30
+        seen: dict[int, float] = {}
+        while len(seen) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+            if stamps.exists():
+                for line in stamps.read_text().splitlines():
+                    offset, at = line.split()
+                    seen[int(offset)] = float(at)
+    finally:
+        stop(child)
+    latencies = [(seen[o] - sent[o]) * 1000 for o in sent if o in seen]
+    return [
+        "### Cross-process pickup latency (append in one process -> process_event in the daemon)",
+        "",
+        "| events | p50 ms | p99 ms | max ms | mean ms |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+        f"| {len(latencies)} | {percentile(latencies, 50):.2f} | {percentile(latencies, 99):.2f} "
+        f"| {max(latencies):.2f} | {statistics.fmean(latencies):.2f} |",
+    ]
+
+
+def bench_catch_up(workdir: Path, events: int) -> list[str]:
+    db = workdir / "catchup.db"
+
+    async def fill() -> None:
+        async with open_log(db, synchronous="NORMAL") as log:
+            stream = log.stream("/")
+            batch = [{"type": "tick"} for _ in range(5000)]
+            for start in range(0, events, len(batch)):
+                await stream.append(*batch[: min(len(batch), events - start)])
+
+    started = time.perf_counter()
+    asyncio.run(fill())
+    filled = time.perf_counter() - started
+    child, log = spawn(workdir, db, "bench_procs:A", "bench_procs:B", "bench_procs:C")
+    done: dict[str, dict[str, float]] = {}
+    try:
+        deadline = time.monotonic() + 3600
+        while len(done) < 3 and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.2)
+            for line in log.read_text().splitlines():
+                if '"catch_up.done"' in line:
+                    record = json.loads(line)
+                    done[record["slug"]] = record
+    finally:
+        stop(child)
+    rows = [
+        f"### Daemon catch-up of {events:,} events, 3 processors at once "
+        f"(log filled in {filled:.1f} s)",
+        "",
+        "| processor | events | seconds | events/s |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for slug in sorted(done):
+        record = done[slug]
+        rows.append(
+            f"| {slug} | {record['events']:,} | {record['seconds']:.2f} "
+            f"| {record['events_per_second']:,.0f} |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--pickups", type=int, default=500)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="skb") as tmp:
+        workdir = Path(tmp)
+        (workdir / "bench_procs.py").write_text(PROCESSORS)
+        lines = bench_pickup(workdir, args.pickups)
+        lines += ["", *bench_catch_up(workdir, args.events)]
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

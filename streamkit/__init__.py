@@ -1,0 +1,95 @@
+"""streamkit: event-sourced stream processing over a durable SQLite log.
+
+The public names live here; everything else is an implementation detail.
+"""
+
+from streamkit.checkpoint import CheckpointStorage, ReduceCheckpoint, ReduceCheckpointTable
+from streamkit.contract import EventDefinition, ProcessorContract, define_processor_contract
+from streamkit.engine import BatchInfo, ProcessorEngine, ProcessorSnapshot
+from streamkit.errors import (
+    CheckpointTooLarge,
+    ControlSocketInUse,
+    ControlUnavailable,
+    IdempotencyConflict,
+    InternalError,
+    InvalidConfig,
+    InvalidContract,
+    InvalidEvent,
+    InvalidRequest,
+    LeaseLost,
+    LogClosed,
+    LogOpenError,
+    MalformedRequest,
+    OffsetConflict,
+    ProcessorTimeout,
+    RemoteError,
+    RequestTooLarge,
+    StateNotSerializable,
+    StorageBusy,
+    StorageError,
+    StreamkitError,
+    UndeclaredEmit,
+    UnknownOperation,
+)
+from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
+from streamkit.host import ProcessorHost
+from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot, LiveState, apply_delta
+from streamkit.log import Log, Stream, open_log
+from streamkit.processor import Delivery, ProcessEventArgs, StreamProcessor, consumes_event
+from streamkit.protocols import Clock, ProcessorStream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LIVE_STATE_CHANGED",
+    "BatchInfo",
+    "CheckpointStorage",
+    "CheckpointTooLarge",
+    "Clock",
+    "ControlSocketInUse",
+    "ControlUnavailable",
+    "Delivery",
+    "EventDefinition",
+    "EventInput",
+    "IdempotencyConflict",
+    "InternalError",
+    "InvalidConfig",
+    "InvalidContract",
+    "InvalidEvent",
+    "InvalidRequest",
+    "LeaseLost",
+    "LiveSnapshot",
+    "LiveState",
+    "Log",
+    "LogClosed",
+    "LogOpenError",
+    "MalformedRequest",
+    "OffsetConflict",
+    "ProcessEventArgs",
+    "ProcessorContract",
+    "ProcessorEngine",
+    "ProcessorHost",
+    "ProcessorSnapshot",
+    "ProcessorStream",
+    "ProcessorTimeout",
+    "ReadPage",
+    "ReduceCheckpoint",
+    "ReduceCheckpointTable",
+    "RemoteError",
+    "RequestTooLarge",
+    "ScannedRange",
+    "StateNotSerializable",
+    "StorageBusy",
+    "StorageError",
+    "Stream",
+    "StreamEvent",
+    "StreamProcessor",
+    "StreamkitError",
+    "UndeclaredEmit",
+    "UnknownOperation",
+    "__version__",
+    "apply_delta",
+    "consumes_event",
+    "define_processor_contract",
+    "open_log",
+]

@@ -1,0 +1,5 @@
+"""``python -m streamkit`` runs the command line."""
+
+from streamkit.cli import main
+
+raise SystemExit(main())

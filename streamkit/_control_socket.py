@@ -1,0 +1,138 @@
+"""The control socket's file: created private, never over a live server, stale ones cleared.
+
+Private to :mod:`streamkit.control`. :func:`bind_private_socket` probes what is
+at the path, removes a socket file nothing answers on, binds, chmods the file to
+0600 and only then listens, so no other user can ever connect. Servers
+starting in one directory take an ``flock`` on it around probe-unlink-bind, so
+two of them cannot both decide a path is stale and steal it from each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import socket
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from streamkit.errors import ControlSocketInUse, InvalidRequest
+
+__all__ = ["MAX_SOCKET_PATH_BYTES", "bind_private_socket", "live_server_at", "probe"]
+
+MAX_SOCKET_PATH_BYTES: Final = 107 if sys.platform.startswith("linux") else 103
+"""The longest Unix socket path ``bind`` accepts (``sun_path`` less its NUL byte)."""
+
+_PROBE_TIMEOUT = 1.0
+
+
+def bind_private_socket(path: Path) -> socket.socket:
+    """Bind a listening socket at ``path`` that only this user can connect to."""
+    name = os.fspath(path)
+    size = len(os.fsencode(name))
+    if size > MAX_SOCKET_PATH_BYTES:
+        raise InvalidRequest(
+            f"control socket path {name!r} is {size} bytes, over the {MAX_SOCKET_PATH_BYTES} "
+            "bytes a Unix socket path may have; choose a shorter path (socket = ... in "
+            "streamkit.toml); nothing was created",
+            details={"path": name, "size": size, "limit": MAX_SOCKET_PATH_BYTES},
+        )
+    with _directory_lock(path.parent):
+        _clear_stale_socket(name)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        bound = False
+        try:
+            try:
+                sock.bind(name)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise ControlSocketInUse(
+                        f"control socket path {name!r} was taken while starting (another "
+                        "server won the race); nothing was changed; stop it or choose another "
+                        "socket path",
+                        details={"path": name},
+                    ) from exc
+                raise InvalidRequest(
+                    f"could not create the control socket at {name!r}: {exc.strerror or exc}; "
+                    "check that the directory exists and is writable, or choose another "
+                    "path; nothing was created",
+                    details={"path": name, "errno": exc.errno},
+                ) from exc
+            bound = True
+            # Before listen() nobody can connect, so the file is never reachable
+            # with the umask's looser mode.
+            os.chmod(name, 0o600)
+            sock.listen(128)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            if bound:  # never remove a file some other server bound
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
+            raise
+    return sock
+
+
+def _clear_stale_socket(name: str) -> None:
+    try:
+        info = os.lstat(name)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ControlSocketInUse(
+            f"{name!r} exists and is not a socket; it was left untouched and no server was "
+            "started; remove it or choose another socket path",
+            details={"path": name},
+        )
+    verdict = probe(name)
+    if verdict != "stale":
+        raise ControlSocketInUse(
+            f"a control server already answers at {name!r} ({verdict}); another host is "
+            "probably running on this database; nothing was changed; stop it, talk to it, or "
+            "give this host another socket path",
+            details={"path": name},
+        )
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name)
+
+
+def probe(name: str) -> str:
+    """``"live"`` if something accepts a connection, ``"stale"`` if nothing listens, else why."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(_PROBE_TIMEOUT)
+        try:
+            client.connect(name)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return "stale"
+        except OSError as exc:
+            # Unsure (busy backlog, no permission): never delete what may be live.
+            return f"could not probe it: {exc.strerror or exc}"
+    return "live"
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """Serialize probe-unlink-bind among servers starting in one directory (best effort)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def live_server_at(path: str | os.PathLike[str]) -> bool:
+    """Whether a server accepts connections on the Unix socket at ``path`` right now."""
+    name = os.fspath(path)
+    try:
+        return probe(name) == "live"
+    except OSError:  # a path too long for AF_UNIX, say
+        return False

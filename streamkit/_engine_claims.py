@@ -1,0 +1,167 @@
+"""The one claim a processor engine holds: "revive me by T", from background work and wakeups.
+
+A claim is the earliest of two deadlines:
+
+- the background deadline: while any ``run_in_background`` attempt is in
+  flight, ``REVIVE_AFTER`` seconds after the first one started (or, after a
+  revive that found work still running, the doubled delay); cleared when the
+  last attempt settles;
+- the wakeup: the earliest ``schedule_wakeup(at)`` asked since the latest
+  at-head pass began (each at-head pass starts again from none).
+
+Claims reach the stream one at a time, in order, so a release never overtakes
+the claim before it; a claim is sent only when the earliest deadline changed.
+A failing claim is reported and forgotten, so the next change sends it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+
+from streamkit.errors import InvalidRequest
+from streamkit.events import StreamEvent
+from streamkit.processor import Work
+from streamkit.protocols import Clock, ProcessorStream
+
+__all__ = ["REVIVE_AFTER", "REVIVE_AFTER_MAX", "ClaimKeeper"]
+
+REVIVE_AFTER = 20.0
+"""Seconds after a background attempt starts by which a dead host's processor is revived."""
+
+REVIVE_AFTER_MAX = 30 * 60.0
+"""The ceiling of the doubling delay claimed by a revive that finds work still in flight."""
+
+_UNKNOWN = object()  # what the stream holds is not known: nothing sent yet, or a claim failed
+
+Report = Callable[[str, BaseException, "StreamEvent | None"], None]
+
+
+class ClaimKeeper:
+    """Background attempts, wakeups, and the claim they add up to, for one engine."""
+
+    def __init__(self, stream: ProcessorStream, clock: Clock, report: Report) -> None:
+        self._stream = stream
+        self._clock = clock
+        self._report = report
+        self._in_flight = 0
+        self._revives_while_busy = 0
+        self._background_deadline: float | None = None
+        self._attempts: set[asyncio.Task[None]] = set()
+        self._wakeup_at: float | None = None
+        self._claimed: object = _UNKNOWN
+        self._last_sent: asyncio.Task[None] | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Background attempts started and not yet settled."""
+        return self._in_flight
+
+    @property
+    def wanted(self) -> float | None:
+        """The claim this engine wants: the earliest deadline, or None."""
+        return _earliest(self._background_deadline, self._wakeup_at)
+
+    @property
+    def last_sent(self) -> asyncio.Task[None] | None:
+        """The latest claim sent to the stream (a task that never raises)."""
+        return self._last_sent
+
+    # -- background work -------------------------------------------------------------
+
+    def start(self, during: StreamEvent | None, work: Work) -> None:
+        """Start one attempt; the first in flight claims ``now + REVIVE_AFTER``."""
+        self._in_flight += 1
+        if self._in_flight == 1:
+            self._background_deadline = self._clock() + REVIVE_AFTER
+            self.sync()
+        task = asyncio.get_running_loop().create_task(self._attempt(during, work))
+        self._attempts.add(task)
+        task.add_done_callback(self._attempts.discard)
+
+    async def _attempt(self, during: StreamEvent | None, work: Work) -> None:
+        try:
+            result = work()
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            # Abandoned (the host is stopping): the claim stays, so the next
+            # host revives the processor and restarts what state says is owed.
+            self._in_flight -= 1
+            raise
+        except Exception as exc:
+            self._report("processor.background_failed", exc, during)
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._revives_while_busy = 0
+            self._background_deadline = None
+            self.sync()
+
+    def revived(self) -> None:
+        """A revive ran: work still in flight claims again, the delay doubled (capped)."""
+        if self._in_flight:
+            self._revives_while_busy += 1
+            delay = min(REVIVE_AFTER * 2**self._revives_while_busy, REVIVE_AFTER_MAX)
+            self._background_deadline = self._clock() + delay
+
+    async def abandon(self, grace: float) -> None:
+        """Give attempts ``grace`` seconds, cancel the rest, and wait for queued claims."""
+        if self._attempts:
+            pending = set(self._attempts)
+            if grace > 0:
+                _, pending = await asyncio.wait(pending, timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        if self._last_sent is not None:
+            await asyncio.wait((self._last_sent,))
+
+    # -- wakeups ---------------------------------------------------------------------
+
+    def forget_wakeups(self) -> None:
+        """An at-head pass begins: wakeups are derived again from none."""
+        self._wakeup_at = None
+
+    def wake_at(self, at: float) -> None:
+        """Record a wakeup request (``args.schedule_wakeup``)."""
+        if isinstance(at, bool) or not isinstance(at, int | float) or at != at:
+            raise InvalidRequest(
+                f"schedule_wakeup needs epoch seconds as a number, got {at!r}; no wakeup was "
+                "scheduled",
+                details={"at": repr(at)[:200]},
+            )
+        at = float(at)
+        if self._wakeup_at is None or at < self._wakeup_at:
+            self._wakeup_at = at
+            self.sync()
+
+    # -- the claim -------------------------------------------------------------------
+
+    def sync(self, *, force: bool = False) -> asyncio.Task[None] | None:
+        """Send the wanted claim if it changed (or ``force``); return the task sending it."""
+        wanted = self.wanted
+        if not force and wanted == self._claimed:
+            return None
+        self._claimed = wanted
+        task = asyncio.get_running_loop().create_task(self._send(self._last_sent, wanted))
+        self._last_sent = task
+        return task
+
+    async def _send(self, previous: asyncio.Task[None] | None, at: float | None) -> None:
+        if previous is not None and not previous.done():
+            await asyncio.wait((previous,))
+        try:
+            await self._stream.claim(at)
+        except Exception as exc:
+            self._claimed = _UNKNOWN
+            self._report("processor.claim_failed", exc, None)
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a if a < b else b

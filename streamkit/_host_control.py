@@ -1,0 +1,128 @@
+"""The host's answers to control-socket requests (the ops ``streamkit`` clients send).
+
+Each op maps to one :class:`~streamkit.host.ProcessorHost` method. Arguments
+are validated by the server against the models below before the host sees
+them; a refusal is a coded error reply, and the host keeps serving.
+
+One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral),
+``read`` (``path``, ``after``, ``limit``), ``status``, ``snapshot``
+(``slug``, ``path``), ``skip`` (``slug``, ``offset``, ``by``, ``reason``,
+``path``). Streaming ops: ``follow`` (``path``, ``after``: every commit,
+ephemerals included, as event objects) and ``watch`` (``slug``, ``path``: a
+live-state seed, then deltas; a fresh seed after any gap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from streamkit.control import NoArgs, Operation
+from streamkit.errors import UnknownOperation
+
+if TYPE_CHECKING:
+    from streamkit.host import ProcessorHost
+
+__all__ = ["HostControlHandler"]
+
+
+class AppendArgs(NoArgs):
+    path: str = "/"
+    events: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
+
+
+class ReadArgs(NoArgs):
+    path: str = "/"
+    after: int = Field(default=0, ge=0)
+    limit: int = Field(default=500, ge=1, le=10_000)
+
+
+class FollowArgs(NoArgs):
+    path: str = "/"
+    after: int = Field(default=0, ge=0)
+
+
+class SlugArgs(NoArgs):
+    slug: str = Field(min_length=1)
+    path: str | None = None
+
+
+class SkipArgs(SlugArgs):
+    offset: int = Field(ge=1)
+    by: str = Field(min_length=1, max_length=256)
+    reason: str = Field(default="", max_length=4096)
+
+
+_OPERATIONS: dict[str, Operation] = {
+    "append": Operation(AppendArgs, description="append events (durable or ephemeral)"),
+    "read": Operation(ReadArgs, description="read durable events after an offset"),
+    "follow": Operation(FollowArgs, streaming=True, description="every commit from an offset"),
+    "status": Operation(NoArgs, description="the host and each processor"),
+    "snapshot": Operation(SlugArgs, description="a processor's reduced state and offset"),
+    "watch": Operation(SlugArgs, streaming=True, description="live state: seed, then deltas"),
+    "skip": Operation(SkipArgs, description="move a processor past one event"),
+}
+
+
+class HostControlHandler:
+    """Serves :data:`_OPERATIONS` for one host."""
+
+    def __init__(self, host: ProcessorHost) -> None:
+        self._host = host
+
+    @property
+    def operations(self) -> Mapping[str, Operation]:
+        return _OPERATIONS
+
+    async def handle(self, op: str, args: BaseModel) -> Any:
+        host = self._host
+        if isinstance(args, AppendArgs):
+            committed = await host.append(args.path, args.events)
+            return [event.to_dict() for event in committed]
+        if isinstance(args, ReadArgs):
+            page = await host.read(args.path, args.after, args.limit)
+            return {
+                "events": [event.to_dict() for event in page.events],
+                "scanned_through_offset": page.scanned_through_offset,
+                "at_head": page.at_head,
+            }
+        if isinstance(args, SkipArgs):
+            event = await host.skip(
+                args.slug, args.offset, by=args.by, reason=args.reason, path=args.path
+            )
+            return event.to_dict()
+        if op == "snapshot" and isinstance(args, SlugArgs):
+            return await host.snapshot(args.slug, args.path)
+        if op == "status":
+            return await host.status()
+        raise _unknown(op)
+
+    def watch(self, op: str, args: BaseModel) -> AsyncIterator[Any]:
+        host = self._host
+        if op == "watch" and isinstance(args, SlugArgs):
+            host.runner(args.slug, args.path)  # refuse an unknown slug before streaming
+            return host.watch(args.slug, args.path)
+        if isinstance(args, FollowArgs):
+            return _follow(host, args.path, args.after)
+        raise _unknown(op)
+
+
+async def _follow(host: ProcessorHost, path: str, after: int) -> AsyncIterator[Any]:
+    log = host.log
+    if log is None:
+        return
+    follower = log.stream(path).follow(after)
+    try:
+        async for events, _ in follower:
+            for event in events:
+                yield event.to_dict()
+    finally:
+        closer = getattr(follower, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def _unknown(op: str) -> UnknownOperation:
+    return UnknownOperation(f"op {op!r} is not served by this host; nothing was done")

@@ -1,0 +1,333 @@
+"""Live delivery of a log's events to followers: pushes, subscriptions and the follow iterator.
+
+The writer thread publishes a :class:`Push` per stream path for every group it
+commits (this process's appends, ephemerals included) and for every batch of
+rows other processes committed (found by polling ``PRAGMA data_version``). A
+push carries a proof like a read does: the log holds exactly its durable
+events in ``(after, through]``. Pushes of one path need not be contiguous with
+each other; the iterator makes what it yields contiguous:
+
+- a push that ends at or below the iterator's position is skipped, one that
+  overlaps it is trimmed;
+- a push that starts above the position is preceded by a *gap repair*, a read
+  of the log bounded by the push's start;
+- the first catch-up (and the catch-up after an overflow) reads the log without
+  a bound but is cut at the start of the earliest push it could overtake, or of
+  the commit in flight (see :meth:`Feed.set_inflight`), so that a push holding
+  an ephemeral is never skipped because a read already went past its offset.
+
+A subscription's buffer is bounded: on overflow the buffered pushes are dropped
+and the iterator re-reads the log, so durable events are never lost and memory
+stays bounded; only ephemerals in the dropped pushes are gone, by design.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from streamkit.errors import LogClosed
+from streamkit.events import ReadPage, ScannedRange, StreamEvent
+
+__all__ = ["Feed", "Follow", "Push", "Subscription", "WakeList"]
+
+WakeList = dict[asyncio.AbstractEventLoop, list[asyncio.Event]]
+
+PAGE_LIMIT = 500
+MAX_BUFFERED_EVENTS = 10_000
+MAX_BUFFERED_PUSHES = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    """Events of one path with the proof that the log holds exactly its durables in ``(after, through]``."""
+
+    after: int
+    through: int
+    events: Sequence[StreamEvent]
+
+
+class Subscription:
+    """One follower's mailbox; every field is guarded by the feed's lock."""
+
+    __slots__ = ("buffer", "buffered_events", "closed", "overflows", "path", "resync", "waiter")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.buffer: deque[Push] = deque()
+        self.buffered_events = 0
+        self.resync = False
+        self.closed = False
+        self.overflows = 0
+        self.waiter: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+
+class Feed:
+    """The subscriptions of one log, shared by the writer thread and the event loops."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._subs: dict[str, list[Subscription]] = {}
+        self._inflight: dict[str, int] = {}
+        self._closed = False
+        self._max_events = MAX_BUFFERED_EVENTS
+        self._max_pushes = MAX_BUFFERED_PUSHES
+
+    def has_subscribers(self) -> bool:
+        """Whether anyone follows (read without the lock: a stale answer costs one poll)."""
+        return bool(self._subs)
+
+    def followed_paths(self) -> list[str]:
+        """The paths that have at least one follower."""
+        with self.lock:
+            return list(self._subs)
+
+    def register(self, path: str) -> Subscription:
+        """Add a follower of ``path``; it starts out needing a catch-up read."""
+        sub = Subscription(path)
+        with self.lock:
+            if self._closed:
+                raise LogClosed("the log is closed; open it again to follow a stream")
+            self._subs.setdefault(path, []).append(sub)
+        return sub
+
+    def unregister(self, sub: Subscription) -> None:
+        """Remove a follower (idempotent) and release its buffered pushes."""
+        with self.lock:
+            subs = self._subs.get(sub.path)
+            if subs is not None and sub in subs:
+                subs.remove(sub)
+                if not subs:
+                    del self._subs[sub.path]
+            sub.buffer.clear()
+            sub.buffered_events = 0
+            sub.waiter = None
+
+    def set_inflight(self, positions: dict[str, int]) -> None:
+        """Mark commits about to become visible: readers must not run past these positions.
+
+        Called by the writer just before ``COMMIT``: a catch-up read that sees the
+        commit's rows before its push is published stops at the commit's start.
+        """
+        with self.lock:
+            for path, after in positions.items():
+                if path in self._subs:
+                    self._inflight[path] = after
+
+    def clear_inflight(self, paths: Sequence[str] | set[str]) -> None:
+        """Forget in-flight marks of a commit that failed."""
+        with self.lock:
+            for path in paths:
+                self._inflight.pop(path, None)
+
+    def publish(self, pushes: Sequence[tuple[str, Push]], wakes: WakeList) -> None:
+        """Append each push to its path's subscribers; collect the waiters to wake in ``wakes``."""
+        with self.lock:
+            for path, push in pushes:
+                self._inflight.pop(path, None)
+                for sub in self._subs.get(path, ()):
+                    self._offer(sub, push)
+                    if sub.waiter is not None:
+                        loop, event = sub.waiter
+                        sub.waiter = None
+                        wakes.setdefault(loop, []).append(event)
+
+    def _offer(self, sub: Subscription, push: Push) -> None:
+        if (
+            sub.buffered_events + len(push.events) > self._max_events
+            or len(sub.buffer) >= self._max_pushes
+        ):
+            # A slow consumer: drop what it has not taken and let it re-read the log.
+            sub.buffer.clear()
+            sub.buffered_events = 0
+            sub.resync = True
+            sub.overflows += 1
+        sub.buffer.append(push)
+        sub.buffered_events += len(push.events)
+
+    def close_all(self) -> WakeList:
+        """End every follower; return the waiters to wake (each iterator then stops)."""
+        wakes: WakeList = {}
+        with self.lock:
+            self._closed = True
+            for subs in self._subs.values():
+                for sub in subs:
+                    sub.closed = True
+                    sub.buffer.clear()
+                    if sub.waiter is not None:
+                        loop, event = sub.waiter
+                        sub.waiter = None
+                        wakes.setdefault(loop, []).append(event)
+            self._subs.clear()
+            self._inflight.clear()
+        return wakes
+
+    def take(self, sub: Subscription, local: deque[Push]) -> tuple[bool, bool, int | None]:
+        """Move ``sub``'s pushes into the empty ``local`` queue.
+
+        Returns ``(closed, resync, bound)``: whether the log closed, whether the
+        iterator must re-read the log, and the lowest position a push or an
+        in-flight commit starts at (a catch-up read must not pass it).
+        """
+        with self.lock:
+            resync = False
+            if not local:
+                if sub.resync:
+                    resync = True
+                    sub.resync = False
+                local.extend(sub.buffer)
+                sub.buffer.clear()
+                sub.buffered_events = 0
+            bound = self._inflight.get(sub.path)
+            for queued in (local, sub.buffer):
+                if queued and (bound is None or queued[0].after < bound):
+                    bound = queued[0].after
+            return sub.closed, resync, bound
+
+    def wait_on(
+        self, sub: Subscription, loop: asyncio.AbstractEventLoop, event: asyncio.Event
+    ) -> bool:
+        """Register ``event`` to be set on the next push; False if there is something already."""
+        with self.lock:
+            if sub.closed or sub.buffer or sub.resync:
+                return False
+            event.clear()
+            sub.waiter = (loop, event)
+            return True
+
+
+def wake(wakes: WakeList) -> None:
+    """Set the collected events, one ``call_soon_threadsafe`` per loop."""
+    for loop, events in wakes.items():
+        # A closed loop raises: nobody is waiting on it any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_set_all, events)
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
+
+
+ReadFn = Callable[[str, int, int, int | None], Awaitable[ReadPage]]
+
+
+class Follow:
+    """The iterator :meth:`streamkit.log.Stream.follow` returns.
+
+    Its subscription exists from the moment it is created, so nothing appended
+    after ``follow()`` returns can be missed. Dropping the iterator (breaking
+    out of ``async for``) or calling :meth:`aclose` unregisters it; closing the
+    log ends it with ``StopAsyncIteration``. Cancelling a pending ``__anext__``
+    loses nothing: the next call picks up where the last yield ended.
+    """
+
+    def __init__(
+        self,
+        feed: Feed,
+        path: str,
+        after_offset: int,
+        read: ReadFn,
+        request_init: Callable[[str], Any],
+    ) -> None:
+        self._feed = feed
+        self._path = path
+        self._read = read
+        self._sub = feed.register(path)
+        self._unregister = weakref.finalize(self, feed.unregister, self._sub)
+        self._position = after_offset
+        self._yielded = after_offset
+        self._pushes: deque[Push] = deque()
+        self._catching_up = True
+        self._done = False
+        self._event = asyncio.Event()
+        try:
+            request_init(path)
+        except BaseException:
+            self._unregister()
+            raise
+
+    def __aiter__(self) -> Follow:
+        return self
+
+    async def __anext__(self) -> tuple[list[StreamEvent], ScannedRange]:
+        while True:
+            if self._done:
+                raise StopAsyncIteration
+            closed, resync, bound = self._feed.take(self._sub, self._pushes)
+            if closed:
+                await self.aclose()
+                raise StopAsyncIteration
+            self._catching_up = self._catching_up or resync
+            try:
+                if self._catching_up:
+                    out = await self._catch_up(bound)
+                elif self._pushes:
+                    out = await self._next_push()
+                else:
+                    if self._feed.wait_on(self._sub, asyncio.get_running_loop(), self._event):
+                        await self._event.wait()
+                    continue
+            except LogClosed:
+                await self.aclose()
+                raise StopAsyncIteration from None
+            if out is not None:
+                return out
+
+    async def aclose(self) -> None:
+        """Stop following; later ``__anext__`` calls raise ``StopAsyncIteration``."""
+        self._done = True
+        self._pushes.clear()
+        self._unregister()
+
+    async def _catch_up(self, bound: int | None) -> tuple[list[StreamEvent], ScannedRange] | None:
+        page = await self._read(self._path, self._position, PAGE_LIMIT, None)
+        events = list(page.events)
+        through = page.scanned_through_offset
+        done = page.at_head
+        # Pushes may have arrived while the page was read: never overtake one.
+        _closed, _resync, later_bound = self._feed.take(self._sub, self._pushes)
+        if later_bound is not None and (bound is None or later_bound < bound):
+            bound = later_bound
+        if bound is not None and bound < through:
+            through = max(self._position, bound)
+            events = [event for event in events if event.offset <= through]
+            done = True
+        if done:
+            self._catching_up = False
+        return self._advance(events, through)
+
+    async def _next_push(self) -> tuple[list[StreamEvent], ScannedRange] | None:
+        push = self._pushes[0]
+        if push.through <= self._position:
+            self._pushes.popleft()
+            return None
+        if push.after > self._position:
+            # Gap repair: what lies between here and the push's start comes from the log.
+            page = await self._read(self._path, self._position, PAGE_LIMIT, push.after)
+            return self._advance(list(page.events), page.scanned_through_offset)
+        self._pushes.popleft()
+        if push.after == self._position:
+            events = list(push.events)
+        else:
+            events = [event for event in push.events if event.offset > self._position]
+        return self._advance(events, push.through)
+
+    def _advance(
+        self, events: list[StreamEvent], through: int
+    ) -> tuple[list[StreamEvent], ScannedRange] | None:
+        if through <= self._position:
+            return None
+        self._position = through
+        if not events:
+            # An empty stretch is folded into the next yield's range, which stays contiguous.
+            return None
+        out = (events, ScannedRange(self._yielded, through))
+        self._yielded = through
+        return out

@@ -1,0 +1,149 @@
+"""What callers hand the log's writer thread, and how their futures are settled.
+
+Each job carries the caller's event loop and an asyncio future; the writer
+fills in ``result`` or ``error`` and settles every job of a group with one
+``call_soon_threadsafe`` per loop (:func:`settle`). A caller that cancelled its
+wait is skipped: the outcome stands regardless (an append may still commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from streamkit.events import PreparedEvent, StreamEvent
+
+__all__ = [
+    "AppendCall",
+    "ClaimCall",
+    "CloseJob",
+    "FollowJob",
+    "Job",
+    "QueryJob",
+    "TransactionJob",
+    "WriteCall",
+    "resolve_close",
+    "settle",
+]
+
+
+class Job:
+    """One request to the writer thread and its outcome."""
+
+    __slots__ = ("error", "future", "loop", "result")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+        self.loop = loop
+        self.future = future
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class AppendCall(Job):
+    """One ``Stream.append`` call: its events land together or not at all."""
+
+    __slots__ = ("ephemerals", "events", "fresh", "inserted", "path", "reserved")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        path: str,
+        events: list[PreparedEvent],
+    ) -> None:
+        super().__init__(loop, future)
+        self.path = path
+        self.events = events
+        self.ephemerals = sum(1 for event in events if event.ephemeral)
+        self.inserted = 0
+        self.reserved = 0
+        self.fresh: list[StreamEvent] = []
+
+
+class ClaimCall(Job):
+    """Set (``due_at`` a number) or release (``None``) one claimant's claim on a path."""
+
+    __slots__ = ("due_at", "path", "slug")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        path: str,
+        slug: str,
+        due_at: float | None,
+    ) -> None:
+        super().__init__(loop, future)
+        self.path = path
+        self.slug = slug
+        self.due_at = due_at
+
+
+class TransactionJob(Job):
+    """A caller's function run in its own ``BEGIN IMMEDIATE`` transaction."""
+
+    __slots__ = ("fn",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        fn: Callable[[sqlite3.Connection], Any],
+    ) -> None:
+        super().__init__(loop, future)
+        self.fn = fn
+
+
+class QueryJob(Job):
+    """A read run on the writer connection (an in-memory log has no second connection)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        fn: Callable[[sqlite3.Connection], Any],
+    ) -> None:
+        super().__init__(loop, future)
+        self.fn = fn
+
+
+@dataclass(slots=True)
+class FollowJob:
+    """A new follower of ``path``: start watching it and tell followers where pushes start."""
+
+    path: str
+
+
+@dataclass(slots=True)
+class CloseJob:
+    """Stop the writer thread once the jobs queued before it are done."""
+
+    pass
+
+
+WriteCall = AppendCall | ClaimCall
+"""The calls a group commit batches into one transaction."""
+
+
+def settle(jobs: list[Job], events: list[asyncio.Event]) -> None:
+    """Settle the jobs' futures and set the followers' events (runs on their loop)."""
+    for job in jobs:
+        future = job.future
+        if future.done():
+            continue  # the caller cancelled its wait; the outcome stands regardless
+        if job.error is not None:
+            future.set_exception(job.error)
+        else:
+            future.set_result(job.result)
+    for event in events:
+        event.set()
+
+
+def resolve_close(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,749 @@
+"""The writer thread of a log: group commit, offset assignment and ephemeral reservations.
+
+One thread owns the one writer connection. ``sqlite3`` calls block (a commit
+at ``synchronous=FULL`` waits for fsync), so they cannot run on the event loop
+without stalling every other task; one dedicated thread also makes the
+connection's single-threaded use obvious. Callers enqueue jobs with an asyncio
+future; the thread takes everything queued (up to a cap), runs all write calls
+in ONE ``BEGIN IMMEDIATE`` transaction, each call inside its own savepoint (a
+refused call rolls back alone and gets its error), commits once, publishes the
+pushes and settles the futures with one ``call_soon_threadsafe`` per loop.
+
+Offsets (per stream path):
+
+- The durable head is ``max(offset)`` of the path, read inside the transaction
+  (cached while ``PRAGMA data_version`` says no other connection committed).
+- Ephemerals draw offsets from a block reserved with one write to
+  ``streamkit_heads(path, reserved_through, reserved_by)``; ``reserved_by`` is
+  this writer's random token. A durable append lands at
+  ``max(head, last own ephemeral)`` + 1 while the block is this writer's, else
+  at ``max(head, reserved_through)`` + 1, so no durable event ever lands at or
+  below an offset another process may have handed to an ephemeral, and this
+  process's durable-ephemeral-durable gets 1, 2, 3. The heads row is written
+  only to reserve (and, on a clean close, to give back the unused rest).
+- A block is void once another process reserved (``reserved_by`` changed) or
+  the head passed its end; the next ephemeral reserves a new block above
+  everything. Blocks double while one writer keeps using them up (amortized
+  writes per ephemeral tend to zero) and shrink back when another writer takes
+  the row (smaller holes under contention). A group of ephemerals that fits
+  the current block runs with no transaction at all, and a clean close gives
+  the unused rest of the block back, so only a crash or another live process
+  leaves a hole.
+
+Other processes' commits: the writer connection's ``PRAGMA data_version``
+changes exactly when another connection committed, so the writer checks it at
+the start of every group (dropping cached heads) and, while anyone follows,
+every 2 ms when idle, reading the new rows of followed paths and pushing them.
+Polling from this thread needs no second thread or connection and never races
+the writer's own view of the heads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from streamkit._log_follow import Feed, Push, WakeList
+from streamkit._log_jobs import (
+    AppendCall,
+    ClaimCall,
+    CloseJob,
+    FollowJob,
+    Job,
+    QueryJob,
+    TransactionJob,
+    WriteCall,
+    resolve_close,
+    settle,
+)
+from streamkit._log_read import (
+    decode_json,
+    durable_head,
+    loads_many,
+    make_event,
+    read_page,
+    select_key,
+)
+from streamkit._log_schema import storage_error
+from streamkit.errors import (
+    IdempotencyConflict,
+    LogClosed,
+    OffsetConflict,
+    StorageError,
+    StreamkitError,
+)
+from streamkit.events import PreparedEvent, StreamEvent, format_timestamp, same_body
+from streamkit.protocols import Clock
+
+__all__ = ["Writer"]
+
+GROUP_LIMIT = 1000
+"""Calls per group commit at most, so one huge backlog cannot delay every caller behind it."""
+POLL_SECONDS = 0.002
+"""How often the idle writer looks for other processes' commits while anyone follows."""
+BLOCK_MIN = 256
+BLOCK_MAX = 65_536
+FOREIGN_PAGE = 1000
+"""Rows of other processes' commits read per path per poll (bounds one push's size)."""
+
+_INSERT = (
+    'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, source, '
+    "idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_RESERVE = (
+    "INSERT INTO streamkit_heads (path, reserved_through, reserved_by) VALUES (?, ?, ?) "
+    "ON CONFLICT (path) DO UPDATE SET reserved_through = excluded.reserved_through, "
+    "reserved_by = excluded.reserved_by"
+)
+_RESERVATION = "SELECT reserved_through, reserved_by FROM streamkit_heads WHERE path = ?"
+_RELEASE = (
+    "UPDATE streamkit_heads SET reserved_through = ?, reserved_by = '' "
+    "WHERE path = ? AND reserved_by = ?"
+)
+_CLAIM = (
+    "INSERT INTO streamkit_claims (path, slug, due_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (path, slug) DO UPDATE SET due_at = excluded.due_at"
+)
+_UNCLAIM = "DELETE FROM streamkit_claims WHERE path = ? AND slug = ?"
+
+
+@dataclass(slots=True)
+class _PathState:
+    """What the writer knows of one path; ``None`` means re-read it in the next transaction."""
+
+    head: int | None = None
+    reserved_through: int | None = None
+    mine: bool = False
+    last_ephemeral: int = 0
+    block: int = BLOCK_MIN
+
+    def snapshot(self) -> tuple[int | None, int | None, bool, int, int]:
+        return (self.head, self.reserved_through, self.mine, self.last_ephemeral, self.block)
+
+    def restore(self, saved: tuple[int | None, int | None, bool, int, int]) -> None:
+        (self.head, self.reserved_through, self.mine, self.last_ephemeral, self.block) = saved
+
+
+class Writer:
+    """The writer thread and the state it alone touches."""
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        token: str,
+        clock: Clock,
+        feed: Feed,
+        persistent: bool,
+        group_limit: int = GROUP_LIMIT,
+    ) -> None:
+        self._conn = conn
+        self._token = token
+        self._clock = clock
+        self._feed = feed
+        self._persistent = persistent
+        self._group_limit = group_limit
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._submit_lock = threading.Lock()
+        self._accepting = True
+        self._finished = threading.Event()
+        self._close_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self._states: dict[str, _PathState] = {}
+        self._data_version: int | None = None
+        self._fed: dict[str, int] = {}
+        self._pending_follows: set[str] = set()
+        self._in_transaction = False
+        self._group_before: dict[str, int] = {}
+        self._now = ""
+        self._settle: list[Job] = []
+        self._wakes: WakeList = {}
+        self.transactions = 0
+        self.appended = 0
+        self.ephemeral = 0
+        self.ephemeral_reservations = 0
+        self.refused = 0
+        self._thread = threading.Thread(target=self._run, name="streamkit-log-writer", daemon=True)
+        self._thread.start()
+
+    # -- the caller's side (any thread) ---------------------------------------------------
+
+    def submit(self, job: Job | FollowJob) -> None:
+        """Queue a job; raise :class:`LogClosed` once the log is closing."""
+        with self._submit_lock:
+            if not self._accepting:
+                raise LogClosed(
+                    "the log is closed; nothing was read or written (open it again to use it)"
+                )
+            self._queue.put(job)
+
+    def request_close(
+        self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+    ) -> None:
+        """Stop accepting jobs; the thread finishes the queued ones, then closes the connection."""
+        with self._submit_lock:
+            if waiter is not None:
+                if self._finished.is_set():
+                    waiter[1].set_result(None)
+                else:
+                    self._close_waiters.append(waiter)
+            if self._accepting:
+                self._accepting = False
+                self._queue.put(CloseJob())
+
+    def join(self) -> None:
+        """Wait until the writer thread has finished (not from the thread itself)."""
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            try:
+                self._conn.close()
+            finally:
+                self._finish()
+
+    def _loop(self) -> None:
+        while True:
+            following = self._feed.has_subscribers()
+            job: Any
+            try:
+                job = self._queue.get(timeout=POLL_SECONDS) if following else self._queue.get()
+            except queue.Empty:
+                job = None
+            if following:
+                self._poll()
+            if job is None:
+                continue
+            jobs = [job]
+            while len(jobs) < self._group_limit:
+                try:
+                    jobs.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if self._handle(jobs):
+                return
+
+    def _handle(self, jobs: list[Any]) -> bool:
+        group: list[WriteCall] = []
+        for job in jobs:
+            if isinstance(job, AppendCall | ClaimCall):
+                group.append(job)
+                continue
+            if group:
+                self._guarded(self._run_group, group)
+                group = []
+            if isinstance(job, TransactionJob):
+                self._guarded(self._run_transaction, job)
+            elif isinstance(job, QueryJob):
+                self._guarded(self._run_query, job)
+            elif isinstance(job, FollowJob):
+                self._pending_follows.add(job.path)
+                self._guarded(self._start_following, None)
+            elif isinstance(job, CloseJob):
+                self._release_reservations()
+                return True
+        if group:
+            self._guarded(self._run_group, group)
+        return False
+
+    def _guarded(self, step: Callable[[Any], None], arg: Any) -> None:
+        # A bug must fail the calls it touched, never kill the thread and hang every caller.
+        try:
+            step(arg)
+        except Exception as exc:
+            for job in arg if isinstance(arg, list) else [arg]:
+                if isinstance(job, Job) and job not in self._settle:
+                    job.error = exc
+                    self._settle.append(job)
+            self._invalidate()
+        self._flush()
+
+    def _flush(self) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Job], list[asyncio.Event]]] = {}
+        for job in self._settle:
+            by_loop.setdefault(job.loop, ([], []))[0].append(job)
+        for loop, events in self._wakes.items():
+            by_loop.setdefault(loop, ([], []))[1].extend(events)
+        self._settle = []
+        self._wakes = {}
+        for loop, (jobs, events) in by_loop.items():
+            # A closed loop raises: nobody awaits its futures any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, jobs, events)
+
+    def _finish(self) -> None:
+        leftovers: list[Job] = []
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(job, Job):
+                job.error = LogClosed("the log closed before this call ran; nothing was written")
+                leftovers.append(job)
+        self._settle.extend(leftovers)
+        self._flush()
+        with self._submit_lock:
+            self._accepting = False
+            self._finished.set()
+            waiters, self._close_waiters = self._close_waiters, []
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(resolve_close, future)
+
+    # -- reading and caching what other connections committed ----------------------------
+
+    def _invalidate(self) -> None:
+        for state in self._states.values():
+            state.head = None
+            state.reserved_through = None
+
+    def _state(self, path: str) -> _PathState:
+        state = self._states.get(path)
+        if state is None:
+            state = self._states[path] = _PathState()
+        if state.head is None:
+            state.head = durable_head(self._conn, path)
+        if state.reserved_through is None:
+            row = self._conn.execute(_RESERVATION, (path,)).fetchone()
+            mine = row is not None and row[1] == self._token
+            if state.mine and not mine:
+                state.block = BLOCK_MIN  # another writer took the row: keep holes small
+            state.reserved_through = 0 if row is None else int(row[0])
+            state.mine = mine
+        return state
+
+    def _sync_foreign(self) -> None:
+        """Notice other connections' commits: drop cached heads and push their rows to followers."""
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version == self._data_version:
+            return
+        self._data_version = version
+        self._invalidate()
+        followed = set(self._feed.followed_paths())
+        for path in list(self._fed):
+            if path not in followed:
+                del self._fed[path]
+        pushes: list[tuple[str, Push]] = []
+        for path, fed in self._fed.items():
+            page = read_page(self._conn, path, fed, FOREIGN_PAGE)
+            if page.events:
+                pushes.append((path, Push(fed, page.scanned_through_offset, page.events)))
+                self._fed[path] = page.scanned_through_offset
+            if not page.at_head:
+                self._data_version = None  # more rows wait: read on at the next look
+        if pushes:
+            self._feed.publish(pushes, self._wakes)
+
+    def _poll(self) -> None:
+        try:
+            self._sync_foreign()
+            if self._pending_follows:
+                self._start_following(None)
+        except sqlite3.Error:
+            self._data_version = None  # a busy or failing read: try again at the next poll
+        self._flush()
+
+    def _start_following(self, _: None) -> None:
+        """Start watching newly followed paths (retried at the next poll if SQLite fails)."""
+        self._sync_foreign()
+        followed = set(self._feed.followed_paths())
+        pushes: list[tuple[str, Push]] = []
+        for path in sorted(self._pending_follows):
+            if path in followed:
+                fed = self._fed.get(path)
+                if fed is None:
+                    fed = self._fed[path] = durable_head(self._conn, path)
+                # Everything at or below ``fed`` is committed; everything above will be pushed.
+                pushes.append((path, Push(fed, fed, ())))
+        self._feed.publish(pushes, self._wakes)
+        self._pending_follows.clear()
+
+    # -- group commit ---------------------------------------------------------------------
+
+    def _run_group(self, calls: list[WriteCall]) -> None:
+        paths = {call.path for call in calls}
+        saved = {path: self._states.setdefault(path, _PathState()).snapshot() for path in paths}
+        self._group_before = {}
+        try:
+            if not self._run_without_transaction(calls):
+                self._run_in_transaction(calls)
+        except Exception as exc:
+            for path, snapshot in saved.items():
+                self._states[path].restore(snapshot)
+            self._invalidate()
+            for call in calls:
+                call.result = None
+                if isinstance(exc, sqlite3.Error):
+                    call.error = storage_error(exc, f"appending to {call.path!r}")
+                    call.error.__cause__ = exc
+                else:
+                    call.error = exc
+        finally:
+            self._in_transaction = False
+        self._settle.extend(calls)
+        following = self._feed.has_subscribers()
+        pushes: dict[str, list[StreamEvent]] = {}
+        for call in calls:
+            if isinstance(call.error, StreamkitError) and not isinstance(call.error, StorageError):
+                self.refused += 1
+            if call.error is not None or not isinstance(call, AppendCall):
+                continue
+            self.appended += call.inserted
+            self.ephemeral += call.ephemerals
+            self.ephemeral_reservations += call.reserved
+            if following and call.fresh:
+                pushes.setdefault(call.path, []).extend(call.fresh)
+        if pushes:
+            self._push_own(pushes)
+
+    def _push_own(self, pushes: dict[str, list[StreamEvent]]) -> None:
+        """Publish a group's new events: one push per path, from the path's head before the group."""
+        published: list[tuple[str, Push]] = []
+        for path, events in pushes.items():
+            published.append((path, Push(self._group_before[path], events[-1].offset, events)))
+            fed = self._fed.get(path)
+            durable = [event.offset for event in events if not event.ephemeral]
+            if fed is not None and durable:
+                self._fed[path] = max(fed, durable[-1])
+        self._feed.publish(published, self._wakes)
+
+    def _run_without_transaction(self, calls: list[WriteCall]) -> bool:
+        """Hand out ephemerals from own blocks with no transaction; False if one must be reserved."""
+        need: dict[str, int] = {}
+        for call in calls:
+            if not isinstance(call, AppendCall) or call.ephemerals != len(call.events):
+                return False
+            need[call.path] = need.get(call.path, 0) + call.ephemerals
+        self._sync_foreign()
+        self._now = format_timestamp(self._clock())
+        for path, count in need.items():
+            state = self._state(path)
+            assert state.head is not None
+            assert state.reserved_through is not None
+            if not state.mine or max(state.head, state.last_ephemeral) + count > (
+                state.reserved_through
+            ):
+                return False
+        for call in calls:
+            self._apply(call)
+        return True
+
+    def _run_in_transaction(self, calls: list[WriteCall]) -> None:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        self._in_transaction = True
+        inflight = False
+        try:
+            # Stamped under the write lock, so created_at follows commit order across processes.
+            self._now = format_timestamp(self._clock())
+            self._sync_foreign()
+            wrote = self._apply(calls[0]) if len(calls) == 1 else self._apply_group(calls)
+            if wrote:
+                self._feed.set_inflight(self._group_before)
+                inflight = True
+                conn.execute("COMMIT")
+                self.transactions += 1
+            else:
+                conn.execute("ROLLBACK")
+        except BaseException:
+            if inflight:
+                self._feed.clear_inflight(set(self._group_before))
+            if conn.in_transaction:
+                # SQLite may have rolled back already (it does on I/O and full-disk errors).
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+
+    def _apply_group(self, calls: list[WriteCall]) -> bool:
+        """Apply several calls in the open transaction; a refused one must roll back alone.
+
+        Refusals are rare, so the calls first run without a savepoint each (two
+        statements per call saved); on the first refusal the whole attempt is
+        rolled back to the group's savepoint and replayed with one savepoint
+        per call. Replaying gives the same outcome: the calls are deterministic
+        given the log, which the write lock keeps still.
+        """
+        conn = self._conn
+        start = {call.path: self._state(call.path).snapshot() for call in calls}
+        conn.execute("SAVEPOINT streamkit_group")
+        if all(self._apply(call) for call in calls):
+            conn.execute("RELEASE streamkit_group")
+            return True
+        conn.execute("ROLLBACK TO streamkit_group")
+        conn.execute("RELEASE streamkit_group")
+        for path, snapshot in start.items():
+            self._states[path].restore(snapshot)
+        self._group_before = {}
+        wrote = False
+        for call in calls:
+            call.error = call.result = None
+            conn.execute("SAVEPOINT streamkit_call")
+            if self._apply(call):
+                wrote = True
+                conn.execute("RELEASE streamkit_call")
+            else:
+                conn.execute("ROLLBACK TO streamkit_call")
+                conn.execute("RELEASE streamkit_call")
+        return wrote
+
+    def _apply(self, call: WriteCall) -> bool:
+        """Run one call; on refusal undo its effect on the cached state and keep its error."""
+        state = self._state(call.path)
+        saved = state.snapshot()
+        self._group_before.setdefault(call.path, state.head or 0)
+        try:
+            if isinstance(call, AppendCall):
+                call.result = self._append(call, state)
+            else:
+                self._claim(call)
+            return True
+        except StreamkitError as exc:
+            state.restore(saved)
+            call.error = exc
+            call.result = None
+            if isinstance(call, AppendCall):
+                call.inserted = call.reserved = 0
+                call.fresh = []
+            return False
+
+    def _claim(self, call: ClaimCall) -> None:
+        if call.due_at is None:
+            self._conn.execute(_UNCLAIM, (call.path, call.slug))
+        else:
+            self._conn.execute(_CLAIM, (call.path, call.slug, call.due_at))
+
+    def _append(self, call: AppendCall, state: _PathState) -> list[StreamEvent]:
+        """Place the call's events; return the committed events in input order.
+
+        ``call.fresh`` gets the events this call adds (what followers are pushed);
+        an idempotent hit returns the event committed earlier and is not pushed again.
+        """
+        path = call.path
+        # New events as (input, offset), decoded together at the end in one parser call;
+        # ``placed`` maps each input to an index into them or to an earlier committed event.
+        fresh: list[tuple[PreparedEvent, int]] = []
+        placed: list[int | StreamEvent] = []
+        hits = False
+        rows: list[tuple[Any, ...]] = []
+        keyed: dict[str, int] = {}
+        ephemerals_left = call.ephemerals
+        call.inserted = call.reserved = 0
+        now = self._now
+        # The next durable offset is one above the head or the floor below which
+        # offsets may have gone to ephemerals; both live in locals while the loop runs.
+        head = state.head
+        floor = state.last_ephemeral if state.mine else state.reserved_through
+        assert head is not None
+        assert floor is not None
+        for event in call.events:
+            if event.ephemeral:
+                state.head = head
+                offset = self._next_ephemeral(call, state, ephemerals_left)
+                floor = state.last_ephemeral
+                ephemerals_left -= 1
+                if event.offset is not None and event.offset != offset:
+                    raise _offset_conflict(path, event, offset)
+                placed.append(len(fresh))
+                fresh.append((event, offset))
+                continue
+            key = event.idempotency_key
+            if key is not None:
+                index = keyed.get(key)
+                if index is not None:
+                    first, offset = fresh[index]
+                    if not _same_input_body(event, first):
+                        raise _key_conflict(path, key, offset)
+                    if event.offset is not None and event.offset != offset:
+                        raise _offset_conflict(path, event, offset)
+                    placed.append(index)
+                    hits = True
+                    continue
+                existing = select_key(self._conn, path, key)
+                if existing is not None:
+                    if not same_body(event, existing):
+                        raise _key_conflict(path, key, existing.offset)
+                    if event.offset is not None and event.offset != existing.offset:
+                        raise _offset_conflict(path, event, existing.offset)
+                    placed.append(existing)
+                    hits = True
+                    continue
+                keyed[key] = len(fresh)
+            offset = (head if head > floor else floor) + 1
+            if event.offset is not None and event.offset != offset:
+                raise _offset_conflict(path, event, offset)
+            head = offset
+            rows.append(
+                (
+                    path,
+                    offset,
+                    event.type,
+                    event.payload_json,
+                    event.metadata_json,
+                    event.source_json,
+                    key,
+                    now,
+                )
+            )
+            placed.append(len(fresh))
+            fresh.append((event, offset))
+        state.head = head
+        if rows:
+            self._conn.executemany(_INSERT, rows)
+        call.inserted = len(rows)
+        new = call.fresh = _decode(path, fresh, now)
+        if not hits:
+            return new
+        return [new[item] if isinstance(item, int) else item for item in placed]
+
+    def _next_ephemeral(self, call: AppendCall, state: _PathState, wanted: int) -> int:
+        assert state.head is not None
+        assert state.reserved_through is not None
+        if state.mine:
+            offset = max(state.head, state.last_ephemeral) + 1
+            if offset <= state.reserved_through:
+                state.last_ephemeral = offset
+                return offset
+            block = min(state.block * 2, BLOCK_MAX)  # used up by this writer alone: grow
+        else:
+            block = BLOCK_MIN
+        if not self._in_transaction:
+            raise AssertionError("an ephemeral reservation needs the write transaction")
+        start = max(state.head, state.reserved_through, state.last_ephemeral) + 1
+        block = max(block, wanted)
+        through = start + block - 1
+        self._conn.execute(_RESERVE, (call.path, through, self._token))
+        state.block = block
+        state.reserved_through = through
+        state.mine = True
+        state.last_ephemeral = start
+        call.reserved += 1
+        return start
+
+    # -- other jobs -----------------------------------------------------------------------
+
+    def _run_transaction(self, job: TransactionJob) -> None:
+        conn = self._conn
+        self._settle.append(job)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            job.error = storage_error(exc, "write_transaction")
+            return
+        try:
+            result = job.fn(conn)
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+            job.result = result
+            self.transactions += 1
+        except BaseException as exc:  # whatever fn raises goes back to its caller
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                job.error = storage_error(exc, "write_transaction")
+                job.error.__cause__ = exc
+            else:
+                job.error = exc
+        finally:
+            # The function may have touched any table: trust nothing cached.
+            self._invalidate()
+
+    def _run_query(self, job: QueryJob) -> None:
+        self._settle.append(job)
+        try:
+            job.result = job.fn(self._conn)
+        except sqlite3.Error as exc:
+            job.error = storage_error(exc, "reading the log")
+            job.error.__cause__ = exc
+        except BaseException as exc:  # whatever fn raises goes back to its caller
+            job.error = exc
+
+    def _release_reservations(self) -> None:
+        """Give back the unused rest of own blocks so a clean restart leaves no hole."""
+        if not self._persistent:
+            return
+        own = [
+            (state.last_ephemeral, path)
+            for path, state in self._states.items()
+            if state.mine and state.last_ephemeral
+        ]
+        if not own:
+            return
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            for last, path in own:
+                # Still at or above every offset this writer handed out, so nothing is reused.
+                self._conn.execute(_RELEASE, (last, path, self._token))
+            self._conn.execute("COMMIT")
+        except sqlite3.Error:
+            if self._conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+            # Keeping the block only costs a hole in the offsets; nothing is lost.
+
+
+def _decode(path: str, fresh: list[tuple[PreparedEvent, int]], now: str) -> list[StreamEvent]:
+    """The committed form of new events, decoded from their JSON so each equals a later read."""
+    if not fresh:
+        return []
+    payloads = loads_many([event.payload_json for event, _ in fresh])
+    metadatas = loads_many([event.metadata_json for event, _ in fresh])
+    make = make_event
+    return [
+        make(
+            path,
+            offset,
+            event.type,
+            payload,
+            metadata,
+            None if event.source_json is None else decode_json(event.source_json),
+            event.idempotency_key,
+            now,
+            event.ephemeral,
+        )
+        for (event, offset), payload, metadata in zip(fresh, payloads, metadatas, strict=True)
+    ]
+
+
+def _same_input_body(a: PreparedEvent, b: PreparedEvent) -> bool:
+    """Two inputs of one call have the same body (type, payload, metadata as JSON)."""
+    return (
+        a.type == b.type
+        and (
+            a.payload_json == b.payload_json
+            or json.loads(a.payload_json) == json.loads(b.payload_json)
+        )
+        and (
+            a.metadata_json == b.metadata_json
+            or json.loads(a.metadata_json) == json.loads(b.metadata_json)
+        )
+    )
+
+
+def _key_conflict(path: str, key: str, offset: int) -> IdempotencyConflict:
+    return IdempotencyConflict(
+        f'idempotency key "{key}" already names a different event at offset {offset}; '
+        f"nothing was appended (stream {path!r}: retry with the original body, or use a new key)",
+        details={"key": key, "offset": offset, "path": path},
+    )
+
+
+def _offset_conflict(path: str, event: PreparedEvent, actual: int) -> OffsetConflict:
+    return OffsetConflict(
+        f"event #{event.index} expected offset {event.offset} of {path!r} but would land at "
+        f"offset {actual}; nothing was appended (read the stream again and retry with the "
+        "offset it shows)",
+        details={"path": path, "index": event.index, "expected": event.offset, "actual": actual},
+    )

@@ -1,0 +1,593 @@
+"""The ``streamkit`` command line: a thin layer over the Python API.
+
+Every command maps to one API call, prints data as text or, with ``--json``,
+as JSON (one object per line for streams of events), and on failure prints
+``Error: ...`` to stderr and exits 1. Nothing is written when a command is
+refused. Commands:
+
+- ``streamkit append``: append one event to a stream of a log file.
+- ``streamkit read``: read a stream's events, optionally following new ones.
+- ``streamkit host``: run processors over a log file (the daemon).
+- ``streamkit status``: where each processor is (cursor, head, lag, lease, claim, errors).
+- ``streamkit snapshot``: a processor's reduced state.
+- ``streamkit watch``: a processor's live state, as a seed and then patches.
+- ``streamkit skip``: move a stalled processor past one event.
+
+When a host is running on the log (its control socket answers), ``append``
+and ``read --follow`` go through it, so ephemeral events reach live
+subscribers; otherwise they use the file directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from streamkit.config import add_host_arguments, config_from_namespace
+from streamkit.control import ControlClient, live_server_at, request_sync
+from streamkit.errors import StreamkitError
+from streamkit.events import StreamEvent
+from streamkit.live_state import LIVE_STATE_CHANGED
+from streamkit.log import Log, open_log
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace, TextIO], int]
+
+
+class CommandError(Exception):
+    """A refusal of the command line itself (bad flag values, missing file)."""
+
+
+def _json_object(flag: str) -> Callable[[str], dict[str, Any]]:
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{flag} is not valid JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be a JSON object, got {type(value).__name__}"
+            )
+        return value
+
+    return parse
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _existing_log(db: str) -> Log:
+    # Reading must never create an empty database where the user mistyped a path.
+    if db != ":memory:" and not os.path.exists(db):
+        raise CommandError(f"no log file at {db!r}; nothing was read (append creates one)")
+    return open_log(db)
+
+
+def _socket_of(args: argparse.Namespace) -> str:
+    socket: str | None = getattr(args, "socket", None)
+    return socket if socket is not None else args.db + ".sock"
+
+
+def _live_socket(args: argparse.Namespace) -> str | None:
+    """The control socket of a host running on ``--db``, or None if none answers."""
+    socket = _socket_of(args)
+    return socket if live_server_at(socket) else None
+
+
+def _add_socket_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--socket",
+        help="the host's control socket (default: the db path + .sock)",
+    )
+
+
+def _format_event(event: StreamEvent) -> str:
+    payload = event.to_dict()["payload"]
+    tag = " (ephemeral)" if event.ephemeral else ""
+    return f"{event.offset}  {event.type}{tag}  {json.dumps(payload, separators=(',', ':'))}"
+
+
+def _emit(event: StreamEvent, args: argparse.Namespace, out: TextIO) -> None:
+    if args.json:
+        out.write(json.dumps(event.to_dict(), separators=(",", ":")) + "\n")
+    else:
+        out.write(_format_event(event) + "\n")
+    out.flush()
+
+
+# -- append -----------------------------------------------------------------
+
+
+def _add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "append",
+        help="append one event to a stream",
+        description="Append one durable event to a stream of a log file (created if missing). "
+        "Prints the committed event; an idempotent retry prints the event already committed.",
+    )
+    p.add_argument("type", help="the event type, e.g. task.requested")
+    p.add_argument("--db", required=True, help="the SQLite log file")
+    p.add_argument("--path", default="/", help="the stream path (default: /)")
+    p.add_argument("--payload", type=_json_object("--payload"), help="the payload, a JSON object")
+    p.add_argument(
+        "--metadata", type=_json_object("--metadata"), help="the metadata, a JSON object"
+    )
+    p.add_argument("--idempotency-key", help="retry-safe key: same key + same body appends once")
+    p.add_argument(
+        "--expect-offset",
+        type=_positive_int,
+        help="refuse unless the event lands at exactly this offset (a stale-view guard)",
+    )
+    p.add_argument(
+        "--ephemeral",
+        action="store_true",
+        help="push to live subscribers without writing (needs a running host)",
+    )
+    _add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print the committed event as JSON")
+    p.set_defaults(handler=_cmd_append)
+
+
+def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
+    event: dict[str, Any] = {"type": args.type}
+    if args.payload is not None:
+        event["payload"] = args.payload
+    if args.metadata is not None:
+        event["metadata"] = args.metadata
+    if args.idempotency_key is not None:
+        event["idempotency_key"] = args.idempotency_key
+    if args.expect_offset is not None:
+        event["offset"] = args.expect_offset
+    if args.ephemeral:
+        event["ephemeral"] = True
+    socket = _live_socket(args)
+    if socket is not None:
+        (data,) = request_sync(socket, "append", path=args.path, events=[event])
+        _emit(StreamEvent(**data), args, out)
+        return 0
+    if args.ephemeral:
+        raise CommandError(
+            f"--ephemeral needs a running host on {args.db!r} (no control socket answers at "
+            f"{_socket_of(args)!r}): an ephemeral event reaches only the subscribers of the "
+            "process that appends it; nothing was appended; start `streamkit host` first"
+        )
+
+    async def run() -> StreamEvent:
+        async with open_log(args.db) as log:
+            (committed,) = await log.stream(args.path).append(event)
+            return committed
+
+    _emit(asyncio.run(run()), args, out)
+    return 0
+
+
+# -- read -------------------------------------------------------------------
+
+
+def _add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "read",
+        help="read a stream's events",
+        description="Print the durable events of a stream after an offset. With --follow, "
+        "keep printing new events as they are committed (by any process) until interrupted.",
+    )
+    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    p.add_argument("--path", default="/", help="the stream path (default: /)")
+    p.add_argument(
+        "--after", type=_non_negative_int, default=0, help="start after this offset (default: 0)"
+    )
+    p.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=None,
+        help="print at most this many events (default: all; with --follow, stop after N)",
+    )
+    p.add_argument("--follow", action="store_true", help="keep following new events")
+    _add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object per line")
+    p.set_defaults(handler=_cmd_read)
+
+
+def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
+    socket = _live_socket(args) if args.follow else None
+    if socket is not None:
+        return _read_follow_through(socket, args, out)
+
+    async def run() -> None:
+        printed = 0
+        limit: int | None = args.limit
+        async with _existing_log(args.db) as log:
+            stream = log.stream(args.path)
+            if args.follow:
+                async for events, _range in stream.follow(args.after):
+                    for event in events:
+                        if event.ephemeral:
+                            continue
+                        _emit(event, args, out)
+                        printed += 1
+                        if limit is not None and printed >= limit:
+                            return
+                return
+            after = args.after
+            while limit is None or printed < limit:
+                page_size = 500 if limit is None else min(500, limit - printed)
+                page = await stream.read(after, page_size)
+                for event in page.events:
+                    _emit(event, args, out)
+                printed += len(page.events)
+                after = page.scanned_through_offset
+                if page.at_head:
+                    return
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+def _read_follow_through(socket: str, args: argparse.Namespace, out: TextIO) -> int:
+    """``read --follow`` through a running host: its ephemerals are printed too.
+
+    Live-state deltas are left out: every processor emits one per batch, and
+    ``streamkit watch`` is the way to follow them.
+    """
+
+    async def run() -> None:
+        printed = 0
+        watch = ControlClient(socket).watch("follow", path=args.path, after=args.after)
+        try:
+            async for data in watch:
+                if data.get("type") == LIVE_STATE_CHANGED:
+                    continue  # one per processor per batch: `streamkit watch` shows them
+                _emit(StreamEvent(**data), args, out)
+                if not data.get("ephemeral"):
+                    printed += 1
+                if args.limit is not None and printed >= args.limit:
+                    return
+        finally:
+            await watch.aclose()  # type: ignore[attr-defined]
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+# -- host -------------------------------------------------------------------
+
+
+def _add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "host",
+        help="run processors over a log file (the daemon)",
+        description="Run the processors named in a streamkit.toml or by --processor over a log "
+        "file until SIGTERM or SIGINT (a second signal exits at once). The current directory "
+        "is importable, so --processor mymodule:MyProcessor finds ./mymodule.py.",
+    )
+    add_host_arguments(p)
+    p.set_defaults(handler=_cmd_host)
+
+
+def _cmd_host(args: argparse.Namespace, out: TextIO) -> int:
+    from streamkit._host_logging import configure_logging
+    from streamkit.host import ProcessorHost
+
+    config = config_from_namespace(args)
+    if not config.processors:
+        raise CommandError(
+            "no processors to run: name them with --processor MODULE:CLASS or in the "
+            "[[processors]] list of streamkit.toml; nothing was started"
+        )
+    # Like other Python app servers: the directory you start in is importable.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    # Build the host (import and check every processor) before logging is set up, so a
+    # refused configuration leaves no trace but its error line.
+    host = ProcessorHost(config)
+    configure_logging(config.resolved_log_format())
+    asyncio.run(host.run())
+    return 0
+
+
+# -- status -----------------------------------------------------------------
+
+
+def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "status",
+        help="where each processor is",
+        description="Print each processor's slug, version, path, state, cursor, head, lag, "
+        "lease, claim and errors. Asks the running host (which adds stalled processors, "
+        "rates and latencies); with no host, reads what the database says.",
+    )
+    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    _add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    p.set_defaults(handler=_cmd_status)
+
+
+def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
+    socket = _live_socket(args)
+    if socket is not None:
+        status = request_sync(socket, "status")
+    else:
+        from streamkit._host_status import durable_status
+
+        async def run() -> list[dict[str, Any]]:
+            async with _existing_log(args.db) as log:
+                return await durable_status(log)
+
+        status = {"host": None, "processors": asyncio.run(run())}
+    if args.json:
+        out.write(json.dumps(status, separators=(",", ":")) + "\n")
+        return 0
+    host = status["host"]
+    if host is None:
+        out.write("host: not running (from the database)\n")
+    else:
+        out.write(f"host: {host['owner']} (pid {host['pid']}), up {host['uptime']:.0f} s\n")
+    for row in status["processors"]:
+        out.write(_status_line(row, host is not None) + "\n")
+    return 0
+
+
+def _status_line(row: dict[str, Any], live: bool) -> str:
+    lease = row.get("lease")
+    if lease is None:
+        lease_text = "none"
+    elif lease.get("released"):
+        lease_text = f"released (gen {lease['generation']})"
+    elif lease.get("held"):
+        here = " here" if row.get("lease_held_here") else f" by {lease['owner']}"
+        lease_text = f"held{here} (gen {lease['generation']})"
+    else:
+        lease_text = f"expired (gen {lease['generation']})"
+    due = row.get("claim_due")
+    parts = [
+        f"{row['slug']}",
+        f"v{row['version']}" if row.get("version") is not None else "v?",
+        f"path={row['path']}",
+    ]
+    if live:
+        parts.append(f"state={row['state']}")
+    parts += [
+        f"cursor={row['cursor']}",
+        f"head={row['head']}",
+        f"lag={row['lag']}",
+        f"lease={lease_text}",
+        f"claim={'-' if due is None else _format_time(due)}",
+    ]
+    if live:
+        latency = row.get("latency_ms") or {}
+        parts.append(f"rate={row.get('events_per_second', 0)}/s")
+        if latency.get("samples"):
+            parts.append(f"p50={latency['p50']}ms p99={latency['p99']}ms")
+        if row.get("stalled"):
+            parts.append(f"STALLED at offset {row['stalled_at']}")
+        error = row.get("last_error")
+        if error is not None and row.get("failures"):
+            parts.append(f"failures={row['failures']} error={error['error']}")
+    return "  ".join(parts)
+
+
+def _format_time(epoch: float) -> str:
+    from streamkit.events import format_timestamp
+
+    return format_timestamp(epoch)
+
+
+# -- snapshot ---------------------------------------------------------------
+
+
+def _add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "snapshot",
+        help="a processor's reduced state",
+        description="Print a processor's reduced state and the offset it is reduced through: "
+        "live from the running host, else from its checkpoint in the database.",
+    )
+    p.add_argument("slug", help="the processor's contract slug")
+    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    p.add_argument("--path", help="the stream path, if the host runs the slug on several")
+    _add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print {offset, state, source} as JSON")
+    p.set_defaults(handler=_cmd_snapshot)
+
+
+def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
+    socket = _live_socket(args)
+    if socket is not None:
+        snapshot = request_sync(socket, "snapshot", slug=args.slug, path=args.path)
+    else:
+        from streamkit._host_status import checkpoint_snapshot
+
+        async def run() -> dict[str, Any]:
+            async with _existing_log(args.db) as log:
+                return await checkpoint_snapshot(log, args.slug)
+
+        snapshot = asyncio.run(run())
+    if args.json:
+        out.write(json.dumps(snapshot, separators=(",", ":")) + "\n")
+    else:
+        out.write(f"offset {snapshot['offset']} ({snapshot['source']})\n")
+        out.write(json.dumps(snapshot["state"], indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+# -- watch ------------------------------------------------------------------
+
+
+def _add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="follow a processor's live state",
+        description="Print a processor's live state from the running host: a seed "
+        "(revision and state), then each JSON patch as it happens, until interrupted. A "
+        "gap in the revisions prints a fresh seed.",
+    )
+    p.add_argument("slug", help="the processor's contract slug")
+    p.add_argument("--db", required=True, help="the SQLite log file the host runs on")
+    p.add_argument("--path", help="the stream path, if the host runs the slug on several")
+    p.add_argument(
+        "--limit", type=_positive_int, default=None, help="stop after N lines (seeds and patches)"
+    )
+    _add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object per line")
+    p.set_defaults(handler=_cmd_watch)
+
+
+def _cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
+    socket = _socket_of(args)
+
+    async def run() -> None:
+        printed = 0
+        watch = ControlClient(socket).watch("watch", slug=args.slug, path=args.path)
+        try:
+            async for item in watch:
+                if args.json:
+                    out.write(json.dumps(item, separators=(",", ":")) + "\n")
+                elif item.get("kind") == "seed":
+                    state = json.dumps(item["state"], separators=(",", ":"), sort_keys=True)
+                    out.write(f"seed rev={item['rev']}  {state}\n")
+                else:
+                    patch = json.dumps(item["patch"], separators=(",", ":"))
+                    out.write(f"patch {item['from']}->{item['to']}  {patch}\n")
+                out.flush()
+                printed += 1
+                if args.limit is not None and printed >= args.limit:
+                    return
+        finally:
+            await watch.aclose()  # type: ignore[attr-defined]
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+# -- skip -------------------------------------------------------------------
+
+
+def _add_skip(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "skip",
+        help="move a stalled processor past one event",
+        description="Hide the event at --offset from one processor, so a processor stalled on "
+        "it moves on. The decision is recorded as a durable streamkit.event-skipped event "
+        "(who, why) on the stream. Through the running host if there is one, else written "
+        "to the database for the next host to apply.",
+    )
+    p.add_argument("slug", help="the processor's contract slug")
+    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    p.add_argument("--offset", type=_positive_int, required=True, help="the event to skip")
+    p.add_argument("--path", help="the stream path (default: the host's; / without a host)")
+    p.add_argument("--by", help="who decided (default: user@hostname)")
+    p.add_argument("--reason", default="", help="why, for the record")
+    _add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print the skip event as JSON")
+    p.set_defaults(handler=_cmd_skip)
+
+
+def _cmd_skip(args: argparse.Namespace, out: TextIO) -> int:
+    by = args.by or f"{getpass.getuser()}@{platform.node()}"
+    socket = _live_socket(args)
+    if socket is not None:
+        data = request_sync(
+            socket,
+            "skip",
+            slug=args.slug,
+            offset=args.offset,
+            by=by,
+            reason=args.reason,
+            path=args.path,
+        )
+        event = StreamEvent(**data)
+    else:
+        from streamkit._host_skips import record_skip
+
+        async def run() -> StreamEvent:
+            async with _existing_log(args.db) as log:
+                return await record_skip(
+                    log, args.path or "/", args.slug, args.offset, by=by, reason=args.reason
+                )
+
+        event = asyncio.run(run())
+    if args.json:
+        _emit(event, args, out)
+    else:
+        out.write(
+            f"skipped offset {args.offset} for {args.slug} (recorded at offset {event.offset})\n"
+        )
+    return 0
+
+
+# -- entry point ------------------------------------------------------------
+
+_COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
+    _add_append,
+    _add_read,
+    _add_host,
+    _add_status,
+    _add_snapshot,
+    _add_watch,
+    _add_skip,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own usage errors, in our shape
+        self.print_usage(sys.stderr)
+        self.exit(1, f"Error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (used by ``main`` and by the docs test of every command)."""
+    parser = _Parser(
+        prog="streamkit",
+        description="streamkit: event-sourced stream processing over a durable SQLite log.",
+    )
+    sub: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=_Parser
+    )
+    sub.required = True
+    for add in _COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    """Run the command line; returns the exit code (0 on success, 1 on a refusal)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args, out or sys.stdout)
+    except (StreamkitError, CommandError) as exc:
+        message = exc.message if isinstance(exc, StreamkitError) else str(exc)
+        code = f" [{exc.code}]" if isinstance(exc, StreamkitError) else ""
+        sys.stderr.write(f"Error: {message}{code}\n")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

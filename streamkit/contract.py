@@ -1,0 +1,376 @@
+"""Processor contracts: what a processor is called, what it folds into, what it reads and writes.
+
+A :class:`ProcessorContract` names a processor (its ``slug``, the key of its
+checkpoint and live state), the ``version`` its state was reduced under, the
+event types it ``consumes`` and ``emits``, and how to build its initial state.
+:func:`define_processor_contract` builds one from pydantic models: a state
+schema and a catalog of the events the processor owns, each with a payload
+schema. The engine validates a consumed payload against the catalog before the
+reduce sees it.
+
+Guarantees: a contract that exists is well-formed. Every refusal raises
+:class:`~streamkit.errors.InvalidContract` at definition time, naming the field
+and the value, so a processor with a broken contract never starts:
+
+- the slug is 1-128 characters of letters, digits, ``-``, ``_`` and ``.``,
+  starting with a letter or digit; the version is a non-empty string;
+- the state schema is a pydantic model that constructs from ``{}`` and whose
+  initial state survives a JSON round trip (checkpoints store it as JSON);
+- ``consumes`` and ``emits`` are lists of type strings (a bare string is
+  refused, not split into characters); ``emits`` may not be ``"*"``;
+- no event type is owned both locally and by a dependency, or by two
+  dependencies; no processor depends on itself or lists a dependency twice;
+- when the contract has an events catalog, every type it consumes or emits is
+  known: owned locally or by a dependency (``"*"`` aside);
+- nothing declares, consumes or emits the live-state delta type
+  (``streamkit.live-state-changed``): deltas describe state and never feed it.
+
+A contract with no catalog (``events=None``) is allowed: its reduce sees raw
+dict payloads. A hand-built :class:`ProcessorContract` with an ``initial``
+factory instead of a state schema keeps a raw JSON state (dicts, lists,
+numbers), checkpointed with :mod:`json`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from streamkit.errors import InvalidContract
+from streamkit.events import MAX_TYPE_LENGTH
+from streamkit.live_state import LIVE_STATE_CHANGED
+
+__all__ = [
+    "EventDefinition",
+    "ProcessorContract",
+    "define_processor_contract",
+]
+
+S = TypeVar("S")
+M = TypeVar("M", bound=BaseModel)
+
+_SLUG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventDefinition:
+    """One event type a contract owns: what it means and the pydantic model of its payload.
+
+    ``ephemeral=True`` documents that the type is appended as an ephemeral
+    event: it reaches a processor only when a contract names it in
+    ``consumes`` (``"*"`` never sweeps ephemerals).
+    """
+
+    description: str
+    payload_schema: type[BaseModel]
+    ephemeral: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.description, str):
+            raise InvalidContract(
+                f"EventDefinition.description must be a string, got {self.description!r}",
+                details={"field": "description"},
+            )
+        if not (
+            isinstance(self.payload_schema, type) and issubclass(self.payload_schema, BaseModel)
+        ):
+            raise InvalidContract(
+                "EventDefinition.payload_schema must be a pydantic model class (a BaseModel "
+                f"subclass), got {self.payload_schema!r}",
+                details={"field": "payload_schema", "value": repr(self.payload_schema)[:200]},
+            )
+        if not isinstance(self.ephemeral, bool):
+            raise InvalidContract(
+                f"EventDefinition.ephemeral must be True or False, got {self.ephemeral!r}",
+                details={"field": "ephemeral"},
+            )
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ProcessorContract(Generic[S]):
+    """A processor's identity, its state, and the events it consumes and emits.
+
+    Usually built by :func:`define_processor_contract`. Built by hand, pass
+    ``initial`` (a zero-argument factory of the initial state) and, optionally,
+    ``state_schema`` (a pydantic model the checkpointed state is restored with);
+    without ``events`` the reduce sees raw dict payloads.
+
+    ``consumes=None`` (or ``["*"]``) means every durable event.
+    """
+
+    slug: str
+    version: str
+    description: str = ""
+    initial: Callable[[], S]
+    state_schema: type[BaseModel] | None = None
+    events: Mapping[str, EventDefinition] | None = None
+    processor_deps: tuple[ProcessorContract[Any], ...] = ()
+    consumes: tuple[str, ...] | None = None
+    emits: tuple[str, ...] = ()
+    _schemas: dict[str, type[BaseModel]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        slug = self.slug
+        if not isinstance(slug, str) or not _SLUG_RE.match(slug):
+            raise InvalidContract(
+                f"contract slug {slug!r} is not 1-128 characters of letters, digits, '-', '_' "
+                "and '.' starting with a letter or digit; it keys the checkpoint, the live "
+                "state and idempotency keys, so it must be stable and plain",
+                details={"field": "slug", "value": repr(slug)[:200]},
+            )
+        if not isinstance(self.version, str) or not self.version:
+            raise InvalidContract(
+                f'contract "{slug}": version must be a non-empty string (bump it to re-reduce '
+                f"state from offset 0), got {self.version!r}",
+                details={"slug": slug, "field": "version", "value": repr(self.version)[:200]},
+            )
+        if not isinstance(self.description, str):
+            raise InvalidContract(
+                f'contract "{slug}": description must be a string, got {self.description!r}',
+                details={"slug": slug, "field": "description"},
+            )
+        if not callable(self.initial):
+            raise InvalidContract(
+                f'contract "{slug}": initial must be a zero-argument factory of the initial '
+                f"state, got {self.initial!r}",
+                details={"slug": slug, "field": "initial"},
+            )
+        if self.state_schema is not None and not (
+            isinstance(self.state_schema, type) and issubclass(self.state_schema, BaseModel)
+        ):
+            raise InvalidContract(
+                f'contract "{slug}": state_schema must be a pydantic model class, got '
+                f"{self.state_schema!r}",
+                details={"slug": slug, "field": "state_schema"},
+            )
+        events = _check_catalog(slug, self.events)
+        deps = _check_deps(slug, self.processor_deps)
+        consumes = None if self.consumes is None else _type_list(slug, "consumes", self.consumes)
+        emits = _type_list(slug, "emits", self.emits)
+        if "*" in emits:
+            raise InvalidContract(
+                f'contract "{slug}": emits cannot be "*"; name every type the processor appends',
+                details={"slug": slug, "field": "emits"},
+            )
+        # One owner per event type, or the payload schema a consumer validates
+        # against would depend on which dependency happened to be listed first.
+        schemas: dict[str, type[BaseModel]] = {}
+        owners: dict[str, str] = {}
+        for dep in deps:
+            for etype, definition in (dep.events or {}).items():
+                if events is not None and etype in events:
+                    raise InvalidContract(
+                        f'contract "{slug}": event "{etype}" is defined in its own events and '
+                        f'also owned by its dependency "{dep.slug}"; an event has one owner, so '
+                        "drop the local definition and consume the dependency's",
+                        details={"slug": slug, "event": etype, "dep": dep.slug},
+                    )
+                if etype in owners:
+                    raise InvalidContract(
+                        f'contract "{slug}": event "{etype}" is declared by two dependencies, '
+                        f'"{owners[etype]}" and "{dep.slug}"; an event has one owner, so one of '
+                        "them must stop declaring it",
+                        details={"slug": slug, "event": etype, "deps": [owners[etype], dep.slug]},
+                    )
+                owners[etype] = dep.slug
+                schemas[etype] = definition.payload_schema
+        for etype, definition in (events or {}).items():
+            schemas[etype] = definition.payload_schema
+        if events is not None:
+            for name, types, allowed in (
+                ("consumes", consumes or (), {"*"}),
+                ("emits", emits, set()),
+            ):
+                unknown = [t for t in types if t not in schemas and t not in allowed]
+                if unknown:
+                    raise InvalidContract(
+                        f'contract "{slug}": {name} names {", ".join(map(repr, unknown))}, which '
+                        "neither its events nor any dependency's events define; add an "
+                        "EventDefinition for it or the contract that owns it to processor_deps",
+                        details={"slug": slug, "field": name, "unknown": unknown},
+                    )
+        object.__setattr__(self, "events", events)
+        object.__setattr__(self, "processor_deps", deps)
+        object.__setattr__(self, "consumes", consumes)
+        object.__setattr__(self, "emits", emits)
+        object.__setattr__(self, "_schemas", schemas)
+        self._check_initial_state()
+
+    def initial_state(self) -> S:
+        """A fresh initial state (a new object on every call)."""
+        return self.initial()
+
+    def payload_schema_for(self, event_type: str) -> type[BaseModel] | None:
+        """The payload model of ``event_type`` (owned locally or by a dependency), or None."""
+        return self._schemas.get(event_type)
+
+    def dump_state(self, state: S) -> str:
+        """The JSON a checkpoint stores: a pydantic state's own JSON, anything else via json."""
+        if isinstance(state, BaseModel):
+            return state.model_dump_json()
+        return json.dumps(state, separators=(",", ":"), allow_nan=False)
+
+    def load_state(self, text: str) -> S:
+        """A state back from checkpoint JSON, through the state schema when there is one."""
+        if self.state_schema is None:
+            raw: S = json.loads(text)
+            return raw
+        return self.state_schema.model_validate_json(text)  # type: ignore[return-value]
+
+    def _check_initial_state(self) -> None:
+        slug = self.slug
+        try:
+            state = self.initial()
+        except Exception as exc:
+            raise InvalidContract(
+                f'contract "{slug}": the initial state must build with no arguments (a state '
+                f"schema constructs from {{}}, so give every field a default); building it "
+                f"raised {exc!r}",
+                details={"slug": slug, "field": "state_schema", "error": repr(exc)[:500]},
+            ) from exc
+        # Checkpoints keep the state as JSON and restore it (through the schema,
+        # when there is one): a state that does not come back equal would
+        # silently change on every restart.
+        try:
+            restored = self.load_state(self.dump_state(state))
+        except Exception as exc:
+            raise InvalidContract(
+                f'contract "{slug}": the initial state does not survive a JSON round trip '
+                f"({exc!r}); checkpoints store state as JSON, so every field must be "
+                "JSON-serializable and restore to the same value",
+                details={"slug": slug, "field": "state_schema", "error": repr(exc)[:500]},
+            ) from exc
+        if restored != state:
+            raise InvalidContract(
+                f'contract "{slug}": the initial state changes when it is written as JSON and '
+                "read back; checkpoints store state as JSON, so use types that round-trip (lists "
+                "rather than tuples or sets, str keys, no custom objects)",
+                details={"slug": slug, "field": "state_schema"},
+            )
+
+
+def define_processor_contract(
+    *,
+    slug: str,
+    version: str,
+    description: str = "",
+    state_schema: type[M],
+    events: Mapping[str, EventDefinition] | None = None,
+    processor_deps: Iterable[ProcessorContract[Any]] = (),
+    consumes: Iterable[str] | None = None,
+    emits: Iterable[str] = (),
+) -> ProcessorContract[M]:
+    """Define a processor contract whose state is the pydantic model ``state_schema``.
+
+    The initial state is ``state_schema()``, so every field needs a default.
+    ``events`` maps each type this processor owns to its
+    :class:`EventDefinition`; omit it (``None``) for a processor that reduces
+    raw dict payloads. ``processor_deps`` are other contracts whose events this
+    one may consume or emit. Raises :class:`~streamkit.errors.InvalidContract`
+    for any rule in this module's docstring.
+    """
+    if not (isinstance(state_schema, type) and issubclass(state_schema, BaseModel)):
+        raise InvalidContract(
+            f'contract "{slug}": state_schema must be a pydantic model class (a BaseModel '
+            f"subclass with a default for every field), got {state_schema!r}",
+            details={"slug": repr(slug)[:200], "field": "state_schema"},
+        )
+    name = slug if isinstance(slug, str) else repr(slug)
+    return ProcessorContract(
+        slug=slug,
+        version=version,
+        description=description,
+        initial=state_schema,
+        state_schema=state_schema,
+        events=events,
+        processor_deps=_check_deps(name, processor_deps),
+        consumes=None if consumes is None else _type_list(name, "consumes", consumes),
+        emits=_type_list(name, "emits", emits),
+    )
+
+
+def _check_event_type(slug: str, field_name: str, etype: object) -> str:
+    if not isinstance(etype, str) or not etype.strip() or len(etype) > MAX_TYPE_LENGTH:
+        raise InvalidContract(
+            f'contract "{slug}": {field_name} holds {etype!r}, which is not an event type (a '
+            f"non-empty string of at most {MAX_TYPE_LENGTH} characters)",
+            details={"slug": slug, "field": field_name, "value": repr(etype)[:200]},
+        )
+    if etype == LIVE_STATE_CHANGED:
+        raise InvalidContract(
+            f'contract "{slug}": {field_name} names "{LIVE_STATE_CHANGED}", the live-state delta '
+            "type; deltas describe state and are never reduced, emitted or owned by a processor "
+            "(watch them through a subscription instead)",
+            details={"slug": slug, "field": field_name, "value": etype},
+        )
+    return etype
+
+
+def _type_list(slug: str, field_name: str, types: object) -> tuple[str, ...]:
+    if isinstance(types, str) or not isinstance(types, Iterable):
+        raise InvalidContract(
+            f'contract "{slug}": {field_name} must be a list of event types, got {types!r}'
+            + (f"; write [{types!r}]" if isinstance(types, str) else ""),
+            details={"slug": slug, "field": field_name, "value": repr(types)[:200]},
+        )
+    return tuple(dict.fromkeys(_check_event_type(slug, field_name, t) for t in types))
+
+
+def _check_catalog(
+    slug: str, events: Mapping[str, EventDefinition] | None
+) -> dict[str, EventDefinition] | None:
+    if events is None:
+        return None
+    if not isinstance(events, Mapping):
+        raise InvalidContract(
+            f'contract "{slug}": events must map event types to EventDefinition, got '
+            f"{type(events).__name__}",
+            details={"slug": slug, "field": "events"},
+        )
+    catalog: dict[str, EventDefinition] = {}
+    for etype, definition in events.items():
+        _check_event_type(slug, "events", etype)
+        if not isinstance(definition, EventDefinition):
+            raise InvalidContract(
+                f'contract "{slug}": events["{etype}"] must be an EventDefinition, got '
+                f"{type(definition).__name__}",
+                details={"slug": slug, "field": "events", "event": etype},
+            )
+        catalog[etype] = definition
+    return catalog
+
+
+def _check_deps(slug: str, deps: object) -> tuple[ProcessorContract[Any], ...]:
+    if isinstance(deps, str) or not isinstance(deps, Iterable):
+        raise InvalidContract(
+            f'contract "{slug}": processor_deps must be a list of contracts, got {deps!r}',
+            details={"slug": slug, "field": "processor_deps"},
+        )
+    checked: list[ProcessorContract[Any]] = []
+    seen: set[str] = set()
+    for dep in deps:
+        if not isinstance(dep, ProcessorContract):
+            raise InvalidContract(
+                f'contract "{slug}": processor_deps holds {dep!r}, which is not a contract '
+                "(pass the other processor's contract, e.g. OtherProcessor.contract)",
+                details={"slug": slug, "field": "processor_deps", "value": repr(dep)[:200]},
+            )
+        if dep.slug == slug:
+            raise InvalidContract(
+                f'contract "{slug}": a processor cannot list itself in processor_deps; its own '
+                "events belong in events",
+                details={"slug": slug, "field": "processor_deps"},
+            )
+        if dep.slug in seen:
+            raise InvalidContract(
+                f'contract "{slug}": processor_deps lists "{dep.slug}" twice',
+                details={"slug": slug, "field": "processor_deps", "dep": dep.slug},
+            )
+        seen.add(dep.slug)
+        checked.append(dep)
+    return tuple(checked)

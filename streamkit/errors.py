@@ -1,0 +1,221 @@
+"""Coded errors: every failure streamkit raises on purpose.
+
+Each error carries a stable ``code`` (SCREAMING_SNAKE, safe to match on), a
+``retryable`` flag (whether the same call may succeed later without changes)
+and ``details`` (a JSON-friendly dict naming the values involved). Each class
+also inherits the builtin that fits, so ``except ValueError`` keeps working
+for callers who do not know streamkit.
+
+Messages follow one shape: what was refused, why, what was and was not
+written, and the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "CheckpointTooLarge",
+    "ControlSocketInUse",
+    "ControlUnavailable",
+    "IdempotencyConflict",
+    "InternalError",
+    "InvalidConfig",
+    "InvalidContract",
+    "InvalidEvent",
+    "InvalidRequest",
+    "LeaseLost",
+    "LogClosed",
+    "LogOpenError",
+    "MalformedRequest",
+    "OffsetConflict",
+    "ProcessorTimeout",
+    "RemoteError",
+    "RequestTooLarge",
+    "StateNotSerializable",
+    "StorageBusy",
+    "StorageError",
+    "StreamkitError",
+    "UndeclaredEmit",
+    "UnknownOperation",
+]
+
+
+class StreamkitError(Exception):
+    """The root of every error streamkit raises on purpose."""
+
+    code: ClassVar[str] = "STREAMKIT_ERROR"
+    default_retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: Mapping[str, Any] | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+        self.retryable: bool = self.default_retryable if retryable is None else retryable
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as a JSON-friendly dict (for the CLI and the control socket)."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "retryable": self.retryable,
+            "details": self.details,
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, message={self.message!r})"
+
+
+class InvalidEvent(StreamkitError, ValueError):
+    """An event envelope broke a rule of the log; the whole append wrote nothing."""
+
+    code = "INVALID_EVENT"
+
+
+class InvalidRequest(StreamkitError, ValueError):
+    """An argument to a log or engine call was out of range or of the wrong kind."""
+
+    code = "INVALID_REQUEST"
+
+
+class OffsetConflict(StreamkitError, ValueError):
+    """An ``offset`` precondition did not hold; the whole append wrote nothing."""
+
+    code = "OFFSET_CONFLICT"
+
+
+class IdempotencyConflict(StreamkitError, ValueError):
+    """An idempotency key already names an event with a different body."""
+
+    code = "IDEMPOTENCY_CONFLICT"
+
+
+class LogOpenError(StreamkitError, OSError):
+    """A file could not be opened as a streamkit log; it was not modified."""
+
+    code = "LOG_OPEN_REFUSED"
+
+
+class LogClosed(StreamkitError, RuntimeError):
+    """The log (or stream) was used after it was closed."""
+
+    code = "LOG_CLOSED"
+
+
+class StorageError(StreamkitError, OSError):
+    """SQLite failed underneath an operation; the transaction was rolled back."""
+
+    code = "STORAGE_ERROR"
+
+
+class StorageBusy(StorageError):
+    """Another connection held the database lock for longer than the busy timeout."""
+
+    code = "STORAGE_BUSY"
+    default_retryable = True
+
+
+class InvalidContract(StreamkitError, ValueError):
+    """A processor contract broke a rule of ``define_processor_contract``."""
+
+    code = "INVALID_CONTRACT"
+
+
+class UndeclaredEmit(StreamkitError, ValueError):
+    """A processor tried to append an event type its contract does not emit."""
+
+    code = "UNDECLARED_EMIT"
+
+
+class CheckpointTooLarge(StreamkitError, ValueError):
+    """A reduced state serializes past the checkpoint ceiling; nothing was written."""
+
+    code = "REDUCE_CHECKPOINT_TOO_LARGE"
+
+
+class StateNotSerializable(StreamkitError, TypeError):
+    """A reduced state cannot be written as JSON, so it cannot be checkpointed; nothing was written."""
+
+    code = "REDUCE_STATE_NOT_SERIALIZABLE"
+
+
+class LeaseLost(StreamkitError, RuntimeError):
+    """This host no longer holds the lease of a processor; its write was fenced off."""
+
+    code = "LEASE_LOST"
+
+
+class ProcessorTimeout(StreamkitError, TimeoutError):
+    """A wait on a processor ran past its timeout."""
+
+    code = "PROCESSOR_TIMEOUT"
+    default_retryable = True
+
+
+class InvalidConfig(StreamkitError, ValueError):
+    """A host configuration (file or flags) was refused at start; nothing was started."""
+
+    code = "INVALID_CONFIG"
+
+
+class ControlSocketInUse(StreamkitError, OSError):
+    """A control socket could not be created: a live server or a non-socket file holds the path."""
+
+    code = "CONTROL_SOCKET_IN_USE"
+
+
+class ControlUnavailable(StreamkitError, ConnectionError):
+    """No answer over a control socket: nothing listens, the connection dropped, or it timed out."""
+
+    code = "CONTROL_UNAVAILABLE"
+    default_retryable = True
+
+
+class MalformedRequest(StreamkitError, ValueError):
+    """A control request line was not a JSON object with a string ``op``; nothing was done."""
+
+    code = "MALFORMED_REQUEST"
+
+
+class UnknownOperation(StreamkitError, ValueError):
+    """A control request named an operation the server does not offer; nothing was done."""
+
+    code = "UNKNOWN_OP"
+
+
+class RequestTooLarge(StreamkitError, ValueError):
+    """A control request line was longer than the server accepts; it was discarded unread."""
+
+    code = "REQUEST_TOO_LARGE"
+
+
+class InternalError(StreamkitError, RuntimeError):
+    """A server-side handler failed unexpectedly; the server logged it and kept serving."""
+
+    code = "INTERNAL"
+
+
+class RemoteError(StreamkitError):
+    """An error reply whose code this client does not know; ``.code`` is the remote code."""
+
+    code = "REMOTE_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str,
+        details: Mapping[str, Any] | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message, details=details, retryable=retryable)
+        # The class-level code is only a fallback; each instance carries the code
+        # the server sent, so callers can match on it like on any StreamkitError.
+        vars(self)["code"] = code

@@ -1,0 +1,303 @@
+"""The event envelope: what an append takes, what the log commits, and the proof a read carries.
+
+An input event is an :class:`EventInput` or a plain mapping with the same keys.
+:func:`prepare_event` validates it once, up front, and serializes its JSON
+parts, so a refused event is refused before anything touches storage. A
+committed :class:`StreamEvent` is immutable and is exactly what a later read
+returns: its payload and metadata are decoded from the JSON that was stored.
+
+Two events are the "same body" for idempotency when their type, payload and
+metadata are equal as JSON (an absent payload or metadata equals ``{}``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel
+
+from streamkit.errors import InvalidEvent, InvalidRequest
+
+__all__ = [
+    "MAX_EVENT_BYTES",
+    "MAX_TYPE_LENGTH",
+    "EventInput",
+    "PreparedEvent",
+    "ReadPage",
+    "ScannedRange",
+    "StreamEvent",
+    "format_timestamp",
+    "prepare_event",
+    "prepare_events",
+    "same_body",
+    "validate_path",
+]
+
+MAX_EVENT_BYTES = 1024 * 1024
+"""The ceiling on one event's serialized size (type, payload, metadata, source, key)."""
+
+MAX_TYPE_LENGTH = 256
+
+_INPUT_FIELDS = frozenset(
+    {"type", "payload", "metadata", "source", "idempotency_key", "offset", "ephemeral"}
+)
+_PATH_RE = re.compile(r"^/(?:[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*)?$")
+_MAX_PATH_LENGTH = 512
+_MAX_KEY_LENGTH = 1024
+# One shared encoder: json.dumps with options would build a new one for every event.
+_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventInput:
+    """An event to append. Plain mappings with the same keys are accepted too."""
+
+    type: str
+    payload: Mapping[str, Any] | BaseModel | None = None
+    metadata: Mapping[str, Any] | None = None
+    source: Mapping[str, Any] | None = None
+    idempotency_key: str | None = None
+    offset: int | None = None
+    """A precondition: the event must land at exactly this offset, or the whole append is refused."""
+    ephemeral: bool = False
+    """Takes an offset and reaches live subscribers of this process, but is never written."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamEvent:
+    """A committed event. ``offset`` is its position in its stream path (from 1)."""
+
+    path: str
+    offset: int
+    type: str
+    payload: Any = field(default_factory=dict)
+    """A dict as stored; a processor's engine may hand its reduce a validated model instead."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    created_at: str = ""
+    ephemeral: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as JSON-ready data (a model payload is dumped in JSON mode)."""
+        payload = self.payload
+        if isinstance(payload, BaseModel):
+            payload = payload.model_dump(mode="json")
+        data: dict[str, Any] = {
+            "path": self.path,
+            "offset": self.offset,
+            "type": self.type,
+            "payload": payload,
+            "metadata": self.metadata,
+            "created_at": self.created_at,
+        }
+        if self.source is not None:
+            data["source"] = self.source
+        if self.idempotency_key is not None:
+            data["idempotency_key"] = self.idempotency_key
+        if self.ephemeral:
+            data["ephemeral"] = True
+        return data
+
+
+class ScannedRange(NamedTuple):
+    """A proof that the log holds exactly the pushed durable events in ``(after, through]``."""
+
+    after: int
+    through: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPage:
+    """One page of a read.
+
+    ``scanned_through_offset`` is how far the read proves the durable log: the
+    last event's offset on a full page, else ``max(after_offset, durable head)``.
+    It never passes the durable head. ``at_head`` says nothing durable lies past it.
+    """
+
+    events: Sequence[StreamEvent]
+    scanned_through_offset: int
+    at_head: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """A validated input with its JSON parts serialized once (internal to the log)."""
+
+    type: str
+    payload_json: str
+    metadata_json: str
+    source_json: str | None
+    idempotency_key: str | None
+    offset: int | None
+    ephemeral: bool
+    index: int
+
+    def decoded(self, *, path: str, offset: int, created_at: str) -> StreamEvent:
+        """The committed form: decoded from the serialized JSON, so it equals a later read."""
+        return StreamEvent(
+            path=path,
+            offset=offset,
+            type=self.type,
+            payload=json.loads(self.payload_json),
+            metadata=json.loads(self.metadata_json),
+            source=None if self.source_json is None else json.loads(self.source_json),
+            idempotency_key=self.idempotency_key,
+            created_at=created_at,
+            ephemeral=self.ephemeral,
+        )
+
+
+def validate_path(path: object) -> str:
+    """Return ``path`` if it is ``/`` or ``/a/b`` (letters, digits, ``-``, ``_``, ``.``)."""
+    if (
+        not isinstance(path, str)
+        or len(path) > _MAX_PATH_LENGTH
+        or not _PATH_RE.fullmatch(path)
+        or any(part in {".", ".."} for part in path.split("/"))
+    ):
+        raise InvalidRequest(
+            f"stream path {path!r} is not of the form '/' or '/a/b' (segments of letters, "
+            "digits, '-', '_' and '.', not '.' or '..' alone, at most "
+            f"{_MAX_PATH_LENGTH} characters); nothing was read or written",
+            details={"path": repr(path)},
+        )
+    return path
+
+
+def _refuse(index: int, field_name: str, why: str, **details: Any) -> InvalidEvent:
+    return InvalidEvent(
+        f"event #{index}: field {field_name!r} {why}; nothing was appended",
+        details={"index": index, "field": field_name, **details},
+    )
+
+
+def _dump_object(index: int, field_name: str, value: object) -> str:
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    if not isinstance(value, Mapping):
+        raise _refuse(
+            index, field_name, f"must be a JSON object (a dict), got {type(value).__name__}"
+        )
+    try:
+        return _ENCODE(value)
+    except (TypeError, ValueError) as exc:
+        raise _refuse(index, field_name, f"is not JSON serializable ({exc})") from exc
+
+
+def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> PreparedEvent:
+    """Validate one input event and serialize it; raise :class:`InvalidEvent` naming the field."""
+    if isinstance(raw, EventInput):
+        etype: object = raw.type
+        payload: object = raw.payload
+        metadata: object = raw.metadata
+        source: object = raw.source
+        key: object = raw.idempotency_key
+        offset: object = raw.offset
+        ephemeral: object = raw.ephemeral
+    elif isinstance(raw, Mapping):
+        unknown = set(raw) - _INPUT_FIELDS
+        if unknown:
+            names = ", ".join(sorted(map(repr, map(str, unknown))))
+            raise InvalidEvent(
+                f"event #{index}: unknown field(s) {names} (allowed: "
+                f"{', '.join(sorted(_INPUT_FIELDS))}); nothing was appended",
+                details={"index": index, "fields": sorted(map(str, unknown))},
+            )
+        etype = raw.get("type")
+        payload = raw.get("payload")
+        metadata = raw.get("metadata")
+        source = raw.get("source")
+        key = raw.get("idempotency_key")
+        offset = raw.get("offset")
+        ephemeral = raw.get("ephemeral", False)
+    else:
+        raise InvalidEvent(
+            f"event #{index}: expected an EventInput or a mapping, got {type(raw).__name__}; "
+            "nothing was appended",
+            details={"index": index},
+        )
+
+    if not isinstance(etype, str) or not etype.strip():
+        raise _refuse(index, "type", "must be a non-empty string", value=repr(etype))
+    if len(etype) > MAX_TYPE_LENGTH:
+        raise _refuse(
+            index, "type", f"is {len(etype)} characters, over the limit of {MAX_TYPE_LENGTH}"
+        )
+    payload_json = "{}" if payload is None else _dump_object(index, "payload", payload)
+    metadata_json = "{}" if metadata is None else _dump_object(index, "metadata", metadata)
+    source_json = None if source is None else _dump_object(index, "source", source)
+    if key is not None and (not isinstance(key, str) or not key or len(key) > _MAX_KEY_LENGTH):
+        raise _refuse(
+            index,
+            "idempotency_key",
+            f"must be a non-empty string of at most {_MAX_KEY_LENGTH} characters",
+            value=repr(key)[:80],
+        )
+    if offset is not None and (
+        isinstance(offset, bool) or not isinstance(offset, int) or offset < 1
+    ):
+        raise _refuse(index, "offset", "must be a positive integer", value=repr(offset)[:80])
+    if not isinstance(ephemeral, bool):
+        raise _refuse(index, "ephemeral", "must be true or false", value=repr(ephemeral)[:80])
+    if ephemeral and key is not None:
+        raise _refuse(
+            index,
+            "idempotency_key",
+            "cannot be honoured on an ephemeral event (ephemerals are never stored)",
+        )
+    size = (
+        len(etype.encode())
+        + len(payload_json)
+        + len(metadata_json)
+        + len(source_json or "")
+        + len(key.encode() if isinstance(key, str) else b"")
+    )
+    if size > MAX_EVENT_BYTES:
+        raise InvalidEvent(
+            f"event #{index} serializes to {size} bytes, over the ceiling of "
+            f"{MAX_EVENT_BYTES} bytes (1 MiB); nothing was appended",
+            details={"index": index, "field": "payload", "size": size, "limit": MAX_EVENT_BYTES},
+        )
+    return PreparedEvent(
+        type=etype,
+        payload_json=payload_json,
+        metadata_json=metadata_json,
+        source_json=source_json,
+        idempotency_key=key if isinstance(key, str) else None,
+        offset=offset if isinstance(offset, int) else None,
+        ephemeral=ephemeral,
+        index=index,
+    )
+
+
+def prepare_events(raws: Sequence[EventInput | Mapping[str, Any]]) -> list[PreparedEvent]:
+    """Validate a whole append call; the first bad event refuses all of them."""
+    return [prepare_event(raw, i) for i, raw in enumerate(raws)]
+
+
+def same_body(prepared: PreparedEvent, existing: StreamEvent) -> bool:
+    """Whether a retried input matches a committed event (type, payload, metadata as JSON)."""
+    existing_payload = existing.payload
+    if isinstance(existing_payload, BaseModel):
+        existing_payload = existing_payload.model_dump(mode="json")
+    return (
+        prepared.type == existing.type
+        and json.loads(prepared.payload_json) == existing_payload
+        and json.loads(prepared.metadata_json) == existing.metadata
+    )
+
+
+def format_timestamp(epoch_seconds: float) -> str:
+    """UTC ISO-8601 with microseconds and a ``Z``: ``2026-11-29T17:00:00.000000Z``."""
+    return (
+        datetime.fromtimestamp(epoch_seconds, UTC)
+        .isoformat(timespec="microseconds")
+        .replace("+00:00", "Z")
+    )

@@ -1,0 +1,639 @@
+"""The processor host: runs processors over a log file as a daemon (``streamkit host``).
+
+A :class:`ProcessorHost` opens the log, and for each processor it is given
+takes the processor's lease, builds a :class:`~streamkit.engine.ProcessorEngine`
+over the real SQLite stream (``fed_by_pushes=True``), catches it up from its
+checkpoint, then feeds it every commit of its stream path: one
+``Stream.follow`` per path, fanned out to that path's processors, each with its
+own serial queue (the host's own appends arrive at once, other processes'
+within milliseconds).
+
+Guarantees:
+
+- One processor runs in one host at a time: a lease per (path, slug), renewed
+  by a heartbeat; a host that finds it held waits and retries every heartbeat,
+  and takes over once it expires or is released.
+- Every checkpoint write is fenced by the lease generation in the same
+  transaction, so a host that lost its lease writes nothing
+  (:class:`~streamkit.errors.LeaseLost`) and stops that engine.
+- Claims (the engine's "revive me by then") are kept in the log's claims
+  table, never as events; the alarm revives due processors, including the
+  claims a dead host left behind.
+- No crash loop: failing work is retried with capped exponential backoff; a
+  processor that keeps failing is reported stalled and can be moved past one
+  event with :meth:`ProcessorHost.skip` (a durable ``streamkit.event-skipped``
+  event records who and why).
+- :meth:`ProcessorHost.stop` finishes the batch in flight, gives background
+  work a grace period, releases the leases and closes the database. A kill -9
+  loses nothing durable: checkpoints never run ahead of their events, and the
+  next start catches up from them.
+
+The control socket (see :mod:`streamkit.control`) lets other processes append
+(durable and ephemeral), read, follow, ask for status and snapshots, watch live
+state, and skip events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from streamkit._host_alarm import Alarm
+from streamkit._host_runner import ProcessorRunner
+from streamkit._host_skips import (
+    SKIP_EVENT,
+    ensure_skip_table,
+    load_skips,
+    note_skip_event,
+    record_skip,
+)
+from streamkit._host_status import durable_status
+from streamkit._host_storage import ensure_host_tables
+from streamkit.config import HostConfig, resolve_processors
+from streamkit.control import ControlServer
+from streamkit.errors import InvalidConfig, InvalidRequest, LeaseLost, StreamkitError
+from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
+from streamkit.lease import release, renew, try_acquire
+from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot
+from streamkit.log import Log, open_log
+from streamkit.processor import StreamProcessor
+from streamkit.protocols import Clock
+
+__all__ = ["ProcessorHost", "Subscription"]
+
+_log = structlog.get_logger("streamkit.host")
+
+SUBSCRIBER_BUFFER = 10_000
+"""Commits a watcher may fall behind by before it is told to re-seed."""
+
+
+class Subscription:
+    """A bounded mailbox of one path's commits for a watcher (see :meth:`ProcessorHost.subscribe`).
+
+    On overflow the buffered commits are dropped and :attr:`overflowed` is set:
+    the watcher must re-seed from a snapshot.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._items: list[tuple[Sequence[StreamEvent], ScannedRange]] = []
+        self._event = asyncio.Event()
+        self.overflowed = False
+
+    def offer(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
+        if len(self._items) >= SUBSCRIBER_BUFFER:
+            self._items.clear()
+            self.overflowed = True
+        self._items.append((events, scanned))
+        self._event.set()
+
+    async def get(self) -> list[tuple[Sequence[StreamEvent], ScannedRange]]:
+        """Wait for commits and take all buffered ones."""
+        while not self._items and not self.overflowed:
+            self._event.clear()
+            await self._event.wait()
+        items, self._items = self._items, []
+        return items
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    processor: StreamProcessor[Any]
+    path: str
+    label: str
+
+
+class ProcessorHost:
+    """Runs processors over one log file; see the module docstring.
+
+    ``processors`` overrides the config's list: each item is a processor (run on
+    ``/``) or a ``(path, processor)`` pair. ``serve_control=False`` runs without
+    the control socket (embedding the host in another program). ``owner`` names
+    this host in leases (default: host name, pid and a random token).
+
+    Use ``async with ProcessorHost(config) as host:`` or ``await host.start()``
+    then ``await host.stop()``; :meth:`run` is the daemon's main (signals).
+    """
+
+    def __init__(
+        self,
+        config: HostConfig,
+        *,
+        processors: Iterable[StreamProcessor[Any] | tuple[str, StreamProcessor[Any]]] | None = None,
+        clock: Clock = time.time,
+        owner: str | None = None,
+        serve_control: bool = True,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._serve_control = serve_control
+        entries: list[_Entry] = []
+        if processors is None:
+            for resolved in resolve_processors(config):
+                entries.append(_Entry(resolved.processor, resolved.spec.path, resolved.spec.label))
+        else:
+            for item in processors:
+                path, processor = item if isinstance(item, tuple) else ("/", item)
+                entries.append(_Entry(processor, path, type(processor).__name__))
+        _check_entries(entries)
+        self._entries = entries
+        self.log: Log | None = None
+        self.runners: list[ProcessorRunner] = []
+        self._alarm: Alarm | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._subscribers: dict[str, set[Subscription]] = {}
+        self._control: ControlServer | None = None
+        self._started_at: float | None = None
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._stop_requested: asyncio.Event | None = None
+        self._signals = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> ProcessorHost:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the log, take the leases that are free, catch up, follow, serve the socket."""
+        config = self.config
+        started = time.perf_counter()
+        self._started_at = self.clock()
+        log = open_log(config.db, synchronous=config.synchronous, clock=self.clock)
+        self.log = log
+        try:
+            await log.write_transaction(_create_tables)
+            skips = await load_skips(log)
+            self._alarm = Alarm(self.runners, clock=self.clock)
+            for entry in self._entries:
+                slug = entry.processor.contract.slug
+                self.runners.append(
+                    ProcessorRunner(
+                        entry.processor,
+                        path=entry.path,
+                        label=entry.label,
+                        log=log,
+                        retry=config.retry,
+                        clock=self.clock,
+                        skipped=skips.get((entry.path, slug), set()),
+                        on_claim=self._alarm.changed,
+                    )
+                )
+            loop = asyncio.get_running_loop()
+            for path in sorted({runner.path for runner in self.runners}):
+                # Follow from the head as it is now: each engine's catch-up reads
+                # what lies before, and the follower has every commit after.
+                stream = log.stream(path)
+                head = await stream.head()
+                follower = stream.follow(head)
+                self._tasks.append(loop.create_task(self._fan_out(path, head, follower)))
+            await self._heartbeat_once()
+            self._tasks.append(loop.create_task(self._heartbeat()))
+            self._tasks.append(loop.create_task(self._alarm.run()))
+            if self._serve_control:
+                from streamkit._host_control import HostControlHandler
+
+                self._control = ControlServer(config.socket_path, HostControlHandler(self))
+                await self._control.start()
+        except BaseException:
+            await self._teardown(grace=0.0)
+            raise
+        _log.info(
+            "host.started",
+            db=str(config.db),
+            socket=str(config.socket_path) if self._serve_control else None,
+            owner=self.owner,
+            processors=[f"{r.slug}@{r.path}" for r in self.runners],
+            running=[r.slug for r in self.runners if r.engine is not None],
+            seconds=round(time.perf_counter() - started, 3),
+        )
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Finish in-flight batches, settle background work, release leases, close. Idempotent."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        grace = self.config.shutdown_grace if grace is None else grace
+        _log.info("host.stopping", grace=grace)
+        try:
+            await self._teardown(grace)
+        finally:
+            self._stopped.set()
+        _log.info("host.stopped")
+
+    async def _teardown(self, grace: float) -> None:
+        if self._control is not None:
+            await self._control.close()
+            self._control = None
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(runner.stop(grace) for runner in self.runners))
+        log = self.log
+        if log is None:
+            return
+        for runner in self.runners:
+            lease = runner.lease
+            if lease is None:
+                continue
+            try:
+                if await log.write_transaction(functools.partial(release, lease=lease)):
+                    _log.info("lease.released", slug=runner.slug, path=runner.path)
+            except StreamkitError as exc:
+                _log.warning("lease.release_failed", slug=runner.slug, error=exc.message)
+            runner.lease = None
+        await log.aclose()
+
+    async def run(self) -> None:
+        """The daemon's main: start, serve until SIGTERM/SIGINT, then stop.
+
+        The first signal stops cleanly (see :meth:`stop`); a second one exits
+        the process at once (SQLite keeps every committed transaction).
+        """
+        loop = asyncio.get_running_loop()
+        self._stop_requested = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await self.start()
+            await self._stop_requested.wait()
+        finally:
+            await self.stop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop (as SIGTERM does)."""
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            _log.warning("host.exit_now", signal=sig.name)
+            os._exit(128 + int(sig))
+        _log.info("host.signal", signal=sig.name)
+        self.request_stop()
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        interval = self.config.lease.heartbeat_interval
+        while True:
+            await asyncio.sleep(interval)
+            await self._heartbeat_once()
+
+    async def _heartbeat_once(self) -> None:
+        for runner in self.runners:
+            if self._stopping:
+                return
+            try:
+                await self._beat(runner)
+            except Exception as exc:
+                # A busy or failing database must not stop the heartbeat: the lease
+                # lasts ttl, and the next beat tries again.
+                _log.warning("lease.heartbeat_failed", slug=runner.slug, error=repr(exc))
+
+    async def _beat(self, runner: ProcessorRunner) -> None:
+        log = self._require_log()
+        ttl = self.config.lease.ttl
+        lease = runner.lease
+        now = self.clock()
+        try:
+            if lease is not None and runner.engine is not None:
+                runner.lease = await log.write_transaction(
+                    functools.partial(renew, lease=lease, now=now, ttl=ttl)
+                )
+                return
+            taken = await log.write_transaction(
+                functools.partial(
+                    try_acquire,
+                    path=runner.path,
+                    slug=runner.slug,
+                    owner=self.owner,
+                    now=now,
+                    ttl=ttl,
+                )
+            )
+        except LeaseLost as exc:
+            await runner.lose_lease(exc)
+            return
+        if taken is None:
+            return
+        try:
+            claims = await log.stream(runner.path).claims()
+        except StreamkitError as exc:
+            # Unknown: assume due now; a revive that finds nothing owed costs little.
+            _log.warning("claim.read_failed", slug=runner.slug, error=exc.message)
+            claims = {runner.slug: now}
+        runner.claim_due = claims.get(runner.slug)
+        _log.info(
+            "lease.acquired",
+            slug=runner.slug,
+            path=runner.path,
+            generation=taken.generation,
+            claim_due=runner.claim_due,
+        )
+        runner.start_engine(taken)
+        if self._alarm is not None:
+            self._alarm.changed()
+
+    # -- the follower ----------------------------------------------------------------------
+
+    async def _fan_out(
+        self,
+        path: str,
+        position: int,
+        follower: AsyncIterator[tuple[list[StreamEvent], ScannedRange]],
+    ) -> None:
+        log = self._require_log()
+        runners = [r for r in self.runners if r.path == path]
+        while True:
+            try:
+                async for events, scanned in follower:
+                    position = scanned.through
+                    for event in events:
+                        if event.type == SKIP_EVENT and not event.ephemeral:
+                            await self._apply_skip_event(runners, event)
+                    for runner in runners:
+                        runner.push(events, scanned)
+                    for subscriber in self._subscribers.get(path, ()):
+                        subscriber.offer(events, scanned)
+                return  # the log closed
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                _log.error("follow.failed", path=path, error=repr(exc), retry_in=1.0)
+                await asyncio.sleep(1.0)
+                if log.closed:
+                    return
+                follower = log.stream(path).follow(position)
+
+    async def _apply_skip_event(
+        self, runners: Sequence[ProcessorRunner], event: StreamEvent
+    ) -> None:
+        try:
+            found = await note_skip_event(self._require_log(), event)
+        except StreamkitError as exc:
+            _log.warning("skip.record_failed", offset=event.offset, error=exc.message)
+            return
+        if found is None:
+            return
+        slug, offset = found
+        for runner in runners:
+            if runner.slug == slug and offset not in runner.skipped:
+                runner.skip(offset)
+                _log.warning(
+                    "processor.event_skipped",
+                    slug=slug,
+                    path=runner.path,
+                    offset=offset,
+                    by=event.payload.get("by") if isinstance(event.payload, dict) else None,
+                    recorded_at=event.offset,
+                )
+
+    def subscribe(self, path: str) -> Subscription:
+        """A mailbox of every commit of ``path`` from now on (close with :meth:`unsubscribe`)."""
+        subscription = Subscription(path)
+        self._subscribers.setdefault(path, set()).add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Stop delivering to ``subscription``."""
+        subscribers = self._subscribers.get(subscription.path)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+
+    # -- the API the control socket serves -------------------------------------------------
+
+    def runner(self, slug: str, path: str | None = None) -> ProcessorRunner:
+        """The runner of ``slug`` (on ``path`` if given); InvalidRequest if there is none."""
+        found = [r for r in self.runners if r.slug == slug and (path is None or r.path == path)]
+        if len(found) != 1:
+            known = ", ".join(f"{r.slug}@{r.path}" for r in self.runners) or "none"
+            why = "is not run by this host" if not found else "runs on several paths; name one"
+            raise InvalidRequest(
+                f"processor {slug!r} {why} (this host runs: {known}); nothing was done",
+                details={"slug": slug, "path": path},
+            )
+        return found[0]
+
+    async def append(
+        self, path: str, events: Sequence[EventInput | Mapping[str, Any]]
+    ) -> list[StreamEvent]:
+        """Append to a stream of the host's log (ephemerals reach this host's subscribers)."""
+        return await self._require_log().stream(path).append(*events)
+
+    async def read(self, path: str, after_offset: int = 0, limit: int = 500) -> ReadPage:
+        """Read durable events of a stream of the host's log."""
+        return await self._require_log().stream(path).read(after_offset, limit)
+
+    async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]:
+        """``{offset, state, source}``: live from the engine here, else from the checkpoint."""
+        runner = self.runner(slug, path)
+        engine = runner.engine
+        if engine is not None:
+            offset, state = await engine.snapshot()
+            return {"offset": offset, "state": _jsonable(state), "source": "engine"}
+        from streamkit._host_status import checkpoint_snapshot
+
+        return await checkpoint_snapshot(self._require_log(), slug)
+
+    async def live_snapshot(self, slug: str, path: str | None = None) -> LiveSnapshot:
+        """``(rev, projection)`` of a processor this host runs (the watch seed)."""
+        runner = self.runner(slug, path)
+        engine = runner.engine
+        if engine is None:
+            raise InvalidRequest(
+                f"processor {slug!r} is not running in this host (another host holds its "
+                "lease); watch it through that host's socket; nothing was done",
+                details={"slug": slug, "path": runner.path},
+            )
+        return await engine.live_snapshot()
+
+    async def watch(self, slug: str, path: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Yield ``{"kind": "seed", rev, state}`` then ``{"kind": "delta", from, to, patch}``.
+
+        A gap in the revision chain (a lost delta, a ``patch: null``, a watcher
+        that fell behind) yields a fresh seed.
+        """
+        runner = self.runner(slug, path)
+        subscription = self.subscribe(runner.path)
+        try:
+            rev, state = await self.live_snapshot(slug, runner.path)
+            yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
+            while True:
+                batch = await subscription.get()
+                if subscription.overflowed:
+                    subscription.overflowed = False
+                    rev, state = await self.live_snapshot(slug, runner.path)
+                    yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
+                    continue
+                for events, _ in batch:
+                    for event in events:
+                        delta = _delta_of(event, slug)
+                        if delta is None or delta["to"] <= rev:
+                            continue
+                        if delta["from"] != rev or delta["patch"] is None:
+                            rev, state = await self.live_snapshot(slug, runner.path)
+                            yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
+                            continue
+                        rev = delta["to"]
+                        yield {"kind": "delta", **delta}
+        finally:
+            self.unsubscribe(subscription)
+
+    async def skip(
+        self, slug: str, offset: int, *, by: str, reason: str, path: str | None = None
+    ) -> StreamEvent:
+        """Move ``slug`` past the event at ``offset``; the decision is a durable skip event."""
+        runner = self.runner(slug, path)
+        event = await record_skip(
+            self._require_log(), runner.path, slug, offset, by=by, reason=reason
+        )
+        if offset not in runner.skipped:
+            runner.skip(offset)
+            _log.warning(
+                "processor.event_skipped",
+                slug=slug,
+                path=runner.path,
+                offset=offset,
+                by=by,
+                reason=reason,
+                recorded_at=event.offset,
+            )
+        return event
+
+    async def status(self) -> dict[str, Any]:
+        """The host and each processor: cursor, head, lag, lease, claim, stalled, rates."""
+        log = self._require_log()
+        durable = {(row["path"], row["slug"]): row for row in await durable_status(log)}
+        now_mono = time.monotonic()
+        processors = []
+        for runner in self.runners:
+            row = dict(durable.get((runner.path, runner.slug)) or {})
+            head = row.get("head")
+            if head is None:
+                head = await log.stream(runner.path).head()
+            cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
+            lease = row.get("lease")
+            processors.append(
+                {
+                    "slug": runner.slug,
+                    "version": runner.version,
+                    "path": runner.path,
+                    "label": runner.label,
+                    "state": "stalled" if runner.stalled else runner.state,
+                    "cursor": cursor,
+                    "head": head,
+                    "lag": None if cursor is None else max(0, head - cursor),
+                    "lease": lease,
+                    "lease_held_here": runner.lease is not None,
+                    "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
+                    "stalled": runner.stalled,
+                    "stalled_at": runner.stalled_at,
+                    "failures": runner.failures,
+                    "last_error": runner.last_error,
+                    "skipped": sorted(runner.skipped),
+                    "queued": runner.queued,
+                    **runner.metrics.to_dict(now_mono),
+                }
+            )
+        started = self._started_at
+        return {
+            "host": {
+                "owner": self.owner,
+                "pid": os.getpid(),
+                "db": str(self.config.db),
+                "socket": str(self.config.socket_path) if self._serve_control else None,
+                "uptime": None if started is None else round(self.clock() - started, 3),
+            },
+            "processors": processors,
+        }
+
+    async def wait_until_processed(
+        self,
+        slug: str,
+        offset: int,
+        timeout: float = 10.0,  # noqa: ASYNC109 - the engine's verb, with its timeout
+        path: str | None = None,
+    ) -> None:
+        """Wait until ``slug`` (running here) has processed through ``offset``."""
+        runner = self.runner(slug, path)
+        deadline = time.monotonic() + timeout
+        while runner.engine is None:
+            if time.monotonic() >= deadline:
+                raise InvalidRequest(
+                    f"processor {slug!r} is not running in this host; nothing to wait for",
+                    details={"slug": slug},
+                )
+            await asyncio.sleep(0.01)
+        await runner.engine.wait_until_processed(offset, max(0.0, deadline - time.monotonic()))
+
+    def _require_log(self) -> Log:
+        if self.log is None:
+            raise InvalidRequest("the host is not started; call start() first")
+        return self.log
+
+
+def _create_tables(conn: Any) -> None:
+    ensure_host_tables(conn)
+    ensure_skip_table(conn)
+
+
+def _check_entries(entries: Sequence[_Entry]) -> None:
+    # Checkpoints are keyed by slug alone, so one slug on two paths would share
+    # (and corrupt) one checkpoint row.
+    seen: dict[str, str] = {}
+    for entry in entries:
+        slug = entry.processor.contract.slug
+        if slug in seen:
+            raise InvalidConfig(
+                f"processor slug {slug!r} is configured on {seen[slug]!r} and {entry.path!r}; "
+                "checkpoints are kept per slug, so a slug may run on one path only; give one "
+                "of them another slug; nothing was started",
+                details={"slug": slug, "paths": [seen[slug], entry.path]},
+            )
+        seen[slug] = entry.path
+
+
+def _delta_of(event: StreamEvent, slug: str) -> dict[str, Any] | None:
+    if event.type != LIVE_STATE_CHANGED or not isinstance(event.payload, dict):
+        return None
+    payload = event.payload
+    if payload.get("key") != slug:
+        return None
+    start, end = payload.get("from"), payload.get("to")
+    if not isinstance(start, int) or not isinstance(end, int):
+        return None
+    return {"from": start, "to": end, "patch": payload.get("patch")}
+
+
+def _jsonable(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    return value

@@ -1,0 +1,322 @@
+"""Processor leases with fencing: one processor runs in one host at a time.
+
+A lease is one row per ``(path, slug)`` in ``streamkit_leases``: the owner that
+holds it, a fencing ``generation`` and the epoch second it expires at. A host
+takes a free or expired lease with :func:`try_acquire`, keeps it with
+:func:`renew` (its heartbeat), proves it inside every checkpoint transaction
+with :func:`check_fence`, and gives it up with :func:`release`.
+
+Guarantees:
+
+- The generation of a ``(path, slug)`` strictly increases on every takeover and
+  is never reused: a released lease keeps its row (expired, not deleted), so the
+  next holder gets the next generation even when it uses the same owner string.
+- At any instant at most one holder passes :func:`check_fence`: the check
+  demands the stored owner AND generation AND an unexpired row, and only a
+  takeover of an expired row can hand out a new generation.
+- :func:`try_acquire`, :func:`renew` and :func:`release` are each ONE
+  conditional statement, so they are atomic on their own; a lost race shows up
+  as ``None`` or :class:`~streamkit.errors.LeaseLost`, never as two holders.
+- :func:`check_fence` must run inside the transaction of the write it guards
+  (the host runs both in the log's writer thread under ``BEGIN IMMEDIATE``); it
+  refuses to run outside one, because a check and a write in separate
+  transactions fence nothing.
+
+Times are epoch seconds passed in by the caller (``now``), never read here.
+A lease is held while ``now < expires_at``. Owner strings must be unique per
+host incarnation (host name, pid and a random token, say): two live processes
+sharing one owner string would share one lease.
+
+Renewing an expired lease that nobody took is allowed: the generation is the
+fence, and while the row kept this owner and generation no one else could have
+written under a newer one, while this holder's own fenced writes were refused
+for as long as it was expired. Renewing a released lease is refused: the holder
+gave it up on purpose.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from streamkit.errors import InvalidRequest, LeaseLost, StorageBusy, StorageError
+
+__all__ = [
+    "LEASE_TABLE",
+    "Lease",
+    "check_fence",
+    "ensure_lease_table",
+    "leases",
+    "release",
+    "renew",
+    "try_acquire",
+]
+
+LEASE_TABLE = "streamkit_leases"
+
+# A released lease keeps its row (and so its generation) with this expiry: it
+# is expired at every ``now``, and it tells "given up" apart from "timed out".
+_RELEASED = -math.inf
+
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A lease as stored: who holds ``(path, slug)``, under which generation, until when."""
+
+    path: str
+    slug: str
+    owner: str
+    generation: int
+    expires_at: float
+    """Epoch seconds; ``-inf`` once the holder released it."""
+
+    @property
+    def released(self) -> bool:
+        """Whether the holder gave the lease up (rather than letting it expire)."""
+        return self.expires_at == _RELEASED
+
+    def held_at(self, now: float) -> bool:
+        """Whether the lease is still in force at epoch second ``now``."""
+        return now < self.expires_at
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data for status output (``expires_at`` is ``None`` once released)."""
+        return {
+            "path": self.path,
+            "slug": self.slug,
+            "owner": self.owner,
+            "generation": self.generation,
+            "expires_at": None if self.released else self.expires_at,
+            "released": self.released,
+        }
+
+
+def ensure_lease_table(conn: sqlite3.Connection) -> None:
+    """Create the lease table if it does not exist (idempotent; joins the caller's transaction)."""
+    with _storage("create the lease table"):
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {LEASE_TABLE} ("
+            " path TEXT NOT NULL,"
+            " slug TEXT NOT NULL,"
+            " owner TEXT NOT NULL,"
+            " generation INTEGER NOT NULL,"
+            " expires_at REAL NOT NULL,"
+            " PRIMARY KEY (path, slug)"
+            ") WITHOUT ROWID"
+        )
+
+
+def try_acquire(
+    conn: sqlite3.Connection, path: str, slug: str, owner: str, now: float, ttl: float
+) -> Lease | None:
+    """Take the lease of ``(path, slug)`` for ``owner`` until ``now + ttl``, or return ``None``.
+
+    A missing row starts at generation 1. A free (expired or released) lease is
+    taken with the next generation, even by the owner that held it last, so a
+    reacquire after expiry fences the earlier incarnation. A lease ``owner``
+    already holds unexpired is renewed under the same generation. A lease another
+    owner holds unexpired is left alone and ``None`` comes back; nothing changed.
+    """
+    _check_names(path, slug, owner)
+    _check_time(now, ttl)
+    # One UPSERT decides and writes, so two hosts racing for a free lease cannot
+    # both win even outside a transaction: the loser's WHERE no longer holds.
+    # Every right-hand side of SET sees the OLD row, so the CASE compares the
+    # previous owner and expiry.
+    with _storage(f"acquire the lease of {slug!r} at {path!r}"):
+        row = conn.execute(
+            f"INSERT INTO {LEASE_TABLE} (path, slug, owner, generation, expires_at)"
+            " VALUES (:path, :slug, :owner, 1, :expires_at)"
+            " ON CONFLICT (path, slug) DO UPDATE SET"
+            "  generation = CASE WHEN owner = excluded.owner AND expires_at > :now"
+            "   THEN generation ELSE generation + 1 END,"
+            "  owner = excluded.owner,"
+            "  expires_at = excluded.expires_at"
+            " WHERE expires_at <= :now OR owner = excluded.owner"
+            " RETURNING generation, expires_at",
+            {"path": path, "slug": slug, "owner": owner, "now": now, "expires_at": now + ttl},
+        ).fetchone()
+    if row is None:
+        return None
+    return Lease(path, slug, owner, int(row[0]), float(row[1]))
+
+
+def renew(conn: sqlite3.Connection, lease: Lease, now: float, ttl: float) -> Lease:
+    """Extend ``lease`` to ``now + ttl`` under the same generation; return the renewed lease.
+
+    Raises :class:`~streamkit.errors.LeaseLost` (and changes nothing) when the
+    row no longer names this owner and generation (someone took over) or the
+    holder released it. An expired lease nobody took is renewed: see the module
+    docstring for why that keeps fencing sound.
+    """
+    _check_time(now, ttl)
+    with _storage(f"renew the lease of {lease.slug!r} at {lease.path!r}"):
+        row = conn.execute(
+            f"UPDATE {LEASE_TABLE} SET expires_at = ?"
+            " WHERE path = ? AND slug = ? AND owner = ? AND generation = ? AND expires_at > ?"
+            " RETURNING expires_at",
+            (now + ttl, lease.path, lease.slug, lease.owner, lease.generation, _RELEASED),
+        ).fetchone()
+    if row is None:
+        raise _lost(conn, lease, now, "renew")
+    return Lease(lease.path, lease.slug, lease.owner, lease.generation, float(row[0]))
+
+
+def check_fence(conn: sqlite3.Connection, lease: Lease, now: float) -> None:
+    """Raise :class:`~streamkit.errors.LeaseLost` unless ``lease`` is still in force at ``now``.
+
+    In force means the row still names this owner and generation and has not
+    expired. Call it inside the transaction of the write it fences and let
+    ``LeaseLost`` propagate so that transaction rolls back: the check and the
+    write then commit together or not at all. Outside a transaction it raises
+    :class:`~streamkit.errors.InvalidRequest`, since the fence would prove nothing
+    about a later write.
+    """
+    if not conn.in_transaction:
+        raise InvalidRequest(
+            f"check_fence for {lease.slug!r} at {lease.path!r} ran outside a transaction; a "
+            "fence only protects a write made in the same transaction, so open one first "
+            "(BEGIN IMMEDIATE), check the fence, write, then commit; nothing was checked or "
+            "written",
+            details={"path": lease.path, "slug": lease.slug},
+        )
+    with _storage(f"check the lease of {lease.slug!r} at {lease.path!r}"):
+        row = conn.execute(
+            f"SELECT 1 FROM {LEASE_TABLE}"
+            " WHERE path = ? AND slug = ? AND owner = ? AND generation = ? AND expires_at > ?",
+            (lease.path, lease.slug, lease.owner, lease.generation, now),
+        ).fetchone()
+    if row is None:
+        raise _lost(conn, lease, now, "write")
+
+
+def release(conn: sqlite3.Connection, lease: Lease) -> bool:
+    """Give ``lease`` up if it is still ours; return whether it was.
+
+    The row is kept, expired, so the next holder gets the next generation. A
+    lease someone else took (or we already released) is left as it is.
+    """
+    with _storage(f"release the lease of {lease.slug!r} at {lease.path!r}"):
+        cursor = conn.execute(
+            f"UPDATE {LEASE_TABLE} SET expires_at = ?"
+            " WHERE path = ? AND slug = ? AND owner = ? AND generation = ? AND expires_at > ?",
+            (_RELEASED, lease.path, lease.slug, lease.owner, lease.generation, _RELEASED),
+        )
+    return cursor.rowcount == 1
+
+
+def leases(conn: sqlite3.Connection) -> list[Lease]:
+    """Every lease row (held, expired or released), sorted by path then slug."""
+    with _storage("list the leases"):
+        rows = conn.execute(
+            f"SELECT path, slug, owner, generation, expires_at FROM {LEASE_TABLE}"
+            " ORDER BY path, slug"
+        ).fetchall()
+    return [Lease(str(p), str(s), str(o), int(g), float(e)) for p, s, o, g, e in rows]
+
+
+def _lost(conn: sqlite3.Connection, lease: Lease, now: float, attempt: str) -> LeaseLost:
+    with _storage(f"read the lease of {lease.slug!r} at {lease.path!r}"):
+        row = conn.execute(
+            f"SELECT owner, generation, expires_at FROM {LEASE_TABLE} WHERE path = ? AND slug = ?",
+            (lease.path, lease.slug),
+        ).fetchone()
+    details: dict[str, Any] = {
+        "path": lease.path,
+        "slug": lease.slug,
+        "owner": lease.owner,
+        "generation": lease.generation,
+        "now": now,
+        "holder": None,
+        "holder_generation": None,
+        "holder_expires_at": None,
+    }
+    if row is None:
+        now_held = "the lease row is gone"
+    else:
+        holder, generation, expires_at = str(row[0]), int(row[1]), float(row[2])
+        details.update(
+            holder=holder,
+            holder_generation=generation,
+            holder_expires_at=None if expires_at == _RELEASED else expires_at,
+        )
+        if (holder, generation) != (lease.owner, lease.generation):
+            state = "holds" if now < expires_at else "last held"
+            now_held = f"{holder!r} {state} it at generation {generation}"
+        elif expires_at == _RELEASED:
+            now_held = "this holder released it"
+        else:
+            now_held = f"it expired at {expires_at} (now is {now}) and nobody took it yet"
+    outcome = (
+        "the lease was not renewed"
+        if attempt == "renew"
+        else "nothing was written by this transaction"
+    )
+    return LeaseLost(
+        f"lease lost for processor {lease.slug!r} at path {lease.path!r}: owner {lease.owner!r} "
+        f"held generation {lease.generation}, but {now_held}; {outcome}; stop this "
+        "processor's engine here, then either leave the processor to the current holder or "
+        "take the lease again with try_acquire and rebuild the engine from its checkpoint",
+        details=details,
+    )
+
+
+def _check_names(path: object, slug: object, owner: object) -> None:
+    for name, value in (("path", path), ("slug", slug), ("owner", owner)):
+        if not isinstance(value, str) or not value:
+            raise InvalidRequest(
+                f"lease {name} must be a non-empty string, got {value!r}; nothing was written",
+                details={name: repr(value)[:200]},
+            )
+
+
+def _check_time(now: object, ttl: object) -> None:
+    for name, value in (("now", now), ("ttl", ttl)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise InvalidRequest(
+                f"lease {name} must be a finite number of seconds, got {value!r}; nothing was "
+                "written",
+                details={name: repr(value)[:200]},
+            )
+    if isinstance(ttl, int | float) and ttl <= 0:
+        raise InvalidRequest(
+            f"lease ttl must be > 0 seconds, got {ttl!r}; nothing was written",
+            details={"ttl": ttl},
+        )
+
+
+class _storage:
+    """Turn sqlite3 failures into coded storage errors; the caller's transaction decides the rest."""
+
+    __slots__ = ("_action",)
+
+    def __init__(self, action: str) -> None:
+        self._action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if not isinstance(exc, sqlite3.Error):
+            return
+        code = getattr(exc, "sqlite_errorcode", None)
+        details = {"table": LEASE_TABLE, "sqlite_error": getattr(exc, "sqlite_errorname", None)}
+        if isinstance(code, int) and code & 0xFF in _BUSY_CODES:
+            raise StorageBusy(
+                f"could not {self._action}: the database stayed locked by another connection "
+                f"past the busy timeout ({exc}); this statement changed nothing; retry later",
+                details=details,
+            ) from exc
+        raise StorageError(
+            f"could not {self._action} in table {LEASE_TABLE!r}: SQLite said {exc}; this "
+            "statement changed nothing (roll back the surrounding transaction)",
+            details=details,
+        ) from exc

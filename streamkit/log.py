@@ -1,0 +1,456 @@
+"""The durable log: an append-only SQLite file of events, partitioned by stream path.
+
+Guarantees (SPEC section 2; ``docs/log.md`` explains each):
+
+- An append is atomic: all of its events land, or none does.
+- Offsets of a path start at 1 and strictly increase in commit order; an offset
+  is never reused, not across processes, not after a crash. No durable event
+  lands at or below an offset handed to an ephemeral. Durable events appended
+  with no ephemeral between them are consecutive; a refused append leaves no hole.
+- An idempotent retry (same key, same body) appends nothing and returns the
+  committed event; a different body under the same key is refused.
+- A read's ``scanned_through_offset`` never passes the durable head.
+- An append acknowledged at ``synchronous="FULL"`` survives a crash of the
+  process and of the machine; refusals leave the log serving.
+
+One :class:`Log` per process and file: it owns one writer thread and
+connection (appends from many tasks share its transactions) and one reader
+connection, so reads never wait for a commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import secrets
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from streamkit._log_follow import Feed, Follow, wake
+from streamkit._log_jobs import AppendCall, ClaimCall, FollowJob, QueryJob, TransactionJob
+from streamkit._log_read import durable_head, read_page, stream_paths
+from streamkit._log_schema import MEMORY, connect_reader, connect_writer, storage_error
+from streamkit._log_writer import Writer
+from streamkit.errors import InvalidRequest, LogClosed
+from streamkit.events import (
+    EventInput,
+    ReadPage,
+    ScannedRange,
+    StreamEvent,
+    prepare_events,
+    validate_path,
+)
+from streamkit.protocols import Clock
+
+__all__ = ["Log", "LogStats", "ProcessorStreamView", "Stream", "open_log"]
+
+T = TypeVar("T")
+
+MAX_READ_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogStats:
+    """Counters of this :class:`Log` since it was opened (this process only)."""
+
+    transactions: int
+    """Write transactions committed (a group of appends counts once)."""
+    appended: int
+    """Durable events written (idempotent retries excluded)."""
+    ephemeral: int
+    """Offsets handed to ephemeral events."""
+    ephemeral_reservations: int
+    """Writes that reserved a block of offsets for ephemerals."""
+    refused: int
+    """Append and claim calls refused (their effects rolled back)."""
+
+
+def open_log(
+    path: str | os.PathLike[str],
+    *,
+    synchronous: Literal["FULL", "NORMAL"] = "FULL",
+    clock: Clock = time.time,
+    busy_timeout: float = 5.0,
+) -> Log:
+    """Open (or create) the log at ``path``; ``":memory:"`` gives a private in-memory log.
+
+    Use it as ``async with open_log(...) as log:`` or close it with
+    :meth:`Log.aclose`. A file that is not a streamkit log is refused with
+    :class:`~streamkit.errors.LogOpenError` and left untouched.
+    """
+    return Log(path, synchronous=synchronous, clock=clock, busy_timeout=busy_timeout)
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise InvalidRequest(
+            f"{name} must be an integer {bounds}, got {value!r}; nothing was read or written",
+            details={name: repr(value)},
+        )
+    return value
+
+
+class Log:
+    """An open log file. Cheap to share between tasks; close it once, when done."""
+
+    path: str
+    """The file path, or ``":memory:"``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        clock: Clock = time.time,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise InvalidRequest(
+                f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}; nothing was opened",
+                details={"synchronous": repr(synchronous)},
+            )
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, int | float)
+            or not math.isfinite(busy_timeout)
+            or busy_timeout < 0
+        ):
+            raise InvalidRequest(
+                f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}; "
+                "nothing was opened",
+                details={"busy_timeout": repr(busy_timeout)},
+            )
+        self.path = MEMORY if path == MEMORY else os.fspath(path)
+        self._memory = self.path == MEMORY
+        conn = connect_writer(self.path, synchronous=synchronous, busy_timeout=busy_timeout)
+        reader: sqlite3.Connection | None = None
+        if not self._memory:
+            try:
+                reader = connect_reader(self.path, busy_timeout=busy_timeout)
+            except BaseException:
+                conn.close()
+                raise
+        # Reads use their own connection so they never queue behind a commit. An
+        # in-memory database cannot be shared that way (a shared-cache reader would
+        # get SQLITE_LOCKED during every write), so there reads go through the writer.
+        self._reader = reader
+        self._reader_lock = threading.Lock()
+        self._feed = Feed()
+        self._writer = Writer(
+            conn,
+            token=secrets.token_hex(8),
+            clock=clock,
+            feed=self._feed,
+            persistent=not self._memory,
+        )
+        self._streams: dict[str, Stream] = {}
+        self._closed = False
+        # Closes the thread and connections if the Log is dropped unclosed (or at exit).
+        self._finalizer = weakref.finalize(self, _shutdown, self._writer, reader, self._feed)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Log {self.path!r} {state}>"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Log:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the log, blocking until queued appends have committed. Idempotent.
+
+        Followers end (``StopAsyncIteration``); later calls raise
+        :class:`~streamkit.errors.LogClosed`. Prefer :meth:`aclose` on an event loop.
+        """
+        self._closed = True
+        self._finalizer()
+
+    async def aclose(self) -> None:
+        """Close the log without blocking the loop: queued appends commit first. Idempotent."""
+        self._closed = True
+        wake(self._feed.close_all())
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._writer.request_close((loop, done))
+        await done
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` or :meth:`aclose` was called."""
+        return self._closed
+
+    @property
+    def stats(self) -> LogStats:
+        """A snapshot of this log's counters (see :class:`LogStats`)."""
+        w = self._writer
+        return LogStats(
+            transactions=w.transactions,
+            appended=w.appended,
+            ephemeral=w.ephemeral,
+            ephemeral_reservations=w.ephemeral_reservations,
+            refused=w.refused,
+        )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(
+                f"the log {self.path!r} is closed; nothing was read or written "
+                "(open it again to use it)"
+            )
+
+    # -- streams --------------------------------------------------------------------------
+
+    def stream(self, path: str = "/") -> Stream:
+        """The stream at ``path`` (``/`` or ``/a/b``); the same object for the same path."""
+        stream = self._streams.get(path) if isinstance(path, str) else None
+        if stream is None:
+            self._check_open()
+            stream = self._streams[validate_path(path)] = Stream(self, path)
+        return stream
+
+    async def paths(self) -> list[str]:
+        """Every stream path that holds at least one durable event, sorted."""
+        return await self.query(stream_paths)
+
+    # -- the writer connection ------------------------------------------------------------
+
+    async def write_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` on the writer connection in its own ``BEGIN IMMEDIATE`` transaction.
+
+        It runs on the writer thread, in order with appends, so a process keeps
+        one writer connection. The transaction commits when ``fn`` returns and
+        rolls back if it raises (the exception is re-raised; a ``sqlite3`` error
+        as :class:`~streamkit.errors.StorageError`). ``fn`` must not begin or
+        end transactions nor write the ``streamkit_*`` tables. Cancelling the
+        wait does not stop ``fn``.
+        """
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        job = TransactionJob(loop, loop.create_future(), fn)
+        self._writer.submit(job)
+        result: T = await job.future
+        return result
+
+    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run read-only ``fn(conn)`` on the reader connection and return its result.
+
+        The reader sees every committed transaction and never waits for the
+        writer. ``fn`` runs on the event loop's thread, so keep it short and
+        exhaust the cursors it opens. (An in-memory log has one connection:
+        there ``fn`` runs on the writer thread.)
+        """
+        self._check_open()
+        if self._reader is None:
+            loop = asyncio.get_running_loop()
+            job = QueryJob(loop, loop.create_future(), fn)
+            self._writer.submit(job)
+            result: T = await job.future
+            return result
+        with self._reader_lock:
+            try:
+                return fn(self._reader)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, "reading the log") from exc
+
+    async def _read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
+        self._check_open()
+        if self._reader is None:
+            return await self.query(lambda conn: read_page(conn, path, after, limit, upto))
+        with self._reader_lock:
+            try:
+                return read_page(self._reader, path, after, limit, upto)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, f"reading {path!r}") from exc
+
+    async def _submit_append(self, path: str, events: list[Any]) -> list[StreamEvent]:
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        call = AppendCall(loop, loop.create_future(), path, events)
+        self._writer.submit(call)
+        result: list[StreamEvent] = await call.future
+        return result
+
+    async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None:
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        call = ClaimCall(loop, loop.create_future(), path, slug, due_at)
+        self._writer.submit(call)
+        await call.future
+
+    def _follow(self, path: str, after_offset: int) -> Follow:
+        self._check_open()
+        return Follow(
+            self._feed,
+            path,
+            after_offset,
+            self._read,
+            lambda followed: self._writer.submit(FollowJob(followed)),
+        )
+
+
+def _shutdown(writer: Writer, reader: sqlite3.Connection | None, feed: Feed) -> None:
+    wake(feed.close_all())
+    writer.request_close()
+    writer.join()
+    if reader is not None:
+        reader.close()
+
+
+class Stream:
+    """One stream path of a log. Satisfies :class:`~streamkit.protocols.ProcessorStream`
+    except that :meth:`claim` names its claimant (see :meth:`for_processor`)."""
+
+    __slots__ = ("log", "path")
+
+    def __init__(self, log: Log, path: str) -> None:
+        self.log = log
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"<Stream {self.path!r} of {self.log.path!r}>"
+
+    async def append(self, *events: EventInput | Mapping[str, Any]) -> list[StreamEvent]:
+        """Append atomically; return the committed events in input order.
+
+        An idempotent retry returns the event committed earlier; an ephemeral
+        returns a :class:`~streamkit.events.StreamEvent` with ``ephemeral=True``
+        and the offset it took. Refusals (``InvalidEvent``, ``OffsetConflict``,
+        ``IdempotencyConflict``, ``StorageBusy``) write nothing. Cancelling the
+        wait does not withdraw the append: it may still commit.
+        """
+        if not events:
+            self.log._check_open()
+            return []
+        return await self.log._submit_append(self.path, prepare_events(events))
+
+    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
+        """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof."""
+        _check_int("after_offset", after_offset, 0)
+        _check_int("limit", limit, 1, MAX_READ_LIMIT)
+        return await self.log._read(self.path, after_offset, limit, None)
+
+    async def head(self) -> int:
+        """The durable head: the highest committed offset of this path (0 if it is empty)."""
+        path = self.path
+        return await self.log.query(lambda conn: durable_head(conn, path))
+
+    def follow(
+        self, after_offset: int = 0
+    ) -> AsyncIterator[tuple[list[StreamEvent], ScannedRange]]:
+        """Yield ``(events, ScannedRange(after, through))`` from ``after_offset`` on, forever.
+
+        The subscription starts when ``follow`` returns. History comes from the
+        log, then this process's appends at once (ephemerals included) and
+        other processes' commits within milliseconds. Ranges are contiguous
+        (each ``after`` is the previous ``through``); durable events come once,
+        in order. A consumer that falls far behind is re-fed from the log (its
+        missed ephemerals are gone). Closing the log ends the iteration.
+        """
+        _check_int("after_offset", after_offset, 0)
+        return self.log._follow(self.path, after_offset)
+
+    def for_processor(self, slug: str) -> ProcessorStreamView:
+        """This stream as one processor sees it: ``claim(at)`` claims under ``slug``."""
+        return ProcessorStreamView(self, _check_claimant(slug))
+
+    async def claim(self, at: float | None, *, claimant: str) -> None:
+        """Ask to be revived by epoch second ``at`` (``None`` releases); one claim per claimant."""
+        _check_claimant(claimant)
+        if at is not None and (
+            isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at)
+        ):
+            raise InvalidRequest(
+                f"claim time must be a finite number of epoch seconds or None, got {at!r}; "
+                "nothing was written",
+                details={"at": repr(at)},
+            )
+        await self.log._submit_claim(self.path, claimant, None if at is None else float(at))
+
+    async def claims(self) -> dict[str, float]:
+        """Every claim on this path: claimant -> due epoch second."""
+        path = self.path
+        return await self.log.query(
+            lambda conn: dict(
+                conn.execute(
+                    "SELECT slug, due_at FROM streamkit_claims WHERE path = ? ORDER BY slug",
+                    (path,),
+                ).fetchall()
+            )
+        )
+
+
+def _check_claimant(slug: object) -> str:
+    if not isinstance(slug, str) or not slug:
+        raise InvalidRequest(
+            f"a claimant must be a non-empty string, got {slug!r}; nothing was written",
+            details={"claimant": repr(slug)},
+        )
+    return slug
+
+
+class ProcessorStreamView:
+    """A stream bound to one processor slug; satisfies :class:`~streamkit.protocols.ProcessorStream`."""
+
+    __slots__ = ("slug", "stream")
+
+    def __init__(self, stream: Stream, slug: str) -> None:
+        self.stream = stream
+        self.slug = slug
+
+    def __repr__(self) -> str:
+        return f"<ProcessorStreamView {self.stream.path!r} for {self.slug!r}>"
+
+    @property
+    def path(self) -> str:
+        """The stream path."""
+        return self.stream.path
+
+    async def append(self, *events: EventInput | Mapping[str, Any]) -> list[StreamEvent]:
+        """Same as :meth:`Stream.append`."""
+        return await self.stream.append(*events)
+
+    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
+        """Same as :meth:`Stream.read`."""
+        return await self.stream.read(after_offset, limit)
+
+    async def head(self) -> int:
+        """Same as :meth:`Stream.head`."""
+        return await self.stream.head()
+
+    async def claim(self, at: float | None) -> None:
+        """Claim (or with ``None`` release) a revival at ``at`` under this view's slug."""
+        await self.stream.claim(at, claimant=self.slug)

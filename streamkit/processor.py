@@ -1,0 +1,235 @@
+"""The author's side of a processor: the class you subclass, and what its hooks receive.
+
+A :class:`StreamProcessor` is plain Python: a contract, a pure :meth:`reduce`, an
+effect hook :meth:`process_event`, and a :meth:`project_live_state` view. It
+holds no stream and no storage, so a unit test builds it with no arguments and
+folds events through it (``streamkit.testing.reduce_processor``). A
+:class:`~streamkit.engine.ProcessorEngine` drives one instance over a stream.
+
+:func:`consumes_event` is the one consumes rule, used by the engine, the test
+harness and subscriptions alike:
+
+- ``consumes`` None, or containing ``"*"``: every DURABLE event;
+- a type named in ``consumes``: that type, ephemeral or not;
+- ``"*"`` never sweeps ephemerals: an ephemeral arrives only when named.
+
+The engine additionally never reduces or reacts to the live-state delta type,
+whatever ``consumes`` says (a delta is about state; feeding it back would loop).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from streamkit.errors import InvalidRequest
+from streamkit.events import EventInput, StreamEvent
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from streamkit.contract import ProcessorContract
+
+__all__ = [
+    "Delivery",
+    "ProcessEventArgs",
+    "StreamProcessor",
+    "check_work",
+    "consumes_event",
+]
+
+State = TypeVar("State")
+
+Work = Callable[[], Awaitable[object]]
+"""What ``block_processor_while`` and ``run_in_background`` take: ``fn() -> awaitable``."""
+
+
+def consumes_event(
+    consumes: Collection[str] | None, event: StreamEvent | Mapping[str, Any]
+) -> bool:
+    """Whether a processor (or subscriber) with this ``consumes`` list receives ``event``.
+
+    ``event`` is a :class:`~streamkit.events.StreamEvent` or a mapping with
+    ``type`` and, optionally, ``ephemeral``.
+    """
+    if isinstance(event, Mapping):
+        etype = event.get("type")
+        ephemeral = bool(event.get("ephemeral", False))
+    else:
+        etype = event.type
+        ephemeral = event.ephemeral
+    if ephemeral:
+        return consumes is not None and etype in consumes
+    return consumes is None or "*" in consumes or etype in consumes
+
+
+def check_work(work: object, verb: str) -> None:
+    """Refuse anything but a function for ``block_processor_while``/``run_in_background``."""
+    if not callable(work):
+        if inspect.iscoroutine(work):
+            work.close()  # it can never run now; closing it avoids a never-awaited warning
+        raise InvalidRequest(
+            f"{verb} takes a function that returns an awaitable (e.g. `lambda: send(x)` or an "
+            f"async function), got {type(work).__name__}; nothing was started",
+            details={"verb": verb},
+        )
+
+
+class Delivery:
+    """How an event reached ``process_event``.
+
+    ``caught_up`` is True on the at-head pass: the last consumable event of a
+    batch that reached the head of the stream, or the eventless pass
+    (``event=None``) of a batch that reached the head without one. That pass is
+    where a processor looks at its state and starts whatever is still owed.
+    """
+
+    __slots__ = ("caught_up",)
+
+    def __init__(self, caught_up: bool) -> None:
+        self.caught_up = caught_up
+
+    def __repr__(self) -> str:
+        return f"Delivery(caught_up={self.caught_up})"
+
+
+class EffectHost(Protocol):
+    """What :class:`ProcessEventArgs` needs from the engine that built it (engine-internal)."""
+
+    def emit(
+        self, during: StreamEvent | None, events: Sequence[EventInput | Mapping[str, Any]]
+    ) -> asyncio.Task[list[StreamEvent]]: ...
+
+    def start_background(self, during: StreamEvent | None, work: Work) -> None: ...
+
+    def request_wakeup(self, at: float) -> None: ...
+
+
+class ProcessEventArgs(Generic[State]):
+    """What ``process_event`` receives: the event, the states around it, and the effect verbs.
+
+    ``event`` is None on the eventless at-head pass. ``state`` is the state
+    after reducing ``event``; ``previous_state`` the state before it. On a
+    declared event type, ``event.payload`` is the validated payload model.
+    """
+
+    __slots__ = ("_blockers", "_host", "_open", "delivery", "event", "previous_state", "state")
+
+    def __init__(
+        self,
+        host: EffectHost,
+        event: StreamEvent | None,
+        state: State,
+        previous_state: State,
+        caught_up: bool,
+    ) -> None:
+        self._host = host
+        self.event = event
+        self.state = state
+        self.previous_state = previous_state
+        self.delivery = Delivery(caught_up)
+        self._blockers: deque[Work] = deque()
+        self._open = True
+
+    def append(self, *events: EventInput | Mapping[str, Any]) -> asyncio.Task[list[StreamEvent]]:
+        """Append to this processor's stream; the append starts at once.
+
+        Returns a task to await for the committed events. A type the contract
+        does not list in ``emits`` raises
+        :class:`~streamkit.errors.UndeclaredEmit` here, before anything starts.
+        Each event's ``source.processor`` is stamped with this processor's slug
+        and version and, unless this is the eventless pass, the offset and type
+        of the event being processed. Use :meth:`StreamProcessor.idempotency_key`
+        so a batch that is retried after a failure does not append twice.
+        """
+        return self._host.emit(self.event, events)
+
+    def block_processor_while(self, fn: Work) -> None:
+        """Hold the cursor until ``fn()`` settles: the next event waits for it.
+
+        Blockers of one event run one after another in the order registered,
+        including blockers registered by running blockers, until none is left.
+        A blocker that raises fails the batch: nothing is checkpointed and the
+        batch is retried whole, so its effects must tolerate a second run.
+        """
+        check_work(fn, "block_processor_while")
+        if not self._open:
+            raise InvalidRequest(
+                "block_processor_while was called after the delivery of this event finished "
+                "(from background work, say); the cursor has moved on, so nothing can hold it; "
+                "use run_in_background for work that outlives its event",
+                details={"offset": None if self.event is None else self.event.offset},
+            )
+        self._blockers.append(fn)
+
+    def run_in_background(self, fn: Work) -> None:
+        """Start ``fn()`` without waiting for it; later events may overtake it.
+
+        Its outcome must be recoverable from state at the next at-head pass:
+        while any attempt is in flight the engine holds a claim that revives the
+        processor if the host dies. A failure is reported, never raised.
+        """
+        check_work(fn, "run_in_background")
+        self._host.start_background(self.event, fn)
+
+    def schedule_wakeup(self, at: float) -> None:
+        """Ask to be revived at epoch second ``at`` (an at-head pass then runs).
+
+        Wakeups are re-derived at every at-head pass: the set kept is what the
+        latest at-head pass asked for (plus requests made since), so derive them
+        from state in the ``delivery.caught_up`` pass.
+        """
+        self._host.request_wakeup(at)
+
+    def __repr__(self) -> str:
+        offset = None if self.event is None else self.event.offset
+        return f"ProcessEventArgs(offset={offset}, caught_up={self.delivery.caught_up})"
+
+    async def _deliver_to(self, processor: StreamProcessor[State]) -> None:
+        """(Engine use.) Run ``process_event``, then this event's blockers to a fixed point.
+
+        A blocker may register more blockers: they belong to this event too, so
+        the queue is drained until it stays empty. Afterwards the delivery is
+        closed, whether it succeeded or raised.
+        """
+        try:
+            processor.process_event(self)
+            blockers = self._blockers
+            while blockers:
+                result = blockers.popleft()()
+                if inspect.isawaitable(result):
+                    await result
+        finally:
+            self._open = False
+
+
+class StreamProcessor(Generic[State]):
+    """Subclass this: set ``contract`` and override the hooks you need.
+
+    ``reduce`` must be pure (return a NEW state, or None to keep the current
+    one; never mutate its arguments). ``process_event`` runs effects and is
+    synchronous: it registers async work through its ``args``. Attributes of
+    the instance are runtime state, gone with the host; only the reduced state
+    is checkpointed.
+    """
+
+    contract: ProcessorContract[State]
+
+    def reduce(self, event: StreamEvent, state: State) -> State | None:
+        """Fold ``event`` into ``state``: return the next state, or None to keep it."""
+        return None
+
+    def process_event(self, args: ProcessEventArgs[State]) -> None:
+        """React to an event (or, with ``args.event`` None, to reaching the head)."""
+        return None
+
+    def project_live_state(self, state: State) -> Any:
+        """The view live-state clients see; by default the reduced state itself."""
+        return state
+
+    def idempotency_key(self, key: str, event: StreamEvent | None = None) -> str:
+        """A key namespaced by slug: ``"slug/key"``, or ``"slug/key@offset"`` for one event."""
+        slug = self.contract.slug
+        return f"{slug}/{key}" if event is None else f"{slug}/{key}@{event.offset}"

@@ -1,0 +1,187 @@
+"""Processors for the host tests; the subprocess tests copy this file into tmp_path.
+
+Plain module, importable by a ``streamkit host`` child process as ``hostprocs``
+(the tests copy it there and put it on PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from streamkit import StreamEvent, StreamProcessor, define_processor_contract
+from streamkit.processor import ProcessEventArgs
+
+
+class Offsets(BaseModel):
+    offsets: list[int] = Field(default_factory=list)
+    pings: int = 0
+
+
+class Tally(StreamProcessor[Offsets]):
+    """Records the offset of every ``item`` it reduces: the exactly-once witness."""
+
+    contract = define_processor_contract(
+        slug="tally",
+        version="1",
+        description="records reduced item offsets",
+        state_schema=Offsets,
+        consumes=["item"],
+        emits=[],
+    )
+
+    def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
+        return state.model_copy(update={"offsets": [*state.offsets, event.offset]})
+
+
+class Second(Tally):
+    """A second slug over the same events (several processors on one path)."""
+
+    contract = define_processor_contract(
+        slug="second",
+        version="1",
+        description="records reduced item offsets too",
+        state_schema=Offsets,
+        consumes=["item"],
+        emits=[],
+    )
+
+
+class Pinged(StreamProcessor[Offsets]):
+    """Counts ephemeral ``ping`` events it is pushed (they are never written)."""
+
+    contract = define_processor_contract(
+        slug="pinged",
+        version="1",
+        description="counts pings",
+        state_schema=Offsets,
+        consumes=["ping"],
+        emits=[],
+    )
+
+    def __init__(self) -> None:
+        self.pings = 0
+
+    def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
+        return state.model_copy(update={"pings": state.pings + 1})
+
+
+class Fragile(StreamProcessor[Offsets]):
+    """Its effect raises on every ``item`` whose payload says ``boom``: a poison event."""
+
+    contract = define_processor_contract(
+        slug="fragile",
+        version="1",
+        description="fails on poison items",
+        state_schema=Offsets,
+        consumes=["item"],
+        emits=[],
+    )
+
+    def __init__(self) -> None:
+        self.attempts: dict[int, int] = {}
+
+    def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
+        return state.model_copy(update={"offsets": [*state.offsets, event.offset]})
+
+    def process_event(self, args: ProcessEventArgs[Offsets]) -> None:
+        event = args.event
+        if event is None or not event.payload.get("boom"):
+            return
+        self.attempts[event.offset] = self.attempts.get(event.offset, 0) + 1
+
+        async def explode() -> None:
+            raise RuntimeError(f"poison at {event.offset}")
+
+        args.block_processor_while(explode)
+
+
+class WakeState(BaseModel):
+    wake_at: float | None = None
+
+
+class Sleeper(StreamProcessor[WakeState]):
+    """Asks for a wakeup at the time an ``alarm`` event names, until that time has come."""
+
+    contract = define_processor_contract(
+        slug="sleeper",
+        version="1",
+        description="wakes up when told",
+        state_schema=WakeState,
+        consumes=["alarm"],
+        emits=[],
+    )
+
+    def __init__(self) -> None:
+        self.eventless = asyncio.Event()
+        self.woke = asyncio.Event()
+
+    def reduce(self, event: StreamEvent, state: WakeState) -> WakeState | None:
+        return WakeState(wake_at=event.payload.get("at"))
+
+    def process_event(self, args: ProcessEventArgs[WakeState]) -> None:
+        if not args.delivery.caught_up:
+            return
+        if args.event is None:
+            self.eventless.set()
+        at = args.state.wake_at
+        if at is None:
+            return
+        if time.time() >= at:
+            self.woke.set()
+        else:
+            args.schedule_wakeup(at)
+
+
+class Lingering(StreamProcessor[Offsets]):
+    """Starts background work per item that never ends by itself (holds the claim)."""
+
+    contract = define_processor_contract(
+        slug="lingering",
+        version="1",
+        description="background work that outlives its event",
+        state_schema=Offsets,
+        consumes=["item"],
+        emits=[],
+    )
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+
+    def process_event(self, args: ProcessEventArgs[Any]) -> None:
+        if args.event is None:
+            return
+
+        async def forever() -> None:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+
+        args.run_in_background(forever)
+
+
+class Blob(BaseModel):
+    blob: str = ""
+    offsets: list[int] = Field(default_factory=list)
+
+
+class Hoarder(StreamProcessor[Blob]):
+    """A ``big`` event makes its state too large to checkpoint (the engine latches that)."""
+
+    contract = define_processor_contract(
+        slug="hoarder",
+        version="1",
+        description="keeps too much",
+        state_schema=Blob,
+        consumes=["item", "big"],
+        emits=[],
+    )
+
+    def reduce(self, event: StreamEvent, state: Blob) -> Blob | None:
+        blob = "x" * 3_000_000 if event.type == "big" else ""
+        return Blob(blob=blob, offsets=[*state.offsets, event.offset])

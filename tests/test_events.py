@@ -1,0 +1,213 @@
+"""The event envelope: validation, serialization, the idempotent body, paths, timestamps."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from streamkit import InvalidEvent, InvalidRequest
+from streamkit.events import (
+    MAX_EVENT_BYTES,
+    EventInput,
+    ReadPage,
+    ScannedRange,
+    StreamEvent,
+    format_timestamp,
+    prepare_event,
+    prepare_events,
+    same_body,
+    validate_path,
+)
+
+
+class Order(BaseModel):
+    order: int
+    note: str = ""
+
+
+def test_a_mapping_and_an_event_input_prepare_alike() -> None:
+    """A plain mapping and an EventInput with the same fields prepare to the same thing."""
+    fields: dict[str, Any] = {
+        "type": "order.placed",
+        "payload": {"order": 7},
+        "metadata": {"trace": "t"},
+        "source": {"processor": {"slug": "intake"}},
+        "idempotency_key": "order-7",
+        "offset": 3,
+    }
+    assert prepare_event(fields, 2) == prepare_event(EventInput(**fields), 2)
+    prepared = prepare_event(fields, 2)
+    assert prepared.index == 2
+    assert prepared.payload_json == '{"order":7}'
+    assert prepared.source_json == '{"processor":{"slug":"intake"}}'
+    assert (prepared.idempotency_key, prepared.offset, prepared.ephemeral) == ("order-7", 3, False)
+
+
+def test_absent_payload_and_metadata_serialize_as_empty_objects() -> None:
+    """Missing payload and metadata are stored as {}; a missing source stays None."""
+    prepared = prepare_event({"type": "t"})
+    assert (prepared.payload_json, prepared.metadata_json, prepared.source_json) == (
+        "{}",
+        "{}",
+        None,
+    )
+
+
+def test_a_pydantic_payload_is_dumped_in_json_mode() -> None:
+    """A BaseModel payload is serialized with model_dump(mode='json')."""
+    prepared = prepare_event(EventInput(type="t", payload=Order(order=1, note="n")))
+    assert json.loads(prepared.payload_json) == {"order": 1, "note": "n"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"type": None}, "type"),
+        ({"type": "x" * 257}, "type"),
+        ({"type": "t", "payload": "text"}, "payload"),
+        ({"type": "t", "payload": {1j: 1}}, "payload"),
+        ({"type": "t", "metadata": {"x": float("inf")}}, "metadata"),
+        ({"type": "t", "source": ["me"]}, "source"),
+        ({"type": "t", "idempotency_key": "k" * 1025}, "idempotency_key"),
+        ({"type": "t", "offset": 0}, "offset"),
+        ({"type": "t", "offset": False}, "offset"),
+        ({"type": "t", "ephemeral": 1}, "ephemeral"),
+        ({"type": "t", "ephemeral": True, "idempotency_key": "k"}, "idempotency_key"),
+    ],
+)
+def test_bad_fields_are_refused_by_name(raw: dict[str, Any], field: str) -> None:
+    """Each bad field is an INVALID_EVENT whose details and message name that field."""
+    with pytest.raises(InvalidEvent) as refused:
+        prepare_event(raw, 4)
+    assert refused.value.details["field"] == field
+    assert refused.value.details["index"] == 4
+    assert f"event #4: field {field!r}" in str(refused.value)
+    assert str(refused.value).endswith("nothing was appended")
+
+
+def test_unknown_fields_are_refused() -> None:
+    """A mapping with keys outside the envelope is refused, listing them."""
+    with pytest.raises(InvalidEvent) as refused:
+        prepare_event({"type": "t", "colour": "red", "size": 2})
+    assert refused.value.details["fields"] == ["colour", "size"]
+
+
+def test_something_that_is_not_an_event_is_refused() -> None:
+    """A value that is neither a mapping nor an EventInput is refused."""
+    with pytest.raises(InvalidEvent, match="expected an EventInput or a mapping"):
+        prepare_event(["t"])  # type: ignore[arg-type]
+
+
+def test_the_size_ceiling_counts_every_serialized_part() -> None:
+    """An event over 1 MiB serialized is refused; one just under the ceiling is accepted."""
+    overhead = len('{"b":""}') + len("t") + len("{}")
+    prepare_event({"type": "t", "payload": {"b": "x" * (MAX_EVENT_BYTES - overhead)}})
+    with pytest.raises(InvalidEvent) as refused:
+        prepare_event({"type": "t", "payload": {"b": "x" * (MAX_EVENT_BYTES - overhead + 1)}})
+    assert refused.value.details["limit"] == MAX_EVENT_BYTES
+    with pytest.raises(InvalidEvent):
+        prepare_event({"type": "t", "metadata": {"b": "x" * MAX_EVENT_BYTES}})
+
+
+def test_prepare_events_refuses_on_the_first_bad_event() -> None:
+    """prepare_events numbers events from 0 and refuses the whole call at the first bad one."""
+    assert [p.index for p in prepare_events([{"type": "a"}, {"type": "b"}])] == [0, 1]
+    with pytest.raises(InvalidEvent) as refused:
+        prepare_events([{"type": "a"}, {"type": ""}, {"type": 5}])
+    assert refused.value.details["index"] == 1
+
+
+def test_decoded_equals_what_a_read_would_return() -> None:
+    """decoded() builds the committed event from the serialized JSON, not the input objects."""
+    prepared = prepare_event({"type": "t", "payload": {"pair": (1, 2)}, "ephemeral": True})
+    event = prepared.decoded(path="/p", offset=9, created_at="2026-01-01T00:00:00.000000Z")
+    assert event.payload == {"pair": [1, 2]}
+    assert (event.path, event.offset, event.ephemeral) == ("/p", 9, True)
+
+
+def test_same_body_compares_type_payload_and_metadata_as_json() -> None:
+    """same_body ignores key order, source and offset, and treats absent parts as {}."""
+    committed = StreamEvent(path="/", offset=1, type="t", payload={"a": 1, "b": [1]})
+    assert same_body(prepare_event({"type": "t", "payload": {"b": (1,), "a": 1}}), committed)
+    assert same_body(
+        prepare_event({"type": "t", "payload": {"a": 1, "b": [1]}, "source": {"x": 1}}),
+        committed,
+    )
+    assert not same_body(prepare_event({"type": "u", "payload": {"a": 1, "b": [1]}}), committed)
+    assert not same_body(
+        prepare_event({"type": "t", "payload": {"a": 1, "b": [1]}, "metadata": {"m": 1}}),
+        committed,
+    )
+    assert same_body(prepare_event({"type": "t"}), StreamEvent(path="/", offset=1, type="t"))
+
+
+def test_same_body_accepts_a_model_payload_on_the_committed_side() -> None:
+    """A committed event whose payload an engine turned into a model still compares as JSON."""
+    committed = StreamEvent(path="/", offset=1, type="t", payload=Order(order=3))
+    assert same_body(prepare_event({"type": "t", "payload": {"order": 3, "note": ""}}), committed)
+
+
+def test_to_dict_is_json_ready() -> None:
+    """to_dict dumps model payloads and includes source, key and ephemeral only when set."""
+    plain = StreamEvent(path="/", offset=1, type="t", created_at="c")
+    assert plain.to_dict() == {
+        "path": "/",
+        "offset": 1,
+        "type": "t",
+        "payload": {},
+        "metadata": {},
+        "created_at": "c",
+    }
+    full = StreamEvent(
+        path="/",
+        offset=2,
+        type="t",
+        payload=Order(order=1),
+        source={"s": 1},
+        idempotency_key="k",
+        ephemeral=True,
+    )
+    data = full.to_dict()
+    assert data["payload"] == {"order": 1, "note": ""}
+    assert (data["source"], data["idempotency_key"], data["ephemeral"]) == ({"s": 1}, "k", True)
+    json.dumps(data)
+
+
+def test_stream_events_are_immutable() -> None:
+    """A committed event cannot be reassigned."""
+    event = StreamEvent(path="/", offset=1, type="t")
+    with pytest.raises(AttributeError):
+        event.offset = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("path", ["/", "/a", "/a/b-c/d_e.f", "/A1/" + "x" * 100])
+def test_valid_paths(path: str) -> None:
+    """/ and slash-separated segments of letters, digits, '-', '_', '.' are valid."""
+    assert validate_path(path) == path
+
+
+@pytest.mark.parametrize(
+    "path", ["", "a", "/a/", "//", "/a//b", "/./a", "/a/..", "/a b", "/é", "/" + "x" * 600, None]
+)
+def test_invalid_paths(path: Any) -> None:
+    """Anything else is an INVALID_REQUEST that says nothing was read or written."""
+    with pytest.raises(InvalidRequest, match="nothing was read or written"):
+        validate_path(path)
+
+
+def test_format_timestamp_is_utc_with_microseconds() -> None:
+    """Timestamps are UTC ISO-8601 with six fractional digits and a Z."""
+    assert format_timestamp(0) == "1970-01-01T00:00:00.000000Z"
+    assert format_timestamp(1_800_000_000.123456) == "2027-01-15T08:00:00.123456Z"
+
+
+def test_read_page_and_scanned_range_shapes() -> None:
+    """ScannedRange is a (after, through) tuple; ReadPage carries events and the proof."""
+    scanned = ScannedRange(3, 7)
+    assert tuple(scanned) == (3, 7)
+    assert (scanned.after, scanned.through) == (3, 7)
+    page = ReadPage([], 7, True)
+    assert (list(page.events), page.scanned_through_offset, page.at_head) == ([], 7, True)

@@ -1,0 +1,161 @@
+"""The host's control socket: append (durable and ephemeral), read, status, snapshot, watch, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import stat
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from host_support import Pinged, Tally
+
+from streamkit import apply_delta
+from streamkit.config import HostConfig
+from streamkit.control import ControlClient
+from streamkit.errors import ControlSocketInUse, InvalidEvent, InvalidRequest, UnknownOperation
+from streamkit.host import ProcessorHost
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory for the socket (AF_UNIX paths are limited to ~107 bytes)."""
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="skh"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def host(tmp_path: Path, short_dir: Path) -> AsyncIterator[ProcessorHost]:
+    config = HostConfig.model_validate(
+        {
+            "db": str(tmp_path / "c.db"),
+            "socket": str(short_dir / "c.sock"),
+            "lease": {"ttl": 5.0, "heartbeat": 0.1},
+        }
+    )
+    running = ProcessorHost(config, processors=[Tally(), Pinged()])
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop(grace=0.0)
+
+
+@pytest.fixture
+async def client(host: ProcessorHost) -> AsyncIterator[ControlClient]:
+    async with ControlClient(host.config.socket_path, timeout=10) as connected:
+        yield connected
+
+
+async def test_socket_is_private(host: ProcessorHost) -> None:
+    """The control socket is created with mode 0600."""
+    mode = os.stat(host.config.socket_path).st_mode
+    assert stat.S_ISSOCK(mode)
+    assert stat.S_IMODE(mode) == 0o600
+
+
+async def test_append_read_status_snapshot(host: ProcessorHost, client: ControlClient) -> None:
+    """Durable appends through the socket are reduced; read, status and snapshot answer."""
+    committed = await client.request(
+        "append", path="/", events=[{"type": "item", "payload": {"n": 1}}, {"type": "item"}]
+    )
+    assert [e["offset"] for e in committed] == [1, 2]
+    await host.wait_until_processed("tally", 2)
+    page = await client.request("read", path="/", after=1)
+    assert [e["offset"] for e in page["events"]] == [2]
+    assert page["at_head"] is True
+    snapshot = await client.request("snapshot", slug="tally")
+    # Live-state deltas (ephemeral) take offsets too, so the cursor may be past 2.
+    assert snapshot["offset"] >= 2
+    assert (snapshot["state"], snapshot["source"]) == ({"offsets": [1, 2], "pings": 0}, "engine")
+    status = await client.request("status")
+    assert {row["slug"] for row in status["processors"]} == {"tally", "pinged"}
+
+
+async def test_ephemeral_append_reaches_the_processor(
+    host: ProcessorHost, client: ControlClient
+) -> None:
+    """An ephemeral appended through the socket is pushed to the host's processors, never written."""
+    (ping,) = await client.request("append", events=[{"type": "ping", "ephemeral": True}])
+    assert ping["ephemeral"] is True
+    await host.wait_until_processed("pinged", ping["offset"])
+    assert (await client.request("snapshot", slug="pinged"))["state"]["pings"] == 1
+    page = await client.request("read")
+    assert page["events"] == []
+
+
+async def test_watch_seeds_then_streams_patches(host: ProcessorHost, client: ControlClient) -> None:
+    """watch sends the seed {rev, state}, then deltas whose patches rebuild the state."""
+    watch = client.watch("watch", slug="tally")
+    try:
+        seed = await anext(watch)
+        assert seed["kind"] == "seed"
+        assert seed["state"] == {"offsets": [], "pings": 0}
+        await client.request("append", events=[{"type": "item"}])
+        delta = await asyncio.wait_for(anext(watch), 5)
+        assert (delta["kind"], delta["from"]) == ("delta", seed["rev"])
+        assert apply_delta(seed["state"], delta["patch"]) == {"offsets": [1], "pings": 0}
+    finally:
+        await watch.aclose()  # type: ignore[attr-defined]
+
+
+async def test_follow_streams_ephemerals_too(host: ProcessorHost, client: ControlClient) -> None:
+    """follow yields durable history, then new commits including this host's ephemerals."""
+    await client.request("append", events=[{"type": "item"}])
+    follow = client.watch("follow", path="/", after=0)
+    try:
+        first = await asyncio.wait_for(anext(follow), 5)
+        assert (first["offset"], first["type"]) == (1, "item")
+        await client.request("append", events=[{"type": "ping", "ephemeral": True}])
+        seen: list[dict[str, Any]] = []
+        while not any(e["type"] == "ping" for e in seen):
+            seen.append(await asyncio.wait_for(anext(follow), 5))
+        assert next(e for e in seen if e["type"] == "ping")["ephemeral"] is True
+    finally:
+        await follow.aclose()  # type: ignore[attr-defined]
+
+
+async def test_bad_requests_get_coded_errors_and_host_keeps_serving(
+    host: ProcessorHost, client: ControlClient
+) -> None:
+    """Unknown ops, bad arguments, bad events and unknown slugs are refused; the host serves on."""
+    with pytest.raises(UnknownOperation):
+        await client.request("explode")
+    with pytest.raises(InvalidRequest):
+        await client.request("append", events=[])
+    with pytest.raises(InvalidEvent):
+        await client.request("append", events=[{"type": ""}])
+    with pytest.raises(InvalidRequest, match="not run by this host"):
+        await client.request("snapshot", slug="missing")
+    with pytest.raises(InvalidRequest, match="not run by this host"):
+        await anext(client.watch("watch", slug="missing"))
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        await asyncio.to_thread(raw.connect, str(host.config.socket_path))
+        await asyncio.to_thread(raw.sendall, b"{not json\n")
+        reply = json.loads(await asyncio.to_thread(raw.recv, 65536))
+    finally:
+        raw.close()
+    assert reply["error"]["code"] == "MALFORMED_REQUEST"
+    assert (await client.request("read"))["events"] == []
+
+
+async def test_second_host_on_a_taken_socket_refuses_to_start(
+    host: ProcessorHost, tmp_path: Path
+) -> None:
+    """A host whose socket path a live host serves refuses to start and leaves the first serving."""
+    second = ProcessorHost(host.config, processors=[Tally()], owner="second")
+    with pytest.raises(ControlSocketInUse):
+        await second.start()
+    async with ControlClient(host.config.socket_path, timeout=5) as client:
+        status = await client.request("status")
+    assert status["host"]["owner"] == host.owner

@@ -1,0 +1,277 @@
+"""`streamkit host` as a real daemon process: CLI clients, SIGTERM, kill -9, two hosts and takeover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamkit import open_log
+from streamkit.control import live_server_at
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+
+
+class Rig:
+    """Spawns hosts and CLI commands against one database; kills every child at the end."""
+
+    def __init__(self, tmp_path: Path, sockets: Path) -> None:
+        self.tmp = tmp_path
+        self.sockets = sockets
+        self.db = str(tmp_path / "d.db")
+        self.children: list[subprocess.Popen[bytes]] = []
+        shutil.copy(HERE / "host_support.py", tmp_path / "hostprocs.py")
+        self.env = dict(os.environ)
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+
+    def socket(self, name: str) -> str:
+        return str(self.sockets / f"{name}.sock")
+
+    def host(self, name: str, *processors: str, ttl: str = "5") -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "streamkit", "host", "--db", self.db]
+        argv += ["--socket", self.socket(name), "--lease-ttl", ttl, "--log-format", "json"]
+        for processor in processors or ("hostprocs:Tally",):
+            argv += ["--processor", processor]
+        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        try:
+            child = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log, cwd=self.tmp)
+        finally:
+            log.close()
+        self.children.append(child)
+        deadline = time.monotonic() + 30
+        while not live_server_at(self.socket(name)):
+            assert child.poll() is None, self.host_log(name)
+            assert time.monotonic() < deadline, "host did not start"
+            time.sleep(0.02)
+        return child
+
+    def host_log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    def cli(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "streamkit", *argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def status(self, name: str) -> dict[str, Any]:
+        out = self.cli("status", "--db", self.db, "--socket", self.socket(name), "--json").stdout
+        status: dict[str, Any] = json.loads(out)
+        return status
+
+    def row(self, name: str, slug: str = "tally") -> dict[str, Any]:
+        return next(r for r in self.status(name)["processors"] if r["slug"] == slug)
+
+    def kill_all(self) -> None:
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    sockets = Path(tempfile.mkdtemp(dir="/tmp", prefix="skd"))
+    made = Rig(tmp_path, sockets)
+    try:
+        yield made
+    finally:
+        made.kill_all()
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def append_items(db: str, count: int) -> list[int]:
+    async def run() -> list[int]:
+        async with open_log(db) as log:
+            done = await log.stream("/").append(*({"type": "item"} for _ in range(count)))
+        return [e.offset for e in done]
+
+    return asyncio.run(run())
+
+
+def log_items(db: str) -> list[int]:
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(
+            "SELECT \"offset\" FROM streamkit_events WHERE path = '/' AND type = 'item'"
+            ' ORDER BY "offset"'
+        ).fetchall()
+    finally:
+        conn.close()
+    return [int(r[0]) for r in rows]
+
+
+def checkpoint(db: str, slug: str = "tally") -> tuple[int, list[int]]:
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute(
+            "SELECT reduced_through_offset, state FROM streamkit_checkpoints WHERE slug = ?",
+            (slug,),
+        ).fetchone()
+        head = conn.execute('SELECT MAX("offset") FROM streamkit_events').fetchone()[0]
+    finally:
+        conn.close()
+    if row is None:
+        return 0, []
+    cursor, state = int(row[0]), row[1]
+    offsets = [] if state is None else list(json.loads(state)["offsets"])
+    # No checkpoint is ahead of its events: nothing past the durable head.
+    assert not offsets or offsets[-1] <= (head or 0)
+    return cursor, offsets
+
+
+def test_daemon_serves_cli_clients_and_stops_on_sigterm(rig: Rig) -> None:
+    """Appends from other processes are reduced; status, snapshot, watch work; SIGTERM exits 0."""
+    daemon = rig.host("a")
+    sock = rig.socket("a")
+    offsets = []
+    for n in range(2):
+        out = rig.cli("append", "--db", rig.db, "item", "--payload", f'{{"n":{n}}}', "--json")
+        offsets.append(json.loads(out.stdout)["offset"])
+    eventually(lambda: rig.row("a")["cursor"] >= offsets[-1])
+    row = rig.row("a")
+    assert (row["state"], row["lag"], row["lease_held_here"]) == ("running", 0, True)
+    snapshot = json.loads(rig.cli("snapshot", "tally", "--db", rig.db, "--json").stdout)
+    assert snapshot["state"]["offsets"] == offsets
+    argv = [sys.executable, "-m", "streamkit", "watch", "tally", "--db", rig.db, "--json"]
+    watcher = subprocess.Popen(
+        [*argv, "--socket", sock, "--limit", "2"],
+        env=rig.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    rig.children.append(watcher)  # type: ignore[arg-type]
+    assert watcher.stdout is not None
+    seed = json.loads(watcher.stdout.readline())
+    assert (seed["kind"], seed["state"]["offsets"]) == ("seed", offsets)
+    rig.cli("append", "--db", rig.db, "item")
+    delta = json.loads(watcher.stdout.readline())
+    assert (delta["kind"], delta["from"]) == ("delta", seed["rev"])
+    assert watcher.wait(timeout=30) == 0
+    watcher.stdout.close()
+    assert watcher.stderr is not None
+    watcher.stderr.close()
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+    assert not os.path.exists(sock)
+    lines = [json.loads(line) for line in rig.host_log("a").splitlines() if line.startswith("{")]
+    names = [line["event"] for line in lines]
+    for expected in ("lease.acquired", "catch_up.done", "host.started", "lease.released"):
+        assert expected in names
+    assert names[-1] == "host.stopped"
+    # With no host, status reads the database: the lease is released, the cursor kept.
+    offline = json.loads(rig.cli("status", "--db", rig.db, "--json").stdout)
+    (row,) = offline["processors"]
+    assert row["lease"]["released"] is True
+    assert row["cursor"] == checkpoint(rig.db)[0]
+    assert checkpoint(rig.db)[1] == log_items(rig.db)
+
+
+def test_second_host_takes_over_after_kill_9(rig: Rig) -> None:
+    """Kill -9 the lease holder: the waiting host takes over after the lease expires, no event twice."""
+    first = rig.host("a", ttl="1")
+    eventually(lambda: rig.row("a")["state"] == "running")
+    rig.host("b", ttl="1")
+    assert rig.row("b")["state"] == "waiting"
+    before = append_items(rig.db, 20)
+    eventually(lambda: rig.row("a")["cursor"] >= before[-1])
+    first.kill()
+    first.wait()
+    eventually(lambda: rig.row("b")["state"] == "running")
+    after = append_items(rig.db, 20)
+    eventually(lambda: rig.row("b")["cursor"] >= after[-1])
+    assert rig.row("b")["lease"]["generation"] == 2
+    assert checkpoint(rig.db)[1] == before + after == log_items(rig.db)
+
+
+APPENDER = """
+import asyncio, os, sys
+from streamkit import open_log
+
+async def main(db, stop):
+    async with open_log(db) as log:
+        stream = log.stream("/")
+        while not os.path.exists(stop):
+            await stream.append({"type": "item"}, {"type": "item"})
+            await asyncio.sleep(0.002)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_kill_9_at_random_moments_loses_nothing(rig: Rig) -> None:
+    """Killed repeatedly under load, every durable event ends up reduced exactly once."""
+    stop = rig.tmp / "stop"
+    appender = subprocess.Popen([sys.executable, "-c", APPENDER, rig.db, str(stop)], env=rig.env)
+    rig.children.append(appender)  # type: ignore[arg-type]
+    chooser = random.Random(4)
+    try:
+        for round_ in range(4):
+            daemon = rig.host(f"k{round_}", ttl="1")
+            time.sleep(chooser.uniform(0.1, 0.6))
+            daemon.kill()
+            daemon.wait()
+            cursor, offsets = checkpoint(rig.db)
+            assert len(offsets) == len(set(offsets))
+            assert offsets == [o for o in log_items(rig.db) if o <= cursor]
+    finally:
+        stop.touch()
+        appender.wait(timeout=30)
+    assert appender.returncode == 0
+    final = rig.host("final", ttl="1")
+    head = log_items(rig.db)[-1]
+    eventually(lambda: (rig.row("final")["cursor"] or 0) >= head)
+    final.send_signal(signal.SIGTERM)
+    assert final.wait(timeout=30) == 0
+    cursor, offsets = checkpoint(rig.db)
+    assert offsets == log_items(rig.db)
+    assert cursor >= head
+
+
+def test_second_signal_exits_at_once(rig: Rig) -> None:
+    """SIGTERM waits for background work within the grace; a second signal exits at once."""
+    argv = [sys.executable, "-m", "streamkit", "host", "--db", rig.db, "--grace", "60"]
+    argv += ["--socket", rig.socket("g"), "--processor", "hostprocs:Lingering"]
+    with open(rig.tmp / "g.log", "ab") as log:
+        daemon = subprocess.Popen(argv, env=rig.env, stdout=log, stderr=log, cwd=rig.tmp)
+    rig.children.append(daemon)
+    eventually(lambda: live_server_at(rig.socket("g")))
+    append_items(rig.db, 1)
+    eventually(lambda: rig.row("g", "lingering")["claim_due"] is not None)
+    daemon.send_signal(signal.SIGTERM)
+    eventually(lambda: "host.stopping" in rig.host_log("g"))
+    assert daemon.poll() is None  # still giving the background work its grace
+    daemon.send_signal(signal.SIGINT)
+    assert daemon.wait(timeout=30) == 128 + signal.SIGINT
+    assert "host.exit_now" in rig.host_log("g")
