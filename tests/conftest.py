@@ -1,13 +1,22 @@
-"""Shared fixtures: a log file under the test's temporary directory, and an open log on it."""
+"""Shared fixtures (a log file under the test's temporary directory, an open log on it)
+and the hypothesis profile: CI runs derandomized, so a landing never hinges on a lucky draw;
+local runs explore new examples each time (and replay saved failures).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from streamkit.log import Log, open_log
+
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 @pytest.fixture
