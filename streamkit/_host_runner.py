@@ -47,6 +47,10 @@ _log = structlog.get_logger("streamkit.host")
 
 CATCH_UP = "catch-up"
 REVIVE = "revive"
+# A new engine's first work: catch up AND run the at-head pass. The host took the
+# lease, so whatever a previous holder had in flight is gone; the pass restarts
+# what state says is owed now, not when that holder's claim falls due.
+START = "start"
 Item = str | tuple[Sequence[StreamEvent], ScannedRange]
 
 MIN_BATCH_GRACE = 5.0
@@ -169,7 +173,7 @@ class ProcessorRunner:
         )
         self.caught_up = False
         self._queue.clear()
-        self._queue.append(CATCH_UP)
+        self._queue.append(START)
         self._wake.set()
 
     def push(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
@@ -327,6 +331,8 @@ class ProcessorRunner:
         try:
             if item == CATCH_UP:
                 await engine.catch_up_from_log()
+            elif item == START:
+                await engine.revive()
             elif item == REVIVE:
                 _log.info("processor.revive", slug=self.slug, path=self.path)
                 await engine.revive()
@@ -362,7 +368,7 @@ class ProcessorRunner:
         self.failures = 0
         self.stalled = False
         self.stalled_at = None
-        if item == CATCH_UP and not self.caught_up:
+        if item in (CATCH_UP, START) and not self.caught_up:
             self.caught_up = True
             seconds = time.perf_counter() - started
             reduced = engine.events_reduced - reduced_before

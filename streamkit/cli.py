@@ -12,6 +12,8 @@ refused. Commands:
 - ``streamkit snapshot``: a processor's reduced state.
 - ``streamkit watch``: a processor's live state, as a seed and then patches.
 - ``streamkit skip``: move a stalled processor past one event.
+- ``streamkit tasks``: list, show and cancel durable tasks (``_cli_tasks``).
+- ``streamkit dlq``: list, show and replay dead-lettered records (``_cli_tasks``).
 
 When a host is running on the log (its control socket answers), ``append``
 and ``read --follow`` go through it, so ephemeral events reach live
@@ -31,6 +33,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from streamkit._cli_tasks import add_dlq, add_tasks
 from streamkit.config import add_host_arguments, config_from_namespace
 from streamkit.control import ControlClient, live_server_at, request_sync
 from streamkit.errors import StreamkitError
@@ -551,6 +554,8 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
     _add_snapshot,
     _add_watch,
     _add_skip,
+    add_tasks,
+    add_dlq,
 )
 
 

@@ -261,6 +261,19 @@ async def test_claim_left_by_a_dead_host_revives_at_start(
         await asyncio.sleep(0.01)
 
 
+async def test_new_lease_holder_runs_the_at_head_pass_without_waiting_for_the_claim(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A claim a dead host left (due in 20 min) does not delay recovery: the start runs the pass."""
+    db = tmp_path / "h.db"
+    async with open_log(db) as log:
+        await log.stream("/").claim(time.time() + 1200, claimant="sleeper")
+    sleeper = Sleeper()
+    host = hosts(sleeper)
+    await host.start()
+    await asyncio.wait_for(sleeper.eventless.wait(), 5)
+
+
 # -- failures, stalls, skips --------------------------------------------------------------------
 
 
