@@ -23,9 +23,10 @@ Offsets (per stream path):
   only to reserve (and, on a clean close, to give back the unused rest).
 - A block is void once another process reserved (``reserved_by`` changed) or
   the head passed its end; the next ephemeral reserves a new block above
-  everything. Blocks double while one writer keeps using them up (amortized
-  writes per ephemeral tend to zero) and shrink back when another writer takes
-  the row (smaller holes under contention). A group of ephemerals that fits
+  everything. Blocks double (256 up to 4096) while one writer keeps using them
+  up (one reservation write per thousands of ephemerals) and shrink back to 256
+  when another writer takes the row or its durable append skips past the block:
+  such a skip is the hole another live process leaves, so it must stay small. A group of ephemerals that fits
   the current block runs with no transaction at all, and a clean close gives
   the unused rest of the block back, so only a crash or another live process
   leaves a hole.
@@ -89,7 +90,7 @@ GROUP_LIMIT = 1000
 POLL_SECONDS = 0.002
 """How often the idle writer looks for other processes' commits while anyone follows."""
 BLOCK_MIN = 256
-BLOCK_MAX = 65_536
+BLOCK_MAX = 4096
 FOREIGN_PAGE = 1000
 """Rows of other processes' commits read per path per poll (bounds one push's size)."""
 
@@ -615,7 +616,13 @@ class Writer:
             if offset <= state.reserved_through:
                 state.last_ephemeral = offset
                 return offset
-            block = min(state.block * 2, BLOCK_MAX)  # used up by this writer alone: grow
+            if state.head > state.reserved_through:
+                # Another writer's durable landed past the block (it had to skip it
+                # whole): the block was voided, not used up, so do not grow it; under
+                # contention small blocks keep the skipped holes small.
+                block = BLOCK_MIN
+            else:
+                block = min(state.block * 2, BLOCK_MAX)  # used up by this writer alone: grow
         else:
             block = BLOCK_MIN
         if not self._in_transaction:

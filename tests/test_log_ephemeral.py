@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 import threading
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from streamkit import OffsetConflict
+from streamkit._log_writer import BLOCK_MIN
 from streamkit.log import Log, open_log
 
 
@@ -166,3 +168,21 @@ async def test_a_refusal_inside_a_group_gives_back_its_offsets(log: Log) -> None
     got = [[(e.offset, e.ephemeral) for e in r] for r in results if isinstance(r, list)]
     assert got == [[(1, True)], [(2, False)], [(3, True)], [(4, False)]]
     assert log.stats.ephemeral == 2
+
+
+async def test_another_writers_durables_do_not_grow_the_skipped_block(log_file: Path) -> None:
+    """A block voided by another writer's durable append is not mistaken for used up: holes stay small."""
+    live = open_log(log_file)
+    other = open_log(log_file)
+    try:
+        offsets: list[int] = []
+        for round_ in range(40):
+            await live.stream().append(*(tick(i) for i in range(5)))
+            (event,) = await other.stream().append(durable(round_))
+            offsets.append(event.offset)
+        gaps = [b - a for a, b in itertools.pairwise(offsets)]
+        # Each foreign durable skips at most one minimum block plus the ephemerals handed.
+        assert max(gaps) <= BLOCK_MIN + 6, gaps
+    finally:
+        await live.aclose()
+        await other.aclose()
