@@ -1,6 +1,6 @@
 """An example processor for ``streamkit host``: counts orders and acknowledges each one.
 
-Run it (see the README's demo, ``scripts/demo``)::
+Run it::
 
     PYTHONPATH=examples streamkit host --db demo.db --processor orders:OrderBook
 

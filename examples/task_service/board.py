@@ -1,0 +1,208 @@
+"""The task board: tasks by category, as a processor whose live state clients watch.
+
+The board folds the tasks processor's events into what a screen shows: tasks
+*queued* by id (requested, not settled yet; *retrying* after a failed attempt,
+*replaying* when the DLQ handed them back), per category the tasks *done*
+(created on the board) and the dead-letterings (a replay that fails again
+counts again), and the records the DLQ *abandoned* in total. When
+a ``create-task`` run succeeds, the board records it once with its own event,
+``board.task-created`` (idempotency key ``task-board/created/<task_id>``), which
+is what notifications watch: one created task, one event, one notification.
+
+Guarantees:
+
+- **Bounded state.** Only tasks still in flight are kept by id; finished ones
+  are counters per category plus the last ``RECENT`` created. The checkpoint
+  stays small whatever the volume.
+- **A task is created on the board once.** ``board.task-created`` is appended
+  under a key derived from the task id, so a batch re-run after a crash (or a
+  second ``task.succeeded`` for the id, which the tasks processor never writes)
+  returns the event already written instead of adding another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from streamkit.processors.dlq import DLQ_EVENTS, RecordAbandoned, replay_ref
+from streamkit.processors.tasks import (
+    TASKS_CONTRACT,
+    TaskAttemptFailed,
+    TaskDeadLettered,
+    TaskRequested,
+    TaskSucceeded,
+)
+
+from streamkit import (
+    EventDefinition,
+    IdempotencyConflict,
+    ProcessEventArgs,
+    StreamEvent,
+    StreamProcessor,
+    define_processor_contract,
+)
+
+CREATE_TASK = "create-task"
+"""The task name whose successful runs create tasks on the board."""
+
+TASK_CREATED = "board.task-created"
+RECENT = 3
+
+
+class TaskCreated(BaseModel):
+    """A task now exists on the board."""
+
+    task_id: str
+    title: str
+    category: str
+
+
+class QueuedTask(BaseModel):
+    """A task requested and not settled yet."""
+
+    title: str
+    category: str
+    status: Literal["queued", "retrying", "replaying"] = "queued"
+
+
+class Column(BaseModel):
+    """One category's counters."""
+
+    done: int = 0
+    dead_lettered: int = 0
+
+
+class BoardState(BaseModel):
+    """What the board shows: tasks in flight, counters per category, the latest created."""
+
+    queued: dict[str, QueuedTask] = Field(default_factory=dict)
+    categories: dict[str, Column] = Field(default_factory=dict)
+    recent: list[TaskCreated] = Field(default_factory=list)
+    created: int = 0
+    dead_lettered: int = 0
+    abandoned: int = 0
+
+
+BOARD_CONTRACT = define_processor_contract(
+    slug="task-board",
+    version="1",
+    description="tasks by category: queued, done, dead-lettered",
+    state_schema=BoardState,
+    events={
+        TASK_CREATED: EventDefinition(
+            description="a create-task run succeeded: the task is on the board",
+            payload_schema=TaskCreated,
+        )
+    },
+    processor_deps=[TASKS_CONTRACT, DLQ_EVENTS],
+    consumes=[
+        "task.requested",
+        "task.attempt-failed",
+        "task.succeeded",
+        "task.dead-lettered",
+        "dlq.record-abandoned",
+        TASK_CREATED,
+    ],
+    emits=[TASK_CREATED],
+)
+
+
+def _column(state: BoardState, category: str) -> Column:
+    return state.categories.get(category, Column())
+
+
+def _without(queued: dict[str, QueuedTask], task_id: str) -> dict[str, QueuedTask]:
+    return {k: v for k, v in queued.items() if k != task_id}
+
+
+class TaskBoard(StreamProcessor[BoardState]):
+    """Folds ``create-task`` runs into a board; records each created task once."""
+
+    contract = BOARD_CONTRACT
+
+    def reduce(self, event: StreamEvent, state: BoardState) -> BoardState | None:
+        p = event.payload
+        if isinstance(p, TaskRequested):
+            if p.name != CREATE_TASK:
+                return None
+            status: Literal["queued", "replaying"] = (
+                "replaying" if replay_ref(event) is not None else "queued"
+            )
+            queued = QueuedTask(
+                title=str(p.args.get("title", "")),
+                category=str(p.args.get("category", "")),
+                status=status,
+            )
+            return state.model_copy(update={"queued": {**state.queued, p.task_id: queued}})
+        if isinstance(p, TaskAttemptFailed):
+            task = state.queued.get(p.task_id)
+            if task is None:
+                return None
+            retrying = task.model_copy(update={"status": "retrying"})
+            return state.model_copy(update={"queued": {**state.queued, p.task_id: retrying}})
+        if isinstance(p, TaskSucceeded):
+            if p.task_id not in state.queued:
+                return None
+            # Done once board.task-created is folded; until then it is no longer queued.
+            return state.model_copy(update={"queued": _without(state.queued, p.task_id)})
+        if isinstance(p, TaskDeadLettered):
+            task = state.queued.get(p.task_id)
+            if task is None:
+                return None
+            column = _column(state, task.category)
+            return state.model_copy(
+                update={
+                    "queued": _without(state.queued, p.task_id),
+                    "categories": {
+                        **state.categories,
+                        task.category: column.model_copy(
+                            update={"dead_lettered": column.dead_lettered + 1}
+                        ),
+                    },
+                    "dead_lettered": state.dead_lettered + 1,
+                }
+            )
+        if isinstance(p, RecordAbandoned):
+            return state.model_copy(update={"abandoned": state.abandoned + 1})
+        if isinstance(p, TaskCreated):
+            column = _column(state, p.category)
+            return state.model_copy(
+                update={
+                    "categories": {
+                        **state.categories,
+                        p.category: column.model_copy(update={"done": column.done + 1}),
+                    },
+                    "recent": [*state.recent, p][-RECENT:],
+                    "created": state.created + 1,
+                }
+            )
+        return None
+
+    def process_event(self, args: ProcessEventArgs[BoardState]) -> None:
+        event = args.event
+        if event is None or not isinstance(event.payload, TaskSucceeded):
+            return
+        result: Any = event.payload.result
+        if not isinstance(result, dict) or result.get("created") is not True:
+            return  # not a create-task result
+        created = TaskCreated(
+            task_id=event.payload.task_id,
+            title=str(result.get("title", "")),
+            category=str(result.get("category", "")),
+        )
+        append = {
+            "type": TASK_CREATED,
+            "payload": created.model_dump(mode="json"),
+            "idempotency_key": self.idempotency_key(f"created/{created.task_id}"),
+        }
+
+        async def record() -> None:
+            # A conflict: the task is already on the board with another body; the first stands.
+            with contextlib.suppress(IdempotencyConflict):
+                await args.append(append)
+
+        # Blocking: the cursor does not pass this success until the board entry
+        # is durable, so a crash re-runs it (and the key makes that a no-op).
+        args.block_processor_while(record)
