@@ -71,7 +71,9 @@ def _read(conn: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
         ).fetchone()[0]
         data["head"] = int(head)
         cursor = data["cursor"]
-        data["lag"] = int(head) - cursor if cursor is not None else int(head)
+        # A cursor may pass the durable head: offsets handed to ephemerals (live-state
+        # deltas) are reduced through too, and no durable event can land below them.
+        data["lag"] = max(0, int(head) - cursor) if cursor is not None else int(head)
     return sorted(rows.values(), key=lambda r: (r["path"] or "", r["slug"]))
 
 

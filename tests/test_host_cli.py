@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import shutil
+import sqlite3
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from host_support import Fragile, Pinged, Tally
 
+from streamkit.checkpoint import ReduceCheckpointTable
 from streamkit.cli import main
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
@@ -92,6 +94,30 @@ def test_status_and_snapshot_after_a_host_ran(tmp_path: Path) -> None:
     code, out = run("snapshot", "tally", "--db", str(db), "--json")
     snapshot = json.loads(out)
     assert (snapshot["state"]["offsets"], snapshot["source"]) == ([1, 2], "checkpoint")
+
+
+def test_offline_status_lag_never_negative(tmp_path: Path) -> None:
+    """A checkpoint reduced past the durable head (through ephemeral offsets) shows lag 0."""
+    db = tmp_path / "a.db"
+
+    async def session() -> None:
+        config = HostConfig.model_validate({"db": str(db)})
+        async with ProcessorHost(config, processors=[Tally()], serve_control=False) as host:
+            committed = await host.append("/", [{"type": "item"}])
+            await host.wait_until_processed("tally", committed[-1].offset)
+
+    asyncio.run(session())
+    conn = sqlite3.connect(db)
+    try:
+        ReduceCheckpointTable(conn, create_table=False).write(
+            "tally", reducer_version="1", reduced_through_offset=9, state_json=None
+        )
+    finally:
+        conn.close()
+    code, out = run("status", "--db", str(db), "--json")
+    assert code == 0
+    (row,) = json.loads(out)["processors"]
+    assert (row["cursor"], row["head"], row["lag"]) == (9, 1, 0)
 
 
 def test_skip_without_a_host_records_once(tmp_path: Path) -> None:
