@@ -54,7 +54,7 @@ from streamkit.errors import (
     StreamkitError,
     UndeclaredEmit,
 )
-from streamkit.events import EventInput, ScannedRange, StreamEvent
+from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.live_state import LiveSnapshot, LiveState
 from streamkit.processor import ProcessEventArgs, StreamProcessor, Work
 from streamkit.protocols import Clock, ProcessorStream
@@ -72,6 +72,9 @@ S = TypeVar("S")
 
 PAGE_SIZE = 500
 """Events per read when the engine catches up or repairs a gap."""
+
+PUSH_GRACE = 0.05
+"""Seconds a waiter on an engine fed by pushes gives the push before reading the log itself."""
 
 _INPUT_FIELDS = tuple(f.name for f in fields(EventInput))
 
@@ -333,10 +336,13 @@ class ProcessorEngine(Generic[S]):
     ) -> None:
         """Return once the cursor reaches ``offset``.
 
-        Starts a catch-up; a catch-up that fails raises its own error here. On
-        timeout raises :class:`~streamkit.errors.ProcessorTimeout` and the
-        waiter leaves the list. An ephemeral's offset is reached only by the
-        push that carried it (the log proves nothing past the durable head).
+        Starts a catch-up; a catch-up that fails raises its own error here. An
+        engine ``fed_by_pushes`` that has caught up once waits for the push
+        instead, and starts the catch-up only if the wait lasts past
+        :data:`PUSH_GRACE`. On timeout raises
+        :class:`~streamkit.errors.ProcessorTimeout` and the waiter leaves the
+        list. An ephemeral's offset is reached only by the push that carried it
+        (the log proves nothing past the durable head).
         """
         self._raise_if_latched()
         if self._loaded and self._cursor >= offset:
@@ -350,7 +356,19 @@ class ProcessorEngine(Generic[S]):
             if error is not None and not future.done():
                 future.set_exception(error)
 
-        self.catch_up_from_log().add_done_callback(catch_up_done)
+        def start_catch_up() -> None:
+            if not future.done():
+                self.catch_up_from_log().add_done_callback(catch_up_done)
+
+        fallback: asyncio.TimerHandle | None = None
+        if self._fed_by_pushes and self._head_read_from_log is not None:
+            # This engine read the log to its head once, and its host pushes
+            # every later commit: the offset's push is on its way, and a read
+            # now would only race it (two batches, one of them stale, for one
+            # event). The read stays as the fallback, should no push come.
+            fallback = asyncio.get_running_loop().call_later(PUSH_GRACE, start_catch_up)
+        else:
+            start_catch_up()
         try:
             async with asyncio.timeout(timeout):
                 await future
@@ -362,6 +380,8 @@ class ProcessorEngine(Generic[S]):
                 details={"slug": self._slug, "offset": offset, "cursor": self._cursor},
             ) from None
         finally:
+            if fallback is not None:
+                fallback.cancel()
             # A waiter that timed out or was cancelled leaves the list, so later
             # batches do not keep scanning it.
             if waiter in self._waiters:
@@ -520,13 +540,20 @@ class ProcessorEngine(Generic[S]):
         await self._run_batch(events, scanned, at_head=scanned.through >= pushed_head)
 
     async def _catch_up(self) -> None:
+        page: ReadPage | None = None
         while True:
             after = self._cursor
-            page = await self._stream.read(after, PAGE_SIZE)
+            if page is None:
+                page = await self._stream.read(after, PAGE_SIZE)
             through = page.scanned_through_offset
+            ahead: ReadPage | None = None
             if through > after:
-                await self._run_batch(
-                    page.events, ScannedRange(after, through), page.at_head, from_read=True
+                ahead = await self._run_batch(
+                    page.events,
+                    ScannedRange(after, through),
+                    page.at_head,
+                    from_read=True,
+                    read_ahead=not page.at_head,
                 )
             if through <= after or page.at_head:
                 if page.at_head and self._fed_by_pushes:
@@ -534,6 +561,9 @@ class ProcessorEngine(Generic[S]):
                     if self._head_read_from_log is None or head > self._head_read_from_log:
                         self._head_read_from_log = head
                 return
+            # The next page, if the batch read it while its checkpoint was being
+            # written; it was read from the cursor the batch moved to.
+            page = ahead if ahead is not None and self._cursor == through else None
 
     async def _eventless_at_head_pass(self) -> None:
         if self._has_effects:
@@ -557,8 +587,15 @@ class ProcessorEngine(Generic[S]):
         at_head: bool,
         *,
         from_read: bool = False,
-    ) -> None:
-        """Rules 2-5 over one range; the caller repaired any gap before it."""
+        read_ahead: bool = False,
+    ) -> ReadPage | None:
+        """Rules 2-5 over one range; the caller repaired any gap before it.
+
+        With ``read_ahead`` (a catch-up page short of the head) the page after
+        ``scanned.through`` is read while the checkpoint is being written and
+        returned, so the log read overlaps the commit; a read that fails
+        returns None (the caller reads again and meets the error there).
+        """
         started = time.perf_counter()
         cursor_before = self._cursor
         state = self._state
@@ -588,7 +625,7 @@ class ProcessorEngine(Generic[S]):
             # ignores): no pass and no write, else every live-state delta would
             # wake every processor.
             self._advance(cursor_before, through, state)
-            return
+            return None
 
         delivered = 0
         if not self._has_effects:
@@ -615,9 +652,13 @@ class ProcessorEngine(Generic[S]):
 
         new_cursor = through if through > cursor_before else cursor_before
         wrote = False
+        ahead: ReadPage | None = None
         if fresh_durable:
             state_json = None if state is self._persisted_state else self._encode(state)
-            await self._save(new_cursor, state_json)
+            if read_ahead:
+                ahead = await self._save_reading_ahead(new_cursor, state_json)
+            else:
+                await self._save(new_cursor, state_json)
             self._persisted_state = state
             wrote = True
         self._events_reduced += delivered
@@ -634,6 +675,31 @@ class ProcessorEngine(Generic[S]):
                 self._on_batch(info)
             except Exception as exc:
                 report("processor.on_batch_failed", exc, slug=self._slug, offset=new_cursor)
+        return ahead
+
+    async def _save_reading_ahead(self, cursor: int, state_json: str | None) -> ReadPage | None:
+        """Write the checkpoint and, while it commits, read the page after ``cursor``.
+
+        The write is the batch's outcome: its error is raised as from
+        :meth:`_save`, whatever the read did. The read is only a head start
+        for the next batch, so its own failure is dropped here.
+        """
+        saving = asyncio.ensure_future(self._save(cursor, state_json))
+        ahead: ReadPage | None = None
+        try:
+            # Let the write task take its first step (hand the write to the
+            # storage) before reading: the log's read does not yield, so it
+            # would otherwise run first and overlap nothing.
+            await asyncio.sleep(0)
+            ahead = await self._stream.read(cursor, PAGE_SIZE)
+        except asyncio.CancelledError:
+            saving.cancel()
+            await asyncio.gather(saving, return_exceptions=True)
+            raise
+        except Exception:
+            ahead = None
+        await saving
+        return ahead
 
     @staticmethod
     def _fresh(
