@@ -522,6 +522,11 @@ async def test_tasks_and_dlq_over_a_real_log_through_the_host(tmp_path: Path) ->
             await log.stream("/").append(replay_requested_event(requested_by="test"))
         await _wait(lambda: has(REPLAY_COMPLETED))
         await _wait(lambda: has(RECORD_SUCCEEDED))
+        # The log has the outcome; let each processor reduce through it before reading.
+        async with open_log(db) as log:
+            head = await log.stream("/").head()
+        await host.wait_until_processed("tasks", head)
+        await host.wait_until_processed("dlq", head)
         snapshot = await host.snapshot("tasks")
         assert snapshot["state"]["tasks"] == {}
         assert snapshot["state"]["counts"]["succeeded"] == 2
