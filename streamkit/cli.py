@@ -270,7 +270,7 @@ def _read_follow_through(socket: str, args: argparse.Namespace, out: TextIO) -> 
                 if args.limit is not None and printed >= args.limit:
                     return
         finally:
-            await watch.aclose()  # type: ignore[attr-defined]
+            await watch.aclose()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
@@ -481,7 +481,7 @@ def _cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
                 if args.limit is not None and printed >= args.limit:
                     return
         finally:
-            await watch.aclose()  # type: ignore[attr-defined]
+            await watch.aclose()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())

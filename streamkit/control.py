@@ -41,7 +41,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -634,7 +634,7 @@ class ControlClient:
                 await self.close()  # the server keeps streaming on that connection
             return result_of(reply, op)
 
-    async def watch(self, op: str, /, **args: Any) -> AsyncIterator[Any]:
+    async def watch(self, op: str, /, **args: Any) -> AsyncGenerator[Any, None]:
         """Yield the events of streaming ``op`` until the server ends it.
 
         Stop early by closing the iterator (``contextlib.aclosing``, or

@@ -28,7 +28,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -42,14 +42,13 @@ from streamkit.errors import InvalidRequest, LogClosed
 from streamkit.events import (
     EventInput,
     ReadPage,
-    ScannedRange,
     StreamEvent,
     prepare_events,
     validate_path,
 )
 from streamkit.protocols import Clock
 
-__all__ = ["Log", "LogStats", "ProcessorStreamView", "Stream", "open_log"]
+__all__ = ["Follow", "Log", "LogStats", "ProcessorStreamView", "Stream", "open_log"]
 
 T = TypeVar("T")
 
@@ -368,9 +367,7 @@ class Stream:
         path = self.path
         return await self.log.query(lambda conn: durable_head(conn, path))
 
-    def follow(
-        self, after_offset: int = 0
-    ) -> AsyncIterator[tuple[list[StreamEvent], ScannedRange]]:
+    def follow(self, after_offset: int = 0) -> Follow:
         """Yield ``(events, ScannedRange(after, through))`` from ``after_offset`` on, forever.
 
         The subscription starts when ``follow`` returns. History comes from the
