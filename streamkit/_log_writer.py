@@ -153,6 +153,9 @@ class Writer:
         self._group_limit = group_limit
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._submit_lock = threading.Lock()
+        # Held by whoever uses the connection: the thread for a group, or a caller
+        # committing inline (see try_inline), so the two never interleave.
+        self._conn_lock = threading.Lock()
         self._accepting = True
         self._finished = threading.Event()
         self._close_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -183,6 +186,29 @@ class Writer:
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
             self._queue.put(job)
+
+    def try_inline(self, job: Job) -> bool:
+        """Run ``job`` now on the calling thread if the writer is idle; False to queue it instead.
+
+        A lone caller then pays no hand-off to the thread and back (two
+        cross-thread wake-ups, more than the commit itself on a fast disk), at
+        the price of blocking its thread, the event loop, for that one commit.
+        Only an idle writer (nothing queued, connection free) is taken, so
+        concurrent callers still share group commits on the thread, and
+        results and pushes are settled through the same path as the thread's.
+        """
+        with self._submit_lock:
+            if not self._accepting:
+                raise LogClosed(
+                    "the log is closed; nothing was read or written (open it again to use it)"
+                )
+            if not self._queue.empty() or not self._conn_lock.acquire(blocking=False):
+                return False
+        try:
+            self._handle([job])
+        finally:
+            self._conn_lock.release()
+        return True
 
     def request_close(
         self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
@@ -223,7 +249,8 @@ class Writer:
             except queue.Empty:
                 job = None
             if following:
-                self._poll()
+                with self._conn_lock:
+                    self._poll()
             if job is None:
                 continue
             jobs = [job]
@@ -232,8 +259,9 @@ class Writer:
                     jobs.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            if self._handle(jobs):
-                return
+            with self._conn_lock:
+                if self._handle(jobs):
+                    return
 
     def _handle(self, jobs: list[Any]) -> bool:
         group: list[WriteCall] = []

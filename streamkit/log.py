@@ -77,14 +77,31 @@ def open_log(
     synchronous: Literal["FULL", "NORMAL"] = "FULL",
     clock: Clock = time.time,
     busy_timeout: float = 5.0,
+    inline_commits: bool = True,
 ) -> Log:
     """Open (or create) the log at ``path``; ``":memory:"`` gives a private in-memory log.
 
     Use it as ``async with open_log(...) as log:`` or close it with
     :meth:`Log.aclose`. A file that is not a streamkit log is refused with
     :class:`~streamkit.errors.LogOpenError` and left untouched.
+
+    ``inline_commits``: a write whose caller is alone and finds the writer idle
+    commits on the caller's thread (the event loop), skipping the hand-off to
+    the writer thread; concurrent writes still share group commits on the
+    thread. Pass False to keep every commit, and its fsync, off the event loop.
     """
-    return Log(path, synchronous=synchronous, clock=clock, busy_timeout=busy_timeout)
+    return Log(
+        path,
+        synchronous=synchronous,
+        clock=clock,
+        busy_timeout=busy_timeout,
+        inline_commits=inline_commits,
+    )
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
 
 
 def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
@@ -115,7 +132,10 @@ class Log:
         synchronous: Literal["FULL", "NORMAL"] = "FULL",
         clock: Clock = time.time,
         busy_timeout: float = 5.0,
+        inline_commits: bool = True,
     ) -> None:
+        self._inline_commits = inline_commits
+        self._pending: list[AppendCall] = []
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidRequest(
                 f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}; nothing was opened",
@@ -194,11 +214,13 @@ class Log:
         Followers end (``StopAsyncIteration``); later calls raise
         :class:`~streamkit.errors.LogClosed`. Prefer :meth:`aclose` on an event loop.
         """
+        self._queue_pending()
         self._closed = True
         self._finalizer()
 
     async def aclose(self) -> None:
         """Close the log without blocking the loop: queued appends commit first. Idempotent."""
+        self._queue_pending()
         self._closed = True
         wake(self._feed.close_all())
         loop = asyncio.get_running_loop()
@@ -260,6 +282,8 @@ class Log:
         self._check_open()
         loop = asyncio.get_running_loop()
         job = TransactionJob(loop, loop.create_future(), fn)
+        # Always on the thread: ``fn`` is the caller's code, and a slow one must not
+        # hold the event loop the way a lone append may (see ``_submit``).
         self._writer.submit(job)
         result: T = await job.future
         return result
@@ -299,9 +323,47 @@ class Log:
         self._check_open()
         loop = asyncio.get_running_loop()
         call = AppendCall(loop, loop.create_future(), path, events)
-        self._writer.submit(call)
+        self._submit(call)
         result: list[StreamEvent] = await call.future
         return result
+
+    def _submit(self, job: AppendCall) -> None:
+        """Hand ``job`` to the writer: inline when it is alone this turn, else queued.
+
+        The job is registered at once (so a close that follows still commits
+        it) and handed over at the end of the loop's current turn, together
+        with every other append that became ready in that turn: a lone one
+        commits inline if the writer is idle (no hand-off to the thread and
+        back), several share one group commit on the writer thread.
+        """
+        if not self._inline_commits or (self._pending and self._pending[0].loop is not job.loop):
+            self._writer.submit(job)
+            return
+        self._pending.append(job)
+        if len(self._pending) == 1:
+            job.loop.call_soon(self._hand_over)
+
+    def _queue_pending(self) -> None:
+        """Appends registered but not yet handed over go to the writer's queue (before a close)."""
+        jobs, self._pending = self._pending, []
+        for job in jobs:
+            try:
+                self._writer.submit(job)
+            except LogClosed as exc:  # closed already: it fails like any late call
+                if not job.future.done():
+                    job.loop.call_soon_threadsafe(_fail, job.future, exc)
+
+    def _hand_over(self) -> None:
+        jobs, self._pending = self._pending, []
+        try:
+            if len(jobs) == 1 and self._writer.try_inline(jobs[0]):
+                return
+            for job in jobs:
+                self._writer.submit(job)
+        except LogClosed as exc:
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(exc)
 
     async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None:
         self._check_open()

@@ -664,3 +664,29 @@ async def test_an_in_memory_log_keeps_every_rule() -> None:
         assert await other.paths() == []
         await stream.claim(5.0, claimant="p")
         assert await stream.claims() == {"p": 5.0}
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_a_lone_append_commits_inline_only_when_asked(log_file: Path, inline: bool) -> None:
+    """With inline commits a lone append commits on the loop's thread; without, on the writer's."""
+    log = open_log(log_file, inline_commits=inline)
+    try:
+        threads: set[int] = set()
+        log._writer._conn.set_trace_callback(
+            lambda sql: threads.add(threading.get_ident()) if sql.startswith("INSERT") else None
+        )
+        await log.stream().append(order(1))
+        assert (threads == {threading.get_ident()}) is inline
+        assert len(threads) == 1
+    finally:
+        await log.aclose()
+
+
+async def test_inline_commits_keep_group_commit_for_concurrent_appends(log_file: Path) -> None:
+    """Appends ready in the same turn share one transaction even with inline commits on."""
+    async with open_log(log_file) as log:
+        stream = log.stream()
+        before = log.stats.transactions
+        results = await asyncio.gather(*(stream.append(order(n)) for n in range(16)))
+        assert sorted(r[0].offset for r in results) == list(range(1, 17))
+        assert log.stats.transactions == before + 1
