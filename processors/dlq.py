@@ -34,7 +34,6 @@ dead-lettering again with the same record id and ``replay`` (pass
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -86,6 +85,7 @@ from streamkit.processors._dlq_scan import (
     iter_records,
     record_from_event,
 )
+from streamkit.processors._handlers import resolve_handler
 
 from streamkit import (
     InvalidContract,
@@ -138,27 +138,6 @@ __all__ = [
 _RETRY_PASS_AFTER = 5.0
 
 
-def _resolve_handler(operation: str, handler: ReplayHandler | str) -> ReplayHandler:
-    if not isinstance(handler, str):
-        if not callable(handler):
-            raise InvalidContract(
-                f'DLQ replay handler for "{operation}" must be an async function or a '
-                f'"module:function" string, got {handler!r}; nothing was built',
-                details={"operation": operation},
-            )
-        return handler
-    module_name, _, attr = handler.partition(":")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise InvalidContract(
-            f'DLQ replay handler for "{operation}": cannot import {handler!r} ({exc}); name an '
-            'async function as "module:function"; nothing was built',
-            details={"operation": operation, "handler": handler},
-        ) from exc
-    return _resolve_handler(operation, target)
-
-
 class DlqProcessor(StreamProcessor[DlqState]):
     """Collects ``dlq.dead-lettered`` records and replays them on ``dlq.replay-requested``.
 
@@ -191,7 +170,10 @@ class DlqProcessor(StreamProcessor[DlqState]):
         self._stream = stream
         self._db = db
         self._path = path
-        self._handlers = {op: _resolve_handler(op, h) for op, h in (handlers or {}).items()}
+        self._handlers = {
+            op: resolve_handler(f'DLQ replay handler for "{op}"', h, {"operation": op})
+            for op, h in (handlers or {}).items()
+        }
         self.max_attempts = max_attempts
         self._clock = clock
         # The request offset of the pass this incarnation runs (None: none running).

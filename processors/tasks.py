@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import json
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from streamkit.processors._handlers import resolve_handler
 from streamkit.processors._task_events import (
     _ERROR_CHARS,
     ORIGIN,
@@ -116,27 +116,6 @@ __all__ = [
 ]
 
 
-def _resolve(name: str, handler: TaskHandler | str) -> TaskHandler:
-    if isinstance(handler, str):
-        module_name, _, attr = handler.partition(":")
-        try:
-            target = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise InvalidContract(
-                f'task handler "{name}": cannot import {handler!r} ({exc}); name an async '
-                'function as "module:function"; nothing was built',
-                details={"task": name, "handler": handler},
-            ) from exc
-        return _resolve(name, target)
-    if not callable(handler):
-        raise InvalidContract(
-            f'task handler "{name}" must be an async function (args, ctx) or a '
-            f'"module:function" string, got {handler!r}; nothing was built',
-            details={"task": name},
-        )
-    return handler
-
-
 def _run_key(task: LiveTask) -> str:
     return f"{task.task_id}@{task.request_offset}"
 
@@ -187,7 +166,10 @@ class TasksProcessor(StreamProcessor[TasksState]):
                 "nothing was built",
                 details={"concurrency": repr(concurrency)},
             )
-        self._handlers = {name: _resolve(name, h) for name, h in (handlers or {}).items()}
+        self._handlers = {
+            name: resolve_handler(f'task handler "{name}"', h, {"task": name})
+            for name, h in (handlers or {}).items()
+        }
         self._backoff_base = float(backoff_base)
         self._backoff_max = float(backoff_max)
         self._jitter = float(jitter)
