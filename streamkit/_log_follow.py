@@ -115,6 +115,8 @@ class Feed:
         Called by the writer just before ``COMMIT``: a catch-up read that sees the
         commit's rows before its push is published stops at the commit's start.
         """
+        if not self._subs:  # read without the lock: a follower subscribing now starts after this
+            return
         with self.lock:
             for path, after in positions.items():
                 if path in self._subs:

@@ -22,6 +22,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "connect_reader",
     "connect_writer",
+    "is_busy",
     "storage_error",
 ]
 
@@ -67,11 +68,16 @@ CREATE TABLE IF NOT EXISTS streamkit_claims (
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
+def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite saying another connection holds a lock it needs."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and (code & 0xFF) in _BUSY_CODES
+
+
 def storage_error(exc: sqlite3.Error, doing: str) -> StorageError:
     """The coded error for a ``sqlite3`` failure while ``doing`` something (raise it ``from exc``)."""
-    code = getattr(exc, "sqlite_errorcode", None)
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
-    if code is not None and (code & 0xFF) in _BUSY_CODES:
+    if is_busy(exc):
         return StorageBusy(
             f"{doing} was refused: the database stayed locked by another connection past the "
             f"busy timeout ({exc}); the transaction was rolled back and nothing was written; "

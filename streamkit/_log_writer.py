@@ -1,13 +1,16 @@
 """The writer thread of a log: group commit, offset assignment and ephemeral reservations.
 
 One thread owns the one writer connection. ``sqlite3`` calls block (a commit
-at ``synchronous=FULL`` waits for fsync), so they cannot run on the event loop
-without stalling every other task; one dedicated thread also makes the
-connection's single-threaded use obvious. Callers enqueue jobs with an asyncio
-future; the thread takes everything queued (up to a cap), runs all write calls
-in ONE ``BEGIN IMMEDIATE`` transaction, each call inside its own savepoint (a
-refused call rolls back alone and gets its error), commits once, publishes the
-pushes and settles the futures with one ``call_soon_threadsafe`` per loop.
+at ``synchronous=FULL`` waits for fsync), so by default they run off the event
+loop; one dedicated thread also makes the connection's single-threaded use
+obvious. Callers enqueue jobs with an asyncio future; the thread takes
+everything queued (up to a cap), runs all write calls in ONE ``BEGIN
+IMMEDIATE`` transaction, each call inside its own savepoint (a refused call
+rolls back alone and gets its error), commits once, publishes the pushes and
+settles the futures with one ``call_soon_threadsafe`` per loop. Appends that
+became ready in one loop turn may instead run as one group on the loop itself
+(:meth:`Writer.try_inline`) when the thread is idle: the same code under the
+same lock, so both paths give the same outcomes.
 
 Offsets (per stream path):
 
@@ -47,6 +50,7 @@ import json
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +76,7 @@ from streamkit._log_read import (
     read_page,
     select_key,
 )
-from streamkit._log_schema import storage_error
+from streamkit._log_schema import is_busy, storage_error
 from streamkit.errors import (
     IdempotencyConflict,
     LogClosed,
@@ -132,6 +136,38 @@ class _PathState:
         (self.head, self.reserved_through, self.mine, self.last_ephemeral, self.block) = saved
 
 
+class _BusyWait:
+    """The thread's wait for another connection's write lock, in place of SQLite's busy handler.
+
+    Sleeps 1, 2, 4 ... ms (at most 50 ms at a time) until ``timeout`` seconds
+    have passed since the first busy answer; the sleep releases the GIL, so the
+    event loop runs on meanwhile.
+    """
+
+    __slots__ = ("_deadline", "_delay", "_timeout")
+
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._deadline: float | None = None
+        self._delay = 0.001
+
+    def another(self) -> bool:
+        """Sleep before another attempt; False once the timeout has run out (give up)."""
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + self._timeout
+        left = self._deadline - now
+        if left <= 0:
+            return False
+        time.sleep(min(self._delay, left))
+        self._delay = min(self._delay * 2, 0.05)
+        return True
+
+
+class _TakenElsewhere(Exception):
+    """An inline group met another connection's write lock: nothing ran; the thread takes it."""
+
+
 class Writer:
     """The writer thread and the state it alone touches."""
 
@@ -143,9 +179,15 @@ class Writer:
         clock: Clock,
         feed: Feed,
         persistent: bool,
+        busy_timeout: float,
         group_limit: int = GROUP_LIMIT,
     ) -> None:
         self._conn = conn
+        # SQLite's own busy wait is off: the thread waits for a foreign write lock
+        # itself (_BusyWait), and an inline group must never wait at all.
+        conn.execute("PRAGMA busy_timeout = 0")
+        self._busy_timeout = busy_timeout
+        self._inline = False
         self._token = token
         self._clock = clock
         self._feed = feed
@@ -187,25 +229,38 @@ class Writer:
                 )
             self._queue.put(job)
 
-    def try_inline(self, job: Job) -> bool:
-        """Run ``job`` now on the calling thread if the writer is idle; False to queue it instead.
+    def try_inline(self, calls: list[AppendCall]) -> bool:
+        """Commit ``calls`` now on the calling thread if the writer is idle; False to queue them.
 
-        A lone caller then pays no hand-off to the thread and back (two
-        cross-thread wake-ups, more than the commit itself on a fast disk), at
-        the price of blocking its thread, the event loop, for that one commit.
-        Only an idle writer (nothing queued, connection free) is taken, so
-        concurrent callers still share group commits on the thread, and
-        results and pushes are settled through the same path as the thread's.
+        Callers that became ready together then pay no hand-off to the thread
+        and back (two cross-thread wake-ups, more than the commit itself on a
+        fast disk) and are settled at once, at the price of blocking the
+        calling thread, the event loop, for that one commit. Only an idle
+        writer (nothing queued, connection free) is taken, and never a wait:
+        if another process holds the write lock nothing runs here and the
+        thread, which waits up to the busy timeout, takes the calls instead.
         """
         with self._submit_lock:
             if not self._accepting:
                 raise LogClosed(
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
-            if not self._queue.empty() or not self._conn_lock.acquire(blocking=False):
+            if (
+                len(calls) > self._group_limit
+                or not self._queue.empty()
+                or not self._conn_lock.acquire(blocking=False)
+            ):
                 return False
+        loop = calls[0].loop
         try:
-            self._handle([job])
+            self._inline = True
+            try:
+                self._guarded(self._run_group, calls)
+            except _TakenElsewhere:
+                return False
+            finally:
+                self._inline = False
+            self._flush(direct=loop)
         finally:
             self._conn_lock.release()
         return True
@@ -290,15 +345,23 @@ class Writer:
         # A bug must fail the calls it touched, never kill the thread and hang every caller.
         try:
             step(arg)
+        except _TakenElsewhere:
+            raise
         except Exception as exc:
             for job in arg if isinstance(arg, list) else [arg]:
                 if isinstance(job, Job) and job not in self._settle:
                     job.error = exc
                     self._settle.append(job)
             self._invalidate()
-        self._flush()
+        if not self._inline:
+            self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, direct: asyncio.AbstractEventLoop | None = None) -> None:
+        """Settle finished jobs and wake followers; ``direct`` is the loop running this call."""
+        if direct is not None and not self._wakes and all(j.loop is direct for j in self._settle):
+            jobs, self._settle = self._settle, []
+            settle(jobs, [])
+            return
         by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Job], list[asyncio.Event]]] = {}
         for job in self._settle:
             by_loop.setdefault(job.loop, ([], []))[0].append(job)
@@ -307,6 +370,9 @@ class Writer:
         self._settle = []
         self._wakes = {}
         for loop, (jobs, events) in by_loop.items():
+            if loop is direct:
+                settle(jobs, events)
+                continue
             # A closed loop raises: nobody awaits its futures any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, jobs, events)
@@ -402,25 +468,42 @@ class Writer:
     # -- group commit ---------------------------------------------------------------------
 
     def _run_group(self, calls: list[WriteCall]) -> None:
-        paths = {call.path for call in calls}
-        saved = {path: self._states.setdefault(path, _PathState()).snapshot() for path in paths}
-        self._group_before = {}
-        try:
-            if not self._run_without_transaction(calls):
-                self._run_in_transaction(calls)
-        except Exception as exc:
-            for path, snapshot in saved.items():
-                self._states[path].restore(snapshot)
-            self._invalidate()
-            for call in calls:
-                call.result = None
-                if isinstance(exc, sqlite3.Error):
-                    call.error = storage_error(exc, f"appending to {call.path!r}")
-                    call.error.__cause__ = exc
-                else:
-                    call.error = exc
-        finally:
-            self._in_transaction = False
+        states = self._states
+        paths = [calls[0].path] if len(calls) == 1 else {call.path for call in calls}
+        saved = {path: states.setdefault(path, _PathState()).snapshot() for path in paths}
+        waited: _BusyWait | None = None
+        while True:
+            self._group_before = {}
+            try:
+                if not self._run_without_transaction(calls):
+                    self._run_in_transaction(calls)
+                break
+            except Exception as exc:
+                for path, snapshot in saved.items():
+                    self._states[path].restore(snapshot)
+                self._invalidate()
+                for call in calls:
+                    call.error = call.result = None
+                    if isinstance(call, AppendCall):
+                        call.fresh = []
+                        call.inserted = call.reserved = 0
+                if is_busy(exc):
+                    # Nothing was written: the thread waits the lock out and runs the group
+                    # again; an inline group never waits, it goes to the thread instead.
+                    if self._inline:
+                        raise _TakenElsewhere from exc
+                    waited = waited or _BusyWait(self._busy_timeout)
+                    if waited.another():
+                        continue
+                for call in calls:
+                    if isinstance(exc, sqlite3.Error):
+                        call.error = storage_error(exc, f"appending to {call.path!r}")
+                        call.error.__cause__ = exc
+                    else:
+                        call.error = exc
+                break
+            finally:
+                self._in_transaction = False
         self._settle.extend(calls)
         following = self._feed.has_subscribers()
         pushes: dict[str, list[StreamEvent]] = {}
@@ -471,7 +554,7 @@ class Writer:
 
     def _run_in_transaction(self, calls: list[WriteCall]) -> None:
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("BEGIN IMMEDIATE")  # busy: _run_group waits and runs the group again
         self._in_transaction = True
         inflight = False
         try:
@@ -628,7 +711,9 @@ class Writer:
             placed.append(len(fresh))
             fresh.append((event, offset))
         state.head = head
-        if rows:
+        if len(rows) == 1:
+            self._conn.execute(_INSERT, rows[0])
+        elif rows:
             self._conn.executemany(_INSERT, rows)
         call.inserted = len(rows)
         new = call.fresh = _decode(path, fresh, now)
@@ -672,9 +757,10 @@ class Writer:
         conn = self._conn
         self._settle.append(job)
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_waiting()
         except sqlite3.Error as exc:
             job.error = storage_error(exc, "write_transaction")
+            job.error.__cause__ = exc
             return
         try:
             result = job.fn(conn)
@@ -694,6 +780,17 @@ class Writer:
         finally:
             # The function may have touched any table: trust nothing cached.
             self._invalidate()
+
+    def _begin_waiting(self) -> None:
+        """``BEGIN IMMEDIATE``, waiting out another connection's write lock up to the busy timeout."""
+        waited = _BusyWait(self._busy_timeout)
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or not waited.another():
+                    raise
 
     def _run_query(self, job: QueryJob) -> None:
         self._settle.append(job)
@@ -717,7 +814,7 @@ class Writer:
         if not own:
             return
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._begin_waiting()
             for last, path in own:
                 # Still at or above every offset this writer handed out, so nothing is reused.
                 self._conn.execute(_RELEASE, (last, path, self._token))
@@ -733,6 +830,21 @@ def _decode(path: str, fresh: list[tuple[PreparedEvent, int]], now: str) -> list
     """The committed form of new events, decoded from their JSON so each equals a later read."""
     if not fresh:
         return []
+    if len(fresh) == 1:
+        ((event, offset),) = fresh
+        return [
+            make_event(
+                path,
+                offset,
+                event.type,
+                decode_json(event.payload_json),
+                decode_json(event.metadata_json),
+                None if event.source_json is None else decode_json(event.source_json),
+                event.idempotency_key,
+                now,
+                event.ephemeral,
+            )
+        ]
     payloads = loads_many([event.payload_json for event, _ in fresh])
     metadatas = loads_many([event.metadata_json for event, _ in fresh])
     make = make_event

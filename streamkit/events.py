@@ -373,10 +373,31 @@ def same_body(prepared: PreparedEvent, existing: StreamEvent) -> bool:
     )
 
 
+_second_prefix: tuple[int, str] = (-1, "")
+"""The last whole second formatted, with its ``YYYY-MM-DDTHH:MM:SS`` text (one entry suffices:
+commits stamp a clock that moves forward)."""
+
+
 def format_timestamp(epoch_seconds: float) -> str:
-    """UTC ISO-8601 with microseconds and a ``Z``: ``2026-11-29T17:00:00.000000Z``."""
-    return (
-        datetime.fromtimestamp(epoch_seconds, UTC)
-        .isoformat(timespec="microseconds")
-        .replace("+00:00", "Z")
-    )
+    """UTC ISO-8601 with microseconds and a ``Z``: ``2026-11-29T17:00:00.000000Z``.
+
+    The same text as ``datetime.fromtimestamp(t, UTC).isoformat(...)``, microseconds
+    rounded half to even, but the date and time of day are formatted once per second.
+    """
+    global _second_prefix
+    if not 0 <= epoch_seconds < 253402300799:  # before 1970 or past year 9999: the slow path
+        return (
+            datetime.fromtimestamp(epoch_seconds, UTC)
+            .isoformat(timespec="microseconds")
+            .replace("+00:00", "Z")
+        )
+    second = int(epoch_seconds)
+    micros = round((epoch_seconds - second) * 1e6)
+    if micros >= 1_000_000:
+        second += 1
+        micros -= 1_000_000
+    cached_second, prefix = _second_prefix
+    if cached_second != second:
+        prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_prefix = (second, prefix)
+    return f"{prefix}.{micros:06d}Z"

@@ -21,6 +21,7 @@ connection, so reads never wait for a commit.
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import os
 import secrets
@@ -85,10 +86,12 @@ def open_log(
     :meth:`Log.aclose`. A file that is not a streamkit log is refused with
     :class:`~streamkit.errors.LogOpenError` and left untouched.
 
-    ``inline_commits``: a write whose caller is alone and finds the writer idle
-    commits on the caller's thread (the event loop), skipping the hand-off to
-    the writer thread; concurrent writes still share group commits on the
-    thread. Pass False to keep every commit, and its fsync, off the event loop.
+    ``inline_commits``: appends that become ready in the same event-loop turn
+    share one group commit; when the writer is idle that commit runs on the
+    caller's thread (the event loop), skipping the hand-off to the writer
+    thread and back. It never waits for another process's write lock (the
+    writer thread takes the group then). Pass False to keep every commit, and
+    its fsync, off the event loop.
     """
     return Log(
         path,
@@ -97,6 +100,16 @@ def open_log(
         busy_timeout=busy_timeout,
         inline_commits=inline_commits,
     )
+
+
+def _nothing_else_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether no other callback waits to run in this turn of ``loop`` (False if it cannot tell).
+
+    Reads the ready queue of asyncio's own loops; a loop without one (another
+    implementation) is answered False, which only costs the end-of-turn hand-over.
+    """
+    ready = getattr(loop, "_ready", None)
+    return type(ready) is collections.deque and not ready
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
@@ -174,6 +187,7 @@ class Log:
             clock=clock,
             feed=self._feed,
             persistent=not self._memory,
+            busy_timeout=busy_timeout,
         )
         self._streams: dict[str, Stream] = {}
         self._closed = False
@@ -328,16 +342,22 @@ class Log:
         return result
 
     def _submit(self, job: AppendCall) -> None:
-        """Hand ``job`` to the writer: inline when it is alone this turn, else queued.
+        """Hand ``job`` to the writer at the end of this loop turn, with its turn's peers.
 
         The job is registered at once (so a close that follows still commits
         it) and handed over at the end of the loop's current turn, together
-        with every other append that became ready in that turn: a lone one
-        commits inline if the writer is idle (no hand-off to the thread and
-        back), several share one group commit on the writer thread.
+        with every other append that became ready in that turn: they share
+        one group commit, run inline if the writer is idle (no hand-off to the
+        thread and back), else on the writer thread. When nothing else is
+        ready to run on the loop, no peer can join before the turn ends, so
+        the job commits at once and its caller never gives up the loop.
         """
         if not self._inline_commits or (self._pending and self._pending[0].loop is not job.loop):
             self._writer.submit(job)
+            return
+        if not self._pending and _nothing_else_ready(job.loop):
+            if not self._writer.try_inline([job]):
+                self._writer.submit(job)
             return
         self._pending.append(job)
         if len(self._pending) == 1:
@@ -355,8 +375,10 @@ class Log:
 
     def _hand_over(self) -> None:
         jobs, self._pending = self._pending, []
+        if not jobs:  # a close queued them already
+            return
         try:
-            if len(jobs) == 1 and self._writer.try_inline(jobs[0]):
+            if self._writer.try_inline(jobs):
                 return
             for job in jobs:
                 self._writer.submit(job)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streamkit import InvalidEvent, InvalidRequest
@@ -202,6 +205,27 @@ def test_format_timestamp_is_utc_with_microseconds() -> None:
     """Timestamps are UTC ISO-8601 with six fractional digits and a Z."""
     assert format_timestamp(0) == "1970-01-01T00:00:00.000000Z"
     assert format_timestamp(1_800_000_000.123456) == "2027-01-15T08:00:00.123456Z"
+
+
+def _datetime_text(epoch: float) -> str:
+    return (
+        datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    )
+
+
+@given(st.floats(min_value=-1e10, max_value=2.5e11, allow_nan=False))
+def test_format_timestamp_matches_datetime_for_any_epoch(epoch: float) -> None:
+    """The per-second cache gives exactly datetime's text, rounding included."""
+    assert format_timestamp(epoch) == _datetime_text(epoch)
+
+
+@pytest.mark.parametrize(
+    "epoch", [0.9999995, 0.0000005, 0.0000015, 1_764_435_600.9999996, 1_764_435_601.0]
+)
+def test_format_timestamp_rounds_half_to_even_across_seconds(epoch: float) -> None:
+    """A fraction that rounds up to the next second carries into it, as datetime does."""
+    assert format_timestamp(epoch) == _datetime_text(epoch)
+    assert format_timestamp(epoch - 1) == _datetime_text(epoch - 1)
 
 
 def test_read_page_and_scanned_range_shapes() -> None:

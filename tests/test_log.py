@@ -682,6 +682,60 @@ async def test_a_lone_append_commits_inline_only_when_asked(log_file: Path, inli
         await log.aclose()
 
 
+async def test_an_inline_commit_never_blocks_the_loop_on_a_foreign_lock(log_file: Path) -> None:
+    """With another process holding the write lock, the append waits on the thread, not the loop."""
+    async with open_log(log_file, busy_timeout=10.0) as log:
+        stream = log.stream()
+        await stream.append(order(1))
+        other = sqlite3.connect(log_file, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            pending = asyncio.create_task(stream.append(order(2)))
+            ticks = 0
+            for _ in range(20):  # the loop keeps turning while the append waits for the lock
+                await asyncio.sleep(0.005)
+                ticks += 1
+            assert ticks == 20
+            assert not pending.done()
+            other.execute(
+                'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, '
+                "created_at) VALUES ('/', 2, 'foreign', '{}', '{}', 'now')"
+            )
+            other.execute("COMMIT")
+            (appended,) = await asyncio.wait_for(pending, 5)
+        finally:
+            other.close()
+        # It ran after the foreign commit, on what that commit left: the next offset.
+        assert appended.offset == 3
+        page = await stream.read()
+        assert [(e.offset, e.type) for e in page.events] == [
+            (1, "order.placed"),
+            (2, "foreign"),
+            (3, "order.placed"),
+        ]
+
+
+async def test_a_lone_append_on_an_idle_loop_commits_without_yielding(log: Log) -> None:
+    """Nothing else ready on the loop: the append commits at once and its await never suspends."""
+    stream = log.stream()
+    await stream.append(order(1))
+    call = stream.append(order(2))
+    with pytest.raises(StopIteration) as finished:
+        call.send(None)
+    (appended,) = finished.value.value
+    assert appended.offset == 2
+    # With another callback ready, a peer may still join: the append waits for the turn's end.
+    asyncio.get_running_loop().call_soon(lambda: None)
+    call = stream.append(order(3))
+    waiting_on = call.send(None)
+    assert isinstance(waiting_on, asyncio.Future)
+    assert not waiting_on.done()
+    await asyncio.wait([waiting_on])
+    with pytest.raises(StopIteration) as finished:
+        call.send(None)
+    assert finished.value.value[0].offset == 3
+
+
 async def test_inline_commits_keep_group_commit_for_concurrent_appends(log_file: Path) -> None:
     """Appends ready in the same turn share one transaction even with inline commits on."""
     async with open_log(log_file) as log:
