@@ -229,16 +229,17 @@ class Writer:
                 )
             self._queue.put(job)
 
-    def try_inline(self, calls: list[AppendCall]) -> bool:
-        """Commit ``calls`` now on the calling thread if the writer is idle; False to queue them.
+    def try_inline(self, jobs: list[AppendCall] | list[TransactionJob]) -> bool:
+        """Run ``jobs`` now on the calling thread if the writer is idle; False to queue them.
 
-        Callers that became ready together then pay no hand-off to the thread
-        and back (two cross-thread wake-ups, more than the commit itself on a
-        fast disk) and are settled at once, at the price of blocking the
-        calling thread, the event loop, for that one commit. Only an idle
-        writer (nothing queued, connection free) is taken, and never a wait:
-        if another process holds the write lock nothing runs here and the
-        thread, which waits up to the busy timeout, takes the calls instead.
+        ``jobs`` is one unit: appends that became ready together (one group
+        commit) or a single transaction. Its callers then pay no hand-off to
+        the thread and back (two cross-thread wake-ups, more than the commit
+        itself on a fast disk) and are settled at once, at the price of
+        blocking the calling thread, the event loop, for that one commit. Only
+        an idle writer (nothing queued, connection free) is taken, and never a
+        wait: if another process holds the write lock nothing runs here and
+        the thread, which waits up to the busy timeout, takes the jobs instead.
         """
         with self._submit_lock:
             if not self._accepting:
@@ -246,16 +247,20 @@ class Writer:
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
             if (
-                len(calls) > self._group_limit
+                len(jobs) > self._group_limit
                 or not self._queue.empty()
                 or not self._conn_lock.acquire(blocking=False)
             ):
                 return False
-        loop = calls[0].loop
+        loop = jobs[0].loop
         try:
             self._inline = True
             try:
-                self._guarded(self._run_group, calls)
+                if isinstance(jobs[0], TransactionJob):
+                    (job,) = jobs
+                    self._guarded(self._run_transaction, job)
+                else:
+                    self._guarded(self._run_group, jobs)
             except _TakenElsewhere:
                 return False
             finally:
@@ -755,13 +760,19 @@ class Writer:
 
     def _run_transaction(self, job: TransactionJob) -> None:
         conn = self._conn
-        self._settle.append(job)
         try:
-            self._begin_waiting()
+            if self._inline:
+                conn.execute("BEGIN IMMEDIATE")
+            else:
+                self._begin_waiting()
         except sqlite3.Error as exc:
+            if self._inline and is_busy(exc):
+                raise _TakenElsewhere from exc  # nothing ran: the thread takes it and may wait
+            self._settle.append(job)
             job.error = storage_error(exc, "write_transaction")
             job.error.__cause__ = exc
             return
+        self._settle.append(job)
         try:
             result = job.fn(conn)
             if conn.in_transaction:

@@ -283,7 +283,9 @@ class Log:
 
     # -- the writer connection ------------------------------------------------------------
 
-    async def write_transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write_transaction(
+        self, fn: Callable[[sqlite3.Connection], T], *, inline: bool = False
+    ) -> T:
         """Run ``fn(conn)`` on the writer connection in its own ``BEGIN IMMEDIATE`` transaction.
 
         It runs on the writer thread, in order with appends, so a process keeps
@@ -292,13 +294,27 @@ class Log:
         as :class:`~streamkit.errors.StorageError`). ``fn`` must not begin or
         end transactions nor write the ``streamkit_*`` tables. Cancelling the
         wait does not stop ``fn``.
+
+        ``inline=True`` is for a short ``fn`` (a few statements): when the log
+        commits inline (``open_log(inline_commits=True)``), the writer is idle
+        and nothing else is ready to run on the event loop, ``fn`` and its
+        commit run on the loop, skipping the hand-off to the writer thread and
+        back, as a lone append does. It never waits for another process's
+        lock there: the thread takes the transaction instead.
         """
         self._check_open()
         loop = asyncio.get_running_loop()
         job = TransactionJob(loop, loop.create_future(), fn)
-        # Always on the thread: ``fn`` is the caller's code, and a slow one must not
-        # hold the event loop the way a lone append may (see ``_submit``).
-        self._writer.submit(job)
+        # ``fn`` is the caller's code: only on request may it hold the event loop, and
+        # only when nothing else is waiting to run (see ``_submit``).
+        if not (
+            inline
+            and self._inline_commits
+            and not self._pending
+            and _nothing_else_ready(loop)
+            and self._writer.try_inline([job])
+        ):
+            self._writer.submit(job)
         result: T = await job.future
         return result
 

@@ -514,6 +514,51 @@ async def test_write_transaction_commits_on_return(log: Log) -> None:
     assert rows == [("mailer", "host-1")]
 
 
+async def test_write_transaction_runs_inline_only_on_request_and_on_an_idle_loop(
+    log: Log,
+) -> None:
+    """inline=True runs fn on the loop's thread when nothing else is ready; else on the writer's."""
+    await log.write_transaction(lambda c: c.execute("CREATE TABLE t (x)"))
+
+    def where(conn: sqlite3.Connection) -> int:
+        conn.execute("INSERT INTO t VALUES (1)")
+        return threading.get_ident()
+
+    here = threading.get_ident()
+    assert await log.write_transaction(where, inline=True) == here
+    assert await log.write_transaction(where) != here
+    asyncio.get_running_loop().call_soon(lambda: None)  # something else waits to run
+    assert await log.write_transaction(where, inline=True) != here
+    assert await log.query(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 3
+
+
+async def test_an_inline_write_transaction_leaves_a_foreign_lock_to_the_thread(
+    log_file: Path,
+) -> None:
+    """Another process holds the lock: the inline transaction waits on the thread, not the loop."""
+    async with open_log(log_file, busy_timeout=10.0) as log:
+        await log.write_transaction(lambda c: c.execute("CREATE TABLE t (x)"))
+        other = sqlite3.connect(log_file, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            ran_on: list[int] = []
+
+            def insert(conn: sqlite3.Connection) -> None:
+                ran_on.append(threading.get_ident())
+                conn.execute("INSERT INTO t VALUES (1)")
+
+            pending = asyncio.create_task(log.write_transaction(insert, inline=True))
+            await asyncio.sleep(0.05)  # the loop turns while the transaction waits
+            assert not pending.done()
+            other.execute("COMMIT")
+            await asyncio.wait_for(pending, 5)
+        finally:
+            other.close()
+        assert len(ran_on) == 1
+        assert ran_on[0] != threading.get_ident()
+        assert await log.query(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 1
+
+
 async def test_write_transaction_rolls_back_and_reraises(log: Log) -> None:
     """If fn raises, its writes are rolled back and its exception reaches the caller."""
     await log.write_transaction(lambda c: c.execute("CREATE TABLE t (x)"))
