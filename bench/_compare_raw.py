@@ -6,11 +6,11 @@ append call, and for processing one checkpoint UPSERT per commit of work, as
 the libraries do. No validation, no offsets logic, no idempotency, no
 threads: what remains is SQLite, the file system and the JSON codec.
 
-The ``*_handoff`` variants do the same commits behind the one thing
-streamkit's design adds to every write: an asyncio caller hands the commit to
-a writer thread and is woken with ``call_soon_threadsafe`` (streamkit keeps
-fsync off its event loop that way). They are the floor for a library built
-like streamkit on this machine.
+The ``*_handoff`` variants do the same commits behind a writer thread: an
+asyncio caller hands the commit to the thread and is woken with
+``call_soon_threadsafe``. That is what a commit costs when it must stay off
+the event loop (streamkit does so whenever the loop has other work or its
+writer is busy); on an idle loop streamkit commits inline and can pass it.
 """
 
 from __future__ import annotations

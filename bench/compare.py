@@ -459,11 +459,12 @@ def markdown(rows: list[dict[str, Any]], info: dict[str, Any], trials: int) -> s
         "",
         "Floors: the same commits in raw sqlite3 with nothing around them, on the calling "
         "thread and behind a writer thread (an asyncio caller handing each commit to a "
-        "thread, as streamkit does to keep fsync off its event loop). raw / eventsourcing "
-        "is the most a library making those commits could reach here at this durability "
-        "(group commit, which raw sqlite3 does not do, is how streamkit passes it with "
-        "concurrent appenders); the writer-thread floor is the most a library built like "
-        "streamkit could reach.",
+        "thread and woken by it). raw / eventsourcing is the most a library making those "
+        "commits could reach here at this durability (group commit, which raw sqlite3 does "
+        "not do, is how streamkit passes it with concurrent appenders). streamkit commits "
+        "on its event loop when the loop has nothing else to run and its writer thread is "
+        "idle (these sequential cases), so it can pass the writer-thread floor, which is "
+        "what every commit would cost if it always went through the thread.",
         "",
         "| case | sync | raw sqlite3 events/s | raw / eventsourcing | writer-thread floor "
         "events/s | floor / eventsourcing | streamkit / floor |",

@@ -57,7 +57,11 @@ class AppendCall(Job):
         super().__init__(loop, future)
         self.path = path
         self.events = events
-        self.ephemerals = sum(1 for event in events if event.ephemeral)
+        self.ephemerals = (
+            int(events[0].ephemeral)
+            if len(events) == 1
+            else sum(1 for event in events if event.ephemeral)
+        )
         self.inserted = 0
         self.reserved = 0
         self.fresh: list[StreamEvent] = []

@@ -186,6 +186,8 @@ class Writer:
         # SQLite's own busy wait is off: the thread waits for a foreign write lock
         # itself (_BusyWait), and an inline group must never wait at all.
         conn.execute("PRAGMA busy_timeout = 0")
+        # One cursor for the fixed statements of every commit (no cursor object per statement).
+        self._cur = conn.cursor()
         self._busy_timeout = busy_timeout
         self._inline = False
         self._token = token
@@ -363,8 +365,9 @@ class Writer:
 
     def _flush(self, direct: asyncio.AbstractEventLoop | None = None) -> None:
         """Settle finished jobs and wake followers; ``direct`` is the loop running this call."""
-        if direct is not None and not self._wakes and all(j.loop is direct for j in self._settle):
-            jobs, self._settle = self._settle, []
+        jobs = self._settle
+        if direct is not None and not self._wakes and all(job.loop is direct for job in jobs):
+            self._settle = []
             settle(jobs, [])
             return
         by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Job], list[asyncio.Event]]] = {}
@@ -426,7 +429,7 @@ class Writer:
 
     def _sync_foreign(self) -> None:
         """Notice other connections' commits: drop cached heads and push their rows to followers."""
-        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        version = self._cur.execute("PRAGMA data_version").fetchone()[0]
         if version == self._data_version:
             return
         self._data_version = version
@@ -559,7 +562,8 @@ class Writer:
 
     def _run_in_transaction(self, calls: list[WriteCall]) -> None:
         conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")  # busy: _run_group waits and runs the group again
+        cur = self._cur
+        cur.execute("BEGIN IMMEDIATE")  # busy: _run_group waits and runs the group again
         self._in_transaction = True
         inflight = False
         try:
@@ -570,10 +574,10 @@ class Writer:
             if wrote:
                 self._feed.set_inflight(self._group_before)
                 inflight = True
-                conn.execute("COMMIT")
+                cur.execute("COMMIT")
                 self.transactions += 1
             else:
-                conn.execute("ROLLBACK")
+                cur.execute("ROLLBACK")
         except BaseException:
             if inflight:
                 self._feed.clear_inflight(set(self._group_before))
@@ -717,7 +721,7 @@ class Writer:
             fresh.append((event, offset))
         state.head = head
         if len(rows) == 1:
-            self._conn.execute(_INSERT, rows[0])
+            self._cur.execute(_INSERT, rows[0])
         elif rows:
             self._conn.executemany(_INSERT, rows)
         call.inserted = len(rows)

@@ -42,6 +42,7 @@ import jsonpatch
 import structlog
 from pydantic import BaseModel
 
+from streamkit._json_diff import diff
 from streamkit.errors import InvalidRequest
 
 __all__ = [
@@ -255,11 +256,7 @@ class LiveState(Generic[S]):
         form: Any
         try:
             form = json.loads(text)
-            patch = (
-                None
-                if self._base_form is _NO_BASE
-                else jsonpatch.make_patch(self._base_form, form).patch
-            )
+            patch = None if self._base_form is _NO_BASE else diff(self._base_form, form)
         except Exception as exc:
             # Serializable but not diffable here (nesting too deep, say): still a
             # change, so send it as a re-seed rather than lose it silently.
@@ -290,7 +287,12 @@ class LiveState(Generic[S]):
     def _wire_patch(
         self, patch: list[dict[str, Any]] | None, from_rev: int, to_rev: int
     ) -> list[dict[str, Any]] | None:
-        """The patch as sent: a fresh copy (the sink cannot reach the diff base), or None if too big."""
+        """The patch as sent, or None if the delta would be too big.
+
+        ``diff`` builds every op and value afresh, so the patch already shares
+        nothing with the diff base and a sink that mutates it cannot corrupt the
+        next diff; it goes out as it is, serialized here only to measure it.
+        """
         if patch is None:
             return None
         patch_text = json.dumps(patch, separators=_COMPACT)
@@ -308,8 +310,7 @@ class LiveState(Generic[S]):
                 limit=MAX_PATCH_BYTES,
             )
             return None
-        copied: list[dict[str, Any]] = json.loads(patch_text)
-        return copied
+        return patch
 
     def _issue(self, event: dict[str, Any]) -> None:
         """Send one delta after every earlier one settled; never raises."""

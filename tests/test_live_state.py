@@ -394,7 +394,7 @@ def test_exploding_diff_never_reaches_the_caller(monkeypatch: pytest.MonkeyPatch
 
     sink = ListSink()
     live = LiveState(sink, "k", {"a": 1}, epoch=1)
-    monkeypatch.setattr(module.jsonpatch, "make_patch", explode)
+    monkeypatch.setattr(module, "diff", explode)
     live.set({"a": 2})
     monkeypatch.undo()
     assert live.get() == {"a": 2}
