@@ -93,6 +93,8 @@ GROUP_LIMIT = 1000
 """Calls per group commit at most, so one huge backlog cannot delay every caller behind it."""
 POLL_SECONDS = 0.002
 """How often the idle writer looks for other processes' commits while anyone follows."""
+POLL_WAIT_SECONDS = 0.002
+"""How long an inline commit waits for a follow poll to hand the connection back."""
 BLOCK_MIN = 256
 BLOCK_MAX = 4096
 FOREIGN_PAGE = 1000
@@ -190,6 +192,7 @@ class Writer:
         self._cur = conn.cursor()
         self._busy_timeout = busy_timeout
         self._inline = False
+        self._polling = False
         self._token = token
         self._clock = clock
         self._feed = feed
@@ -248,11 +251,18 @@ class Writer:
                 raise LogClosed(
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
-            if (
-                len(jobs) > self._group_limit
-                or not self._queue.empty()
-                or not self._conn_lock.acquire(blocking=False)
-            ):
+            if len(jobs) > self._group_limit or not self._queue.empty():
+                return False
+            taken = self._conn_lock.acquire(blocking=False)
+            polling = self._polling
+        if not taken:
+            # Held for a follow poll, the connection is free again within microseconds
+            # once the thread gets the GIL back (it may be waiting for it, from us):
+            # waiting here is far cheaper than the hand-off. Held for a commit, it is not.
+            if not polling or not self._conn_lock.acquire(timeout=POLL_WAIT_SECONDS):
+                return False
+            if not self._queue.empty():  # queued while we waited: keep the order
+                self._conn_lock.release()
                 return False
         loop = jobs[0].loop
         try:
@@ -311,8 +321,14 @@ class Writer:
             except queue.Empty:
                 job = None
             if following:
-                with self._conn_lock:
-                    self._poll()
+                # Flagged before taking the lock: the thread may hold it while it waits
+                # for the GIL, and an inline caller seeing it held must know it is a poll.
+                self._polling = True
+                try:
+                    with self._conn_lock:
+                        self._poll()
+                finally:
+                    self._polling = False
             if job is None:
                 continue
             jobs = [job]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -779,6 +780,36 @@ async def test_a_lone_append_on_an_idle_loop_commits_without_yielding(log: Log) 
     with pytest.raises(StopIteration) as finished:
         call.send(None)
     assert finished.value.value[0].offset == 3
+
+
+async def test_an_inline_commit_waits_out_a_follow_poll_instead_of_handing_over(
+    log: Log,
+) -> None:
+    """The writer thread polling for a follower holds the connection briefly: wait, stay inline."""
+    stream = log.stream()
+    writer = log._writer
+    polling = threading.Event()
+    poll = writer._poll
+
+    def slow_poll() -> None:
+        polling.set()
+        time.sleep(0.001)  # long enough for the append below to find the connection taken
+        poll()
+
+    writer._poll = slow_poll  # type: ignore[method-assign]
+    threads: list[int] = []
+    writer._conn.set_trace_callback(
+        lambda sql: threads.append(threading.get_ident()) if sql.startswith("INSERT") else None
+    )
+    follow = stream.follow()
+    try:
+        for n in range(5):
+            polling.clear()
+            assert polling.wait(5)  # the thread is in a poll now, holding the connection
+            await stream.append(order(n))
+    finally:
+        await follow.aclose()
+    assert threads == [threading.get_ident()] * 5
 
 
 async def test_inline_commits_keep_group_commit_for_concurrent_appends(log_file: Path) -> None:
