@@ -45,7 +45,7 @@ class Job:
 class AppendCall(Job):
     """One ``Stream.append`` call: its events land together or not at all."""
 
-    __slots__ = ("ephemerals", "events", "fresh", "inserted", "path", "reserved")
+    __slots__ = ("ephemerals", "events", "fresh", "inserted", "path", "plain", "reserved")
 
     def __init__(
         self,
@@ -61,6 +61,11 @@ class AppendCall(Job):
             int(events[0].ephemeral)
             if len(events) == 1
             else sum(1 for event in events if event.ephemeral)
+        )
+        # Durable only, no idempotency key, no offset precondition: the events take
+        # the next offsets in order, whatever the log holds (the writer's fast path).
+        self.plain = not self.ephemerals and all(
+            event.idempotency_key is None and event.offset is None for event in events
         )
         self.inserted = 0
         self.reserved = 0

@@ -667,6 +667,8 @@ class Writer:
         ``call.fresh`` gets the events this call adds (what followers are pushed);
         an idempotent hit returns the event committed earlier and is not pushed again.
         """
+        if call.plain:
+            return self._append_plain(call, state)
         path = call.path
         # New events as (input, offset), decoded together at the end in one parser call;
         # ``placed`` maps each input to an index into them or to an earlier committed event.
@@ -745,6 +747,59 @@ class Writer:
         if not hits:
             return new
         return [new[item] if isinstance(item, int) else item for item in placed]
+
+    def _append_plain(self, call: AppendCall, state: _PathState) -> list[StreamEvent]:
+        """:meth:`_append` for a call of durable events with no key and no offset precondition.
+
+        Nothing in such a call can be refused or already be in the log: its
+        events take the next offsets in order, so the rows and the committed
+        events are built in one pass each.
+        """
+        path = call.path
+        events = call.events
+        head = state.head
+        floor = state.last_ephemeral if state.mine else state.reserved_through
+        assert head is not None
+        assert floor is not None
+        first = (head if head > floor else floor) + 1
+        now = self._now
+        if len(events) == 1:
+            (event,) = events
+            self._cur.execute(
+                _INSERT,
+                (
+                    path,
+                    first,
+                    event.type,
+                    event.payload_json,
+                    event.metadata_json,
+                    event.source_json,
+                    None,
+                    now,
+                ),
+            )
+        else:
+            self._conn.executemany(
+                _INSERT,
+                [
+                    (
+                        path,
+                        offset,
+                        event.type,
+                        event.payload_json,
+                        event.metadata_json,
+                        event.source_json,
+                        None,
+                        now,
+                    )
+                    for offset, event in zip(range(first, first + len(events)), events, strict=True)
+                ],
+            )
+        state.head = first + len(events) - 1
+        call.inserted = len(events)
+        call.reserved = 0
+        new = call.fresh = _decode_run(path, events, first, now)
+        return new
 
     def _next_ephemeral(self, call: AppendCall, state: _PathState, wanted: int) -> int:
         assert state.head is not None
@@ -892,6 +947,44 @@ def _decode(path: str, fresh: list[tuple[PreparedEvent, int]], now: str) -> list
             event.ephemeral,
         )
         for (event, offset), payload, metadata in zip(fresh, payloads, metadatas, strict=True)
+    ]
+
+
+def _decode_run(path: str, events: list[PreparedEvent], first: int, now: str) -> list[StreamEvent]:
+    """:func:`_decode` for durable events placed at consecutive offsets from ``first``."""
+    make = make_event
+    if len(events) == 1:
+        (event,) = events
+        return [
+            make(
+                path,
+                first,
+                event.type,
+                decode_json(event.payload_json),
+                decode_json(event.metadata_json),
+                None if event.source_json is None else decode_json(event.source_json),
+                None,
+                now,
+                False,
+            )
+        ]
+    payloads = loads_many([event.payload_json for event in events])
+    metadatas = loads_many([event.metadata_json for event in events])
+    return [
+        make(
+            path,
+            offset,
+            event.type,
+            payload,
+            metadata,
+            None if event.source_json is None else decode_json(event.source_json),
+            None,
+            now,
+            False,
+        )
+        for offset, event, payload, metadata in zip(
+            range(first, first + len(events)), events, payloads, metadatas, strict=True
+        )
     ]
 
 

@@ -56,6 +56,10 @@ def _json_object(flag: str) -> Callable[[str], dict[str, Any]]:
             value = json.loads(text)
         except json.JSONDecodeError as exc:
             raise argparse.ArgumentTypeError(f"{flag} is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{flag} nests too deeply to parse (over Python's recursion limit)"
+            ) from exc
         if not isinstance(value, dict):
             raise argparse.ArgumentTypeError(
                 f"{flag} must be a JSON object, got {type(value).__name__}"

@@ -43,6 +43,10 @@ MAX_EVENT_BYTES = 1024 * 1024
 
 MAX_TYPE_LENGTH = 256
 
+MAX_NESTING = 100
+"""The deepest a payload, metadata or source object may nest (the object itself is level 1).
+Deeper JSON would hit Python's recursion limit when decoded on a deep call stack."""
+
 _INPUT_FIELDS = frozenset(
     {"type", "payload", "metadata", "source", "idempotency_key", "offset", "ephemeral"}
 )
@@ -57,18 +61,20 @@ _ENCODE = _ENCODER.encode
 def _c_dict_encoder() -> Callable[[dict[str, Any]], str] | None:
     """``_ENCODE`` for a dict, minus the Python setup ``JSONEncoder.encode`` repeats per call.
 
-    The C encoder ``encode`` ends in, built per call with a fresh circular-reference
-    memo (so a cyclic value is refused, not recursed into), the same separators,
-    ASCII escaping and NaN refusal. None where the C accelerator is missing.
+    The C encoder ``encode`` ends in, built once, with the same separators,
+    ASCII escaping and NaN refusal, and no circular-reference memo: with no
+    state it can be shared by every call and thread, and a value that contains
+    itself ends in ``RecursionError`` (refused by the caller) instead of the
+    memo's ``ValueError``. None where the C accelerator is missing.
     """
     make = getattr(json.encoder, "c_make_encoder", None)
     escape = getattr(json.encoder, "c_encode_basestring_ascii", None)
     if make is None or escape is None:
         return None
-    default = _ENCODER.default
+    encoder = make(None, _ENCODER.default, escape, None, ":", ",", False, False, False)
 
     def encode(value: dict[str, Any]) -> str:
-        return "".join(make({}, default, escape, None, ":", ",", False, False, False)(value, 0))
+        return "".join(encoder(value, 0))
 
     return encode
 
@@ -255,9 +261,12 @@ def _refuse(index: int, field_name: str, why: str, **details: Any) -> InvalidEve
 def _dump_object(index: int, field_name: str, value: object) -> str:
     if type(value) is dict:  # the common case, without the ABC checks below
         try:
-            return _ENCODE_DICT(value)
+            text = _ENCODE_DICT(value)
         except (TypeError, ValueError) as exc:
             raise _refuse(index, field_name, f"is not JSON serializable ({exc})") from exc
+        except RecursionError as exc:
+            raise _too_deep(index, field_name) from exc
+        return _shallow_enough(index, field_name, value, text)
     if isinstance(value, BaseModel):
         value = value.model_dump(mode="json")
     if not isinstance(value, Mapping):
@@ -265,9 +274,46 @@ def _dump_object(index: int, field_name: str, value: object) -> str:
             index, field_name, f"must be a JSON object (a dict), got {type(value).__name__}"
         )
     try:
-        return _ENCODE(value)
+        text = _ENCODE(value)
     except (TypeError, ValueError) as exc:
         raise _refuse(index, field_name, f"is not JSON serializable ({exc})") from exc
+    except RecursionError as exc:
+        raise _too_deep(index, field_name) from exc
+    return _shallow_enough(index, field_name, value, text)
+
+
+def _shallow_enough(index: int, field_name: str, value: Mapping[str, Any], text: str) -> str:
+    """``text`` if ``value`` nests at most :data:`MAX_NESTING` levels, else refuse it."""
+    # Counting brackets (in C) over-counts, never under-counts, the depth: only
+    # a text with that many brackets needs the walk.
+    if text.count("{") + text.count("[") > MAX_NESTING and _nesting(value) > MAX_NESTING:
+        raise _too_deep(index, field_name)
+    return text
+
+
+def _nesting(value: Mapping[str, Any] | list[Any] | tuple[Any, ...]) -> int:
+    """How deep ``value`` nests (a container is one level), counted up to MAX_NESTING + 1."""
+    deepest = 0
+    stack: list[tuple[Mapping[str, Any] | list[Any] | tuple[Any, ...], int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > MAX_NESTING:
+                break
+        for child in item.values() if isinstance(item, Mapping) else item:
+            if isinstance(child, Mapping | list | tuple):
+                stack.append((child, depth + 1))
+    return deepest
+
+
+def _too_deep(index: int, field_name: str) -> InvalidEvent:
+    return _refuse(
+        index,
+        field_name,
+        f"nests deeper than {MAX_NESTING} levels (or contains itself), which the log "
+        "refuses so every reader can decode it",
+    )
 
 
 def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> PreparedEvent:

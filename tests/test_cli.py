@@ -82,6 +82,11 @@ def test_expect_offset_refuses_stale_writer(
     [
         (["append", "--db", "{db}", "t", "--payload", "[1]"], "must be a JSON object"),
         (["append", "--db", "{db}", "t", "--payload", "{nope"], "not valid JSON"),
+        (["append", "--db", "{db}", "t", "--payload", "[" * 50_000], "nests too deeply"),
+        (
+            ["append", "--db", "{db}", "t", "--payload", '{"a":' + "[" * 150 + "]" * 150 + "}"],
+            "nests deeper than 100 levels",
+        ),
         (["append", "--db", "{db}", "", "--payload", "{}"], "'type' must be a non-empty string"),
         (["append", "--db", "{db}", "--path", "no-slash", "t"], "stream path"),
         (["append", "--db", "{db}", "t", "--expect-offset", "0"], "expected a number >= 1"),

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from streamkit import InvalidEvent, InvalidRequest
 from streamkit.events import (
     MAX_EVENT_BYTES,
+    MAX_NESTING,
     EventInput,
     ReadPage,
     ScannedRange,
@@ -65,6 +66,30 @@ def test_a_pydantic_payload_is_dumped_in_json_mode() -> None:
     assert json.loads(prepared.payload_json) == {"order": 1, "note": "n"}
 
 
+def _nested(depth: int) -> list[Any]:
+    """A list nesting ``depth`` levels deep (built without recursion)."""
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _cyclic() -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    value["self"] = value
+    return value
+
+
+def test_nesting_up_to_the_limit_is_accepted_and_reads_back() -> None:
+    """An object nesting exactly MAX_NESTING levels is accepted; one more level is not."""
+    prepared = prepare_event({"type": "t", "payload": {"a": _nested(MAX_NESTING - 1)}})
+    assert json.loads(prepared.payload_json)["a"] == _nested(MAX_NESTING - 1)
+    brackets = {"s": "[{" * 500}  # brackets inside strings are not nesting
+    assert json.loads(prepare_event({"type": "t", "payload": brackets}).payload_json) == brackets
+    with pytest.raises(InvalidEvent, match=f"nests deeper than {MAX_NESTING} levels"):
+        prepare_event({"type": "t", "payload": {"a": _nested(MAX_NESTING)}})
+
+
 @pytest.mark.parametrize(
     ("raw", "field"),
     [
@@ -79,6 +104,10 @@ def test_a_pydantic_payload_is_dumped_in_json_mode() -> None:
         ({"type": "t", "offset": False}, "offset"),
         ({"type": "t", "ephemeral": 1}, "ephemeral"),
         ({"type": "t", "ephemeral": True, "idempotency_key": "k"}, "idempotency_key"),
+        ({"type": "t", "payload": {"a": _nested(MAX_NESTING)}}, "payload"),
+        ({"type": "t", "payload": {"a": _nested(100_000)}}, "payload"),
+        ({"type": "t", "metadata": _cyclic()}, "metadata"),
+        ({"type": "t", "source": {"a": [_nested(MAX_NESTING)]}}, "source"),
     ],
 )
 def test_bad_fields_are_refused_by_name(raw: dict[str, Any], field: str) -> None:
