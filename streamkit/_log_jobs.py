@@ -57,16 +57,17 @@ class AppendCall(Job):
         super().__init__(loop, future)
         self.path = path
         self.events = events
-        self.ephemerals = (
-            int(events[0].ephemeral)
-            if len(events) == 1
-            else sum(1 for event in events if event.ephemeral)
-        )
-        # Durable only, no idempotency key, no offset precondition: the events take
-        # the next offsets in order, whatever the log holds (the writer's fast path).
-        self.plain = not self.ephemerals and all(
-            event.idempotency_key is None and event.offset is None for event in events
-        )
+        # ``plain``: durable only, no idempotency key, no offset precondition; the events
+        # take the next offsets in order, whatever the log holds (the writer's fast path).
+        if len(events) == 1:
+            (event,) = events
+            self.ephemerals = 1 if event.ephemeral else 0
+            self.plain = not (event.ephemeral or event.idempotency_key or event.offset)
+        else:
+            self.ephemerals = sum(1 for event in events if event.ephemeral)
+            self.plain = not self.ephemerals and all(
+                event.idempotency_key is None and event.offset is None for event in events
+            )
         self.inserted = 0
         self.reserved = 0
         self.fresh: list[StreamEvent] = []

@@ -493,8 +493,13 @@ class Writer:
 
     def _run_group(self, calls: list[WriteCall]) -> None:
         states = self._states
-        paths = [calls[0].path] if len(calls) == 1 else {call.path for call in calls}
-        saved = {path: states.setdefault(path, _PathState()).snapshot() for path in paths}
+        if len(calls) == 1:
+            path = calls[0].path
+            state = states.get(path) or states.setdefault(path, _PathState())
+            saved = {path: state.snapshot()}
+        else:
+            paths = {call.path for call in calls}
+            saved = {path: states.setdefault(path, _PathState()).snapshot() for path in paths}
         waited: _BusyWait | None = None
         while True:
             self._group_before = {}

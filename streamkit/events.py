@@ -335,13 +335,14 @@ def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> Prepar
                 f"{', '.join(sorted(_INPUT_FIELDS))}); nothing was appended",
                 details={"index": index, "fields": sorted(map(str, unknown))},
             )
-        etype = raw.get("type")
-        payload = raw.get("payload")
-        metadata = raw.get("metadata")
-        source = raw.get("source")
-        key = raw.get("idempotency_key")
-        offset = raw.get("offset")
-        ephemeral = raw.get("ephemeral", False)
+        get = raw.get
+        etype = get("type")
+        payload = get("payload")
+        metadata = get("metadata")
+        source = get("source")
+        key = get("idempotency_key")
+        offset = get("offset")
+        ephemeral = get("ephemeral", False)
     else:
         raise InvalidEvent(
             f"event #{index}: expected an EventInput or a mapping, got {type(raw).__name__}; "
@@ -404,6 +405,8 @@ def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> Prepar
 
 def prepare_events(raws: Sequence[EventInput | Mapping[str, Any]]) -> list[PreparedEvent]:
     """Validate a whole append call; the first bad event refuses all of them."""
+    if len(raws) == 1:
+        return [prepare_event(raws[0], 0)]
     return [prepare_event(raw, i) for i, raw in enumerate(raws)]
 
 
