@@ -80,6 +80,23 @@ def _copy(value: Any) -> Any:
 # unchanged, and building their pointers would be a good share of the cost.
 
 
+def _diff_child(x: Any, y: Any, path: str, key: str | int, ops: list[Op]) -> str:
+    """Diff the unequal values ``x`` -> ``y`` held at ``key`` of the container at ``path``.
+
+    Returns ``path`` (now built) for the caller to reuse.
+    """
+    t = type(x)
+    if t is type(y):
+        if t is dict:
+            _diff_dict(x, y, path, key, ops)
+            return path
+        if t is list:
+            _diff_list(x, y, path, key, ops)
+            return path
+    ops.append({"op": "replace", "path": _path(path, key), "value": _copy(y)})
+    return path
+
+
 def _diff_dict(
     a: dict[str, Any], b: dict[str, Any], parent: str, at: str | int | None, ops: list[Op]
 ) -> None:
@@ -97,22 +114,15 @@ def _diff_dict(
         if x is y:
             continue
         t = type(x)
-        if t is type(y):
-            if t is dict:
-                if path is None:
-                    path = _path(parent, at)
-                _diff_dict(x, y, path, key, ops)
-                continue
-            if t is list:
-                if path is None:
-                    path = _path(parent, at)
-                _diff_list(x, y, path, key, ops)
-                continue
-            if x == y and (t is not float or x != 0.0 or copysign(1.0, x) == copysign(1.0, y)):
-                continue
-        if path is None:
-            path = _path(parent, at)
-        ops.append({"op": "replace", "path": f"{path}/{_token(key)}", "value": _copy(y)})
+        if (
+            t is type(y)
+            and t is not dict
+            and t is not list
+            and x == y
+            and (t is not float or x != 0.0 or copysign(1.0, x) == copysign(1.0, y))
+        ):
+            continue
+        path = _diff_child(x, y, path or _path(parent, at), key, ops)
     # Every key of a that b still holds is in b; if the sizes then agree there is
     # nothing new, which spares the second pass in the common case.
     if len(b) != len(a) - gone:
@@ -203,20 +213,13 @@ def _diff_run(
         if x is y:
             continue
         t = type(x)
-        if t is type(y):
-            if t is dict:
-                if path is None:
-                    path = _path(parent, at)
-                _diff_dict(x, y, path, i, ops)
-                continue
-            if t is list:
-                if path is None:
-                    path = _path(parent, at)
-                _diff_list(x, y, path, i, ops)
-                continue
-            if x == y and (t is not float or x != 0.0 or copysign(1.0, x) == copysign(1.0, y)):
-                continue
-        if path is None:
-            path = _path(parent, at)
-        ops.append({"op": "replace", "path": f"{path}/{i}", "value": _copy(y)})
+        if (
+            t is type(y)
+            and t is not dict
+            and t is not list
+            and x == y
+            and (t is not float or x != 0.0 or copysign(1.0, x) == copysign(1.0, y))
+        ):
+            continue
+        path = _diff_child(x, y, path or _path(parent, at), i, ops)
     return path

@@ -51,7 +51,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -748,7 +748,9 @@ class Writer:
         elif rows:
             self._conn.executemany(_INSERT, rows)
         call.inserted = len(rows)
-        new = call.fresh = _decode(path, fresh, now)
+        new = call.fresh = _decode(
+            path, [event for event, _ in fresh], [offset for _, offset in fresh], now
+        )
         if not hits:
             return new
         return [new[item] if isinstance(item, int) else item for item in placed]
@@ -767,22 +769,12 @@ class Writer:
         assert head is not None
         assert floor is not None
         first = (head if head > floor else floor) + 1
+        offsets = range(first, first + len(events))
         now = self._now
-        if len(events) == 1:
-            (event,) = events
-            self._cur.execute(
-                _INSERT,
-                (
-                    path,
-                    first,
-                    event.type,
-                    event.payload_json,
-                    event.metadata_json,
-                    event.source_json,
-                    None,
-                    now,
-                ),
-            )
+        if len(events) == 1:  # most appends: no comprehension or zip to set up
+            e = events[0]
+            row = (path, first, e.type, e.payload_json, e.metadata_json, e.source_json, None, now)
+            self._cur.execute(_INSERT, row)
         else:
             self._conn.executemany(
                 _INSERT,
@@ -790,20 +782,20 @@ class Writer:
                     (
                         path,
                         offset,
-                        event.type,
-                        event.payload_json,
-                        event.metadata_json,
-                        event.source_json,
+                        e.type,
+                        e.payload_json,
+                        e.metadata_json,
+                        e.source_json,
                         None,
                         now,
                     )
-                    for offset, event in zip(range(first, first + len(events)), events, strict=True)
+                    for offset, e in zip(offsets, events, strict=True)
                 ],
             )
-        state.head = first + len(events) - 1
+        state.head = offsets[-1]
         call.inserted = len(events)
         call.reserved = 0
-        new = call.fresh = _decode_run(path, events, first, now)
+        new = call.fresh = _decode(path, events, offsets, now)
         return new
 
     def _next_ephemeral(self, call: AppendCall, state: _PathState, wanted: int) -> int:
@@ -917,16 +909,19 @@ class Writer:
             # Keeping the block only costs a hole in the offsets; nothing is lost.
 
 
-def _decode(path: str, fresh: list[tuple[PreparedEvent, int]], now: str) -> list[StreamEvent]:
+def _decode(
+    path: str, events: Sequence[PreparedEvent], offsets: Sequence[int], now: str
+) -> list[StreamEvent]:
     """The committed form of new events, decoded from their JSON so each equals a later read."""
-    if not fresh:
+    if not events:
         return []
-    if len(fresh) == 1:
-        ((event, offset),) = fresh
+    make = make_event
+    if len(events) == 1:
+        event = events[0]
         return [
-            make_event(
+            make(
                 path,
-                offset,
+                offsets[0],
                 event.type,
                 decode_json(event.payload_json),
                 decode_json(event.metadata_json),
@@ -936,9 +931,9 @@ def _decode(path: str, fresh: list[tuple[PreparedEvent, int]], now: str) -> list
                 event.ephemeral,
             )
         ]
-    payloads = loads_many([event.payload_json for event, _ in fresh])
-    metadatas = loads_many([event.metadata_json for event, _ in fresh])
-    make = make_event
+    # One parser call for all payloads (and one for all metadata) of the call.
+    payloads = loads_many([event.payload_json for event in events])
+    metadatas = loads_many([event.metadata_json for event in events])
     return [
         make(
             path,
@@ -951,44 +946,8 @@ def _decode(path: str, fresh: list[tuple[PreparedEvent, int]], now: str) -> list
             now,
             event.ephemeral,
         )
-        for (event, offset), payload, metadata in zip(fresh, payloads, metadatas, strict=True)
-    ]
-
-
-def _decode_run(path: str, events: list[PreparedEvent], first: int, now: str) -> list[StreamEvent]:
-    """:func:`_decode` for durable events placed at consecutive offsets from ``first``."""
-    make = make_event
-    if len(events) == 1:
-        (event,) = events
-        return [
-            make(
-                path,
-                first,
-                event.type,
-                decode_json(event.payload_json),
-                decode_json(event.metadata_json),
-                None if event.source_json is None else decode_json(event.source_json),
-                None,
-                now,
-                False,
-            )
-        ]
-    payloads = loads_many([event.payload_json for event in events])
-    metadatas = loads_many([event.metadata_json for event in events])
-    return [
-        make(
-            path,
-            offset,
-            event.type,
-            payload,
-            metadata,
-            None if event.source_json is None else decode_json(event.source_json),
-            None,
-            now,
-            False,
-        )
         for offset, event, payload, metadata in zip(
-            range(first, first + len(events)), events, payloads, metadatas, strict=True
+            offsets, events, payloads, metadatas, strict=True
         )
     ]
 
