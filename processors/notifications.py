@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from streamkit.processors._notification_asks import Ask, Asks, notification_id
 from streamkit.processors._notification_events import (
     NOTIFICATION_ATTEMPT_FAILED,
     NOTIFICATION_DEAD_LETTERED,
@@ -76,11 +77,8 @@ from streamkit.processors._notification_rules import (
     Backoff,
     ContractSchemas,
     NotificationRule,
-    Rendered,
     RenderError,
     check_rules,
-    payload_dict,
-    render,
 )
 from streamkit.processors.dlq import (
     DEAD_LETTERED,
@@ -89,7 +87,6 @@ from streamkit.processors.dlq import (
     ReplayRef,
     dead_lettered_event,
     record_succeeded_event,
-    replay_ref,
 )
 from streamkit.processors.notification_channels import (
     Channel,
@@ -161,26 +158,6 @@ MAX_RECORDED_PAYLOAD = 256 * 1024
 # How long past an attempt's timeout its outcome may take to be folded before
 # the at-head pass treats the attempt as lost and tries again.
 _OUTCOME_GRACE = 5.0
-
-
-def notification_id(rule: str, source_offset: int) -> str:
-    """The stable id of the notification ``rule`` makes for the event at ``source_offset``."""
-    return f"{rule}@{source_offset}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Ask:
-    """One delivery an event asks for: rendered, or why it could not be."""
-
-    id: str
-    rule: str
-    source_offset: int
-    source_type: str
-    request_offset: int
-    ref: ReplayRef | None
-    notification: PendingNotification | None
-    failure: RenderError | None
-    source_payload: dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -261,10 +238,7 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
             ContractSchemas(self.contract),
             OWN_TYPES | set(self.contract.emits),
         )
-        self._by_type: dict[str, list[NotificationRule]] = {}
-        for rule in self.rules:
-            self._by_type.setdefault(rule.event_type, []).append(rule)
-        self._by_name = {rule.name: rule for rule in self.rules}
+        self._asks = Asks(self.rules)
         if isinstance(backoff, Backoff):
             self.backoff = backoff
         else:
@@ -303,104 +277,7 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
         """The configured channels by name."""
         return dict(self._channels)
 
-    # -- what an event asks for (pure; shared by reduce and process_event) --------
-
-    def _asks(self, event: StreamEvent) -> list[_Ask]:
-        etype = event.type
-        if etype == NOTIFICATION_RESEND_REQUESTED:
-            body = event.payload
-            if not isinstance(body, ResendRequested):
-                return []
-            return [self._resend_ask(body, event.offset, replay_ref(event))]
-        rules = self._by_type.get(etype)
-        if not rules:
-            return []
-        payload = payload_dict(event.payload)
-        asks: list[_Ask] = []
-        for rule in rules:
-            nid = notification_id(rule.name, event.offset)
-            notification: PendingNotification | None = None
-            failure: RenderError | None = None
-            try:
-                notification = _pending(nid, rule, render(rule, payload), event.offset, etype)
-            except RenderError as exc:
-                failure = exc
-            asks.append(
-                _Ask(
-                    nid,
-                    rule.name,
-                    event.offset,
-                    etype,
-                    event.offset,
-                    None,
-                    notification,
-                    failure,
-                    payload,
-                )
-            )
-        return asks
-
-    def _resend_ask(self, body: ResendRequested, offset: int, ref: ReplayRef | None) -> _Ask:
-        rule = self._by_name.get(body.rule)
-        payload = dict(body.source_payload or {})
-        notification: PendingNotification | None = None
-        failure: RenderError | None = None
-        try:
-            if body.source_payload is not None:
-                if rule is None:
-                    raise RenderError(
-                        "",
-                        f'rule "{body.rule}" is not configured any more, so notification '
-                        f'"{body.notification_id}" cannot be rendered again; configure the rule '
-                        "and replay it",
-                    )
-                notification = _pending(
-                    body.notification_id,
-                    rule,
-                    render(rule, payload),
-                    body.source_offset,
-                    body.source_type,
-                )
-            elif body.body is None or body.channel is None:
-                raise RenderError(
-                    "",
-                    f'the resend of notification "{body.notification_id}" has neither the '
-                    "rendered notification (channel and body) nor a source_payload to render",
-                )
-            else:
-                notification = PendingNotification(
-                    id=body.notification_id,
-                    rule=body.rule,
-                    channel=body.channel,
-                    recipients=list(body.recipients or ()),
-                    subject=body.subject or "",
-                    body=body.body,
-                    source_offset=body.source_offset,
-                    source_type=body.source_type,
-                    request_offset=offset,
-                    max_attempts=rule.max_attempts if rule is not None else 5,
-                )
-        except RenderError as exc:
-            failure = exc
-        if notification is not None:
-            notification = notification.model_copy(
-                update={
-                    "request_offset": offset,
-                    "dlq_record_id": None if ref is None else ref.record_id,
-                    "replay": 0 if ref is None else ref.replay,
-                }
-            )
-        return _Ask(
-            body.notification_id,
-            body.rule,
-            body.source_offset,
-            body.source_type,
-            offset,
-            ref,
-            notification,
-            failure,
-            payload,
-        )
+    # -- reduce (pure) -------------------------------------------------------------
 
     def _has_room(
         self, pending: Mapping[str, PendingNotification], fresh: PendingNotification
@@ -410,12 +287,10 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
         used = sum(p.weight() for p in pending.values())
         return used + fresh.weight() <= self.max_pending_bytes
 
-    # -- reduce (pure) -------------------------------------------------------------
-
     def reduce(self, event: StreamEvent, state: NotificationsState) -> NotificationsState | None:
         if event.type in OWN_TYPES and event.type != NOTIFICATION_RESEND_REQUESTED:
             return self._reduce_outcome(event.payload, state)
-        asks = self._asks(event)
+        asks = self._asks.of(event)
         if not asks:
             return None
         pending = dict(state.pending)
@@ -482,7 +357,7 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
         event = args.event
         if event is not None and event.type not in OWN_TYPES - {NOTIFICATION_RESEND_REQUESTED}:
             refusals: list[dict[str, Any]] = []
-            for ask in self._asks(event):
+            for ask in self._asks.of(event):
                 if ask.failure is not None:
                     refusals.extend(self._render_failed(ask, ask.failure))
                 elif ask.notification is not None and ask.id not in args.state.pending:
@@ -495,7 +370,7 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
         if args.delivery.caught_up:
             self._deliver_owed(args)
 
-    def _render_failed(self, ask: _Ask, error: RenderError) -> list[dict[str, Any]]:
+    def _render_failed(self, ask: Ask, error: RenderError) -> list[dict[str, Any]]:
         nid, request = ask.id, ask.request_offset
         body = NotificationRenderFailed(
             notification_id=nid,
@@ -770,23 +645,6 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
 
 
 # -- helpers -----------------------------------------------------------------------
-
-
-def _pending(
-    nid: str, rule: NotificationRule, rendered: Rendered, offset: int, etype: str
-) -> PendingNotification:
-    return PendingNotification(
-        id=nid,
-        rule=rule.name,
-        channel=rule.channel,
-        recipients=rendered.recipients,
-        subject=rendered.subject,
-        body=rendered.body,
-        source_offset=offset,
-        source_type=etype,
-        request_offset=offset,
-        max_attempts=rule.max_attempts,
-    )
 
 
 async def _record(args: ProcessEventArgs[NotificationsState], events: list[dict[str, Any]]) -> None:

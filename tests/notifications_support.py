@@ -18,10 +18,32 @@ from email import message_from_bytes, policy
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 
-class WebhookPeer:
+class _ServedPeer:
+    """Serves a local TCP server from a daemon thread while used as a context manager."""
+
+    def __init__(self, server: socketserver.TCPServer) -> None:
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+class WebhookPeer(_ServedPeer):
     """An HTTP receiver: answers POSTs with ``statuses`` in order, then 200; records requests."""
 
     def __init__(self, statuses: Iterable[int] = ()) -> None:
@@ -51,11 +73,9 @@ class WebhookPeer:
             def log_message(self, format: str, *args: Any) -> None:
                 return None
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.02,), daemon=True
-        )
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        super().__init__(server)
 
     @property
     def url(self) -> str:
@@ -66,22 +86,8 @@ class WebhookPeer:
         """The Idempotency-Key header of every request, in order."""
         return [r["headers"].get("idempotency-key", "") for r in self.requests]
 
-    def __enter__(self) -> WebhookPeer:
-        self._thread.start()
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
-
-
-class SmtpPeer:
+class SmtpPeer(_ServedPeer):
     """A minimal SMTP server: records accepted messages; refuses ``nobody*`` recipients (550)."""
 
     def __init__(self) -> None:
@@ -137,30 +143,14 @@ class SmtpPeer:
                     else:
                         self.reply("502 command not implemented")
 
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.02,), daemon=True
-        )
+        server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        super().__init__(server)
 
     @property
     def port(self) -> int:
         port: int = self._server.server_address[1]
         return port
-
-    def __enter__(self) -> SmtpPeer:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
 
 
 def _address(line: str) -> str:

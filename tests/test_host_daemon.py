@@ -11,59 +11,35 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_support import DaemonRig, eventually
 
 from streamkit import open_log
-from streamkit.control import live_server_at
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 
 
-class Rig:
+class Rig(DaemonRig):
     """Spawns hosts and CLI commands against one database; kills every child at the end."""
 
-    def __init__(self, tmp_path: Path, sockets: Path) -> None:
-        self.tmp = tmp_path
-        self.sockets = sockets
-        self.db = str(tmp_path / "d.db")
-        self.children: list[subprocess.Popen[bytes]] = []
+    def __init__(self, tmp_path: Path) -> None:
         shutil.copy(HERE / "host_support.py", tmp_path / "hostprocs.py")
-        self.env = dict(os.environ)
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
-        )
-
-    def socket(self, name: str) -> str:
-        return str(self.sockets / f"{name}.sock")
+        super().__init__(tmp_path, socket_prefix="skd", tmp_on_pythonpath=True)
+        self.db = str(tmp_path / "d.db")
 
     def host(self, name: str, *processors: str, ttl: str = "5") -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "streamkit", "host", "--db", self.db]
-        argv += ["--socket", self.socket(name), "--lease-ttl", ttl, "--log-format", "json"]
+        argv = ["--db", self.db, "--lease-ttl", ttl, "--log-format", "json"]
         for processor in processors or ("hostprocs:Tally",):
             argv += ["--processor", processor]
-        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
-        try:
-            child = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log, cwd=self.tmp)
-        finally:
-            log.close()
-        self.children.append(child)
-        deadline = time.monotonic() + 30
-        while not live_server_at(self.socket(name)):
-            assert child.poll() is None, self.host_log(name)
-            assert time.monotonic() < deadline, "host did not start"
-            time.sleep(0.02)
-        return child
-
-    def host_log(self, name: str) -> str:
-        return (self.tmp / f"{name}.log").read_text(errors="replace")
+        return self.start_host(name, *argv)
 
     def cli(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -86,29 +62,11 @@ class Rig:
     def row(self, name: str, slug: str = "tally") -> dict[str, Any]:
         return next(r for r in self.status(name)["processors"] if r["slug"] == slug)
 
-    def kill_all(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.kill()
-            child.wait()
-
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    sockets = Path(tempfile.mkdtemp(dir="/tmp", prefix="skd"))
-    made = Rig(tmp_path, sockets)
-    try:
+    with closing(Rig(tmp_path)) as made:
         yield made
-    finally:
-        made.kill_all()
-        shutil.rmtree(sockets, ignore_errors=True)
-
-
-def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def append_items(db: str, count: int) -> list[int]:
@@ -171,7 +129,7 @@ def test_daemon_serves_cli_clients_and_stops_on_sigterm(rig: Rig) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    rig.children.append(watcher)  # type: ignore[arg-type]
+    rig.track(watcher)
     assert watcher.stdout is not None
     seed = json.loads(watcher.stdout.readline())
     assert (seed["kind"], seed["state"]["offsets"]) == ("seed", offsets)
@@ -233,8 +191,9 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 def test_kill_9_at_random_moments_loses_nothing(rig: Rig) -> None:
     """Killed repeatedly under load, every durable event ends up reduced exactly once."""
     stop = rig.tmp / "stop"
-    appender = subprocess.Popen([sys.executable, "-c", APPENDER, rig.db, str(stop)], env=rig.env)
-    rig.children.append(appender)  # type: ignore[arg-type]
+    appender = rig.track(
+        subprocess.Popen([sys.executable, "-c", APPENDER, rig.db, str(stop)], env=rig.env)
+    )
     chooser = random.Random(4)
     try:
         for round_ in range(4):
@@ -261,12 +220,9 @@ def test_kill_9_at_random_moments_loses_nothing(rig: Rig) -> None:
 
 def test_second_signal_exits_at_once(rig: Rig) -> None:
     """SIGTERM waits for background work within the grace; a second signal exits at once."""
-    argv = [sys.executable, "-m", "streamkit", "host", "--db", rig.db, "--grace", "60"]
-    argv += ["--socket", rig.socket("g"), "--processor", "hostprocs:Lingering"]
-    with open(rig.tmp / "g.log", "ab") as log:
-        daemon = subprocess.Popen(argv, env=rig.env, stdout=log, stderr=log, cwd=rig.tmp)
-    rig.children.append(daemon)
-    eventually(lambda: live_server_at(rig.socket("g")))
+    daemon = rig.start_host(
+        "g", "--db", rig.db, "--grace", "60", "--processor", "hostprocs:Lingering"
+    )
     append_items(rig.db, 1)
     eventually(lambda: rig.row("g", "lingering")["claim_due"] is not None)
     daemon.send_signal(signal.SIGTERM)

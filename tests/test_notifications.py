@@ -127,10 +127,15 @@ class Rig:
         return [e.payload for e in self.stream.events if e.type == etype]
 
     async def idle(self, engine: ProcessorEngine[Any]) -> None:
-        """Wait until every append is folded and no background attempt is left running."""
+        """Wait until every append is folded, no attempt is running and the claim is sent."""
         for _ in range(1000):
             await engine.wait_until_processed(self.stream.head, timeout=5)
-            if engine.background_in_flight == 0 and engine.cursor >= self.stream.head:
+            claims = self.stream.claims
+            if (
+                engine.background_in_flight == 0
+                and engine.cursor >= self.stream.head
+                and (claims[-1] if claims else None) == engine.claimed_at
+            ):
                 return
             await asyncio.sleep(0.005)
         raise AssertionError("the engine did not settle")

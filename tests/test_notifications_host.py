@@ -4,34 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_support import DaemonRig, eventually
 from streamkit.processors.notifications import read_outbox
 
 from streamkit import open_log
-from streamkit.control import live_server_at
 
 pytestmark = pytest.mark.slow
 
 
-class Daemon:
+class Daemon(DaemonRig):
     """Starts `streamkit host` children running one notifications processor; kills them all."""
 
-    def __init__(self, tmp: Path, sockets: Path) -> None:
-        self.tmp = tmp
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(tmp, socket_prefix="skn")
         self.db = str(tmp / "app.db")
         self.outbox = tmp / "outbox.jsonl"
-        self.socket = str(sockets / "n.sock")
-        self.children: list[subprocess.Popen[bytes]] = []
         kwargs = {
             "rules": [
                 {
@@ -46,20 +42,8 @@ class Daemon:
         self.spec = "streamkit.processors.notifications:NotificationsProcessor" + json.dumps(kwargs)
 
     def start(self) -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "streamkit", "host", "--db", self.db]
-        argv += ["--socket", self.socket, "--lease-ttl", "1", "--processor", self.spec]
-        log = open(self.tmp / "host.log", "ab")  # noqa: SIM115 - the child owns it
-        try:
-            child = subprocess.Popen(argv, stdout=log, stderr=log, cwd=self.tmp)
-        finally:
-            log.close()
-        self.children.append(child)
-        deadline = time.monotonic() + 30
-        while not live_server_at(self.socket):
-            assert child.poll() is None, (self.tmp / "host.log").read_text(errors="replace")
-            assert time.monotonic() < deadline, "host did not start"
-            time.sleep(0.02)
-        return child
+        argv = ["--db", self.db, "--lease-ttl", "1", "--processor", self.spec]
+        return self.start_host("n", *argv, log="host")
 
     def append_tasks(self, first: int, count: int) -> list[int]:
         async def run() -> list[int]:
@@ -88,29 +72,11 @@ class Daemon:
 
         return asyncio.run(run())
 
-    def kill_all(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                child.kill()
-            child.wait()
-
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    sockets = Path(tempfile.mkdtemp(dir="/tmp", prefix="skn"))
-    made = Daemon(tmp_path, sockets)
-    try:
+    with closing(Daemon(tmp_path)) as made:
         yield made
-    finally:
-        made.kill_all()
-        shutil.rmtree(sockets, ignore_errors=True)
-
-
-def eventually(check: Callable[[], bool], within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_the_daemon_never_resends_across_kill_and_restart(daemon: Daemon) -> None:

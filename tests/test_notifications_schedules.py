@@ -73,7 +73,12 @@ class World:
     async def idle(self) -> None:
         for _ in range(2000):
             await self.engine.wait_until_processed(self.stream.head, timeout=5)
-            if self.engine.background_in_flight == 0 and self.engine.cursor >= self.stream.head:
+            claims = self.stream.claims
+            if (
+                self.engine.background_in_flight == 0
+                and self.engine.cursor >= self.stream.head
+                and (claims[-1] if claims else None) == self.engine.claimed_at
+            ):
                 return
             await asyncio.sleep(0.001)
         raise AssertionError("the engine did not settle")

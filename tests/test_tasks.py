@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_support import DaemonRig
 from streamkit.processors.dlq import (
     DEAD_LETTERED,
     RECORD_SUCCEEDED,
@@ -50,7 +48,6 @@ from streamkit.testing import (
 from streamkit import InvalidEvent, ProcessorEngine, ProcessorHost, open_log
 from streamkit.cli import main
 from streamkit.config import HostConfig
-from streamkit.control import live_server_at
 
 T0 = 1_700_000_000.0
 
@@ -642,21 +639,13 @@ async def job(args, ctx):
 """
 
 
-def _spawn_host(tmp: Path, db: Path, socket: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _start_host(rig: DaemonRig, db: Path) -> subprocess.Popen[bytes]:
     processor = (
         "streamkit.processors.tasks:TasksProcessor"
         '{"handlers": {"job": "taskjobs:job"}, "backoff_base": 0.2}'
     )
-    argv = [sys.executable, "-m", "streamkit", "host", "--db", str(db), "--socket", socket]
-    argv += ["--lease-ttl", "1", "--log-format", "json", "--processor", processor]
-    with open(tmp / "host.log", "ab") as log:
-        child = subprocess.Popen(argv, env=env, stdout=log, stderr=log, cwd=tmp)
-    for _ in range(3000):
-        if live_server_at(socket):
-            return child
-        assert child.poll() is None, (tmp / "host.log").read_text(errors="replace")
-        time.sleep(0.01)
-    raise AssertionError("host did not start")
+    argv = ["--db", str(db), "--lease-ttl", "1", "--log-format", "json", "--processor", processor]
+    return rig.start_host("h", *argv, log="host")
 
 
 @pytest.mark.slow
@@ -665,14 +654,12 @@ async def test_kill_9_mid_attempt_then_restart_retries_the_task(tmp_path: Path) 
     (tmp_path / "taskjobs.py").write_text(_TASK_MODULE)
     marks = tmp_path / "marks"
     marks.mkdir()
-    env = dict(os.environ, TASKS_MARKS=str(marks))
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), *filter(None, [env.get("PYTHONPATH")])])
+    rig = DaemonRig(
+        tmp_path, socket_prefix="skk", tmp_on_pythonpath=True, extra_env={"TASKS_MARKS": str(marks)}
+    )
     db = tmp_path / "k.db"
-    sockets = Path(tempfile.mkdtemp(dir="/tmp", prefix="skk"))
-    socket = str(sockets / "h.sock")
-    children: list[subprocess.Popen[bytes]] = []
     try:
-        children.append(_spawn_host(tmp_path, db, socket, env))
+        first = _start_host(rig, db)
         async with open_log(db) as log:
             await log.stream("/").append(
                 task_requested_event(task_id="k1", name="job", args={"n": 7})
@@ -682,10 +669,10 @@ async def test_kill_9_mid_attempt_then_restart_retries_the_task(tmp_path: Path) 
                 break
             await asyncio.sleep(0.01)
         assert (marks / "attempt-1").exists(), (tmp_path / "host.log").read_text()
-        children[0].send_signal(signal.SIGKILL)
-        children[0].wait()
+        first.send_signal(signal.SIGKILL)
+        first.wait()
 
-        children.append(_spawn_host(tmp_path, db, socket, env))
+        _start_host(rig, db)
 
         async def settled() -> bool:
             async with open_log(db) as log:
@@ -710,8 +697,4 @@ async def test_kill_9_mid_attempt_then_restart_retries_the_task(tmp_path: Path) 
         # Both attempts saw the same idempotency key: the handler can dedupe its side effect.
         assert (marks / "attempt-1").read_text() == (marks / "attempt-2").read_text()
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-            child.wait()
-        shutil.rmtree(sockets, ignore_errors=True)
+        rig.close()

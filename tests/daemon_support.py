@@ -1,0 +1,115 @@
+"""Run ``python -m streamkit host`` as a real daemon subprocess (not a test module).
+
+A :class:`DaemonRig` (one per test, closed in a ``finally`` or a fixture's teardown)
+guarantees:
+
+- every child it starts, or is handed through :meth:`DaemonRig.track`, is killed with
+  SIGKILL if still running when :meth:`DaemonRig.close` runs, and reaped either way;
+- each host's stdout and stderr are appended to ``<tmp>/<log>.log`` (restarts under one
+  log name share the file);
+- :meth:`DaemonRig.start_host` returns only once the host's control socket answers, and
+  fails with the host's log if the child exits first or is not up within 30 s;
+- control sockets live in a fresh short directory under /tmp (a Unix socket path must stay
+  under ~100 bytes, too short for pytest's ``tmp_path``), removed by ``close``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from streamkit.control import live_server_at
+
+STARTUP_TIMEOUT = 30.0
+
+_Child = TypeVar("_Child", bound="subprocess.Popen[Any]")
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``check`` every 50 ms until it holds; fail once ``timeout`` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+class DaemonRig:
+    """Starts ``streamkit host`` children in ``tmp`` and kills every one of them at the end.
+
+    ``tmp_on_pythonpath`` puts ``tmp`` first on the children's PYTHONPATH (for processor or
+    handler modules a test writes there); ``extra_env`` adds variables. With neither, the
+    children inherit the environment as it is (``env`` is None).
+    """
+
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        socket_prefix: str,
+        tmp_on_pythonpath: bool = False,
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.tmp = tmp
+        self.sockets = Path(tempfile.mkdtemp(dir="/tmp", prefix=socket_prefix))
+        self.children: list[subprocess.Popen[Any]] = []
+        self.env: dict[str, str] | None = None
+        if tmp_on_pythonpath or extra_env:
+            self.env = {**os.environ, **(extra_env or {})}
+            if tmp_on_pythonpath:
+                self.env["PYTHONPATH"] = os.pathsep.join(
+                    [str(tmp), *filter(None, [os.environ.get("PYTHONPATH")])]
+                )
+
+    def socket(self, name: str) -> str:
+        """The control socket path of the host called ``name``."""
+        return str(self.sockets / f"{name}.sock")
+
+    def host_log(self, log: str) -> str:
+        """What the hosts logging to ``<tmp>/<log>.log`` have written so far."""
+        return (self.tmp / f"{log}.log").read_text(errors="replace")
+
+    def track(self, child: _Child) -> _Child:
+        """Have ``child`` killed and reaped with the hosts when the rig closes."""
+        self.children.append(child)
+        return child
+
+    def start_host(self, name: str, *args: str, log: str | None = None) -> subprocess.Popen[bytes]:
+        """Run ``python -m streamkit host --socket <socket(name)> *args`` and wait for the socket.
+
+        The child runs in ``tmp`` with the rig's ``env``; its output is appended to
+        ``<tmp>/<log>.log`` (``log`` defaults to ``name``).
+        """
+        log = name if log is None else log
+        socket = self.socket(name)
+        argv = [sys.executable, "-m", "streamkit", "host", "--socket", socket, *args]
+        with (self.tmp / f"{log}.log").open("ab") as out:  # the child keeps its own copy
+            child = self.track(
+                subprocess.Popen(argv, env=self.env, stdout=out, stderr=out, cwd=self.tmp)
+            )
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not live_server_at(socket):
+            assert child.poll() is None, self.host_log(log)
+            assert time.monotonic() < deadline, "host did not start"
+            time.sleep(0.02)
+        return child
+
+    def kill_all(self) -> None:
+        """SIGKILL every tracked child still running, then reap them all."""
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
+
+    def close(self) -> None:
+        """Kill and reap the children, then remove the socket directory."""
+        try:
+            self.kill_all()
+        finally:
+            shutil.rmtree(self.sockets, ignore_errors=True)
