@@ -820,3 +820,29 @@ async def test_inline_commits_keep_group_commit_for_concurrent_appends(log_file:
         results = await asyncio.gather(*(stream.append(order(n)) for n in range(16)))
         assert sorted(r[0].offset for r in results) == list(range(1, 17))
         assert log.stats.transactions == before + 1
+
+
+async def test_an_inline_group_refuses_one_call_alone(log_file: Path) -> None:
+    """An inline group with a refused call commits the others, on the loop, in one transaction."""
+    async with open_log(log_file) as log:
+        stream = log.stream()
+        await stream.append(order(0, idempotency_key="taken"))
+        threads: set[int] = set()
+        log._writer._conn.set_trace_callback(
+            lambda sql: threads.add(threading.get_ident()) if sql.startswith("INSERT") else None
+        )
+        before = log.stats.transactions
+        results = await asyncio.gather(
+            stream.append(order(1)),
+            stream.append(order(2, offset=99)),  # a stale view: refused
+            stream.append({**order(3), "idempotency_key": "taken"}),  # another body: refused
+            stream.append(order(4)),
+            return_exceptions=True,
+        )
+        assert isinstance(results[1], OffsetConflict)
+        assert isinstance(results[2], IdempotencyConflict)
+        assert [r[0].offset for r in (results[0], results[3])] == [2, 3]  # type: ignore[index]
+        assert log.stats.transactions == before + 1
+        assert threads == {threading.get_ident()}
+        page = await stream.read()
+        assert [e.payload["n"] for e in page.events] == [0, 1, 4]
