@@ -13,9 +13,11 @@ Guarantees (SPEC section 2; ``docs/log.md`` explains each):
 - An append acknowledged at ``synchronous="FULL"`` survives a crash of the
   process and of the machine; refusals leave the log serving.
 
-One :class:`Log` per process and file: it owns one writer thread and
-connection (appends from many tasks share its transactions) and one reader
-connection, so reads never wait for a commit.
+One :class:`Log` per process and file: it owns one writer connection, driven
+by a writer thread or, when that thread is idle and the event loop has nothing
+else to run, inline on the loop (appends from many tasks share its
+transactions either way), and one reader connection, so reads never wait for
+a commit.
 """
 
 from __future__ import annotations
