@@ -45,7 +45,16 @@ class Job:
 class AppendCall(Job):
     """One ``Stream.append`` call: its events land together or not at all."""
 
-    __slots__ = ("ephemerals", "events", "fresh", "inserted", "path", "plain", "reserved")
+    __slots__ = (
+        "certain",
+        "ephemerals",
+        "events",
+        "fresh",
+        "inserted",
+        "path",
+        "plain",
+        "reserved",
+    )
 
     def __init__(
         self,
@@ -57,17 +66,19 @@ class AppendCall(Job):
         super().__init__(loop, future)
         self.path = path
         self.events = events
-        # ``plain``: durable only, no idempotency key, no offset precondition; the events
-        # take the next offsets in order, whatever the log holds (the writer's fast path).
+        # ``certain``: no idempotency key and no offset precondition, so the call cannot
+        # be refused. ``plain``: certain and durable only; its events take the next
+        # offsets in order, whatever the log holds (the writer's fast path).
         if len(events) == 1:
             (event,) = events
             self.ephemerals = 1 if event.ephemeral else 0
-            self.plain = not (event.ephemeral or event.idempotency_key or event.offset)
+            self.certain = event.idempotency_key is None and event.offset is None
         else:
             self.ephemerals = sum(1 for event in events if event.ephemeral)
-            self.plain = not self.ephemerals and all(
+            self.certain = all(
                 event.idempotency_key is None and event.offset is None for event in events
             )
+        self.plain = self.certain and not self.ephemerals
         self.inserted = 0
         self.reserved = 0
         self.fresh: list[StreamEvent] = []

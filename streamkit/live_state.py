@@ -168,6 +168,14 @@ class LiveState(Generic[S]):
             _floor.note(epoch)
         self._sink = sink
         self._key = key
+        # The delta's size but for its revisions and patch: the type plus the compact
+        # envelope, whose only variable parts are those (measured with 0, 0 and null).
+        self._delta_overhead = (
+            len(LIVE_STATE_CHANGED)
+            + len(json.dumps({"key": key, "from": 0, "to": 0, "patch": None}, separators=_COMPACT))
+            - len("0") * 2
+            - len("null")
+        )
         self._state: S = initial
         self._rev = epoch
         # The diff base: the last value that serialized, i.e. what a client that
@@ -296,11 +304,7 @@ class LiveState(Generic[S]):
         if patch is None:
             return None
         patch_text = json.dumps(patch, separators=_COMPACT)
-        envelope = json.dumps(
-            {"key": self._key, "from": from_rev, "to": to_rev, "patch": None},
-            separators=_COMPACT,
-        )
-        size = len(LIVE_STATE_CHANGED) + len(envelope) - len("null") + len(patch_text)
+        size = self._delta_overhead + len(str(from_rev)) + len(str(to_rev)) + len(patch_text)
         if size > MAX_PATCH_BYTES:
             _log.info(
                 "live_state.patch_too_large",

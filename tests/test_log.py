@@ -846,3 +846,21 @@ async def test_an_inline_group_refuses_one_call_alone(log_file: Path) -> None:
         assert threads == {threading.get_ident()}
         page = await stream.read()
         assert [e.payload["n"] for e in page.events] == [0, 1, 4]
+
+
+async def test_a_group_that_cannot_be_refused_needs_no_savepoint(log_file: Path) -> None:
+    """Calls without keys or offset preconditions share a group with no savepoint statements."""
+    async with open_log(log_file) as log:
+        stream = log.stream()
+        statements: list[str] = []
+        log._writer._conn.set_trace_callback(statements.append)
+        await asyncio.gather(
+            stream.append(order(1)),
+            stream.append({"type": "tick", "ephemeral": True}),
+            stream.append(order(2), order(3)),
+        )
+        assert not [s for s in statements if s.startswith("SAVEPOINT")]
+        statements.clear()
+        await asyncio.gather(stream.append(order(4)), stream.append(order(5, idempotency_key="k")))
+        assert [s for s in statements if s.startswith("SAVEPOINT")] == ["SAVEPOINT streamkit_group"]
+        assert [e.payload["n"] for e in (await stream.read()).events] == [1, 2, 3, 4, 5]
