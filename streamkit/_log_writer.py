@@ -36,8 +36,9 @@ Offsets (per stream path):
 
 Other processes' commits: the writer connection's ``PRAGMA data_version``
 changes exactly when another connection committed, so the writer checks it at
-the start of every group (dropping cached heads) and, while anyone follows,
-every 2 ms when idle, reading the new rows of followed paths and pushing them.
+the start of every group (dropping cached heads, reading the new rows of
+followed paths and pushing them) and, while anyone follows, the thread polls it
+whenever 2 ms passed without such a check.
 Polling from this thread needs no second thread or connection and never races
 the writer's own view of the heads.
 """
@@ -193,6 +194,7 @@ class Writer:
         self._busy_timeout = busy_timeout
         self._inline = False
         self._polling = False
+        self._synced_at = 0.0  # monotonic time of the latest look for other processes' commits
         self._token = token
         self._clock = clock
         self._feed = feed
@@ -314,23 +316,28 @@ class Writer:
 
     def _loop(self) -> None:
         while True:
-            following = self._feed.has_subscribers()
             job: Any
-            try:
-                job = self._queue.get(timeout=POLL_SECONDS) if following else self._queue.get()
-            except queue.Empty:
-                job = None
-            if following:
-                # Flagged before taking the lock: the thread may hold it while it waits
-                # for the GIL, and an inline caller seeing it held must know it is a poll.
-                self._polling = True
+            if self._feed.has_subscribers():
+                # Every transaction looks for other processes' commits too (_sync_foreign),
+                # so the poll is due only POLL_SECONDS after the latest look: while inline
+                # commits flow, the thread stays off the connection and the GIL.
+                wait = self._synced_at + POLL_SECONDS - time.monotonic()
+                if wait <= 0:
+                    # Flagged before taking the lock: the thread may hold it while it waits
+                    # for the GIL, and an inline caller seeing it held must know it is a poll.
+                    self._polling = True
+                    try:
+                        with self._conn_lock:
+                            self._poll()
+                    finally:
+                        self._polling = False
+                    wait = POLL_SECONDS
                 try:
-                    with self._conn_lock:
-                        self._poll()
-                finally:
-                    self._polling = False
-            if job is None:
-                continue
+                    job = self._queue.get(timeout=wait)
+                except queue.Empty:
+                    continue
+            else:
+                job = self._queue.get()
             jobs = [job]
             while len(jobs) < self._group_limit:
                 try:
@@ -445,6 +452,7 @@ class Writer:
 
     def _sync_foreign(self) -> None:
         """Notice other connections' commits: drop cached heads and push their rows to followers."""
+        self._synced_at = time.monotonic()
         version = self._cur.execute("PRAGMA data_version").fetchone()[0]
         if version == self._data_version:
             return

@@ -864,3 +864,30 @@ async def test_a_group_that_cannot_be_refused_needs_no_savepoint(log_file: Path)
         await asyncio.gather(stream.append(order(4)), stream.append(order(5, idempotency_key="k")))
         assert [s for s in statements if s.startswith("SAVEPOINT")] == ["SAVEPOINT streamkit_group"]
         assert [e.payload["n"] for e in (await stream.read()).events] == [1, 2, 3, 4, 5]
+
+
+async def test_the_writer_polls_only_when_no_transaction_looked_lately(log_file: Path) -> None:
+    """Every commit looks for other processes' commits, so the follow poll waits behind the latest."""
+    async with open_log(log_file) as log:
+        writer = log._writer
+        polls: list[float] = []
+        poll = writer._poll
+
+        def counted() -> None:
+            polls.append(time.monotonic())
+            poll()
+
+        writer._poll = counted  # type: ignore[method-assign]
+        follow = log.stream().follow()
+        try:
+            await asyncio.sleep(0.05)
+            assert polls  # following and idle: the writer polls
+            writer._synced_at = time.monotonic() + 1.0  # as if a commit looked just now
+            await asyncio.sleep(0.01)
+            quiet_from = time.monotonic()
+            await asyncio.sleep(0.2)
+            assert [t for t in polls if t > quiet_from] == []
+            await asyncio.sleep(1.0)
+            assert [t for t in polls if t > quiet_from]  # due again once that look is old
+        finally:
+            await follow.aclose()
