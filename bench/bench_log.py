@@ -6,9 +6,14 @@
 Every phase runs in one temporary directory, both sides with WAL and the same
 ``synchronous`` setting, on a table of the log's own shape:
 
-1. sequential single-event appends vs ``INSERT`` + ``COMMIT`` per row (FULL);
+1. sequential single-event appends vs ``INSERT`` + ``COMMIT`` per row (FULL),
+   and (1b) raw commit-per-row behind a writer thread;
 2. 16 concurrent single-event appenders (asyncio tasks) vs commit-per-row (FULL);
 3. 100-event appends vs ``executemany`` of the same rows per transaction (FULL);
+
+   in phases 1 to 3 each side keeps one file open and the sides take turns,
+   block by block (10 blocks, one untimed block each first); a side's rate is
+   its median block, so a drift of the disk's speed reaches both alike;
 4. paged reads (500 per page) of a large stream vs a raw paged ``SELECT`` with
    ``json.loads`` of payload and metadata; each read runs in a fresh
    subprocess so its peak RSS (``ru_maxrss``) is its own;
@@ -29,15 +34,17 @@ import os
 import queue
 import resource
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from streamkit import open_log
+from streamkit.log import Log
 
 RAW_SCHEMA = """
 CREATE TABLE events (
@@ -72,6 +79,7 @@ def raw_connect(path: Path, schema: str = RAW_SCHEMA) -> sqlite3.Connection:
 
 
 def raw_commit_per_row(path: Path, n: int, schema: str = RAW_SCHEMA) -> float:
+    """Commit-per-row into a fresh table at ``path`` (phase 5a's schema comparison)."""
     conn = raw_connect(path, schema)
     start = time.perf_counter()
     for i in range(1, n + 1):
@@ -83,101 +91,225 @@ def raw_commit_per_row(path: Path, n: int, schema: str = RAW_SCHEMA) -> float:
     return n / elapsed
 
 
-def hop_floor(path: Path, n: int) -> float:
-    """Raw commit-per-row behind the same hand-off the log uses, and nothing else.
+# -- the append phases: each side keeps its file open and runs blocks in turn -------------
+#
+# The disk's speed drifts over seconds (fsync here takes 0.15-0.25 ms from one
+# minute to the next), so the sides alternate block by block within one run and
+# each side's rate is its median block: a slow or fast spell hits both alike.
 
-    An asyncio caller puts each row on a queue, a thread commits it and
-    settles the caller's future with ``call_soon_threadsafe``: the least any
-    writer thread costs (two cross-thread wake-ups per append). The log skips
-    that hop when its writer is idle and the loop has nothing else to run (it
-    commits inline), as in phase 1, so it can pass this row.
-    """
-    raw_connect(path).close()
-    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    writer.execute("PRAGMA synchronous = FULL")
-    jobs: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[None], int] | None]
-    jobs = queue.SimpleQueue()
-
-    def work() -> None:
-        while (job := jobs.get()) is not None:
-            loop, future, i = job
-            writer.execute("BEGIN IMMEDIATE")
-            writer.execute(INSERT, ("/", i, "order.placed", json.dumps(payload(i)), "{}", STAMP))
-            writer.execute("COMMIT")
-            loop.call_soon_threadsafe(future.set_result, None)
-
-    async def run() -> float:
-        thread = threading.Thread(target=work)
-        thread.start()
-        loop = asyncio.get_running_loop()
-        start = time.perf_counter()
-        for i in range(1, n + 1):
-            future: asyncio.Future[None] = loop.create_future()
-            jobs.put((loop, future, i))
-            await future
-        elapsed = time.perf_counter() - start
-        jobs.put(None)
-        thread.join()
-        return n / elapsed
-
-    try:
-        return asyncio.run(run())
-    finally:
-        writer.close()
+Block = Callable[[int], Awaitable[float]]
 
 
-def raw_batches(path: Path, batches: int, size: int) -> float:
-    conn = raw_connect(path)
-    start = time.perf_counter()
-    offset = 0
-    for _ in range(batches):
+async def interleave(blocks: int, per_block: int, *sides: Block) -> list[float]:
+    """Each side's median rate over ``blocks`` alternating blocks, after one untimed block each."""
+    for side in sides:
+        await side(per_block)
+    rates: list[list[float]] = [[] for _ in sides]
+    for _ in range(blocks):
+        for side, got in zip(sides, rates, strict=True):
+            got.append(await side(per_block))
+    return [statistics.median(got) for got in rates]
+
+
+class RawSide:
+    """Raw sqlite3 on one open connection: commit per row, or 100-row ``executemany``."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = raw_connect(path)
+        self.offset = 0
+
+    def _rows(self, n: int) -> list[tuple[object, ...]]:
         rows = []
-        for _ in range(size):
-            offset += 1
-            rows.append(("/", offset, "order.placed", json.dumps(payload(offset)), "{}", STAMP))
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(INSERT, rows)
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return batches * size / elapsed
+        for _ in range(n):
+            self.offset += 1
+            rows.append(
+                ("/", self.offset, "order.placed", json.dumps(payload(self.offset)), "{}", STAMP)
+            )
+        return rows
 
-
-async def log_sequential(path: Path, n: int) -> float:
-    async with open_log(path) as log:
-        stream = log.stream("/")
+    async def commit_per_row(self, n: int) -> float:
+        conn = self.conn
         start = time.perf_counter()
-        for i in range(1, n + 1):
-            await stream.append({"type": "order.placed", "payload": payload(i)})
+        for _ in range(n):
+            self.offset += 1
+            row = ("/", self.offset, "order.placed", json.dumps(payload(self.offset)), "{}", STAMP)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(INSERT, row)
+            conn.execute("COMMIT")
         return n / (time.perf_counter() - start)
 
-
-async def log_concurrent(path: Path, n: int, writers: int) -> tuple[float, int]:
-    async with open_log(path) as log:
-        stream = log.stream("/")
-
-        async def writer(w: int) -> None:
-            for i in range(n // writers):
-                await stream.append({"type": "order.placed", "payload": payload(w * n + i)})
-
+    async def batches(self, n: int) -> float:
+        """``n`` transactions of 100 rows each."""
         start = time.perf_counter()
-        await asyncio.gather(*(writer(w) for w in range(writers)))
-        rate = (n // writers) * writers / (time.perf_counter() - start)
-        return rate, log.stats.transactions
+        for _ in range(n):
+            rows = self._rows(100)
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.executemany(INSERT, rows)
+            self.conn.execute("COMMIT")
+        return n * 100 / (time.perf_counter() - start)
 
 
-async def log_batches(path: Path, batches: int, size: int) -> float:
-    async with open_log(path) as log:
-        stream = log.stream("/")
+class HopSide:
+    """Raw commit-per-row behind the least any writer thread costs, and nothing else.
+
+    An asyncio caller puts each row on a queue, a thread commits it and
+    settles the caller's future with ``call_soon_threadsafe`` (two cross-thread
+    wake-ups per append). The log skips that hop when its writer is idle and
+    the loop has nothing else to run (it commits inline), as in phase 1, so it
+    can pass this row.
+    """
+
+    def __init__(self, path: Path) -> None:
+        raw_connect(path).close()
+        self.writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.writer.execute("PRAGMA synchronous = FULL")
+        self.jobs: queue.SimpleQueue[
+            tuple[asyncio.AbstractEventLoop, asyncio.Future[None], int] | None
+        ] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._work)
+        self.thread.start()
+        self.offset = 0
+
+    def _work(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            loop, future, i = job
+            self.writer.execute("BEGIN IMMEDIATE")
+            self.writer.execute(
+                INSERT, ("/", i, "order.placed", json.dumps(payload(i)), "{}", STAMP)
+            )
+            self.writer.execute("COMMIT")
+            loop.call_soon_threadsafe(future.set_result, None)
+
+    async def commit_per_row(self, n: int) -> float:
+        loop = asyncio.get_running_loop()
         start = time.perf_counter()
-        offset = 0
-        for _ in range(batches):
-            events = []
-            for _ in range(size):
-                offset += 1
-                events.append({"type": "order.placed", "payload": payload(offset)})
-            await stream.append(*events)
-        return batches * size / (time.perf_counter() - start)
+        for _ in range(n):
+            self.offset += 1
+            future: asyncio.Future[None] = loop.create_future()
+            self.jobs.put((loop, future, self.offset))
+            await future
+        return n / (time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+        self.writer.close()
+
+
+class LogSide:
+    """streamkit's log on one open file, appending as its users do."""
+
+    def __init__(self, log: Log) -> None:
+        self.stream = log.stream("/")
+        self.log = log
+        self.offset = 0
+
+    def _event(self) -> dict[str, object]:
+        self.offset += 1
+        return {"type": "order.placed", "payload": payload(self.offset)}
+
+    async def sequential(self, n: int) -> float:
+        stream = self.stream
+        start = time.perf_counter()
+        for _ in range(n):
+            await stream.append(self._event())
+        return n / (time.perf_counter() - start)
+
+    async def concurrent(self, n: int) -> float:
+        """``n`` appends by 16 tasks, each appending one event per call."""
+
+        async def writer(count: int) -> None:
+            for _ in range(count):
+                await self.stream.append(self._event())
+
+        per_writer = n // WRITERS
+        start = time.perf_counter()
+        await asyncio.gather(*(writer(per_writer) for _ in range(WRITERS)))
+        return per_writer * WRITERS / (time.perf_counter() - start)
+
+    async def batches(self, n: int) -> float:
+        """``n`` appends of 100 events each."""
+        start = time.perf_counter()
+        for _ in range(n):
+            await self.stream.append(*(self._event() for _ in range(100)))
+        return n * 100 / (time.perf_counter() - start)
+
+
+WRITERS = 16
+
+
+async def append_phases(d: Path, blocks: int, quick: bool) -> list[str]:
+    """Phases 1 to 3, each side alternating blocks on its own open file."""
+    per_seq = 40 if quick else 200
+    lines: list[str] = []
+    async with open_log(d / "seq.db") as log:
+        ours_side, raw_side, hop_side = (
+            LogSide(log),
+            RawSide(d / "seq-raw.db"),
+            HopSide(d / "hop.db"),
+        )
+        try:
+            ours, raw, hop = await interleave(
+                blocks,
+                per_seq,
+                ours_side.sequential,
+                raw_side.commit_per_row,
+                hop_side.commit_per_row,
+            )
+        finally:
+            hop_side.close()
+            raw_side.conn.close()
+    total = f"{blocks * per_seq:,} each in {blocks} alternating blocks"
+    lines.append(row(f"1. sequential single appends ({total}, FULL)", ours, raw, ">= 0.7x"))
+    lines.append(
+        row(
+            "1b. raw commit-per-row behind a writer thread (queue + call_soon_threadsafe)",
+            hop,
+            raw,
+            "-",
+            f"streamkit (inline commits) runs at {ours / hop:.0%} of it",
+        )
+    )
+
+    per_conc = 160 if quick else 1600
+    async with open_log(d / "conc.db") as log:
+        ours_side, raw_side = LogSide(log), RawSide(d / "conc-raw.db")
+        before = log.stats.transactions
+        try:
+            # raw sqlite3 commits each row alone: 1/8 of the rows keeps its blocks as long
+            ours, raw = await interleave(
+                blocks, per_conc, ours_side.concurrent, lambda n: raw_side.commit_per_row(n // 8)
+            )
+        finally:
+            raw_side.conn.close()
+        appended = ours_side.offset
+        transactions = log.stats.transactions - before
+    lines.append(
+        row(
+            f"2. {WRITERS} concurrent appenders ({blocks * per_conc:,} in {blocks} blocks, FULL)",
+            ours,
+            raw,
+            ">= 5x",
+            f"{appended:,} appends in {transactions:,} transactions",
+        )
+    )
+
+    per_batch = 5 if quick else 30
+    async with open_log(d / "batch.db") as log:
+        ours_side, raw_side = LogSide(log), RawSide(d / "batch-raw.db")
+        try:
+            ours, raw = await interleave(blocks, per_batch, ours_side.batches, raw_side.batches)
+        finally:
+            raw_side.conn.close()
+    lines.append(
+        row(
+            f"3. 100-event batches ({blocks * per_batch:,} batches in {blocks} blocks, FULL)",
+            ours,
+            raw,
+            ">= 0.5x",
+        )
+    )
+    return lines
 
 
 def fill(path: Path, n: int) -> None:
@@ -311,14 +443,6 @@ def row(name: str, ours: float, raw: float, target: str, note: str = "") -> str:
     return f"| {name} | {ours:,.0f} | {raw:,.0f} | {ours / raw:.2f}x | {target} | {note} |"
 
 
-def best(
-    trials: int, ours: Callable[[int], float], raw: Callable[[int], float]
-) -> tuple[float, float]:
-    """The best of ``trials`` alternating runs of each side (the disk's noise only ever slows)."""
-    results = [(ours(k), raw(k)) for k in range(trials)]
-    return max(r[0] for r in results), max(r[1] for r in results)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds, not minutes)")
@@ -329,10 +453,7 @@ def main() -> None:
         {"log": child_read_log, "raw": child_read_raw, "appender": child_appender}[kind](path)
         return
 
-    trials = 1 if args.quick else 3
-    sequential = 300 if args.quick else 2000
-    concurrent = 1600 if args.quick else 16_000
-    batches = 50 if args.quick else 300
+    blocks = 3 if args.quick else 10
     reads = 50_000 if args.quick else 1_000_000
     schema_rows = 500 if args.quick else 2000
 
@@ -342,53 +463,7 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory(prefix="streamkit-bench-") as tmp:
         d = Path(tmp)
-        ours, raw = best(
-            trials,
-            lambda k: asyncio.run(log_sequential(d / f"seq{k}.db", sequential)),
-            lambda k: raw_commit_per_row(d / f"seq-raw{k}.db", sequential),
-        )
-        floor, _ = best(trials, lambda k: hop_floor(d / f"seq-hop{k}.db", sequential), lambda k: 1)
-        lines.append(
-            row(f"1. sequential single appends ({sequential:,}, FULL)", ours, raw, ">= 0.7x")
-        )
-        lines.append(
-            row(
-                "1b. raw commit-per-row behind a writer thread (queue + call_soon_threadsafe)",
-                floor,
-                raw,
-                "-",
-                f"streamkit (inline commits) runs at {ours / floor:.0%} of it",
-            )
-        )
-
-        transactions: list[int] = []
-
-        def concurrent_run(k: int) -> float:
-            rate, count = asyncio.run(log_concurrent(d / f"conc{k}.db", concurrent, 16))
-            transactions.append(count)
-            return rate
-
-        ours, raw = best(
-            trials,
-            concurrent_run,
-            lambda k: raw_commit_per_row(d / f"conc-raw{k}.db", concurrent // 8),
-        )
-        lines.append(
-            row(
-                f"2. 16 concurrent appenders ({concurrent:,}, FULL)",
-                ours,
-                raw,
-                ">= 5x",
-                f"{min(transactions):,} transactions",
-            )
-        )
-
-        ours, raw = best(
-            trials,
-            lambda k: asyncio.run(log_batches(d / f"batch{k}.db", batches, 100)),
-            lambda k: raw_batches(d / f"batch-raw{k}.db", batches, 100),
-        )
-        lines.append(row(f"3. 100-event batches ({batches:,} batches, FULL)", ours, raw, ">= 0.5x"))
+        lines += asyncio.run(append_phases(d, blocks, args.quick))
 
         fill(d / "read.db", reads)
         ours, ours_rss, count = run_child("log", d / "read.db")
