@@ -63,7 +63,11 @@ class AppendCall(Job):
         path: str,
         events: list[PreparedEvent],
     ) -> None:
-        super().__init__(loop, future)
+        # Job's fields set here rather than through super(): one call fewer per append.
+        self.loop = loop
+        self.future = future
+        self.result = None
+        self.error = None
         self.path = path
         self.events = events
         # ``certain``: no idempotency key and no offset precondition, so the call cannot

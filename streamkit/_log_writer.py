@@ -194,6 +194,8 @@ class Writer:
         self._busy_timeout = busy_timeout
         self._inline = False
         self._polling = False
+        # Rows of plain appends held back to be inserted together (see _apply_group).
+        self._deferred_rows: list[tuple[Any, ...]] | None = None
         self._synced_at = 0.0  # monotonic time of the latest look for other processes' commits
         self._token = token
         self._clock = clock
@@ -628,12 +630,20 @@ class Writer:
         """
         if all(isinstance(call, ClaimCall) or call.certain for call in calls):
             # Nothing here can be refused (no key, no offset precondition), so there
-            # is nothing to roll back alone: no savepoints.
-            for call in calls:
-                if not self._apply(call):
-                    raise AssertionError(
-                        f"a call without preconditions was refused: {call.error!r}"
-                    )
+            # is nothing to roll back alone: no savepoints. Nor does any call look up
+            # rows, so the plain appends' rows can wait and go in one executemany.
+            self._deferred_rows = []
+            try:
+                for call in calls:
+                    if not self._apply(call):
+                        raise AssertionError(
+                            f"a call without preconditions was refused: {call.error!r}"
+                        )
+                rows, self._deferred_rows = self._deferred_rows, None
+                if rows:
+                    self._conn.executemany(_INSERT, rows)
+            finally:
+                self._deferred_rows = None
             return True
         conn = self._conn
         start = {call.path: self._state(call.path).snapshot() for call in calls}
@@ -661,8 +671,11 @@ class Writer:
     def _apply(self, call: WriteCall) -> bool:
         """Run one call; on refusal undo its effect on the cached state and keep its error."""
         state = self._state(call.path)
-        saved = state.snapshot()
         self._group_before.setdefault(call.path, state.head or 0)
+        if isinstance(call, AppendCall) and call.plain:
+            call.result = self._append_plain(call, state)  # cannot be refused: nothing to undo
+            return True
+        saved = state.snapshot()
         try:
             if isinstance(call, AppendCall):
                 call.result = self._append(call, state)
@@ -685,13 +698,11 @@ class Writer:
             self._conn.execute(_CLAIM, (call.path, call.slug, call.due_at))
 
     def _append(self, call: AppendCall, state: _PathState) -> list[StreamEvent]:
-        """Place the call's events; return the committed events in input order.
+        """Place the events of a call that is not plain (see _append_plain); return them in input order.
 
         ``call.fresh`` gets the events this call adds (what followers are pushed);
         an idempotent hit returns the event committed earlier and is not pushed again.
         """
-        if call.plain:
-            return self._append_plain(call, state)
         path = call.path
         # New events as (input, offset), decoded together at the end in one parser call;
         # ``placed`` maps each input to an index into them or to an earlier committed event.
@@ -789,27 +800,23 @@ class Writer:
         first = (head if head > floor else floor) + 1
         offsets = range(first, first + len(events))
         now = self._now
+        deferred = self._deferred_rows
         if len(events) == 1:  # most appends: no comprehension or zip to set up
             e = events[0]
             row = (path, first, e.type, e.payload_json, e.metadata_json, e.source_json, None, now)
-            self._cur.execute(_INSERT, row)
+            if deferred is not None:
+                deferred.append(row)
+            else:
+                self._cur.execute(_INSERT, row)
         else:
-            self._conn.executemany(
-                _INSERT,
-                [
-                    (
-                        path,
-                        offset,
-                        e.type,
-                        e.payload_json,
-                        e.metadata_json,
-                        e.source_json,
-                        None,
-                        now,
-                    )
-                    for offset, e in zip(offsets, events, strict=True)
-                ],
-            )
+            rows = [
+                (path, offset, e.type, e.payload_json, e.metadata_json, e.source_json, None, now)
+                for offset, e in zip(offsets, events, strict=True)
+            ]
+            if deferred is not None:
+                deferred.extend(rows)
+            else:
+                self._conn.executemany(_INSERT, rows)
         state.head = offsets[-1]
         call.inserted = len(events)
         call.reserved = 0

@@ -350,7 +350,7 @@ def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> Prepar
             details={"index": index},
         )
 
-    if not isinstance(etype, str) or not etype.strip():
+    if not isinstance(etype, str) or not etype or etype.isspace():
         raise _refuse(index, "type", "must be a non-empty string", value=repr(etype))
     if len(etype) > MAX_TYPE_LENGTH:
         raise _refuse(
@@ -379,7 +379,7 @@ def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> Prepar
             "cannot be honoured on an ephemeral event (ephemerals are never stored)",
         )
     size = (
-        len(etype.encode())
+        (len(etype) if etype.isascii() else len(etype.encode()))
         + len(payload_json)
         + len(metadata_json)
         + len(source_json or "")
