@@ -698,7 +698,9 @@ class Writer:
             self._conn.execute(_CLAIM, (call.path, call.slug, call.due_at))
 
     def _append(self, call: AppendCall, state: _PathState) -> list[StreamEvent]:
-        """Place the events of a call that is not plain (see _append_plain); return them in input order.
+        """Place the events of a call that is not plain (see :meth:`_append_plain`).
+
+        Returns the committed events in input order.
 
         ``call.fresh`` gets the events this call adds (what followers are pushed);
         an idempotent hit returns the event committed earlier and is not pushed again.
