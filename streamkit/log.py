@@ -89,9 +89,9 @@ def open_log(
     :class:`~streamkit.errors.LogOpenError` and left untouched.
 
     ``inline_commits``: appends that become ready in the same event-loop turn
-    share one group commit; when the writer is idle that commit runs on the
-    caller's thread (the event loop), skipping the hand-off to the writer
-    thread and back. It never waits for another process's write lock (the
+    share one group commit; when the writer is idle and the loop has nothing
+    else to run, that commit runs on the caller's thread (the event loop),
+    skipping the hand-off to the writer thread and back. It never waits for another process's write lock (the
     writer thread takes the group then). Pass False to keep every commit, and
     its fsync, off the event loop.
     """
@@ -365,10 +365,12 @@ class Log:
         The job is registered at once (so a close that follows still commits
         it) and handed over at the end of the loop's current turn, together
         with every other append that became ready in that turn: they share
-        one group commit, run inline if the writer is idle (no hand-off to the
-        thread and back), else on the writer thread. When nothing else is
-        ready to run on the loop, no peer can join before the turn ends, so
-        the job commits at once and its caller never gives up the loop.
+        one group commit, run inline if the writer is idle and the loop has
+        nothing else to run (no hand-off to the thread and back), else on the
+        writer thread, whose fsync then overlaps the loop's other work. When
+        nothing else is ready to run on the loop, no peer can join before the
+        turn ends, so the job commits at once and its caller never gives up
+        the loop.
         """
         if not self._inline_commits or (self._pending and self._pending[0].loop is not job.loop):
             self._writer.submit(job)
@@ -396,7 +398,9 @@ class Log:
         if not jobs:  # a close queued them already
             return
         try:
-            if self._writer.try_inline(jobs):
+            # Inline only when the loop has nothing else to run: otherwise the thread's
+            # fsync overlaps that work instead of holding it up.
+            if _nothing_else_ready(jobs[0].loop) and self._writer.try_inline(jobs):
                 return
             for job in jobs:
                 self._writer.submit(job)

@@ -891,3 +891,28 @@ async def test_the_writer_polls_only_when_no_transaction_looked_lately(log_file:
             assert [t for t in polls if t > quiet_from]  # due again once that look is old
         finally:
             await follow.aclose()
+
+
+async def test_a_group_commits_on_the_thread_while_the_loop_has_other_work(log_file: Path) -> None:
+    """With other callbacks ready, the group's fsync runs on the writer thread, not the loop."""
+    async with open_log(log_file) as log:
+        stream = log.stream()
+        threads: set[int] = set()
+        log._writer._conn.set_trace_callback(
+            lambda sql: threads.add(threading.get_ident()) if sql.startswith("INSERT") else None
+        )
+        loop = asyncio.get_running_loop()
+        busy = True
+
+        def other_work() -> None:  # always ready again: the loop is never idle
+            if busy:
+                loop.call_soon(other_work)
+
+        loop.call_soon(other_work)
+        try:
+            results = await asyncio.gather(stream.append(order(1)), stream.append(order(2)))
+        finally:
+            busy = False
+        assert sorted(r[0].offset for r in results) == [1, 2]
+        assert len(threads) == 1
+        assert threading.get_ident() not in threads
