@@ -38,13 +38,12 @@ class FencedCheckpointStorage:
     builds a new engine (and a new storage) under the next lease it takes.
     """
 
-    __slots__ = ("_clock", "_log", "lease", "writes")
+    __slots__ = ("_clock", "_log", "lease")
 
     def __init__(self, log: Log, lease: Lease, *, clock: Clock) -> None:
         self._log = log
         self._clock = clock
         self.lease = lease
-        self.writes = 0
 
     async def load(self, slug: str) -> ReduceCheckpoint | None:
         """The stored checkpoint of ``slug`` (read on the log's reader connection)."""
@@ -79,4 +78,3 @@ class FencedCheckpointStorage:
 
         # Short (a fence read and one UPSERT): it may commit on the loop when nothing waits.
         await self._log.write_transaction(fenced_write, inline=True)
-        self.writes += 1

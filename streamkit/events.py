@@ -259,22 +259,17 @@ def _refuse(index: int, field_name: str, why: str, **details: Any) -> InvalidEve
 
 
 def _dump_object(index: int, field_name: str, value: object) -> str:
-    if type(value) is dict:  # the common case, without the ABC checks below
-        try:
-            text = _ENCODE_DICT(value)
-        except (TypeError, ValueError) as exc:
-            raise _refuse(index, field_name, f"is not JSON serializable ({exc})") from exc
-        except RecursionError as exc:
-            raise _too_deep(index, field_name) from exc
-        return _shallow_enough(index, field_name, value, text)
-    if isinstance(value, BaseModel):
-        value = value.model_dump(mode="json")
-    if not isinstance(value, Mapping):
-        raise _refuse(
-            index, field_name, f"must be a JSON object (a dict), got {type(value).__name__}"
-        )
+    encode: Callable[[Any], str] = _ENCODE_DICT
+    if type(value) is not dict:  # a plain dict, the common case, skips the ABC checks
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json")
+        if not isinstance(value, Mapping):
+            raise _refuse(
+                index, field_name, f"must be a JSON object (a dict), got {type(value).__name__}"
+            )
+        encode = _ENCODE
     try:
-        text = _ENCODE(value)
+        text = encode(value)
     except (TypeError, ValueError) as exc:
         raise _refuse(index, field_name, f"is not JSON serializable ({exc})") from exc
     except RecursionError as exc:
