@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 EVENT_TYPE = "order.placed"
@@ -52,3 +52,20 @@ class Stopwatch:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self._start
+
+
+def timed_steps(step: Callable[[int], object], n: int, warmup: int) -> float:
+    """Seconds for ``step(i)`` over ``n`` steps, after ``warmup`` untimed ones (``i`` runs on)."""
+    for i in range(warmup):
+        step(i)
+    with Stopwatch() as watch:
+        for i in range(warmup, warmup + n):
+            step(i)
+    return watch.seconds
+
+
+def batch_rate(batch: Callable[[int], object], n: int, warmup: int) -> float:
+    """Events/s of ``n`` events as ``batch(b)`` calls of BATCH_SIZE, after at least one untimed."""
+    batches = n // BATCH_SIZE
+    seconds = timed_steps(batch, batches, max(1, warmup // BATCH_SIZE))
+    return rate(batches * BATCH_SIZE, seconds)

@@ -32,9 +32,11 @@ from _compare_common import (
     BATCH_SIZE,
     CONCURRENT_WRITERS,
     Stopwatch,
+    batch_rate,
     latency_summary,
     payload,
     rate,
+    timed_steps,
 )
 from eventsourcing.application import Application
 from eventsourcing.dispatch import singledispatchmethod
@@ -150,14 +152,13 @@ def sequential(db: Path, synchronous: str, n: int, warmup: int) -> dict[str, Any
     app = _app(db, synchronous)
     order = Order()
     app.save(order)
-    for i in range(warmup):
+
+    def step(i: int) -> None:
         order.place(**payload(i))
         app.save(order)
-    with Stopwatch() as watch:
-        for i in range(n):
-            order.place(**payload(i))
-            app.save(order)
-    result = {"rate": rate(n, watch.seconds), "synchronous": pooled_synchronous(app)}
+
+    seconds = timed_steps(step, n, warmup)
+    result = {"rate": rate(n, seconds), "synchronous": pooled_synchronous(app)}
     app.close()
     return result
 
@@ -166,12 +167,10 @@ def sequential_recorder(db: Path, synchronous: str, n: int, warmup: int) -> dict
     app = _app(db, synchronous)
     recorder = app.recorder
     originator = uuid4()
-    for i in range(1, warmup + 1):
-        recorder.insert_events([_stored(originator, i, i)])
-    with Stopwatch() as watch:
-        for i in range(warmup + 1, warmup + n + 1):
-            recorder.insert_events([_stored(originator, i, i)])
-    result = {"rate": rate(n, watch.seconds), "synchronous": pooled_synchronous(app)}
+    seconds = timed_steps(
+        lambda i: recorder.insert_events([_stored(originator, i + 1, i + 1)]), n, warmup
+    )
+    result = {"rate": rate(n, seconds), "synchronous": pooled_synchronous(app)}
     app.close()
     return result
 
@@ -181,17 +180,13 @@ def batches(db: Path, synchronous: str, n: int, warmup: int) -> dict[str, Any]:
     app = _app(db, synchronous)
     order = Order()
     app.save(order)
-    for _ in range(max(1, warmup // BATCH_SIZE)):
+
+    def batch(b: int) -> None:
         for i in range(BATCH_SIZE):
-            order.place(**payload(i))
+            order.place(**payload(b * BATCH_SIZE + i))
         app.save(order)
-    with Stopwatch() as watch:
-        for b in range(n // BATCH_SIZE):
-            for i in range(BATCH_SIZE):
-                order.place(**payload(b * BATCH_SIZE + i))
-            app.save(order)
-    done = n // BATCH_SIZE * BATCH_SIZE
-    result = {"rate": rate(done, watch.seconds), "synchronous": pooled_synchronous(app)}
+
+    result = {"rate": batch_rate(batch, n, warmup), "synchronous": pooled_synchronous(app)}
     app.close()
     return result
 
@@ -200,23 +195,14 @@ def batches_recorder(db: Path, synchronous: str, n: int, warmup: int) -> dict[st
     app = _app(db, synchronous)
     recorder = app.recorder
     originator = uuid4()
-    version = 0
 
-    def batch() -> list[StoredEvent]:
-        nonlocal version
-        rows = []
-        for _ in range(BATCH_SIZE):
-            version += 1
-            rows.append(_stored(originator, version, version))
-        return rows
+    def batch(b: int) -> None:
+        first = b * BATCH_SIZE + 1
+        recorder.insert_events(
+            [_stored(originator, v, v) for v in range(first, first + BATCH_SIZE)]
+        )
 
-    for _ in range(max(1, warmup // BATCH_SIZE)):
-        recorder.insert_events(batch())
-    with Stopwatch() as watch:
-        for _ in range(n // BATCH_SIZE):
-            recorder.insert_events(batch())
-    done = n // BATCH_SIZE * BATCH_SIZE
-    result = {"rate": rate(done, watch.seconds), "synchronous": pooled_synchronous(app)}
+    result = {"rate": batch_rate(batch, n, warmup), "synchronous": pooled_synchronous(app)}
     app.close()
     return result
 

@@ -29,9 +29,11 @@ from _compare_common import (
     CONCURRENT_WRITERS,
     EVENT_TYPE,
     Stopwatch,
+    batch_rate,
     latency_summary,
     payload,
     rate,
+    timed_steps,
 )
 
 SCHEMA = """
@@ -73,37 +75,26 @@ def _append(conn: sqlite3.Connection, offset: int) -> None:
 
 def sequential(db: Path, synchronous: str, n: int, warmup: int) -> dict[str, Any]:
     conn = connect(db, synchronous)
-    for offset in range(1, warmup + 1):
-        _append(conn, offset)
-    with Stopwatch() as watch:
-        for offset in range(warmup + 1, warmup + n + 1):
-            _append(conn, offset)
-    result = {"rate": rate(n, watch.seconds), "synchronous": level(conn)}
+    seconds = timed_steps(lambda i: _append(conn, i + 1), n, warmup)
+    result = {"rate": rate(n, seconds), "synchronous": level(conn)}
     conn.close()
     return result
 
 
 def batches(db: Path, synchronous: str, n: int, warmup: int) -> dict[str, Any]:
     conn = connect(db, synchronous)
-    offset = 0
 
-    def batch() -> None:
-        nonlocal offset
-        rows = []
-        for _ in range(BATCH_SIZE):
-            offset += 1
-            rows.append((offset, EVENT_TYPE, json.dumps(payload(offset))))
+    def batch(b: int) -> None:
+        first = b * BATCH_SIZE + 1
+        rows = [
+            (offset, EVENT_TYPE, json.dumps(payload(offset)))
+            for offset in range(first, first + BATCH_SIZE)
+        ]
         conn.execute("BEGIN IMMEDIATE")
         conn.executemany(INSERT, rows)
         conn.execute("COMMIT")
 
-    for _ in range(max(1, warmup // BATCH_SIZE)):
-        batch()
-    with Stopwatch() as watch:
-        for _ in range(n // BATCH_SIZE):
-            batch()
-    done = n // BATCH_SIZE * BATCH_SIZE
-    result = {"rate": rate(done, watch.seconds), "synchronous": level(conn)}
+    result = {"rate": batch_rate(batch, n, warmup), "synchronous": level(conn)}
     conn.close()
     return result
 

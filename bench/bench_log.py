@@ -78,17 +78,13 @@ def raw_connect(path: Path, schema: str = RAW_SCHEMA) -> sqlite3.Connection:
     return conn
 
 
-def raw_commit_per_row(path: Path, n: int, schema: str = RAW_SCHEMA) -> float:
+def raw_commit_per_row(path: Path, n: int, schema: str) -> float:
     """Commit-per-row into a fresh table at ``path`` (phase 5a's schema comparison)."""
-    conn = raw_connect(path, schema)
-    start = time.perf_counter()
-    for i in range(1, n + 1):
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(INSERT, ("/", i, "order.placed", json.dumps(payload(i)), "{}", STAMP))
-        conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return n / elapsed
+    side = RawSide(path, schema)
+    try:
+        return asyncio.run(side.commit_per_row(n))
+    finally:
+        side.conn.close()
 
 
 # -- the append phases: each side keeps its file open and runs blocks in turn -------------
@@ -114,8 +110,8 @@ async def interleave(blocks: int, per_block: int, *sides: Block) -> list[float]:
 class RawSide:
     """Raw sqlite3 on one open connection: commit per row, or 100-row ``executemany``."""
 
-    def __init__(self, path: Path) -> None:
-        self.conn = raw_connect(path)
+    def __init__(self, path: Path, schema: str = RAW_SCHEMA) -> None:
+        self.conn = raw_connect(path, schema)
         self.offset = 0
 
     def _rows(self, n: int) -> list[tuple[object, ...]]:
