@@ -286,6 +286,90 @@ class Writer:
             self._conn_lock.release()
         return True
 
+    def commit_lone(
+        self, path: str, event: PreparedEvent, loop: asyncio.AbstractEventLoop
+    ) -> list[StreamEvent] | None:
+        """Commit one plain event (durable, no key, no offset precondition) now, on this thread.
+
+        The commonest call, a single event nothing can refuse, taken without a
+        job, a future or group bookkeeping: :meth:`try_inline` cut down to what
+        one such event needs. ``None`` means nothing ran, and the caller takes
+        the queued path: the writer was busy or had work queued (which must
+        commit first), or another process holds the write lock (the thread
+        waits that out). A storage failure raises; nothing was written then.
+        """
+        if not self._conn_lock.acquire(blocking=False):
+            return None
+        try:
+            # Checked under the connection lock: a close queued after this check can
+            # only run once the lock is released, after this commit.
+            if not self._accepting:
+                raise LogClosed(
+                    "the log is closed; nothing was read or written (open it again to use it)"
+                )
+            if not self._queue.empty():
+                return None
+            cur = self._cur
+            inflight = False
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                now = self._now = format_timestamp(self._clock())
+                self._sync_foreign()
+                state = self._state(path)
+                before = state.head
+                offset = _next_plain(state)
+                source_json = event.source_json
+                cur.execute(
+                    _INSERT,
+                    (
+                        path,
+                        offset,
+                        event.type,
+                        event.payload_json,
+                        event.metadata_json,
+                        source_json,
+                        None,
+                        now,
+                    ),
+                )
+                if self._feed.has_subscribers():
+                    self._group_before = {path: before or 0}
+                    self._feed.set_inflight(self._group_before)
+                    inflight = True
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                # Nothing was written; the cached heads are re-read by the next transaction.
+                self._roll_back(inflight)
+                self._invalidate()
+                if not isinstance(exc, sqlite3.Error):
+                    raise
+                if is_busy(exc):
+                    return None  # the thread waits the lock out instead
+                raise storage_error(exc, f"appending to {path!r}") from exc
+            state.head = offset
+            self.transactions += 1
+            self.appended += 1
+            committed = [
+                make_event(
+                    path,
+                    offset,
+                    event.type,
+                    decode_json(event.payload_json),
+                    decode_json(event.metadata_json),
+                    None if source_json is None else decode_json(source_json),
+                    None,
+                    now,
+                    False,
+                )
+            ]
+            if inflight:
+                self._push_own({path: committed})
+            return committed
+        finally:
+            if self._wakes:  # followers of other processes' rows, or of this one
+                self._flush(direct=loop)
+            self._conn_lock.release()
+
     def request_close(
         self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
     ) -> None:
@@ -592,7 +676,6 @@ class Writer:
         return True
 
     def _run_in_transaction(self, calls: list[WriteCall]) -> None:
-        conn = self._conn
         cur = self._cur
         cur.execute("BEGIN IMMEDIATE")  # busy: _run_group waits and runs the group again
         self._in_transaction = True
@@ -610,13 +693,17 @@ class Writer:
             else:
                 cur.execute("ROLLBACK")
         except BaseException:
-            if inflight:
-                self._feed.clear_inflight(set(self._group_before))
-            if conn.in_transaction:
-                # SQLite may have rolled back already (it does on I/O and full-disk errors).
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+            self._roll_back(inflight)
             raise
+
+    def _roll_back(self, inflight: bool) -> None:
+        """End a failed transaction: drop its in-flight marks, roll back what is left of it."""
+        if inflight:
+            self._feed.clear_inflight(set(self._group_before))
+        if self._conn.in_transaction:
+            # SQLite may have rolled back already (it does on I/O and full-disk errors).
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("ROLLBACK")
 
     def _apply_group(self, calls: list[WriteCall]) -> bool:
         """Apply several calls in the open transaction; a refused one must roll back alone.
@@ -795,11 +882,7 @@ class Writer:
         """
         path = call.path
         events = call.events
-        head = state.head
-        floor = state.last_ephemeral if state.mine else state.reserved_through
-        assert head is not None
-        assert floor is not None
-        first = (head if head > floor else floor) + 1
+        first = _next_plain(state)
         offsets = range(first, first + len(events))
         now = self._now
         deferred = self._deferred_rows
@@ -934,6 +1017,19 @@ class Writer:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
             # Keeping the block only costs a hole in the offsets; nothing is lost.
+
+
+def _next_plain(state: _PathState) -> int:
+    """The offset a durable event takes next: past the head and past any ephemeral handed out.
+
+    Ephemerals of this writer come from its reserved block (past the last one
+    given); another writer's block is skipped whole, so no offset is used twice.
+    """
+    head = state.head
+    floor = state.last_ephemeral if state.mine else state.reserved_through
+    assert head is not None
+    assert floor is not None
+    return (head if head > floor else floor) + 1
 
 
 def _decode(

@@ -46,6 +46,7 @@ from streamkit.events import (
     EventInput,
     ReadPage,
     StreamEvent,
+    prepare_event,
     prepare_events,
     validate_path,
 )
@@ -457,10 +458,25 @@ class Stream:
         ``IdempotencyConflict``, ``StorageBusy``) write nothing. Cancelling the
         wait does not withdraw the append: it may still commit.
         """
+        log = self.log
+        if len(events) == 1:
+            event = prepare_event(events[0])
+            if (
+                event.plain
+                and log._inline_commits
+                and not log._pending
+                and not log._closed
+                and _nothing_else_ready(loop := asyncio.get_running_loop())
+            ):
+                # The commonest call, committed at once on an idle loop: see Writer.commit_lone.
+                committed = log._writer.commit_lone(self.path, event, loop)
+                if committed is not None:
+                    return committed
+            return await log._submit_append(self.path, [event])
         if not events:
-            self.log._check_open()
+            log._check_open()
             return []
-        return await self.log._submit_append(self.path, prepare_events(events))
+        return await log._submit_append(self.path, prepare_events(events))
 
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof."""

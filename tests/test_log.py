@@ -782,6 +782,87 @@ async def test_a_lone_append_on_an_idle_loop_commits_without_yielding(log: Log) 
     assert finished.value.value[0].offset == 3
 
 
+async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
+    """One plain event on an idle loop: BEGIN, a look for others' commits, the INSERT, COMMIT."""
+    stream = log.stream()
+    await stream.append(order(1))
+    statements: list[str] = []
+    log._writer._conn.set_trace_callback(statements.append)
+    before = log.stats
+    (appended,) = await stream.append(
+        {
+            "type": "shaped",
+            "payload": {"pair": (1, 2), 3: "x"},
+            "metadata": {"m": 1},
+            "source": {"tool": "cli"},
+        }
+    )
+    log._writer._conn.set_trace_callback(None)
+    assert [statement.split()[0] for statement in statements] == [
+        "BEGIN",
+        "PRAGMA",
+        "INSERT",
+        "COMMIT",
+    ]
+    assert (log.stats.transactions, log.stats.appended) == (
+        before.transactions + 1,
+        before.appended + 1,
+    )
+    # Returned as stored: the tuple became a list and the int key a string, as a read shows.
+    (read,) = (await stream.read(1)).events
+    assert appended == read
+    assert appended.payload == {"pair": [1, 2], "3": "x"}
+    assert (appended.metadata, appended.source) == ({"m": 1}, {"tool": "cli"})
+
+
+async def test_a_lone_append_that_sqlite_refuses_writes_nothing(log: Log) -> None:
+    """A failure inside the short transaction is a StorageError; the next append takes the offset."""
+    stream = log.stream()
+    await stream.append(order(1))
+    await log.write_transaction(
+        lambda conn: conn.execute(
+            "CREATE TRIGGER no_poison BEFORE INSERT ON streamkit_events "
+            "WHEN NEW.type = 'poison' BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
+        )
+    )
+    with pytest.raises(StorageError, match="poison refused") as refused:
+        await stream.append({"type": "poison"})
+    assert "nothing was written" in str(refused.value)
+    (after,) = await stream.append(order(2))
+    assert after.offset == 2
+    assert [e.type for e in (await stream.read()).events] == ["order.placed"] * 2
+
+
+async def test_a_lone_append_whose_clock_fails_writes_nothing(log_file: Path) -> None:
+    """An exception that is not SQLite's reaches the caller as it is, after a rollback."""
+    broken = False
+
+    def clock() -> float:
+        if broken:
+            raise RuntimeError("the clock broke")
+        return time.time()
+
+    async with open_log(log_file, clock=clock) as log:
+        stream = log.stream()
+        await stream.append(order(1))
+        broken = True
+        with pytest.raises(RuntimeError, match="the clock broke"):
+            await stream.append(order(2))
+        broken = False
+        (after,) = await stream.append(order(3))
+        assert after.offset == 2
+        assert [e.payload["n"] for e in (await stream.read()).events] == [1, 3]
+
+
+async def test_a_lone_append_after_a_close_from_another_thread_is_refused(log: Log) -> None:
+    """A close begun on another thread (the writer stops accepting) refuses the append."""
+    stream = log.stream()
+    await stream.append(order(1))
+    await asyncio.to_thread(log._writer.request_close)
+    with pytest.raises(LogClosed):
+        await stream.append(order(2))
+
+
 async def test_an_inline_commit_waits_out_a_follow_poll_instead_of_handing_over(
     log: Log,
 ) -> None:
