@@ -90,6 +90,8 @@ from streamkit.protocols import Clock
 
 __all__ = ["Writer"]
 
+monotonic = time.monotonic
+
 GROUP_LIMIT = 1000
 """Calls per group commit at most, so one huge backlog cannot delay every caller behind it."""
 POLL_SECONDS = 0.002
@@ -103,8 +105,11 @@ FOREIGN_PAGE = 1000
 
 _INSERT = (
     'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, source, '
-    "idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?)"
 )
+"""Source and key go in as ``''`` for NULL: neither can be empty (a source is a JSON object,
+a key is refused if empty), and ``sqlite3`` binds ``None`` only after a failed adapter
+lookup that formats an AttributeError, two of them per event (about a tenth of an append)."""
 _RESERVE = (
     "INSERT INTO streamkit_heads (path, reserved_through, reserved_by) VALUES (?, ?, ?) "
     "ON CONFLICT (path) DO UPDATE SET reserved_through = excluded.reserved_through, "
@@ -314,8 +319,14 @@ class Writer:
             try:
                 cur.execute("BEGIN IMMEDIATE")
                 now = self._now = format_timestamp(self._clock())
-                self._sync_foreign()
-                state = self._state(path)
+                # _sync_foreign and _state, written out: this path is all per-call overhead.
+                self._synced_at = monotonic()
+                version = cur.execute("PRAGMA data_version").fetchone()[0]
+                if version != self._data_version:
+                    self._take_foreign(version)
+                state = self._states.get(path)
+                if state is None or state.head is None or state.reserved_through is None:
+                    state = self._state(path)
                 before = state.head
                 offset = _next_plain(state)
                 source_json = event.source_json
@@ -327,8 +338,8 @@ class Writer:
                         event.type,
                         event.payload_json,
                         event.metadata_json,
-                        source_json,
-                        None,
+                        source_json or "",
+                        "",
                         now,
                     ),
                 )
@@ -540,8 +551,11 @@ class Writer:
         """Notice other connections' commits: drop cached heads and push their rows to followers."""
         self._synced_at = time.monotonic()
         version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-        if version == self._data_version:
-            return
+        if version != self._data_version:
+            self._take_foreign(version)
+
+    def _take_foreign(self, version: int) -> None:
+        """Other connections committed (``data_version`` is now ``version``): see to it."""
         self._data_version = version
         self._invalidate()
         followed = set(self._feed.followed_paths())
@@ -853,8 +867,8 @@ class Writer:
                     event.type,
                     event.payload_json,
                     event.metadata_json,
-                    event.source_json,
-                    key,
+                    event.source_json or "",
+                    key or "",
                     now,
                 )
             )
@@ -888,14 +902,32 @@ class Writer:
         deferred = self._deferred_rows
         if len(events) == 1:  # most appends: no comprehension or zip to set up
             e = events[0]
-            row = (path, first, e.type, e.payload_json, e.metadata_json, e.source_json, None, now)
+            row = (
+                path,
+                first,
+                e.type,
+                e.payload_json,
+                e.metadata_json,
+                e.source_json or "",
+                "",
+                now,
+            )
             if deferred is not None:
                 deferred.append(row)
             else:
                 self._cur.execute(_INSERT, row)
         else:
             rows = [
-                (path, offset, e.type, e.payload_json, e.metadata_json, e.source_json, None, now)
+                (
+                    path,
+                    offset,
+                    e.type,
+                    e.payload_json,
+                    e.metadata_json,
+                    e.source_json or "",
+                    "",
+                    now,
+                )
                 for offset, e in zip(offsets, events, strict=True)
             ]
             if deferred is not None:

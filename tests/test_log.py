@@ -815,6 +815,30 @@ async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
     assert (appended.metadata, appended.source) == ({"m": 1}, {"tool": "cli"})
 
 
+async def test_absent_source_and_key_are_stored_as_null_on_every_path(log: Log) -> None:
+    """The insert binds '' for an absent source or key (cheaper than None); SQL stores NULL."""
+    stream = log.stream()
+    await stream.append(order(1))  # a lone plain append
+    await stream.append(order(2), order(3))  # a call of several
+    await stream.append(order(4, idempotency_key="k"))  # a keyed call
+    await asyncio.gather(stream.append(order(5)), stream.append(order(6)))  # a group
+    await stream.append({**order(7), "source": {"tool": "cli"}})
+    rows = await log.query(
+        lambda conn: conn.execute(
+            'SELECT "offset", source, idempotency_key FROM streamkit_events ORDER BY "offset"'
+        ).fetchall()
+    )
+    assert rows == [
+        (1, None, None),
+        (2, None, None),
+        (3, None, None),
+        (4, None, "k"),
+        (5, None, None),
+        (6, None, None),
+        (7, '{"tool":"cli"}', None),
+    ]
+
+
 async def test_a_lone_append_that_sqlite_refuses_writes_nothing(log: Log) -> None:
     """A failure inside the short transaction is a StorageError; the next append takes the offset."""
     stream = log.stream()
