@@ -224,6 +224,23 @@ def measure_fsync(directory: Path, rounds: int = 200) -> dict[str, float]:
     }
 
 
+def measure_cpu(rounds: int = 7, size: int = 20_000) -> float:
+    """Microseconds per unit of a fixed pure-Python workload (JSON round trips, dict work).
+
+    The best of ``rounds``. On a shared virtual machine the CPU's speed drifts
+    as much as the disk's; the run records this before each durability level
+    and at the end, so a reader can tell a slow stretch from a slow library.
+    """
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for i in range(size):
+            doc = {"order": i, "customer": f"c-{i}", "lines": [1, 2, 3], "note": "x" * 40}
+            json.loads(json.dumps(doc))["lines"].append(i)
+        best = min(best, time.perf_counter() - started)
+    return best / size * 1e6
+
+
 def file_system(directory: Path) -> str:
     """The mount and file system type holding ``directory`` (from /proc/mounts)."""
     try:
@@ -423,8 +440,10 @@ def markdown(rows: list[dict[str, Any]], info: dict[str, Any], trials: int) -> s
         f"eventsourcing {info['eventsourcing']}, pydantic {info['pydantic']}.",
         f"Databases on {info['file_system']}; fsync of a 4 KiB write: median "
         f"{fs['median_ms']:.3f} ms, p90 {fs['p90_ms']:.3f} ms. Load average before "
-        f"{info['load_before']}, after {info['load_after']}. {trials} trials per case; "
-        "events/s as median (min-max); ratios are of medians.",
+        f"{info['load_before']}, after {info['load_after']}. CPU probe (a fixed piece of "
+        "pure-Python work, us; lower is faster): "
+        + ", ".join(f"{value:.2f} {when}" for when, value in info["cpu_probe_us"].items())
+        + f". {trials} trials per case; events/s as median (min-max); ratios are of medians.",
         "",
         "| case | sync | streamkit events/s | eventsourcing events/s | streamkit / "
         "eventsourcing | goal | met |",
@@ -591,9 +610,12 @@ def main() -> None:
             flush=True,
         )
         fills = fill_logs(cases, work)
+        info["cpu_probe_us"] = {}
         for sync in levels:
+            info["cpu_probe_us"][f"before {sync}"] = round(measure_cpu(), 2)
             for case in cases:
                 run_case(case, sync, args.trials, work, fills)
+        info["cpu_probe_us"]["at the end"] = round(measure_cpu(), 2)
     info["load_after"] = [round(x, 2) for x in os.getloadavg()]
     info["seconds"] = round(time.perf_counter() - started, 1)
     info["quick"] = args.quick
