@@ -303,7 +303,7 @@ class Writer:
         commit first), or another process holds the write lock (the thread
         waits that out). A storage failure raises; nothing was written then.
         """
-        if not self._conn_lock.acquire(blocking=False):
+        if not self._conn_lock.acquire(False):  # positional: cheaper than blocking=False
             return None
         try:
             # Checked under the connection lock: a close queued after this check can
@@ -320,7 +320,9 @@ class Writer:
                 cur.execute("BEGIN IMMEDIATE")
                 now = self._now = format_timestamp(self._clock())
                 # _sync_foreign and _state, written out: this path is all per-call overhead.
-                self._synced_at = monotonic()
+                following = self._feed.has_subscribers()
+                if following:  # the thread's next follow poll is due POLL_SECONDS after this
+                    self._synced_at = monotonic()
                 version = cur.execute("PRAGMA data_version").fetchone()[0]
                 if version != self._data_version:
                     self._take_foreign(version)
@@ -343,7 +345,7 @@ class Writer:
                         now,
                     ),
                 )
-                if self._feed.has_subscribers():
+                if following:
                     self._group_before = {path: before or 0}
                     self._feed.set_inflight(self._group_before)
                     inflight = True
@@ -366,7 +368,7 @@ class Writer:
                     offset,
                     event.type,
                     decode_json(event.payload_json),
-                    decode_json(event.metadata_json),
+                    {} if event.metadata_json == "{}" else decode_json(event.metadata_json),
                     None if source_json is None else decode_json(source_json),
                     None,
                     now,

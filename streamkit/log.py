@@ -462,7 +462,9 @@ class Stream:
         if len(events) == 1:
             event = prepare_event(events[0])
             if (
-                event.plain
+                event.idempotency_key is None  # event.plain, spelt out: this is the hot path
+                and event.offset is None
+                and not event.ephemeral
                 and log._inline_commits
                 and not log._pending
                 and not log._closed
