@@ -6,7 +6,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -94,8 +93,9 @@ def test_the_daemon_never_resends_across_kill_and_restart(daemon: Daemon) -> Non
     assert host.wait(timeout=30) == 0
 
     # A third start catches up over everything and finds nothing owed.
+    catch_ups = daemon.host_log("host").count("catch_up.done")
     host = daemon.start()
-    time.sleep(0.5)
+    eventually(lambda: daemon.host_log("host").count("catch_up.done") > catch_ups)
     host.send_signal(signal.SIGTERM)
     assert host.wait(timeout=30) == 0
 
