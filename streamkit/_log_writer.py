@@ -85,7 +85,13 @@ from streamkit.errors import (
     StorageError,
     StreamkitError,
 )
-from streamkit.events import PreparedEvent, StreamEvent, format_timestamp, same_body
+from streamkit.events import (
+    PreparedEvent,
+    StreamEvent,
+    format_timestamp,
+    now_timestamp,
+    same_body,
+)
 from streamkit.protocols import Clock
 
 __all__ = ["Writer"]
@@ -203,7 +209,11 @@ class Writer:
         self._deferred_rows: list[tuple[Any, ...]] | None = None
         self._synced_at = 0.0  # monotonic time of the latest look for other processes' commits
         self._token = token
-        self._clock = clock
+        # What stamps each commit's created_at: the default clock is read as integer
+        # nanoseconds (cheaper to format); any other clock through format_timestamp.
+        self._timestamp: Callable[[], str] = (
+            now_timestamp if clock is time.time else lambda: format_timestamp(clock())
+        )
         self._feed = feed
         self._persistent = persistent
         self._group_limit = group_limit
@@ -318,7 +328,7 @@ class Writer:
             inflight = False
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                now = self._now = format_timestamp(self._clock())
+                now = self._now = self._timestamp()
                 # _sync_foreign and _state, written out: this path is all per-call overhead.
                 following = self._feed.has_subscribers()
                 if following:  # the thread's next follow poll is due POLL_SECONDS after this
@@ -678,7 +688,7 @@ class Writer:
                 return False
             need[call.path] = need.get(call.path, 0) + call.ephemerals
         self._sync_foreign()
-        self._now = format_timestamp(self._clock())
+        self._now = self._timestamp()
         for path, count in need.items():
             state = self._state(path)
             assert state.head is not None
@@ -698,7 +708,7 @@ class Writer:
         inflight = False
         try:
             # Stamped under the write lock, so created_at follows commit order across processes.
-            self._now = format_timestamp(self._clock())
+            self._now = self._timestamp()
             self._sync_foreign()
             wrote = self._apply(calls[0]) if len(calls) == 1 else self._apply_group(calls)
             if wrote:

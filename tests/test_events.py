@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given
@@ -20,6 +22,7 @@ from streamkit.events import (
     ScannedRange,
     StreamEvent,
     format_timestamp,
+    now_timestamp,
     prepare_event,
     prepare_events,
     same_body,
@@ -255,6 +258,39 @@ def test_format_timestamp_rounds_half_to_even_across_seconds(epoch: float) -> No
     """A fraction that rounds up to the next second carries into it, as datetime does."""
     assert format_timestamp(epoch) == _datetime_text(epoch)
     assert format_timestamp(epoch - 1) == _datetime_text(epoch - 1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _exact_text(ns: int) -> str:
+    """Nanoseconds rounded half up to the microsecond, in integers only: the oracle."""
+    stamp = _EPOCH + timedelta(microseconds=(ns + 500) // 1000)
+    return stamp.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+@given(
+    st.integers(min_value=0, max_value=253402300799 * 10**9 - 1)
+    | st.integers(min_value=1_764_435_600 * 10**9 - 10**6, max_value=1_764_435_601 * 10**9)
+)
+def test_now_timestamp_formats_the_clock_nanoseconds_exactly(ns: int) -> None:
+    """The commit stamp: integer nanoseconds, half up to the microsecond, carries included."""
+    with mock.patch.object(time, "time_ns", return_value=ns):
+        assert now_timestamp() == _exact_text(ns)
+
+
+def test_now_timestamp_outside_the_years_it_formats_falls_back() -> None:
+    """Before 1970 (a clock set wrong) the float formatter's slow path answers."""
+    with mock.patch.object(time, "time_ns", return_value=-1_500_000_000):
+        assert now_timestamp() == "1969-12-31T23:59:58.500000Z"
+
+
+def test_now_timestamp_reads_the_wall_clock() -> None:
+    """Without a patched clock it is now, to the microsecond."""
+    before = _exact_text(time.time_ns() - 1000)
+    stamp = now_timestamp()
+    after = _exact_text(time.time_ns() + 1000)
+    assert before <= stamp <= after
 
 
 def test_read_page_and_scanned_range_shapes() -> None:

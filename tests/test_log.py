@@ -230,6 +230,22 @@ async def test_created_at_comes_from_the_injected_clock(log_file: Path) -> None:
         assert event.created_at == "2027-01-15T08:00:00.250000Z"
 
 
+async def test_created_at_with_the_default_clock_is_the_commit_time(log: Log) -> None:
+    """With the default clock every path stamps the wall time of the commit, in order."""
+    stream = log.stream()
+    before = format_timestamp(time.time() - 0.001)
+    (lone,) = await stream.append(order(1))
+    several = await stream.append(order(2), order(3))
+    grouped = await asyncio.gather(stream.append(order(4)), stream.append(order(5)))
+    (keyed,) = await stream.append(order(6, idempotency_key="k"))
+    after = format_timestamp(time.time() + 0.001)
+    stamps = [e.created_at for e in [lone, *several, *(g[0] for g in grouped), keyed]]
+    assert stamps == sorted(stamps)
+    assert before <= stamps[0]
+    assert stamps[-1] <= after
+    assert stamps == [e.created_at for e in (await stream.read()).events]
+
+
 async def test_an_empty_append_writes_nothing(log: Log) -> None:
     """append() with no events returns [] and touches nothing."""
     assert await log.stream().append() == []
