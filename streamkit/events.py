@@ -59,28 +59,27 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _ENCODE = _ENCODER.encode
 
 
-def _c_dict_encoder() -> Callable[[dict[str, Any]], str] | None:
-    """``_ENCODE`` for a dict, minus the Python setup ``JSONEncoder.encode`` repeats per call.
+def _c_dict_encoder() -> Callable[[Any, int], Sequence[str]] | None:
+    """The C encoder ``_ENCODE`` ends in, built once; it returns the text's chunks.
 
-    The C encoder ``encode`` ends in, built once, with the same separators,
-    ASCII escaping and NaN refusal, and no circular-reference memo: with no
-    state it can be shared by every call and thread, and a value that contains
-    itself ends in ``RecursionError`` (refused by the caller) instead of the
-    memo's ``ValueError``. None where the C accelerator is missing.
+    The same separators, ASCII escaping and NaN refusal as ``_ENCODE``, minus
+    the Python setup ``JSONEncoder.encode`` repeats per call, and no
+    circular-reference memo: with no state it can be shared by every call and
+    thread, and a value that contains itself ends in ``RecursionError``
+    (refused by the caller) instead of the memo's ``ValueError``. None where
+    the C accelerator is missing.
     """
     make = getattr(json.encoder, "c_make_encoder", None)
     escape = getattr(json.encoder, "c_encode_basestring_ascii", None)
     if make is None or escape is None:
         return None
-    encoder = make(None, _ENCODER.default, escape, None, ":", ",", False, False, False)
-
-    def encode(value: dict[str, Any]) -> str:
-        return "".join(encoder(value, 0))
-
-    return encode
+    encoder: Callable[[Any, int], Sequence[str]] = make(
+        None, _ENCODER.default, escape, None, ":", ",", False, False, False
+    )
+    return encoder
 
 
-_ENCODE_DICT = _c_dict_encoder() or _ENCODE
+_C_ENCODE_DICT = _c_dict_encoder()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,28 +218,24 @@ def _refuse(index: int, field_name: str, why: str, **details: Any) -> InvalidEve
 
 
 def _dump_object(index: int, field_name: str, value: object) -> str:
-    encode: Callable[[Any], str] = _ENCODE_DICT
-    if type(value) is not dict:  # a plain dict, the common case, skips the ABC checks
+    """``value`` (a JSON object) as compact JSON, or refuse it; runs for every event."""
+    encode = _C_ENCODE_DICT
+    if type(value) is not dict or encode is None:  # a plain dict skips the ABC checks
         if isinstance(value, BaseModel):
             value = value.model_dump(mode="json")
         if not isinstance(value, Mapping):
             raise _refuse(
                 index, field_name, f"must be a JSON object (a dict), got {type(value).__name__}"
             )
-        encode = _ENCODE
+        encode = None
     try:
-        text = encode(value)
+        text = _ENCODE(value) if encode is None else "".join(encode(value, 0))
     except (TypeError, ValueError) as exc:
         raise _refuse(index, field_name, f"is not JSON serializable ({exc})") from exc
     except RecursionError as exc:
         raise _too_deep(index, field_name) from exc
-    return _shallow_enough(index, field_name, value, text)
-
-
-def _shallow_enough(index: int, field_name: str, value: Mapping[str, Any], text: str) -> str:
-    """``text`` if ``value`` nests at most :data:`MAX_NESTING` levels, else refuse it."""
-    # Every level opens and closes a bracket, so a text shorter than twice the limit
-    # cannot be too deep. Counting brackets (in C) over-counts, never under-counts,
+    # Too deep? Every level opens and closes a bracket, so a text shorter than twice
+    # the limit cannot be. Counting brackets (in C) over-counts, never under-counts,
     # the depth: only a text with that many brackets needs the walk.
     if (
         len(text) > 2 * MAX_NESTING
