@@ -281,6 +281,12 @@ def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> Prepar
         key: object = raw.idempotency_key
         offset: object = raw.offset
         ephemeral: object = raw.ephemeral
+    elif type(raw) is dict and len(raw) == 2 and "payload" in raw and "type" in raw:
+        # The commonest input by far, a type and a payload: no other field to look up.
+        etype = raw["type"]
+        payload = raw["payload"]
+        metadata = source = key = offset = None
+        ephemeral = False
     elif type(raw) is dict or isinstance(raw, Mapping):
         if not raw.keys() <= _INPUT_FIELDS:
             unknown = set(raw) - _INPUT_FIELDS

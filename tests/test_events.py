@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 from unittest import mock
 
@@ -97,6 +98,9 @@ def test_nesting_up_to_the_limit_is_accepted_and_reads_back() -> None:
     ("raw", "field"),
     [
         ({"type": None}, "type"),
+        ({"type": None, "payload": {}}, "type"),
+        ({"type": " ", "payload": {"a": 1}}, "type"),
+        ({"type": "t", "payload": ["a"]}, "payload"),
         ({"type": "x" * 257}, "type"),
         ({"type": "t", "payload": "text"}, "payload"),
         ({"type": "t", "payload": {1j: 1}}, "payload"),
@@ -128,6 +132,18 @@ def test_unknown_fields_are_refused() -> None:
     with pytest.raises(InvalidEvent) as refused:
         prepare_event({"type": "t", "colour": "red", "size": 2})
     assert refused.value.details["fields"] == ["colour", "size"]
+    with pytest.raises(InvalidEvent) as refused:  # two keys, but not type and payload
+        prepare_event({"type": "t", "colour": "red"})
+    assert refused.value.details["fields"] == ["colour"]
+
+
+@pytest.mark.parametrize("payload", [{"order": 7, "lines": [1, 2]}, None, {}])
+def test_a_type_and_payload_dict_prepares_like_any_input(payload: dict[str, Any] | None) -> None:
+    """The commonest shape, {type, payload}, has a short path with the same outcome."""
+    fast = prepare_event({"type": "order.placed", "payload": payload}, 3)
+    assert fast == prepare_event(EventInput(type="order.placed", payload=payload), 3)
+    assert fast == prepare_event(MappingProxyType({"type": "order.placed", "payload": payload}), 3)
+    assert fast.payload_json == json.dumps(payload or {}, separators=(",", ":"))
 
 
 def test_something_that_is_not_an_event_is_refused() -> None:
