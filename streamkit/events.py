@@ -173,11 +173,6 @@ class PreparedEvent:
     ephemeral: bool
     index: int
 
-    @property
-    def plain(self) -> bool:
-        """Durable, with no idempotency key and no offset precondition: nothing can refuse it."""
-        return self.idempotency_key is None and self.offset is None and not self.ephemeral
-
     def decoded(self, *, path: str, offset: int, created_at: str) -> StreamEvent:
         """The committed form: decoded from the serialized JSON, so it equals a later read."""
         return StreamEvent(

@@ -462,7 +462,8 @@ class Stream:
         if len(events) == 1:
             event = prepare_event(events[0])
             if (
-                event.idempotency_key is None  # event.plain, spelt out: this is the hot path
+                # A plain event (durable, no key, no offset precondition): nothing can refuse it.
+                event.idempotency_key is None
                 and event.offset is None
                 and not event.ephemeral
                 and log._inline_commits
