@@ -912,7 +912,7 @@ class Writer:
         offsets = range(first, first + len(events))
         now = self._now
         deferred = self._deferred_rows
-        if len(events) == 1:  # most appends: no comprehension or zip to set up
+        if len(events) == 1:  # the calls of a group, mostly: no comprehension or zip to set up
             e = events[0]
             row = (
                 path,
