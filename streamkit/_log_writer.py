@@ -96,7 +96,7 @@ from streamkit.protocols import Clock
 
 __all__ = ["Writer"]
 
-monotonic = time.monotonic  # bound once: the lone append's path reads it
+monotonic = time.monotonic  # bound once: every transaction reads it
 
 GROUP_LIMIT = 1000
 """Calls per group commit at most, so one huge backlog cannot delay every caller behind it."""
@@ -341,7 +341,6 @@ class Writer:
                     state = self._state(path)
                 before = state.head
                 offset = _next_plain(state)
-                source_json = event.source_json
                 cur.execute(
                     _INSERT,
                     (
@@ -350,7 +349,7 @@ class Writer:
                         event.type,
                         event.payload_json,
                         event.metadata_json,
-                        source_json or "",
+                        event.source_json or "",
                         "",
                         now,
                     ),
@@ -372,14 +371,16 @@ class Writer:
             state.head = offset
             self.transactions += 1
             self.appended += 1
+            # _decode for one event, written out (measured: the general call costs 1-2 us
+            # after an fsync, on the path where that is most of the overhead).
             committed = [
                 make_event(
                     path,
                     offset,
                     event.type,
                     decode_json(event.payload_json),
-                    {} if event.metadata_json == "{}" else decode_json(event.metadata_json),
-                    None if source_json is None else decode_json(source_json),
+                    decode_json(event.metadata_json),
+                    None if event.source_json is None else decode_json(event.source_json),
                     None,
                     now,
                     False,
@@ -561,7 +562,7 @@ class Writer:
 
     def _sync_foreign(self) -> None:
         """Notice other connections' commits: drop cached heads and push their rows to followers."""
-        self._synced_at = time.monotonic()
+        self._synced_at = monotonic()
         version = self._cur.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self._take_foreign(version)
