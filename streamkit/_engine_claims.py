@@ -52,6 +52,7 @@ class ClaimKeeper:
         self._wakeup_at: float | None = None
         self._claimed: object = _UNKNOWN
         self._last_sent: asyncio.Task[None] | None = None
+        self._stopped = False
 
     @property
     def in_flight(self) -> int:
@@ -118,6 +119,16 @@ class ClaimKeeper:
         if self._last_sent is not None:
             await asyncio.wait((self._last_sent,))
 
+    def cancel_all(self) -> None:
+        """The engine was aborted: cancel every attempt and send no claim from now on.
+
+        The claim stored stays as it is, so whichever host runs the processor
+        next is revived by it; this engine no longer speaks for the processor.
+        """
+        self._stopped = True
+        for task in list(self._attempts):
+            task.cancel()
+
     # -- wakeups ---------------------------------------------------------------------
 
     def forget_wakeups(self) -> None:
@@ -142,7 +153,7 @@ class ClaimKeeper:
     def sync(self, *, force: bool = False) -> asyncio.Task[None] | None:
         """Send the wanted claim if it changed (or ``force``); return the task sending it."""
         wanted = self.wanted
-        if not force and wanted == self._claimed:
+        if self._stopped or (not force and wanted == self._claimed):
             return None
         self._claimed = wanted
         task = asyncio.get_running_loop().create_task(self._send(self._last_sent, wanted))

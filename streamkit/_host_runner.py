@@ -14,9 +14,12 @@ the retry at once. A failure the engine latched (a state too large to
 checkpoint, say) cannot pass by retrying the same engine, so the runner builds
 a fresh engine from the checkpoint after the backoff instead.
 
-A :class:`~streamkit.errors.LeaseLost` from a fenced checkpoint write stops the
-engine at once (its background work is cancelled) and returns the runner to
-waiting; the host's heartbeat takes the lease again when it is free.
+A lost lease stops the engine at once, whoever learns of it first: the lease
+keeper's renewal, the guard the engine asks before every effect, or the
+fence inside a checkpoint or engine-append transaction
+(:class:`~streamkit.errors.LeaseLost`). The batch in flight is cancelled, its
+background work too, and the runner returns to waiting with the reason in
+``last_error``; the host's heartbeat takes the lease again when it is free.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from streamkit._host_lease_keeper import HeldLease
 from streamkit._host_metrics import ProcessorMetrics, parse_created_at
 from streamkit._host_skips import filter_page, without_skipped
 from streamkit._host_storage import FencedCheckpointStorage
@@ -74,7 +78,17 @@ class _EngineStream:
         return self._view.path
 
     async def append(self, *events: EventInput | Mapping[str, Any]) -> list[StreamEvent]:
-        return await self._view.append(*events)
+        # Every durable append of the engine commits only under this host's lease.
+        held = self._runner.held
+        if held is None:
+            raise LeaseLost(
+                f"processor {self._runner.slug!r} at {self.path!r} no longer runs in this "
+                "host (its lease is gone); nothing was appended",
+                details={"slug": self._runner.slug, "path": self.path},
+            )
+        lease = held.lease
+        stamp = {"owner": lease.owner, "generation": lease.generation}
+        return await self._view.append(*(_with_lease(e, stamp) for e in events), fence=held.fence)
 
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         page = await self._view.read(after_offset, limit)
@@ -99,6 +113,7 @@ class ProcessorRunner:
         clock: Clock,
         skipped: set[int],
         on_claim: Callable[[], None],
+        on_lease_gone: Callable[[HeldLease], None] = lambda held: None,
     ) -> None:
         self.processor = processor
         self.slug: str = processor.contract.slug
@@ -107,7 +122,10 @@ class ProcessorRunner:
         self.label = label
         self.skipped = skipped
         self.engine: ProcessorEngine[Any] | None = None
-        self.lease: Lease | None = None
+        self.held: HeldLease | None = None
+        # The other owner's lease row as this host first saw it, and when (monotonic):
+        # unchanged for a ttl, it is stale and may be taken over.
+        self.observed: tuple[Lease, float] | None = None
         self.claim_due: float | None = None
         self.failures = 0
         self.stalled = False
@@ -119,6 +137,7 @@ class ProcessorRunner:
         self._retry = retry
         self._clock = clock
         self._on_claim = on_claim
+        self._on_lease_gone = on_lease_gone
         self._queue: deque[Item] = deque()
         self._wake = asyncio.Event()
         self._poke = asyncio.Event()
@@ -139,6 +158,11 @@ class ProcessorRunner:
         return "waiting" if self.engine is None else "running"
 
     @property
+    def lease(self) -> Lease | None:
+        """The lease this host holds for the processor (as last renewed), or None."""
+        return None if self.held is None else self.held.lease
+
+    @property
     def queued(self) -> int:
         """Work items waiting in this runner's queue."""
         return len(self._queue)
@@ -150,9 +174,9 @@ class ProcessorRunner:
 
     # -- what the host calls ---------------------------------------------------------
 
-    def start_engine(self, lease: Lease) -> None:
-        """Build an engine under ``lease`` and queue its catch-up."""
-        self.lease = lease
+    def start_engine(self, held: HeldLease) -> None:
+        """Build an engine under ``held`` and queue its catch-up."""
+        self.held = held
         if self._stopping:
             return  # the host is stopping: it releases this lease without running
         self._build_engine()
@@ -160,16 +184,18 @@ class ProcessorRunner:
             self._task = asyncio.get_running_loop().create_task(self._work())
 
     def _build_engine(self) -> None:
-        assert self.lease is not None
+        held = self.held
+        assert held is not None
         view = self._log.stream(self.path).for_processor(self.slug)
         self._engine_stream = _EngineStream(view, self)
         self.engine = ProcessorEngine(
             self.processor,
             stream=self._engine_stream,
-            storage=FencedCheckpointStorage(self._log, self.lease, clock=self._clock),
+            storage=FencedCheckpointStorage(self._log, held),
             fed_by_pushes=True,
             clock=self._clock,
             on_batch=self._on_batch,
+            guard=held.check,
         )
         self.caught_up = False
         self._queue.clear()
@@ -215,15 +241,36 @@ class ProcessorRunner:
         self._poke.set()
 
     async def lose_lease(self, error: LeaseLost | None) -> None:
-        """Stop the engine (abandoning its background work) and go back to waiting."""
+        """Stop the engine at once (the batch in flight and background work cancelled), wait.
+
+        With ``error`` None the host gives the lease up on purpose (it is
+        stopping); otherwise the reason is logged and kept in ``last_error``.
+        """
         engine = self.engine
+        held = self.held
         if engine is None:
             return
         self.engine = None
-        self.lease = None
+        self.held = None
         self._queue.clear()
         self._poke.set()
+        if held is not None:
+            self._on_lease_gone(held)
+        reason = error or LeaseLost(
+            f"processor {self.slug!r} at {self.path!r} was stopped in this host; nothing more "
+            "was started",
+            details={"slug": self.slug, "path": self.path},
+        )
+        engine.abort(reason)
         if error is not None:
+            self.last_error = {
+                "error": error.message[:1000],
+                "code": error.code,
+                "offset": None,
+                "cursor": engine.cursor,
+                "failures": self.failures,
+                "at": self._clock(),
+            }
             _log.warning(
                 "lease.lost",
                 slug=self.slug,
@@ -281,6 +328,11 @@ class ProcessorRunner:
                 if self.failures and await self._step(engine):
                     continue
                 await self._run(engine, item)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if engine is self.engine or (current is not None and current.cancelling()):
+                    raise  # the worker itself is being cancelled (the host stops)
+                return  # the engine was aborted (lease lost): its batch is gone, by design
             except LeaseLost as exc:
                 if engine is self.engine:
                     await self.lose_lease(exc)
@@ -456,3 +508,22 @@ def _first_pending(item: Item, cursor: int) -> int:
             if not event.ephemeral and event.offset > cursor:
                 return event.offset
     return cursor + 1
+
+
+def _with_lease(
+    event: EventInput | Mapping[str, Any], stamp: dict[str, Any]
+) -> EventInput | Mapping[str, Any]:
+    """An engine's event with ``source.processor.lease`` naming the lease it is written under.
+
+    The engine stamps ``source.processor`` on what the processor appends; the
+    host adds which owner and generation wrote it, so the log itself shows
+    that no stale holder wrote after a takeover.
+    """
+    if not isinstance(event, Mapping):
+        return event
+    source = event.get("source")
+    processor = source.get("processor") if isinstance(source, Mapping) else None
+    if not isinstance(processor, Mapping):
+        return event
+    assert isinstance(source, Mapping)
+    return {**event, "source": {**source, "processor": {**processor, "lease": stamp}}}

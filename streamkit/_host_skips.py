@@ -1,18 +1,22 @@
 """Operator skips: moving a stalled processor past one event, with the decision in the log.
 
-A skip is two records. The durable event ``streamkit.event-skipped`` (payload
-``{slug, offset, by, reason}``) on the processor's stream path says who skipped
-what and why, for anyone reading the log later. A row in ``streamkit_skips``
-beside it lets a host load every skip at start without scanning the log.
+A skip is two records written in ONE transaction. The durable event
+``streamkit.event-skipped`` (payload ``{slug, offset, by, reason}``) on the
+processor's stream path says who skipped what and why, for anyone reading
+the log later. A row in ``streamkit_skips`` beside it names the skip event's
+own offset, and lets a host load every skip at start without scanning the log.
 
-:func:`record_skip` appends the event first (under an idempotency key, so a
-retried skip appends nothing new), then writes the row (``INSERT OR IGNORE``).
-A crash between the two leaves the event without its row; running the same
-skip again completes it. A host applies a skip the moment it sees the event in
-its stream (from any process), so a running processor needs no restart.
+Only :func:`record_skip` (``ProcessorHost.skip``, ``streamkit skip``) writes
+them: the ``streamkit.`` type namespace is refused to every ordinary append,
+and a host honours a skip event only if its row, naming that very event, is
+there (:func:`verified_skip`). A forged skip event, from a log written before
+the namespace was reserved say, is ignored and logged. A retried skip
+appends nothing new (an idempotency key), and the row is written with it.
 
-A skipped event is hidden from that one processor only: its reads and pushes
-never contain it, and its cursor moves past it by the scanned range as usual.
+A host applies a skip the moment it sees the event in its stream (from any
+process), so a running processor needs no restart. A skipped event is hidden
+from that one processor only: its reads and pushes never contain it, and its
+cursor moves past it by the scanned range as usual.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ __all__ = [
     "ensure_skip_table",
     "filter_page",
     "load_skips",
-    "note_skip_event",
     "record_skip",
     "skip_of",
+    "verified_skip",
     "without_skipped",
 ]
 
@@ -96,14 +100,33 @@ def skip_of(event: StreamEvent) -> tuple[str, int] | None:
     return slug, offset
 
 
-async def note_skip_event(log: Log, event: StreamEvent) -> tuple[str, int] | None:
-    """Write the table row for a skip event seen in a stream (idempotent); return what it skips."""
+async def verified_skip(log: Log, event: StreamEvent) -> tuple[str, int] | None:
+    """``(slug, offset)`` of a skip event written by :func:`record_skip`, else None.
+
+    The skip's row must name this very event (its path and offset): the verb
+    writes both in one transaction, so a skip event without its row did not
+    come from the verb and is not obeyed.
+    """
     found = skip_of(event)
-    if found is not None:
-        slug, offset = found
-        path, at = event.path, event.offset
-        await log.write_transaction(lambda conn: _insert(conn, path, slug, offset, at))
-    return found
+    if found is None:
+        return None
+    slug, offset = found
+    path, at = event.path, event.offset
+
+    def read(conn: sqlite3.Connection) -> bool:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)
+        ).fetchone()
+        if exists is None:
+            return False
+        row = conn.execute(
+            f'SELECT 1 FROM {SKIP_TABLE} WHERE path = ? AND slug = ? AND "offset" = ?'
+            " AND skip_event_offset = ?",
+            (path, slug, offset, at),
+        ).fetchone()
+        return row is not None
+
+    return found if await log.query(read) else None
 
 
 async def record_skip(
@@ -131,15 +154,19 @@ async def record_skip(
             details={"path": path, "slug": slug, "offset": offset, "cursor": checkpoint},
         )
     payload: dict[str, Any] = {"slug": slug, "offset": offset, "by": by, "reason": reason}
-    (event,) = await stream.append(
+
+    def seal(conn: sqlite3.Connection, events: list[StreamEvent]) -> None:
+        _insert(conn, path, slug, offset, events[0].offset)
+
+    return await log.append_control(
+        path,
         {
             "type": SKIP_EVENT,
             "payload": payload,
             "idempotency_key": f"{SKIP_EVENT}/{slug}@{offset}",
-        }
+        },
+        seal,
     )
-    await note_skip_event(log, event)
-    return event
 
 
 def _checkpoint_cursor(conn: sqlite3.Connection, slug: str) -> int | None:

@@ -3,8 +3,9 @@
 :class:`FencedCheckpointStorage` implements the async
 :class:`~streamkit.checkpoint.CheckpointStorage` over the checkpoint table in
 the log's SQLite file. Each :meth:`~FencedCheckpointStorage.save` runs ONE
-``log.write_transaction``: the lease fence check and the checkpoint UPSERT
-commit together or not at all. A host whose lease was taken over (or expired)
+``log.write_transaction``: the lease fence (the host's local trust in the
+lease, then the stored row) and the checkpoint UPSERT commit together or not
+at all. A host whose lease was taken over (or expired)
 therefore writes nothing: the save raises
 :class:`~streamkit.errors.LeaseLost`, which is not retryable, so the engine
 latches it and the host stops that engine.
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 import sqlite3
 
+from streamkit._host_lease_keeper import HeldLease
 from streamkit.checkpoint import ReduceCheckpoint, ReduceCheckpointTable
-from streamkit.lease import Lease, check_fence, ensure_lease_table
+from streamkit.lease import ensure_lease_table
 from streamkit.log import Log
-from streamkit.protocols import Clock
 
 __all__ = ["FencedCheckpointStorage", "ensure_host_tables"]
 
@@ -38,12 +39,11 @@ class FencedCheckpointStorage:
     builds a new engine (and a new storage) under the next lease it takes.
     """
 
-    __slots__ = ("_clock", "_log", "lease")
+    __slots__ = ("_log", "held")
 
-    def __init__(self, log: Log, lease: Lease, *, clock: Clock) -> None:
+    def __init__(self, log: Log, held: HeldLease) -> None:
         self._log = log
-        self._clock = clock
-        self.lease = lease
+        self.held = held
 
     async def load(self, slug: str) -> ReduceCheckpoint | None:
         """The stored checkpoint of ``slug`` (read on the log's reader connection)."""
@@ -64,11 +64,10 @@ class FencedCheckpointStorage:
         Raises :class:`~streamkit.errors.LeaseLost` (nothing written) when the
         lease is no longer this host's; the transaction rolls back whole.
         """
-        lease = self.lease
-        clock = self._clock
+        fence = self.held.fence
 
         def fenced_write(conn: sqlite3.Connection) -> None:
-            check_fence(conn, lease, clock())
+            fence(conn)
             ReduceCheckpointTable(conn, create_table=False).write(
                 slug,
                 reducer_version=reducer_version,

@@ -16,13 +16,21 @@ from typing import Any
 
 from streamkit.events import PreparedEvent, StreamEvent
 
+Fence = Callable[[sqlite3.Connection], None]
+"""Run inside an append's transaction before any row is written; a StreamkitError refuses it."""
+
+Seal = Callable[[sqlite3.Connection, list[StreamEvent]], None]
+"""Run inside an append's transaction after its rows are written (a control record's own row)."""
+
 __all__ = [
     "AppendCall",
     "ClaimCall",
     "CloseJob",
+    "Fence",
     "FollowJob",
     "Job",
     "QueryJob",
+    "Seal",
     "TransactionJob",
     "WriteCall",
     "resolve_close",
@@ -49,11 +57,13 @@ class AppendCall(Job):
         "certain",
         "ephemerals",
         "events",
+        "fence",
         "fresh",
         "inserted",
         "path",
         "plain",
         "reserved",
+        "seal",
     )
 
     def __init__(
@@ -62,6 +72,8 @@ class AppendCall(Job):
         future: asyncio.Future[Any],
         path: str,
         events: list[PreparedEvent],
+        fence: Fence | None = None,
+        seal: Seal | None = None,
     ) -> None:
         # Job's fields set here rather than through super(): one call fewer per append.
         self.loop = loop
@@ -82,6 +94,11 @@ class AppendCall(Job):
             self.certain = all(
                 event.idempotency_key is None and event.offset is None for event in events
             )
+        # A fenced or sealed call can be refused by its hook, so it is never certain.
+        self.fence = fence
+        self.seal = seal
+        if fence is not None or seal is not None:
+            self.certain = False
         self.plain = self.certain and not self.ephemerals
         self.inserted = 0
         self.reserved = 0

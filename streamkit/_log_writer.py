@@ -820,6 +820,10 @@ class Writer:
         an idempotent hit returns the event committed earlier and is not pushed again.
         """
         path = call.path
+        if call.fence is not None:
+            # Inside the transaction, before any row: a fence that refuses (a lease
+            # taken over, say) leaves this call with nothing written.
+            call.fence(self._conn)
         # New events as (input, offset), decoded together at the end in one parser call;
         # ``placed`` maps each input to an index into them or to an earlier committed event.
         fresh: list[tuple[PreparedEvent, int]] = []
@@ -896,9 +900,11 @@ class Writer:
         new = call.fresh = _decode(
             path, [event for event, _ in fresh], [offset for _, offset in fresh], now
         )
-        if not hits:
-            return new
-        return [new[item] if isinstance(item, int) else item for item in placed]
+        result = new if not hits else [new[i] if isinstance(i, int) else i for i in placed]
+        if call.seal is not None:
+            # Same transaction as the rows: a control record and its event land together.
+            call.seal(self._conn, result)
+        return result
 
     def _append_plain(self, call: AppendCall, state: _PathState) -> list[StreamEvent]:
         """:meth:`_append` for a call of durable events with no key and no offset precondition.

@@ -27,16 +27,19 @@ import asyncio
 import contextlib
 import getpass
 import json
+import math
 import os
 import platform
+import shlex
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from streamkit._cli_tasks import add_dlq, add_tasks
 from streamkit.config import add_host_arguments, config_from_namespace
 from streamkit.control import ControlClient, live_server_at, request_sync
-from streamkit.errors import StreamkitError
+from streamkit.errors import ControlUnavailable, StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.log import Log, open_log
@@ -76,6 +79,18 @@ def _non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds above 0, got {text!r}"
+        )
     return value
 
 
@@ -154,6 +169,12 @@ def _add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="push to live subscribers without writing (needs a running host)",
     )
     _add_socket_flag(p)
+    p.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds to wait for a running host's reply (default 10)",
+    )
     p.add_argument("--json", action="store_true", help="print the committed event as JSON")
     p.set_defaults(handler=_cmd_append)
 
@@ -172,7 +193,17 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
         event["ephemeral"] = True
     socket = _live_socket(args)
     if socket is not None:
-        (data,) = request_sync(socket, "append", path=args.path, events=[event])
+        if not args.ephemeral and "idempotency_key" not in event:
+            # A host frozen past the timeout may still apply the request later, so a
+            # plain retry could append it twice: this invocation's own key makes the
+            # printed retry command append it at most once.
+            event["idempotency_key"] = f"cli/{uuid.uuid4().hex}"
+        try:
+            (data,) = request_sync(
+                socket, "append", path=args.path, events=[event], timeout=args.timeout
+            )
+        except ControlUnavailable as exc:
+            raise _append_in_doubt(args, event, exc) from exc
         _emit(StreamEvent(**data), args, out)
         return 0
     if args.ephemeral:
@@ -189,6 +220,27 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
 
     _emit(asyncio.run(run()), args, out)
     return 0
+
+
+def _append_in_doubt(
+    args: argparse.Namespace, event: dict[str, Any], exc: ControlUnavailable
+) -> CommandError:
+    """The refusal of an append whose outcome is unknown: how to retry it safely, how to check."""
+    key = event.get("idempotency_key")
+    if key is None:  # ephemeral: never stored, nothing to retry safely or to look up
+        return CommandError(f"{exc.message}; the ephemeral event may or may not have been pushed")
+    argv: list[str] = list(getattr(args, "argv", None) or [])
+    if argv and "--idempotency-key" not in argv:
+        argv += ["--idempotency-key", key]
+    retry = shlex.join(["streamkit", *argv]) if argv else None
+    return CommandError(
+        f"{exc.message}; the append may still land (the host may be frozen or overloaded). It "
+        f"carries idempotency key {key!r}, so running it again with that key appends it at most "
+        "once and prints the committed event"
+        + (f": {retry}" if retry else "")
+        + f"; to check without appending: streamkit read --db {shlex.quote(args.db)} --path "
+        f"{shlex.quote(args.path)} --json (look for that idempotency_key)"
+    )
 
 
 # -- read -------------------------------------------------------------------
@@ -395,6 +447,10 @@ def _status_line(row: dict[str, Any], live: bool) -> str:
         error = row.get("last_error")
         if error is not None and row.get("failures"):
             parts.append(f"failures={row['failures']} error={error['error']}")
+        elif error is not None and error.get("code") == "LEASE_LOST" and row["state"] == "waiting":
+            # Why a processor that ran here stopped: the lease went to another host
+            # (or this one was frozen past its ttl).
+            parts.append(f"lease lost: {error['error']}")
     return "  ".join(parts)
 
 
@@ -587,7 +643,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     """Run the command line; returns the exit code (0 on success, 1 on a refusal)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(raw)
+    args.argv = raw  # for messages that print a command to re-run
     handler: Handler = args.handler
     try:
         return handler(args, out or sys.stdout)

@@ -125,6 +125,7 @@ class ProcessorEngine(Generic[S]):
         fed_by_pushes: bool = False,
         clock: Clock = time.time,
         on_batch: Callable[[BatchInfo], None] | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         contract: ProcessorContract[S] | None = getattr(processor, "contract", None)
         if not isinstance(contract, ProcessorContract):
@@ -143,6 +144,8 @@ class ProcessorEngine(Generic[S]):
         self._fed_by_pushes = fed_by_pushes
         self._clock = clock
         self._on_batch = on_batch
+        self._guard = guard
+        self._chain_tasks: set[asyncio.Task[None]] = set()
         self._fold: Fold[S] = Fold(processor, on_error=self._note_error)
         # Without an overridden process_event there are no effects to run, so
         # the batch loop skips building their arguments altogether.
@@ -419,8 +422,32 @@ class ProcessorEngine(Generic[S]):
 
     # -- the chain ------------------------------------------------------------------
 
+    def abort(self, error: StreamkitError) -> None:
+        """Stop this engine now: ``error`` is latched and the work in flight is cancelled.
+
+        For a host that learned it may no longer run the processor (its lease
+        was lost): the batch in flight is cancelled at its next await, so no
+        further ``process_event``, blocker or append of this engine starts;
+        background attempts are cancelled, their claim kept for the next host.
+        A cancelled batch persisted nothing. Every later call fails with
+        ``error`` until a new engine is built.
+        """
+        self._latch(error)
+        for task in list(self._chain_tasks):
+            task.cancel()
+        self._claims.cancel_all()
+
+    def guard(self) -> None:
+        """Raise unless this engine may still start an effect (latched, or its host's guard)."""
+        self._raise_if_latched()
+        if self._guard is not None:
+            self._guard()
+
     def _on_chain(self, work: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
-        return asyncio.get_running_loop().create_task(self._chained(work))
+        task = asyncio.get_running_loop().create_task(self._chained(work))
+        self._chain_tasks.add(task)
+        task.add_done_callback(self._chain_tasks.discard)
+        return task
 
     async def _chained(self, work: Callable[[], Awaitable[None]]) -> None:
         self._raise_if_latched()  # at once, not after the batches queued ahead
@@ -800,6 +827,7 @@ class ProcessorEngine(Generic[S]):
         self, during: StreamEvent | None, events: Sequence[EventInput | Mapping[str, Any]]
     ) -> asyncio.Task[list[StreamEvent]]:
         """Check, stamp and start an append made by ``process_event`` (see ``args.append``)."""
+        self.guard()
         processor_source: dict[str, Any] = {"slug": self._slug, "version": self._version}
         if during is not None:
             processor_source["while_processing"] = {"offset": during.offset, "type": during.type}
@@ -857,6 +885,7 @@ class ProcessorEngine(Generic[S]):
 
     def start_background(self, during: StreamEvent | None, work: Work) -> None:
         """Start one ``run_in_background`` attempt (see ``args.run_in_background``)."""
+        self.guard()
         self._claims.start(during, work)
 
     def request_wakeup(self, at: float) -> None:

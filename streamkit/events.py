@@ -27,6 +27,7 @@ from streamkit.errors import InvalidEvent, InvalidRequest
 __all__ = [
     "MAX_EVENT_BYTES",
     "MAX_TYPE_LENGTH",
+    "RESERVED_PREFIX",
     "EventInput",
     "PreparedEvent",
     "ReadPage",
@@ -266,8 +267,18 @@ def _too_deep(index: int, field_name: str) -> InvalidEvent:
     )
 
 
-def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> PreparedEvent:
-    """Validate one input event and serialize it; raise :class:`InvalidEvent` naming the field."""
+RESERVED_PREFIX = "streamkit."
+"""Durable types under this prefix are control events: only streamkit's own verbs write them."""
+
+
+def prepare_event(
+    raw: EventInput | Mapping[str, Any], index: int = 0, *, control: bool = False
+) -> PreparedEvent:
+    """Validate one input event and serialize it; raise :class:`InvalidEvent` naming the field.
+
+    ``control=True`` is for streamkit's own operator verbs (a skip), which alone
+    may write a durable event in the reserved ``streamkit.`` namespace.
+    """
     if isinstance(raw, EventInput):
         etype: object = raw.type
         payload: object = raw.payload
@@ -328,6 +339,17 @@ def prepare_event(raw: EventInput | Mapping[str, Any], index: int = 0) -> Prepar
         raise _refuse(index, "offset", "must be a positive integer", value=repr(offset)[:80])
     if not isinstance(ephemeral, bool):
         raise _refuse(index, "ephemeral", "must be true or false", value=repr(ephemeral)[:80])
+    if not ephemeral and not control and etype.startswith(RESERVED_PREFIX):
+        # A host obeys control events (a skip moves a processor past an event), so
+        # none may come through the ordinary append path, from any entry point.
+        raise _refuse(
+            index,
+            "type",
+            f"{etype!r} is in the reserved {RESERVED_PREFIX!r} namespace: durable events there "
+            "are control records that only streamkit's operator verbs write (a skip is "
+            "`streamkit skip`); choose a type of your own",
+            value=etype[:80],
+        )
     if ephemeral and key is not None:
         raise _refuse(
             index,

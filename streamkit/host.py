@@ -11,18 +11,25 @@ within milliseconds).
 Guarantees:
 
 - One processor runs in one host at a time: a lease per (path, slug), renewed
-  by a heartbeat; a host that finds it held waits and retries every heartbeat,
-  and takes over once it expires or is released.
-- Every checkpoint write is fenced by the lease generation in the same
-  transaction, so a host that lost its lease writes nothing
-  (:class:`~streamkit.errors.LeaseLost`) and stops that engine.
+  by a heartbeat on a thread of its own (a batch that holds the event loop
+  past the ttl does not lose it). A host that finds it held by another owner
+  watches the row, and takes over only once it has itself seen no renewal
+  for a ttl of its own monotonic time, or at once when it was released: no
+  wall clock, fast or slow, can steal a live lease or pin a dead one.
+- Every checkpoint write AND every durable append an engine makes is fenced
+  by the lease generation inside its own transaction, so a host that lost
+  its lease writes nothing (:class:`~streamkit.errors.LeaseLost`). A host that
+  learns it lost a lease (from its keeper, a fence, or its own clock: it
+  trusts a lease for one ttl after the last renewal began) cancels that
+  engine's batch in flight and starts no further effect of it.
 - Claims (the engine's "revive me by then") are kept in the log's claims
   table, never as events; the alarm revives due processors, including the
   claims a dead host left behind.
 - No crash loop: failing work is retried with capped exponential backoff; a
   processor that keeps failing is reported stalled and can be moved past one
   event with :meth:`ProcessorHost.skip` (a durable ``streamkit.event-skipped``
-  event records who and why).
+  event records who and why, with its record in the same transaction; a skip
+  event without that record is not obeyed).
 - :meth:`ProcessorHost.stop` finishes the batch in flight, gives background
   work a grace period, releases the leases and closes the database. A kill -9
   loses nothing durable: checkpoints never run ahead of their events, and the
@@ -50,21 +57,23 @@ from typing import Any
 import structlog
 
 from streamkit._host_alarm import Alarm
+from streamkit._host_lease_keeper import HeldLease, LeaseKeeper
 from streamkit._host_runner import ProcessorRunner
 from streamkit._host_skips import (
     SKIP_EVENT,
     ensure_skip_table,
     load_skips,
-    note_skip_event,
     record_skip,
+    verified_skip,
 )
 from streamkit._host_status import durable_status
 from streamkit._host_storage import ensure_host_tables
+from streamkit._log_schema import MEMORY
 from streamkit.config import HostConfig, resolve_processors
 from streamkit.control import ControlServer
 from streamkit.errors import InvalidConfig, InvalidRequest, LeaseLost, StreamkitError
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
-from streamkit.lease import release, renew, try_acquire
+from streamkit.lease import read_lease, release, renew, try_acquire
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot
 from streamkit.log import Log, open_log
 from streamkit.processor import StreamProcessor
@@ -152,6 +161,8 @@ class ProcessorHost:
         self.log: Log | None = None
         self.runners: list[ProcessorRunner] = []
         self._alarm: Alarm | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._lease_tasks: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._subscribers: dict[str, set[Subscription]] = {}
         self._control: ControlServer | None = None
@@ -198,9 +209,21 @@ class ProcessorHost:
                         clock=self.clock,
                         skipped=skips.get((entry.path, slug), set()),
                         on_claim=self._alarm.changed,
+                        on_lease_gone=self._lease_gone,
                     )
                 )
             loop = asyncio.get_running_loop()
+            if str(config.db) != MEMORY:
+                # An in-memory log has no file a second connection could open: its
+                # leases are renewed on the loop by the heartbeat instead.
+                self._keeper = LeaseKeeper(
+                    str(config.db),
+                    interval=config.lease.heartbeat_interval,
+                    ttl=config.lease.ttl,
+                    clock=self.clock,
+                    loop=loop,
+                )
+                self._keeper.start()
             for path in sorted({runner.path for runner in self.runners}):
                 # Follow from the head as it is now: each engine's catch-up reads
                 # what lies before, and the follower has every commit after.
@@ -252,6 +275,11 @@ class ProcessorHost:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(runner.stop(grace) for runner in self.runners))
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            # After the runners (their last batches needed the leases kept), before
+            # the releases (a renewal must not race them).
+            await asyncio.to_thread(keeper.stop)
         log = self.log
         if log is None:
             return
@@ -264,7 +292,7 @@ class ProcessorHost:
                     _log.info("lease.released", slug=runner.slug, path=runner.path)
             except StreamkitError as exc:
                 _log.warning("lease.release_failed", slug=runner.slug, error=exc.message)
-            runner.lease = None
+            runner.held = None
         await log.aclose()
 
     async def run(self) -> None:
@@ -320,46 +348,89 @@ class ProcessorHost:
     async def _beat(self, runner: ProcessorRunner) -> None:
         log = self._require_log()
         ttl = self.config.lease.ttl
-        lease = runner.lease
-        now = self.clock()
-        try:
-            if lease is not None and runner.engine is not None:
-                runner.lease = await log.write_transaction(
-                    functools.partial(renew, lease=lease, now=now, ttl=ttl)
-                )
+        held = runner.held
+        if held is not None and runner.engine is not None:
+            if self._keeper is None:
+                await self._renew_on_loop(runner, held)
+            return
+        row = await log.query(functools.partial(read_lease, path=runner.path, slug=runner.slug))
+        stale = None
+        if row is not None and not row.released and row.owner != self.owner:
+            # Another owner's lease: taken only once this host has watched the very
+            # same row (owner, generation, beat) go unrenewed for a ttl of its own
+            # monotonic time. Its expires_at is that owner's clock, never trusted here.
+            seen = time.monotonic()
+            observed = runner.observed
+            if observed is None or not observed[0].same_row(row):
+                runner.observed = (row, seen)
                 return
+            if seen - observed[1] < ttl:
+                return
+            stale = row
+        started = time.monotonic()
+        try:
             taken = await log.write_transaction(
                 functools.partial(
                     try_acquire,
                     path=runner.path,
                     slug=runner.slug,
                     owner=self.owner,
-                    now=now,
+                    now=self.clock(),
                     ttl=ttl,
+                    stale=stale,
                 )
             )
-        except LeaseLost as exc:
-            await runner.lose_lease(exc)
-            return
+        finally:
+            runner.observed = None
         if taken is None:
             return
+        held = HeldLease(taken, ttl=ttl, renewal_started=started, clock=self.clock)
         try:
             claims = await log.stream(runner.path).claims()
         except StreamkitError as exc:
             # Unknown: assume due now; a revive that finds nothing owed costs little.
             _log.warning("claim.read_failed", slug=runner.slug, error=exc.message)
-            claims = {runner.slug: now}
+            claims = {runner.slug: self.clock()}
         runner.claim_due = claims.get(runner.slug)
         _log.info(
             "lease.acquired",
             slug=runner.slug,
             path=runner.path,
             generation=taken.generation,
+            took_over=None if stale is None else stale.owner,
             claim_due=runner.claim_due,
         )
-        runner.start_engine(taken)
+        runner.start_engine(held)
+        if self._keeper is not None and runner.held is held:
+            self._keeper.hold(held, functools.partial(self._lost_by_keeper, runner, held))
         if self._alarm is not None:
             self._alarm.changed()
+
+    async def _renew_on_loop(self, runner: ProcessorRunner, held: HeldLease) -> None:
+        started = time.monotonic()
+        try:
+            lease = await self._require_log().write_transaction(
+                functools.partial(
+                    renew, lease=held.lease, now=self.clock(), ttl=self.config.lease.ttl
+                )
+            )
+        except LeaseLost as exc:
+            held.lost = exc
+            await runner.lose_lease(exc)
+            return
+        held.renewed(lease, started)
+
+    def _lost_by_keeper(self, runner: ProcessorRunner, held: HeldLease, error: LeaseLost) -> None:
+        # On the loop, called by the keeper thread: stop the engine if it still
+        # runs under this very lease (the runner may have moved on already).
+        if runner.held is held:
+            task = asyncio.get_running_loop().create_task(runner.lose_lease(error))
+            self._lease_tasks.add(task)
+            task.add_done_callback(self._lease_tasks.discard)
+
+    def _lease_gone(self, held: HeldLease) -> None:
+        if self._keeper is not None:
+            self._keeper.drop(held)
 
     # -- the follower ----------------------------------------------------------------------
 
@@ -396,11 +467,18 @@ class ProcessorHost:
         self, runners: Sequence[ProcessorRunner], event: StreamEvent
     ) -> None:
         try:
-            found = await note_skip_event(self._require_log(), event)
+            found = await verified_skip(self._require_log(), event)
         except StreamkitError as exc:
-            _log.warning("skip.record_failed", offset=event.offset, error=exc.message)
+            _log.warning("skip.check_failed", offset=event.offset, error=exc.message)
             return
         if found is None:
+            # No skip row names this event: `streamkit skip` did not write it.
+            _log.warning(
+                "skip.unverified_ignored",
+                offset=event.offset,
+                detail="a skip event without its record is not obeyed; only `streamkit skip` "
+                "writes skips",
+            )
             return
         slug, offset = found
         for runner in runners:

@@ -1,10 +1,19 @@
 """Processor leases with fencing: one processor runs in one host at a time.
 
 A lease is one row per ``(path, slug)`` in ``streamkit_leases``: the owner that
-holds it, a fencing ``generation`` and the epoch second it expires at. A host
-takes a free or expired lease with :func:`try_acquire`, keeps it with
-:func:`renew` (its heartbeat), proves it inside every checkpoint transaction
-with :func:`check_fence`, and gives it up with :func:`release`.
+holds it, a fencing ``generation``, a ``beat`` counter that every renewal bumps,
+and the epoch second it expires at by the holder's clock. A host takes a free
+lease with :func:`try_acquire`, keeps it with :func:`renew` (its heartbeat),
+proves it inside every fenced transaction with :func:`check_fence`, and gives
+it up with :func:`release`.
+
+No clock decides a takeover. Another owner's lease is taken only as *stale*:
+the taker passes the row it observed, and the takeover succeeds only if the
+row still names that owner, generation and beat. The caller must have watched
+that exact row go unrenewed for a full ttl of its OWN monotonic time. So a
+host whose wall clock runs fast cannot steal a live lease (the holder's beats
+keep changing the row), and a holder whose clock ran fast cannot pin a lease
+after it dies (its ``expires_at`` is never consulted by a taker).
 
 Guarantees:
 
@@ -17,13 +26,17 @@ Guarantees:
 - :func:`try_acquire`, :func:`renew` and :func:`release` are each ONE
   conditional statement, so they are atomic on their own; a lost race shows up
   as ``None`` or :class:`~streamkit.errors.LeaseLost`, never as two holders.
+- The holder's ``expires_at`` is the holder's own promise, judged only by the
+  holder (in :func:`check_fence`, with its own clock); a host also stops
+  trusting a lease once its own monotonic clock says a ttl passed since the
+  last renewal began (see the host's lease keeper).
 - :func:`check_fence` must run inside the transaction of the write it guards
   (the host runs both in the log's writer thread under ``BEGIN IMMEDIATE``); it
   refuses to run outside one, because a check and a write in separate
   transactions fence nothing.
 
 Times are epoch seconds passed in by the caller (``now``), never read here.
-A lease is held while ``now < expires_at``. Owner strings must be unique per
+The holder treats its lease as in force while ``now < expires_at``. Owner strings must be unique per
 host incarnation (host name, pid and a random token, say): two live processes
 sharing one owner string would share one lease.
 
@@ -49,6 +62,7 @@ __all__ = [
     "check_fence",
     "ensure_lease_table",
     "leases",
+    "read_lease",
     "release",
     "renew",
     "try_acquire",
@@ -72,7 +86,18 @@ class Lease:
     owner: str
     generation: int
     expires_at: float
-    """Epoch seconds; ``-inf`` once the holder released it."""
+    """Epoch seconds by the holder's clock; ``-inf`` once the holder released it."""
+    beat: int = 0
+    """Renewals under this generation: a taker watches it to see the holder is alive."""
+
+    def same_row(self, other: Lease) -> bool:
+        """Whether ``other`` is this row unchanged: same owner, generation and beat."""
+        return (self.owner, self.generation, self.beat, self.expires_at) == (
+            other.owner,
+            other.generation,
+            other.beat,
+            other.expires_at,
+        )
 
     @property
     def released(self) -> bool:
@@ -91,12 +116,16 @@ class Lease:
             "owner": self.owner,
             "generation": self.generation,
             "expires_at": None if self.released else self.expires_at,
+            "beat": self.beat,
             "released": self.released,
         }
 
 
 def ensure_lease_table(conn: sqlite3.Connection) -> None:
-    """Create the lease table if it does not exist (idempotent; joins the caller's transaction)."""
+    """Create the lease table if it does not exist (idempotent; joins the caller's transaction).
+
+    A table made before leases had a ``beat`` gets the column (0 for every row).
+    """
     with _storage("create the lease table"):
         conn.execute(
             f"CREATE TABLE IF NOT EXISTS {LEASE_TABLE} ("
@@ -105,21 +134,38 @@ def ensure_lease_table(conn: sqlite3.Connection) -> None:
             " owner TEXT NOT NULL,"
             " generation INTEGER NOT NULL,"
             " expires_at REAL NOT NULL,"
+            " beat INTEGER NOT NULL DEFAULT 0,"
             " PRIMARY KEY (path, slug)"
             ") WITHOUT ROWID"
         )
+        columns = {str(row[1]) for row in conn.execute(f"PRAGMA table_info({LEASE_TABLE})")}
+        if "beat" not in columns:
+            conn.execute(f"ALTER TABLE {LEASE_TABLE} ADD COLUMN beat INTEGER NOT NULL DEFAULT 0")
 
 
 def try_acquire(
-    conn: sqlite3.Connection, path: str, slug: str, owner: str, now: float, ttl: float
+    conn: sqlite3.Connection,
+    path: str,
+    slug: str,
+    owner: str,
+    now: float,
+    ttl: float,
+    *,
+    stale: Lease | None = None,
 ) -> Lease | None:
     """Take the lease of ``(path, slug)`` for ``owner`` until ``now + ttl``, or return ``None``.
 
-    A missing row starts at generation 1. A free (expired or released) lease is
-    taken with the next generation, even by the owner that held it last, so a
-    reacquire after expiry fences the earlier incarnation. A lease ``owner``
-    already holds unexpired is renewed under the same generation. A lease another
-    owner holds unexpired is left alone and ``None`` comes back; nothing changed.
+    - A missing row starts at generation 1.
+    - A released lease is taken with the next generation.
+    - A lease ``owner`` holds itself is renewed under the same generation while
+      unexpired by ``now``, and taken with the next generation once expired, so
+      a reacquire after expiry fences the earlier incarnation.
+    - Another owner's lease is taken (next generation) only when ``stale`` is
+      given and the row is still exactly ``stale``: the caller watched that row
+      go unrenewed for a ttl of its own monotonic time. A clock never decides
+      it (see the module docstring).
+
+    Otherwise ``None`` comes back and nothing changed.
     """
     _check_names(path, slug, owner)
     _check_time(now, ttl)
@@ -127,22 +173,51 @@ def try_acquire(
     # both win even outside a transaction: the loser's WHERE no longer holds.
     # Every right-hand side of SET sees the OLD row, so the CASE compares the
     # previous owner and expiry.
+    params: dict[str, Any] = {
+        "path": path,
+        "slug": slug,
+        "owner": owner,
+        "now": now,
+        "expires_at": now + ttl,
+        "released": _RELEASED,
+        "s_owner": None if stale is None else stale.owner,
+        "s_generation": None if stale is None else stale.generation,
+        "s_beat": None if stale is None else stale.beat,
+        "s_expires_at": None if stale is None else stale.expires_at,
+    }
     with _storage(f"acquire the lease of {slug!r} at {path!r}"):
         row = conn.execute(
-            f"INSERT INTO {LEASE_TABLE} (path, slug, owner, generation, expires_at)"
-            " VALUES (:path, :slug, :owner, 1, :expires_at)"
+            f"INSERT INTO {LEASE_TABLE} (path, slug, owner, generation, expires_at, beat)"
+            " VALUES (:path, :slug, :owner, 1, :expires_at, 0)"
             " ON CONFLICT (path, slug) DO UPDATE SET"
             "  generation = CASE WHEN owner = excluded.owner AND expires_at > :now"
             "   THEN generation ELSE generation + 1 END,"
+            "  beat = CASE WHEN owner = excluded.owner AND expires_at > :now"
+            "   THEN beat + 1 ELSE 0 END,"
             "  owner = excluded.owner,"
             "  expires_at = excluded.expires_at"
-            " WHERE expires_at <= :now OR owner = excluded.owner"
-            " RETURNING generation, expires_at",
-            {"path": path, "slug": slug, "owner": owner, "now": now, "expires_at": now + ttl},
+            " WHERE expires_at = :released OR owner = excluded.owner"
+            "  OR (owner = :s_owner AND generation = :s_generation AND beat = :s_beat"
+            "   AND expires_at = :s_expires_at)"
+            " RETURNING generation, expires_at, beat",
+            params,
         ).fetchone()
     if row is None:
         return None
-    return Lease(path, slug, owner, int(row[0]), float(row[1]))
+    return Lease(path, slug, owner, int(row[0]), float(row[1]), int(row[2]))
+
+
+def read_lease(conn: sqlite3.Connection, path: str, slug: str) -> Lease | None:
+    """The lease row of ``(path, slug)`` as stored, or ``None`` if nobody ever held it."""
+    with _storage(f"read the lease of {slug!r} at {path!r}"):
+        row = conn.execute(
+            f"SELECT owner, generation, expires_at, beat FROM {LEASE_TABLE}"
+            " WHERE path = ? AND slug = ?",
+            (path, slug),
+        ).fetchone()
+    if row is None:
+        return None
+    return Lease(path, slug, str(row[0]), int(row[1]), float(row[2]), int(row[3]))
 
 
 def renew(conn: sqlite3.Connection, lease: Lease, now: float, ttl: float) -> Lease:
@@ -156,14 +231,14 @@ def renew(conn: sqlite3.Connection, lease: Lease, now: float, ttl: float) -> Lea
     _check_time(now, ttl)
     with _storage(f"renew the lease of {lease.slug!r} at {lease.path!r}"):
         row = conn.execute(
-            f"UPDATE {LEASE_TABLE} SET expires_at = ?"
+            f"UPDATE {LEASE_TABLE} SET expires_at = ?, beat = beat + 1"
             " WHERE path = ? AND slug = ? AND owner = ? AND generation = ? AND expires_at > ?"
-            " RETURNING expires_at",
+            " RETURNING expires_at, beat",
             (now + ttl, lease.path, lease.slug, lease.owner, lease.generation, _RELEASED),
         ).fetchone()
     if row is None:
         raise _lost(conn, lease, now, "renew")
-    return Lease(lease.path, lease.slug, lease.owner, lease.generation, float(row[0]))
+    return Lease(lease.path, lease.slug, lease.owner, lease.generation, float(row[0]), int(row[1]))
 
 
 def check_fence(conn: sqlite3.Connection, lease: Lease, now: float) -> None:
@@ -213,10 +288,10 @@ def leases(conn: sqlite3.Connection) -> list[Lease]:
     """Every lease row (held, expired or released), sorted by path then slug."""
     with _storage("list the leases"):
         rows = conn.execute(
-            f"SELECT path, slug, owner, generation, expires_at FROM {LEASE_TABLE}"
+            f"SELECT path, slug, owner, generation, expires_at, beat FROM {LEASE_TABLE}"
             " ORDER BY path, slug"
         ).fetchall()
-    return [Lease(str(p), str(s), str(o), int(g), float(e)) for p, s, o, g, e in rows]
+    return [Lease(str(p), str(s), str(o), int(g), float(e), int(b)) for p, s, o, g, e, b in rows]
 
 
 def _lost(conn: sqlite3.Connection, lease: Lease, now: float, attempt: str) -> LeaseLost:

@@ -37,7 +37,15 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from streamkit._log_follow import Feed, Follow, wake
-from streamkit._log_jobs import AppendCall, ClaimCall, FollowJob, QueryJob, TransactionJob
+from streamkit._log_jobs import (
+    AppendCall,
+    ClaimCall,
+    Fence,
+    FollowJob,
+    QueryJob,
+    Seal,
+    TransactionJob,
+)
 from streamkit._log_read import durable_head, read_page, stream_paths
 from streamkit._log_schema import MEMORY, connect_reader, connect_writer, storage_error
 from streamkit._log_writer import Writer
@@ -352,10 +360,31 @@ class Log:
             except sqlite3.Error as exc:
                 raise storage_error(exc, f"reading {path!r}") from exc
 
-    async def _submit_append(self, path: str, events: list[Any]) -> list[StreamEvent]:
+    async def append_control(self, path: str, event: Mapping[str, Any], seal: Seal) -> StreamEvent:
+        """(For streamkit's operator verbs.) Append one control event and ``seal`` it.
+
+        The event may use the reserved ``streamkit.`` namespace. ``seal(conn,
+        [event])`` runs in the same transaction after the event's row is
+        written (an idempotent hit passes the existing event), so the control
+        record it writes and the event commit together or not at all; a host
+        honours a control event only with its record beside it.
+        """
+        path = self.stream(path).path
+        prepared = [prepare_event(event, control=True)]
+        (committed,) = await self._submit_append(path, prepared, seal=seal)
+        return committed
+
+    async def _submit_append(
+        self,
+        path: str,
+        events: list[Any],
+        fence: Fence | None = None,
+        *,
+        seal: Seal | None = None,
+    ) -> list[StreamEvent]:
         self._check_open()
         loop = asyncio.get_running_loop()
-        call = AppendCall(loop, loop.create_future(), path, events)
+        call = AppendCall(loop, loop.create_future(), path, events, fence, seal)
         self._submit(call)
         result: list[StreamEvent] = await call.future
         return result
@@ -449,7 +478,9 @@ class Stream:
     def __repr__(self) -> str:
         return f"<Stream {self.path!r} of {self.log.path!r}>"
 
-    async def append(self, *events: EventInput | Mapping[str, Any]) -> list[StreamEvent]:
+    async def append(
+        self, *events: EventInput | Mapping[str, Any], fence: Fence | None = None
+    ) -> list[StreamEvent]:
         """Append atomically; return the committed events in input order.
 
         An idempotent retry returns the event committed earlier; an ephemeral
@@ -457,8 +488,22 @@ class Stream:
         and the offset it took. Refusals (``InvalidEvent``, ``OffsetConflict``,
         ``IdempotencyConflict``, ``StorageBusy``) write nothing. Cancelling the
         wait does not withdraw the append: it may still commit.
+
+        ``fence(conn)`` (for hosts) runs inside the append's transaction before
+        any row is written, when the call holds a durable event; a
+        :class:`~streamkit.errors.StreamkitError` it raises (``LeaseLost``)
+        refuses the call and nothing is written. Ephemeral events never reach a
+        transaction, so a call of ephemerals only is not fenced.
         """
         log = self.log
+        if fence is not None:
+            prepared = prepare_events(events) if events else []
+            if any(not event.ephemeral for event in prepared):
+                return await log._submit_append(self.path, prepared, fence)
+            if not prepared:
+                log._check_open()
+                return []
+            return await log._submit_append(self.path, prepared)
         if len(events) == 1:
             event = prepare_event(events[0])
             if (
@@ -561,9 +606,11 @@ class ProcessorStreamView:
         """The stream path."""
         return self.stream.path
 
-    async def append(self, *events: EventInput | Mapping[str, Any]) -> list[StreamEvent]:
+    async def append(
+        self, *events: EventInput | Mapping[str, Any], fence: Fence | None = None
+    ) -> list[StreamEvent]:
         """Same as :meth:`Stream.append`."""
-        return await self.stream.append(*events)
+        return await self.stream.append(*events, fence=fence)
 
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Same as :meth:`Stream.read`."""

@@ -106,6 +106,8 @@ class EffectHost(Protocol):
 
     def request_wakeup(self, at: float) -> None: ...
 
+    def guard(self) -> None: ...
+
 
 class ProcessEventArgs(Generic[State]):
     """What ``process_event`` receives: the event, the states around it, and the effect verbs.
@@ -194,10 +196,15 @@ class ProcessEventArgs(Generic[State]):
         the queue is drained until it stays empty. Afterwards the delivery is
         closed, whether it succeeded or raised.
         """
+        # The host's guard before each step: a host that lost the lease starts
+        # no further effect, not even the next blocker of this event.
+        guard = self._host.guard
         try:
+            guard()
             processor.process_event(self)
             blockers = self._blockers
             while blockers:
+                guard()
                 result = blockers.popleft()()
                 if inspect.isawaitable(result):
                     await result

@@ -7,6 +7,7 @@ Plain module, importable by a ``streamkit host`` child process as ``hostprocs``
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -185,3 +186,57 @@ class Hoarder(StreamProcessor[Blob]):
     def reduce(self, event: StreamEvent, state: Blob) -> Blob | None:
         blob = "x" * 3_000_000 if event.type == "big" else ""
         return Blob(blob=blob, offsets=[*state.offsets, event.offset])
+
+
+class Jobs(BaseModel):
+    done: int = 0
+
+
+class Echo(StreamProcessor[Jobs]):
+    """Answers each ``job`` with an ``echo`` after a 0.3 s blocker: the stale-effect witness."""
+
+    contract = define_processor_contract(
+        slug="echo",
+        version="1",
+        description="echoes each job after a slow effect",
+        state_schema=Jobs,
+        consumes=["job"],
+        emits=["echo"],
+    )
+
+    def reduce(self, event: StreamEvent, state: Jobs) -> Jobs | None:
+        return state.model_copy(update={"done": state.done + 1})
+
+    def process_event(self, args: ProcessEventArgs[Jobs]) -> None:
+        event = args.event
+        if event is None:
+            return
+
+        async def answer() -> None:
+            await asyncio.sleep(0.3)
+            await args.append(
+                {"type": "echo", "payload": {"job": event.offset, "pid": os.getpid()}}
+            )
+
+        args.block_processor_while(answer)
+
+
+class Grinder(StreamProcessor[Jobs]):
+    """Holds the event loop with CPU work for ``seconds`` (payload) per ``grind``: a long batch."""
+
+    contract = define_processor_contract(
+        slug="grinder",
+        version="1",
+        description="burns CPU on the event loop",
+        state_schema=Jobs,
+        consumes=["grind"],
+        emits=[],
+    )
+
+    def reduce(self, event: StreamEvent, state: Jobs) -> Jobs | None:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        until = time.monotonic() + float(payload.get("seconds", 0.0))
+        spins = 0
+        while time.monotonic() < until:  # no await: nothing else runs on the loop meanwhile
+            spins += 1
+        return state.model_copy(update={"done": state.done + 1})

@@ -172,3 +172,17 @@ def test_main_module_runs() -> None:
     )
     assert done.returncode == 0
     assert "append" in done.stdout
+
+
+def test_append_refuses_the_reserved_namespace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A durable streamkit.* event is refused by the CLI's append with INVALID_EVENT; nothing is written."""
+    db = str(tmp_path / "a.db")
+    payload = '{"slug": "tally", "offset": 2, "by": "me", "reason": "forged"}'
+    code, out = run("append", "--db", db, "streamkit.event-skipped", "--payload", payload)
+    assert (code, out) == (1, "")
+    err = capsys.readouterr().err
+    assert "reserved 'streamkit.' namespace" in err
+    assert "nothing was appended" in err
+    assert run("read", "--db", db) == (0, "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -10,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_support import Fragile, Hoarder, Lingering, Sleeper, Tally
-from streamkit.testing import ManualClock
+from host_support import Echo, Fragile, Hoarder, Lingering, Sleeper, Tally
 
 from streamkit import InvalidRequest, open_log
 from streamkit.config import HostConfig
-from streamkit.errors import InvalidConfig
+from streamkit.errors import InvalidConfig, InvalidEvent
 from streamkit.host import ProcessorHost
 from streamkit.processor import StreamProcessor
 
@@ -166,27 +166,75 @@ async def test_second_host_waits_then_takes_over_on_release(
     assert status["processors"][0]["lease"]["generation"] == 2
 
 
-async def test_expired_lease_is_taken_over_and_old_holder_is_fenced(
+def freeze_renewals(host: ProcessorHost) -> None:
+    """Stop a host's lease keeper, as if the process froze: its lease rows stop changing."""
+    keeper = host._keeper
+    assert keeper is not None
+    keeper.stop()
+
+
+async def test_unrenewed_lease_is_taken_over_and_old_holder_is_fenced(
     tmp_path: Path, hosts: HostFactory
 ) -> None:
-    """A host whose lease expired loses it to another; its next checkpoint write is refused."""
+    """A lease left unrenewed for a ttl of the watcher's own time is taken; the old holder stops."""
     db = tmp_path / "h.db"
-    stale_clock = ManualClock(time.time())
-    first = hosts(Tally(), owner="first", clock=stale_clock)
+    config = make_config(tmp_path, lease={"ttl": 0.5, "heartbeat": 0.05})
+    first = hosts(Tally(), owner="first", config=config)
     await first.start()
     offsets = await items(db, 1)
     await first.wait_until_processed("tally", offsets[-1])
-    # The second host's clock is past the first one's lease: it takes over.
-    second = hosts(Tally(), owner="second", clock=lambda: stale_clock.now + 60)
+    second = hosts(Tally(), owner="second", config=config)
     await second.start()
-    assert second.runner("tally").state == "running"
+    assert second.runner("tally").state == "waiting"
+    freeze_renewals(first)
+    await wait_for(lambda: second.runner("tally").state == "running")
     offsets += await items(db, 2)
     await second.wait_until_processed("tally", offsets[-1])
+    # The first host's own clock says its lease lapsed: its next batch starts nothing.
     await wait_for(lambda: first.runner("tally").state == "waiting")
     assert first.runner("tally").engine is None
+    assert first.runner("tally").last_error is not None
+    assert first.runner("tally").last_error["code"] == "LEASE_LOST"
     assert (await second.snapshot("tally"))["state"]["offsets"] == offsets
     cursor, _state = await stored_checkpoint(db, "tally") or (0, None)
     assert cursor >= offsets[-1]
+    status = await second.status()
+    assert status["processors"][0]["lease"]["generation"] == 2
+
+
+async def test_a_wall_clock_an_hour_fast_cannot_take_a_live_lease(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A host whose clock runs an hour ahead waits for a holder that keeps renewing."""
+    config = make_config(tmp_path, lease={"ttl": 0.3, "heartbeat": 0.05})
+    first = hosts(Tally(), owner="first", config=config)
+    await first.start()
+    fast = hosts(Tally(), owner="fast", config=config, clock=lambda: time.time() + 3600)
+    await fast.start()
+    await asyncio.sleep(1.2)  # four ttls of the fast host watching a live lease
+    assert fast.runner("tally").state == "waiting"
+    assert first.runner("tally").state == "running"
+    assert (await first.status())["processors"][0]["lease"]["generation"] == 1
+
+
+async def test_a_dead_host_with_a_fast_clock_does_not_pin_its_lease(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A holder whose clock ran an hour fast stops renewing; another takes over after one ttl."""
+    db = tmp_path / "h.db"
+    config = make_config(tmp_path, lease={"ttl": 0.3, "heartbeat": 0.05})
+    fast = hosts(Tally(), owner="fast", config=config, clock=lambda: time.time() + 3600)
+    await fast.start()
+    offsets = await items(db, 1)
+    await fast.wait_until_processed("tally", offsets[-1])
+    honest = hosts(Tally(), owner="honest", config=config)
+    await honest.start()
+    freeze_renewals(fast)
+    taken_at = time.monotonic()
+    await wait_for(lambda: honest.runner("tally").state == "running")
+    # Its expires_at says an hour from now; the watcher never consulted it.
+    assert time.monotonic() - taken_at < 5.0
+    await honest.wait_until_processed("tally", offsets[-1])
 
 
 async def test_stolen_lease_writes_nothing_and_reacquires(
@@ -194,7 +242,7 @@ async def test_stolen_lease_writes_nothing_and_reacquires(
 ) -> None:
     """With its lease taken, the host's checkpoint write is fenced off; once free it takes it again."""
     db = tmp_path / "h.db"
-    host = hosts(Tally(), owner="mine")
+    host = hosts(Tally(), owner="mine", config=make_config(tmp_path, lease={"ttl": 1.0}))
     await host.start()
     before = await items(db, 1)
     await host.wait_until_processed("tally", before[-1])
@@ -210,7 +258,8 @@ async def test_stolen_lease_writes_nothing_and_reacquires(
         await wait_for(lambda: host.runner("tally").state == "waiting")
         stored = (await stored_checkpoint(db, "tally") or (0,))[0]
         assert before[-1] <= stored < later[0]
-        # The thief's lease runs out; the heartbeat takes the lease back and catches up.
+        # The thief never renews: watched for a ttl, its row is stale, and the
+        # heartbeat takes the lease back and catches up.
         await wait_for(lambda: host.runner("tally").state == "running", within=5)
         await host.wait_until_processed("tally", later[-1])
         generation = conn.execute("SELECT generation FROM streamkit_leases").fetchone()[0]
@@ -218,6 +267,34 @@ async def test_stolen_lease_writes_nothing_and_reacquires(
         conn.close()
     assert generation == 3
     assert (await host.snapshot("tally"))["state"]["offsets"] == [*before, *later]
+
+
+async def test_a_lease_taken_mid_batch_cancels_the_batch_and_its_append(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The lease goes while a blocker sleeps: its append is refused and no later event starts."""
+    db = tmp_path / "h.db"
+    host = hosts(Echo(), owner="mine")
+    await host.start()
+    await items(db, 3, etype="job")
+    await asyncio.sleep(0.1)  # the first job's blocker is asleep
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(
+            "UPDATE streamkit_leases SET owner = 'thief', generation = generation + 1, beat = 0"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    await wait_for(lambda: host.runner("echo").state == "waiting")
+    await asyncio.sleep(1.0)  # long enough for all three blockers, had they gone on
+    async with open_log(db) as log:
+        page = await log.stream("/").read()
+    assert [e.type for e in page.events] == ["job", "job", "job"]
+    error = host.runner("echo").last_error
+    assert error is not None
+    assert error["code"] == "LEASE_LOST"
+    assert "'thief'" in error["error"]
 
 
 # -- claims -----------------------------------------------------------------------------------
@@ -317,6 +394,37 @@ async def test_failing_batch_backs_off_stalls_and_skip_moves_on(
     await second.wait_until_processed("fragile", more[-1])
     assert poison not in again.attempts
     assert (await second.snapshot("fragile"))["state"]["offsets"] == [*first, *after, *more]
+
+
+async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The API refuses a forged skip; one planted in the file without its record is ignored."""
+    db = tmp_path / "h.db"
+    host = hosts(Tally())
+    await host.start()
+    forged = {"slug": "tally", "offset": 4, "by": "mallory", "reason": "forged"}
+    async with open_log(db) as log:
+        with pytest.raises(InvalidEvent, match="reserved"):
+            await log.stream("/").append({"type": "streamkit.event-skipped", "payload": forged})
+    offsets = await items(db, 2)
+    # As a log written before the namespace was reserved could hold: the event, no record.
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(
+            'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, created_at)'
+            " VALUES ('/', 3, 'streamkit.event-skipped', ?, '{}', '2026-12-01T00:00:00.000000Z')",
+            (json.dumps(forged),),
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    offsets += await items(db, 2)
+    await host.wait_until_processed("tally", offsets[-1])
+    # Every item is seen; the one at offset 4 was not skipped by the planted event.
+    assert (await host.snapshot("tally"))["state"]["offsets"] == offsets
+    assert 4 in offsets
+    assert host.runner("tally").skipped == set()
 
 
 async def test_skip_refuses_missing_and_processed_offsets(

@@ -19,7 +19,13 @@ from host_support import Pinged, Tally
 from streamkit import apply_delta
 from streamkit.config import HostConfig
 from streamkit.control import ControlClient
-from streamkit.errors import ControlSocketInUse, InvalidEvent, InvalidRequest, UnknownOperation
+from streamkit.errors import (
+    ControlSocketInUse,
+    InvalidEvent,
+    InvalidRequest,
+    StreamkitError,
+    UnknownOperation,
+)
 from streamkit.host import ProcessorHost
 
 
@@ -159,3 +165,18 @@ async def test_second_host_on_a_taken_socket_refuses_to_start(
     async with ControlClient(host.config.socket_path, timeout=5) as client:
         status = await client.request("status")
     assert status["host"]["owner"] == host.owner
+
+
+async def test_socket_append_refuses_the_reserved_namespace(
+    host: ProcessorHost, client: ControlClient
+) -> None:
+    """A forged skip sent through the socket is refused (INVALID_EVENT) and nothing is written."""
+    forged = {"slug": "tally", "offset": 1, "by": "mallory", "reason": "forged"}
+    with pytest.raises(StreamkitError) as caught:
+        await client.request(
+            "append", events=[{"type": "streamkit.event-skipped", "payload": forged}]
+        )
+    assert caught.value.code == "INVALID_EVENT"
+    assert "reserved" in caught.value.message
+    page = await client.request("read", path="/")
+    assert page["events"] == []

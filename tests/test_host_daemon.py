@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -231,3 +232,29 @@ def test_second_signal_exits_at_once(rig: Rig) -> None:
     daemon.send_signal(signal.SIGINT)
     assert daemon.wait(timeout=30) == 128 + signal.SIGINT
     assert "host.exit_now" in rig.host_log("g")
+
+
+def test_a_cli_retry_after_a_frozen_host_never_duplicates(rig: Rig) -> None:
+    """An append to a SIGSTOPped host times out with a retry command; re-running it appends once."""
+    daemon = rig.host("a")
+    daemon.send_signal(signal.SIGSTOP)
+    try:
+        done = rig.cli(
+            "append", "--db", rig.db, "--socket", rig.socket("a"), "item",
+            "--payload", '{"n": 7}', "--timeout", "1", check=False,
+        )  # fmt: skip
+    finally:
+        daemon.send_signal(signal.SIGCONT)
+    assert done.returncode == 1, done.stderr
+    assert "the append may still land" in done.stderr
+    assert "idempotency key 'cli/" in done.stderr
+    retry = done.stderr.split("once and prints the committed event: ", 1)[1].split("; to check")[0]
+    argv = shlex.split(retry)
+    assert argv[0] == "streamkit"
+    assert "--idempotency-key" in argv
+    # The frozen host applies the first request once it runs again.
+    eventually(lambda: len(log_items(rig.db)) == 1)
+    again = rig.cli(*argv[1:], "--json")
+    (offset,) = log_items(rig.db)
+    assert json.loads(again.stdout)["offset"] == offset
+    assert log_items(rig.db) == [offset]

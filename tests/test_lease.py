@@ -17,6 +17,7 @@ from streamkit.lease import (
     check_fence,
     ensure_lease_table,
     leases,
+    read_lease,
     release,
     renew,
     try_acquire,
@@ -42,6 +43,11 @@ def fenced(conn: sqlite3.Connection, lease: Lease, now: float) -> None:
         conn.execute("ROLLBACK")
 
 
+def take_stale(conn: sqlite3.Connection, owner: str, now: float) -> Lease | None:
+    """Take over the row as it stands, as a host does after watching it unrenewed for a ttl."""
+    return try_acquire(conn, "/", "board", owner, now, TTL, stale=read_lease(conn, "/", "board"))
+
+
 def test_first_acquire_starts_at_generation_one(conn: sqlite3.Connection) -> None:
     """A lease nobody ever held is taken at generation 1, expiring at now + ttl."""
     lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
@@ -60,14 +66,33 @@ def test_acquire_by_current_holder_renews_same_generation(conn: sqlite3.Connecti
     """try_acquire by the unexpired holder extends it under the same generation."""
     try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
     again = try_acquire(conn, "/", "board", "host-a", 105.0, TTL)
-    assert again == Lease("/", "board", "host-a", 1, 115.0)
+    assert again == Lease("/", "board", "host-a", 1, 115.0, beat=1)
 
 
-def test_takeover_after_expiry_bumps_generation(conn: sqlite3.Connection) -> None:
-    """Once expired, another owner takes the lease with the next generation."""
+def test_takeover_of_the_observed_stale_row_bumps_generation(conn: sqlite3.Connection) -> None:
+    """Another owner takes the lease, with the next generation, only as the stale row it saw."""
     try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
-    taken = try_acquire(conn, "/", "board", "host-b", 110.0, TTL)
-    assert taken == Lease("/", "board", "host-b", 2, 120.0)
+    taken = take_stale(conn, "host-b", 105.0)
+    assert taken == Lease("/", "board", "host-b", 2, 115.0)
+
+
+def test_no_wall_clock_lets_another_owner_take_a_lease(conn: sqlite3.Connection) -> None:
+    """Without an observed stale row, even a clock an hour ahead cannot take the lease."""
+    first = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    assert try_acquire(conn, "/", "board", "host-b", 100.0 + 3600, TTL) is None
+    assert leases(conn) == [first]
+
+
+def test_a_renewal_since_the_observation_defeats_the_takeover(conn: sqlite3.Connection) -> None:
+    """A row renewed after the taker looked at it is alive: the takeover changes nothing."""
+    first = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    assert first is not None
+    observed = read_lease(conn, "/", "board")
+    # The holder's clock is frozen (an injected clock): the beat still moves.
+    renewed = renew(conn, first, 100.0, TTL)
+    assert renewed.beat == first.beat + 1
+    assert try_acquire(conn, "/", "board", "host-b", 200.0, TTL, stale=observed) is None
+    assert leases(conn) == [renewed]
 
 
 def test_same_owner_reacquiring_after_expiry_gets_new_generation(
@@ -105,7 +130,7 @@ def test_renew_extends_expiry(conn: sqlite3.Connection) -> None:
     lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
     assert lease is not None
     renewed = renew(conn, lease, 108.0, TTL)
-    assert renewed == Lease("/", "board", "host-a", 1, 118.0)
+    assert renewed == Lease("/", "board", "host-a", 1, 118.0, beat=1)
     assert try_acquire(conn, "/", "board", "host-b", 115.0, TTL) is None
 
 
@@ -113,7 +138,7 @@ def test_renew_after_takeover_raises_and_changes_nothing(conn: sqlite3.Connectio
     """A holder whose lease was taken over cannot renew it; the new holder's row stays."""
     old = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
     assert old is not None
-    new = try_acquire(conn, "/", "board", "host-b", 111.0, TTL)
+    new = take_stale(conn, "host-b", 111.0)
     with pytest.raises(LeaseLost) as caught:
         renew(conn, old, 112.0, TTL)
     assert caught.value.code == "LEASE_LOST"
@@ -154,7 +179,7 @@ def test_check_fence_passes_for_holder_and_fails_for_stale_holder(
     with pytest.raises(LeaseLost) as expired:
         fenced(conn, old, 110.0)
     assert "nobody took it yet" in str(expired.value)
-    new = try_acquire(conn, "/", "board", "host-b", 110.0, TTL)
+    new = take_stale(conn, "host-b", 110.0)
     assert new is not None
     with pytest.raises(LeaseLost) as caught:
         fenced(conn, old, 111.0)
@@ -206,7 +231,7 @@ def test_release_by_non_holder_does_nothing(conn: sqlite3.Connection) -> None:
     """A stale holder's release leaves the current holder's lease in force."""
     old = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
     assert old is not None
-    new = try_acquire(conn, "/", "board", "host-b", 110.0, TTL)
+    new = take_stale(conn, "host-b", 110.0)
     assert new is not None
     assert release(conn, old) is False
     assert release(conn, Lease("/", "board", "host-b", 1, 999.0)) is False
@@ -228,7 +253,9 @@ def test_generation_strictly_increases_over_many_takeovers(conn: sqlite3.Connect
     seen: list[int] = []
     for turn in range(12):
         owner = f"host-{turn % 3}"
-        lease = try_acquire(conn, "/", "board", owner, now, TTL)
+        lease = try_acquire(
+            conn, "/", "board", owner, now, TTL, stale=read_lease(conn, "/", "board")
+        )
         assert lease is not None
         seen.append(lease.generation)
         if turn % 2:
@@ -313,14 +340,16 @@ def test_fence_and_write_are_atomic_across_two_connections(tmp_path: Path) -> No
         host_a.execute("COMMIT")
 
         host_b.execute("BEGIN IMMEDIATE")
-        assert try_acquire(host_b, "/", "board", "host-b", 105.0, TTL) is None
-        lease_b = try_acquire(host_b, "/", "board", "host-b", 111.0, TTL)
+        assert try_acquire(host_b, "/", "board", "host-b", 111.0, TTL) is None
+        lease_b = try_acquire(
+            host_b, "/", "board", "host-b", 111.0, TTL, stale=read_lease(host_b, "/", "board")
+        )
         host_b.execute("COMMIT")
         assert lease_b is not None
         assert lease_b.generation == 2
 
         with pytest.raises(LeaseLost, match="nothing was written"):
-            fenced_write(host_a, lease_a, 111.5, 99)
+            fenced_write(host_a, lease_a, 109.5, 99)
         with pytest.raises(LeaseLost):
             renew(host_a, lease_a, 111.5, TTL)
         fenced_write(host_b, lease_b, 112.0, 7)
@@ -346,7 +375,10 @@ def test_busy_database_surfaces_as_storage_busy(tmp_path: Path) -> None:
 
 OWNERS = ("a", "b", "c")
 _operation = st.one_of(
-    st.tuples(st.sampled_from(["acquire", "renew", "release", "check"]), st.sampled_from(OWNERS)),
+    st.tuples(
+        st.sampled_from(["acquire", "take-stale", "renew", "release", "check"]),
+        st.sampled_from(OWNERS),
+    ),
     st.tuples(st.just("advance"), st.sampled_from([0.5, 3.0, 9.99, 10.0, 15.0])),
 )
 
@@ -370,8 +402,9 @@ def test_any_interleaving_keeps_one_fence_holder_and_fresh_generations(
                 continue
             owner = str(arg)
             mine = held[owner]
-            if kind == "acquire":
-                lease = try_acquire(db, "/", "board", owner, now, ttl)
+            if kind in ("acquire", "take-stale"):
+                stale = read_lease(db, "/", "board") if kind == "take-stale" else None
+                lease = try_acquire(db, "/", "board", owner, now, ttl, stale=stale)
                 if lease is not None:
                     if mine is None or lease.generation != mine.generation:
                         # A takeover: strictly newer than every generation handed out.
@@ -402,3 +435,19 @@ def test_any_interleaving_keeps_one_fence_holder_and_fresh_generations(
                 passing.add((candidate.owner, candidate.generation))
             assert len(passing) <= 1
         assert len(granted) == len(set(granted))
+
+
+def test_a_lease_table_from_before_beats_gains_the_column() -> None:
+    """ensure_lease_table adds ``beat`` to an older table and keeps its rows (beat 0)."""
+    with closing(sqlite3.connect(":memory:", isolation_level=None)) as db:
+        db.execute(
+            "CREATE TABLE streamkit_leases (path TEXT NOT NULL, slug TEXT NOT NULL,"
+            " owner TEXT NOT NULL, generation INTEGER NOT NULL, expires_at REAL NOT NULL,"
+            " PRIMARY KEY (path, slug)) WITHOUT ROWID"
+        )
+        db.execute("INSERT INTO streamkit_leases VALUES ('/', 'board', 'host-a', 3, 110.0)")
+        ensure_lease_table(db)
+        ensure_lease_table(db)
+        assert leases(db) == [Lease("/", "board", "host-a", 3, 110.0, beat=0)]
+        renewed = renew(db, Lease("/", "board", "host-a", 3, 110.0), 105.0, TTL)
+        assert renewed.beat == 1

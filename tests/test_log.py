@@ -24,6 +24,7 @@ from streamkit import (
     StorageError,
 )
 from streamkit._log_read import make_event
+from streamkit.errors import LeaseLost
 from streamkit.events import EventInput, StreamEvent, format_timestamp
 from streamkit.log import Log, open_log
 
@@ -1037,3 +1038,58 @@ async def test_a_group_commits_on_the_thread_while_the_loop_has_other_work(log_f
         assert sorted(r[0].offset for r in results) == [1, 2]
         assert len(threads) == 1
         assert threading.get_ident() not in threads
+
+
+# -- fenced appends (what a host's engine writes) ---------------------------------------------
+
+
+def _refuse(conn: sqlite3.Connection) -> None:
+    assert conn.in_transaction  # the fence runs inside the append's own transaction
+    raise LeaseLost("lease lost in this test; nothing was written", details={})
+
+
+async def test_a_refusing_fence_writes_nothing_and_leaves_no_hole(log_file: Path) -> None:
+    """A fence that raises refuses the whole call; the next append takes the next offset."""
+    async with open_log(log_file) as log:
+        stream = log.stream("/")
+        await stream.append(order(1))
+        with pytest.raises(LeaseLost):
+            await stream.append(order(2), order(3), fence=_refuse)
+        with pytest.raises(LeaseLost):
+            await stream.append(order(4), fence=_refuse)
+        (later,) = await stream.append(order(5))
+        assert later.offset == 2
+        assert await offsets(log) == [1, 2]
+
+
+async def test_a_fenced_call_in_a_group_is_refused_alone(log_file: Path) -> None:
+    """Appends committed in one group: the fenced-off call is refused, its peers commit."""
+    async with open_log(log_file) as log:
+        stream = log.stream("/")
+        passed: list[bool] = []
+
+        def allow(conn: sqlite3.Connection) -> None:
+            passed.append(conn.in_transaction)
+
+        results = await asyncio.gather(
+            stream.append(order(1)),
+            stream.append(order(2), fence=_refuse),
+            stream.append(order(3), fence=allow),
+            return_exceptions=True,
+        )
+        assert isinstance(results[1], LeaseLost)
+        assert passed == [True]
+        assert await offsets(log) == [1, 2]
+        assert [e["payload"]["n"] for e in await _payloads(log)] == [1, 3]
+
+
+async def test_a_fence_is_not_asked_for_ephemerals_only(log_file: Path) -> None:
+    """Ephemerals reach no transaction, so a call of ephemerals only does not run the fence."""
+    async with open_log(log_file) as log:
+        (event,) = await log.stream("/").append({"type": "tick", "ephemeral": True}, fence=_refuse)
+        assert event.ephemeral
+
+
+async def _payloads(log: Log) -> list[dict[str, Any]]:
+    page = await log.stream("/").read()
+    return [{"payload": e.payload} for e in page.events]
