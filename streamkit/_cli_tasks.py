@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from streamkit.control import live_server_at, request_sync
+from streamkit.control import host_socket, request_sync
 from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent, format_timestamp
 from streamkit.log import Log, open_log
@@ -60,8 +60,7 @@ def _existing_log(db: str) -> Log:
 
 
 def _socket(args: argparse.Namespace) -> str | None:
-    socket: str = args.socket if args.socket is not None else args.db + ".sock"
-    return socket if live_server_at(socket) else None
+    return host_socket(args.db, args.socket)
 
 
 def _common(p: argparse.ArgumentParser, *, json_help: str) -> None:
@@ -74,7 +73,9 @@ def _common(p: argparse.ArgumentParser, *, json_help: str) -> None:
 def _append(args: argparse.Namespace, event: dict[str, Any]) -> StreamEvent:
     socket = _socket(args)
     if socket is not None:
-        (data,) = request_sync(socket, "append", path=args.path, events=[event])
+        (data,) = request_sync(
+            socket, "append", path=args.path, events=[event], db=os.path.realpath(args.db)
+        )
         return StreamEvent(**data)
 
     async def run() -> StreamEvent:
@@ -90,7 +91,11 @@ def _snapshot(args: argparse.Namespace, slug: str) -> dict[str, Any] | None:
     socket = _socket(args)
     if socket is not None:
         try:
-            return dict(request_sync(socket, "snapshot", slug=slug, path=args.path))
+            return dict(
+                request_sync(
+                    socket, "snapshot", slug=slug, path=args.path, db=os.path.realpath(args.db)
+                )
+            )
         except Exception:
             return None
     from streamkit._host_status import checkpoint_snapshot

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import pwd
 import socket
 import stat
 import sys
@@ -20,9 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from streamkit.errors import ControlSocketInUse, InvalidRequest
+from streamkit.errors import ControlSocketInUse, InvalidRequest, UntrustedSocket
 
-__all__ = ["MAX_SOCKET_PATH_BYTES", "bind_private_socket", "live_server_at", "probe"]
+__all__ = [
+    "MAX_SOCKET_PATH_BYTES",
+    "bind_private_socket",
+    "check_private_directory",
+    "check_trusted_socket",
+    "live_server_at",
+    "probe",
+]
 
 MAX_SOCKET_PATH_BYTES: Final = 107 if sys.platform.startswith("linux") else 103
 """The longest Unix socket path ``bind`` accepts (``sun_path`` less its NUL byte)."""
@@ -136,3 +144,73 @@ def live_server_at(path: str | os.PathLike[str]) -> bool:
         return probe(name) == "live"
     except OSError:  # a path too long for AF_UNIX, say
         return False
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name!r} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_trusted_socket(path: str | os.PathLike[str], *, owner: int) -> None:
+    """Refuse to talk to ``path`` unless it is a mode-0600 socket owned by user ``owner``.
+
+    A host makes its socket exactly so. Anything else at the path (a file, a
+    socket another user planted, one others may connect to) could take the
+    request and answer it falsely, so it is refused with
+    :class:`~streamkit.errors.UntrustedSocket` naming what was found;
+    nothing is sent.
+    """
+    name = os.fspath(path)
+    info = os.lstat(name)
+    problems = []
+    if not stat.S_ISSOCK(info.st_mode):
+        problems.append("it is not a socket")
+    if info.st_uid != owner:
+        problems.append(f"it is owned by {_user(info.st_uid)}, not by {_user(owner)}")
+    if info.st_mode & 0o077:
+        problems.append(f"its mode is {stat.S_IMODE(info.st_mode):04o}, not 0600")
+    if problems:
+        raise UntrustedSocket(
+            f"refusing the control socket {name!r}: {'; '.join(problems)}. A streamkit host "
+            "creates its socket as a mode-0600 socket owned by the user who owns the "
+            "database, so something else put this there; nothing was sent. Remove it (or "
+            "point --socket at the real host's socket)",
+            details={"path": name, "owner": info.st_uid, "expected_owner": owner},
+        )
+
+
+def check_private_directory(directory: Path) -> None:
+    """Refuse a socket directory where another user could replace the host's socket.
+
+    That is a directory writable by group or others without the sticky bit
+    (``/tmp`` has it: there only a file's owner may remove or rename it), or
+    one owned by another user than this one or root.
+    """
+    try:
+        info = os.stat(directory)
+    except FileNotFoundError:
+        raise InvalidRequest(
+            f"the control socket's directory {str(directory)!r} does not exist; create it or "
+            "choose another socket path; nothing was created",
+            details={"directory": str(directory)},
+        ) from None
+    me = os.geteuid()
+    problems = []
+    if info.st_uid not in (me, 0):
+        problems.append(f"it is owned by {_user(info.st_uid)}")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+        problems.append(
+            f"its mode {stat.S_IMODE(info.st_mode):04o} lets other users create, replace and "
+            "remove files there"
+        )
+    if problems:
+        raise UntrustedSocket(
+            f"refusing to create the control socket in {str(directory)!r}: {'; '.join(problems)}"
+            ", so another user could swap the socket and receive what clients send; nothing "
+            "was created. Put the socket in a directory only you can write (socket = ... in "
+            "streamkit.toml or --socket), or accept the risk with shared_socket_dir = true "
+            "(--shared-socket-dir)",
+            details={"directory": str(directory), "owner": info.st_uid},
+        )

@@ -7,20 +7,24 @@ them; a refusal is a coded error reply, and the host keeps serving.
 One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral),
 ``read`` (``path``, ``after``, ``limit``), ``status``, ``snapshot``
 (``slug``, ``path``), ``skip`` (``slug``, ``offset``, ``by``, ``reason``,
-``path``). Streaming ops: ``follow`` (``path``, ``after``: every commit,
+``path``), ``hello`` (which database the host serves: ``db``, ``owner``,
+``pid``). Every op takes an optional ``db``, the database the client means
+(a resolved path): a host serving another database refuses the request.
+Streaming ops: ``follow`` (``path``, ``after``: every commit,
 ephemerals included, as event objects) and ``watch`` (``slug``, ``path``: a
 live-state seed, then deltas; a fresh seed after any gap).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from streamkit.control import NoArgs, Operation
-from streamkit.errors import UnknownOperation
+from streamkit.errors import InvalidRequest, UnknownOperation
 
 if TYPE_CHECKING:
     from streamkit.host import ProcessorHost
@@ -28,23 +32,28 @@ if TYPE_CHECKING:
 __all__ = ["HostControlHandler"]
 
 
-class AppendArgs(NoArgs):
+class HostArgs(NoArgs):
+    db: str | None = None
+    """The database the client means (resolved); a host serving another one refuses."""
+
+
+class AppendArgs(HostArgs):
     path: str = "/"
     events: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
 
 
-class ReadArgs(NoArgs):
+class ReadArgs(HostArgs):
     path: str = "/"
     after: int = Field(default=0, ge=0)
     limit: int = Field(default=500, ge=1, le=10_000)
 
 
-class FollowArgs(NoArgs):
+class FollowArgs(HostArgs):
     path: str = "/"
     after: int = Field(default=0, ge=0)
 
 
-class SlugArgs(NoArgs):
+class SlugArgs(HostArgs):
     slug: str = Field(min_length=1)
     path: str | None = None
 
@@ -59,10 +68,11 @@ _OPERATIONS: dict[str, Operation] = {
     "append": Operation(AppendArgs, description="append events (durable or ephemeral)"),
     "read": Operation(ReadArgs, description="read durable events after an offset"),
     "follow": Operation(FollowArgs, streaming=True, description="every commit from an offset"),
-    "status": Operation(NoArgs, description="the host and each processor"),
+    "status": Operation(HostArgs, description="the host and each processor"),
     "snapshot": Operation(SlugArgs, description="a processor's reduced state and offset"),
     "watch": Operation(SlugArgs, streaming=True, description="live state: seed, then deltas"),
     "skip": Operation(SkipArgs, description="move a processor past one event"),
+    "hello": Operation(HostArgs, description="which database this host serves, and who it is"),
 }
 
 
@@ -78,6 +88,7 @@ class HostControlHandler:
 
     async def handle(self, op: str, args: BaseModel) -> Any:
         host = self._host
+        self._check_db(args)
         if isinstance(args, AppendArgs):
             committed = await host.append(args.path, args.events)
             return [event.to_dict() for event in committed]
@@ -97,10 +108,23 @@ class HostControlHandler:
             return await host.snapshot(args.slug, args.path)
         if op == "status":
             return await host.status()
+        if op == "hello":
+            return {"db": host.served_db, "owner": host.owner, "pid": os.getpid()}
         raise _unknown(op)
+
+    def _check_db(self, args: BaseModel) -> None:
+        wanted = getattr(args, "db", None)
+        served = self._host.served_db
+        if wanted is not None and wanted != served:
+            raise InvalidRequest(
+                f"this host serves {served!r}, not {wanted!r}; nothing was done; point the "
+                "client at the socket of the host that runs on that database",
+                details={"served": served, "db": wanted},
+            )
 
     def watch(self, op: str, args: BaseModel) -> AsyncIterator[Any]:
         host = self._host
+        self._check_db(args)
         if op == "watch" and isinstance(args, SlugArgs):
             host.runner(args.slug, args.path)  # refuse an unknown slug before streaming
             return host.watch(args.slug, args.path)

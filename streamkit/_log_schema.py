@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+from streamkit._log_wal_guard import refuse_replaced_wal
 from streamkit.errors import LogOpenError, StorageBusy, StorageError
 
 __all__ = [
@@ -175,6 +176,8 @@ def connect_writer(
     path: str, *, synchronous: Literal["FULL", "NORMAL"], busy_timeout: float
 ) -> sqlite3.Connection:
     """Open (creating or initializing if needed) the one writer connection of a log."""
+    if path != MEMORY:
+        refuse_replaced_wal(path)
     fresh = True if path == MEMORY else _inspect(path)
     try:
         conn = sqlite3.connect(

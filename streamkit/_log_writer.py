@@ -78,6 +78,7 @@ from streamkit._log_read import (
     select_key,
 )
 from streamkit._log_schema import is_busy, storage_error
+from streamkit._log_wal_guard import WalIdentity
 from streamkit.errors import (
     IdempotencyConflict,
     LogClosed,
@@ -108,6 +109,19 @@ BLOCK_MIN = 256
 BLOCK_MAX = 4096
 FOREIGN_PAGE = 1000
 """Rows of other processes' commits read per path per poll (bounds one push's size)."""
+
+# The newest created_at of the log: the head row of each path, found by walking the
+# primary key from one distinct path to the next (no scan of the rows between).
+_LATEST_STAMP = """
+WITH RECURSIVE p(x) AS (
+    SELECT min(path) FROM streamkit_events
+    UNION ALL
+    SELECT (SELECT min(path) FROM streamkit_events WHERE path > x) FROM p WHERE x IS NOT NULL
+)
+SELECT max((SELECT created_at FROM streamkit_events WHERE path = x ORDER BY "offset" DESC
+            LIMIT 1))
+FROM p WHERE x IS NOT NULL
+"""
 
 _INSERT = (
     'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, source, '
@@ -195,8 +209,10 @@ class Writer:
         persistent: bool,
         busy_timeout: float,
         group_limit: int = GROUP_LIMIT,
+        wal: WalIdentity | None = None,
     ) -> None:
         self._conn = conn
+        self._wal = wal
         # SQLite's own busy wait is off: the thread waits for a foreign write lock
         # itself (_BusyWait), and an inline group must never wait at all.
         conn.execute("PRAGMA busy_timeout = 0")
@@ -232,6 +248,9 @@ class Writer:
         self._in_transaction = False
         self._group_before: dict[str, int] = {}
         self._now = ""
+        # The latest created_at this writer used or saw committed: no commit is
+        # stamped earlier, whatever this process's clock (or another's) says.
+        self._last_stamp = ""
         self._settle: list[Job] = []
         self._wakes: WakeList = {}
         self.transactions = 0
@@ -328,7 +347,8 @@ class Writer:
             inflight = False
             try:
                 cur.execute("BEGIN IMMEDIATE")
-                now = self._now = self._timestamp()
+                if self._wal is not None:
+                    self._wal.check()
                 # _sync_foreign and _state, written out: this path is all per-call overhead.
                 following = self._feed.has_subscribers()
                 if following:  # the thread's next follow poll is due POLL_SECONDS after this
@@ -336,6 +356,8 @@ class Writer:
                 version = cur.execute("PRAGMA data_version").fetchone()[0]
                 if version != self._data_version:
                     self._take_foreign(version)
+                # After the look at other commits: the stamp is no earlier than theirs.
+                now = self._now = self._stamp_commit()
                 state = self._states.get(path)
                 if state is None or state.head is None or state.reserved_through is None:
                     state = self._state(path)
@@ -567,10 +589,22 @@ class Writer:
         if version != self._data_version:
             self._take_foreign(version)
 
+    def _stamp_commit(self) -> str:
+        """``created_at`` for the commit about to be made: now, or the latest stamp if later."""
+        now = self._timestamp()
+        # Fixed-width ISO stamps compare in time order as strings.
+        if now < self._last_stamp:
+            return self._last_stamp
+        self._last_stamp = now
+        return now
+
     def _take_foreign(self, version: int) -> None:
         """Other connections committed (``data_version`` is now ``version``): see to it."""
         self._data_version = version
         self._invalidate()
+        latest = self._conn.execute(_LATEST_STAMP).fetchone()[0]
+        if latest is not None and latest > self._last_stamp:
+            self._last_stamp = str(latest)
         followed = set(self._feed.followed_paths())
         for path in list(self._fed):
             if path not in followed:
@@ -689,7 +723,7 @@ class Writer:
                 return False
             need[call.path] = need.get(call.path, 0) + call.ephemerals
         self._sync_foreign()
-        self._now = self._timestamp()
+        self._now = self._stamp_commit()
         for path, count in need.items():
             state = self._state(path)
             assert state.head is not None
@@ -708,9 +742,12 @@ class Writer:
         self._in_transaction = True
         inflight = False
         try:
-            # Stamped under the write lock, so created_at follows commit order across processes.
-            self._now = self._timestamp()
+            if self._wal is not None:
+                self._wal.check()
             self._sync_foreign()
+            # Stamped under the write lock and after the look at other commits, so
+            # created_at follows commit order across processes.
+            self._now = self._stamp_commit()
             wrote = self._apply(calls[0]) if len(calls) == 1 else self._apply_group(calls)
             if wrote:
                 self._feed.set_inflight(self._group_before)
@@ -1007,6 +1044,8 @@ class Writer:
             return
         self._settle.append(job)
         try:
+            if self._wal is not None:
+                self._wal.check()
             result = job.fn(conn)
             if conn.in_transaction:
                 conn.execute("COMMIT")

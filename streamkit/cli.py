@@ -38,7 +38,7 @@ from typing import Any, TextIO
 
 from streamkit._cli_tasks import add_dlq, add_tasks
 from streamkit.config import add_host_arguments, config_from_namespace
-from streamkit.control import ControlClient, live_server_at, request_sync
+from streamkit.control import ControlClient, host_socket, request_sync
 from streamkit.errors import ControlUnavailable, StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
@@ -113,10 +113,14 @@ def _socket_of(args: argparse.Namespace) -> str:
     return socket if socket is not None else args.db + ".sock"
 
 
+def _served(args: argparse.Namespace) -> str:
+    """The database a request to a host means: a host on another one refuses it."""
+    return os.path.realpath(str(args.db))
+
+
 def _live_socket(args: argparse.Namespace) -> str | None:
-    """The control socket of a host running on ``--db``, or None if none answers."""
-    socket = _socket_of(args)
-    return socket if live_server_at(socket) else None
+    """The checked control socket of a host running on ``--db``, or None if none answers."""
+    return host_socket(args.db, getattr(args, "socket", None))
 
 
 def _add_socket_flag(p: argparse.ArgumentParser) -> None:
@@ -200,7 +204,12 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
             event["idempotency_key"] = f"cli/{uuid.uuid4().hex}"
         try:
             (data,) = request_sync(
-                socket, "append", path=args.path, events=[event], timeout=args.timeout
+                socket,
+                "append",
+                path=args.path,
+                events=[event],
+                timeout=args.timeout,
+                db=_served(args),
             )
         except ControlUnavailable as exc:
             raise _append_in_doubt(args, event, exc) from exc
@@ -315,7 +324,9 @@ def _read_follow_through(socket: str, args: argparse.Namespace, out: TextIO) -> 
 
     async def run() -> None:
         printed = 0
-        watch = ControlClient(socket).watch("follow", path=args.path, after=args.after)
+        watch = ControlClient(socket).watch(
+            "follow", path=args.path, after=args.after, db=_served(args)
+        )
         try:
             async for data in watch:
                 if data.get("type") == LIVE_STATE_CHANGED:
@@ -389,7 +400,7 @@ def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     socket = _live_socket(args)
     if socket is not None:
-        status = request_sync(socket, "status")
+        status = request_sync(socket, "status", db=_served(args))
     else:
         from streamkit._host_status import durable_status
 
@@ -481,7 +492,9 @@ def _add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
     socket = _live_socket(args)
     if socket is not None:
-        snapshot = request_sync(socket, "snapshot", slug=args.slug, path=args.path)
+        snapshot = request_sync(
+            socket, "snapshot", slug=args.slug, path=args.path, db=_served(args)
+        )
     else:
         from streamkit._host_status import checkpoint_snapshot
 
@@ -521,11 +534,14 @@ def _add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
-    socket = _socket_of(args)
+    # Checked like every other command; with no host there the client says so.
+    socket = _live_socket(args) or _socket_of(args)
 
     async def run() -> None:
         printed = 0
-        watch = ControlClient(socket).watch("watch", slug=args.slug, path=args.path)
+        watch = ControlClient(socket).watch(
+            "watch", slug=args.slug, path=args.path, db=_served(args)
+        )
         try:
             async for item in watch:
                 if args.json:
@@ -583,6 +599,7 @@ def _cmd_skip(args: argparse.Namespace, out: TextIO) -> int:
             by=by,
             reason=args.reason,
             path=args.path,
+            db=_served(args),
         )
         event = StreamEvent(**data)
     else:

@@ -12,6 +12,7 @@ paths are resolved against the directory holding the file)::
 
     db = "app.db"                  # the SQLite log file
     socket = "/tmp/app.sock"       # control socket; default: "<db>.sock" beside the db
+    shared_socket_dir = false      # allow a socket directory other users may write (see host.md)
     log_format = "auto"            # "auto" (JSON unless stderr is a TTY), "json", "console"
     synchronous = "FULL"           # SQLite PRAGMA synchronous: "FULL" or "NORMAL"
     shutdown_grace = 10            # seconds to settle background work on SIGTERM/SIGINT
@@ -222,6 +223,8 @@ class HostConfig(_Section):
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     socket: Path | None = Field(default=None, validate_default=True)
     """The control socket; ``None`` means ``<db>.sock`` (see :attr:`socket_path`)."""
+    shared_socket_dir: bool = False
+    """Start even though other users may replace files in the socket's directory."""
 
     @field_validator("db")
     @classmethod
@@ -327,6 +330,7 @@ def config_from_args(
     grace: str | float | None = None,
     log_format: str | None = None,
     socket: str | os.PathLike[str] | None = None,
+    shared_socket_dir: bool | None = None,
     cwd: Path | None = None,
 ) -> HostConfig:
     """The file at ``config`` (if any) with each given flag overriding its key.
@@ -344,6 +348,9 @@ def config_from_args(
     if socket is not None:
         data["socket"] = _resolve(base, socket)
         origins["socket"] = "--socket"
+    if shared_socket_dir:
+        data["shared_socket_dir"] = True
+        origins["shared_socket_dir"] = "--shared-socket-dir"
     if lease_ttl is not None:
         lease = data.get("lease")
         data["lease"] = {**(lease if isinstance(lease, dict) else {}), "ttl": lease_ttl}
@@ -398,6 +405,12 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-format", metavar="FORMAT", help="auto, json or console (default auto)"
     )
     parser.add_argument("--socket", metavar="FILE", help="control socket (default <db>.sock)")
+    parser.add_argument(
+        "--shared-socket-dir",
+        action="store_true",
+        default=None,
+        help="start even if other users may replace files in the socket's directory",
+    )
 
 
 def config_from_namespace(args: argparse.Namespace, *, cwd: Path | None = None) -> HostConfig:
@@ -412,6 +425,7 @@ def config_from_namespace(args: argparse.Namespace, *, cwd: Path | None = None) 
         grace=args.grace,
         log_format=args.log_format,
         socket=args.socket,
+        shared_socket_dir=args.shared_socket_dir,
         cwd=base,
     )
 

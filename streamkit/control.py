@@ -49,7 +49,12 @@ from typing import Any, Final, Protocol
 import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from streamkit._control_socket import MAX_SOCKET_PATH_BYTES, bind_private_socket, live_server_at
+from streamkit._control_socket import (
+    MAX_SOCKET_PATH_BYTES,
+    bind_private_socket,
+    check_trusted_socket,
+    live_server_at,
+)
 from streamkit._control_wire import (
     decode_reply,
     encode,
@@ -80,6 +85,7 @@ __all__ = [
     "NoArgs",
     "Operation",
     "error_from_reply",
+    "host_socket",
     "live_server_at",
     "request_sync",
 ]
@@ -720,3 +726,24 @@ def request_sync(
             raise unavailable(name, exc, f"waiting for the reply to {op!r}") from exc
     raw = bytes(buffer[: buffer.index(b"\n")])
     return result_of(decode_reply(raw, op), op)
+
+
+def host_socket(db: str | os.PathLike[str], socket: str | os.PathLike[str] | None) -> str | None:
+    """The control socket of a host on ``db``, checked; None if no server answers there.
+
+    ``socket`` defaults to ``<db>.sock``. Before anything is sent the socket
+    must be a mode-0600 socket owned by the owner of ``db`` (the current user
+    while ``db`` does not exist), else :class:`~streamkit.errors.UntrustedSocket`.
+    Send every request with ``db=os.path.realpath(db)``: a host refuses a
+    request meant for another database (``INVALID_REQUEST``, nothing done), so
+    a ``--socket`` pointing at another database's host is never written through.
+    """
+    name = os.fspath(socket) if socket is not None else os.fspath(db) + ".sock"
+    if not os.path.lexists(name):
+        return None
+    try:
+        owner = os.stat(db).st_uid
+    except FileNotFoundError:
+        owner = os.geteuid()
+    check_trusted_socket(name, owner=owner)
+    return name if live_server_at(name) else None

@@ -28,6 +28,7 @@ __all__ = [
     "LeaseLost",
     "LogClosed",
     "LogOpenError",
+    "LogTampered",
     "MalformedRequest",
     "OffsetConflict",
     "ProcessorTimeout",
@@ -39,6 +40,7 @@ __all__ = [
     "StreamkitError",
     "UndeclaredEmit",
     "UnknownOperation",
+    "UntrustedSocket",
 ]
 
 
@@ -122,6 +124,12 @@ class StorageBusy(StorageError):
     default_retryable = True
 
 
+class LogTampered(StorageError):
+    """The log's write-ahead log was deleted or replaced under a live process; nothing written."""
+
+    code = "LOG_TAMPERED"
+
+
 class InvalidContract(StreamkitError, ValueError):
     """A processor contract broke a rule of ``define_processor_contract``."""
 
@@ -169,6 +177,12 @@ class ControlSocketInUse(StreamkitError, OSError):
     """A control socket could not be created: a live server or a non-socket file holds the path."""
 
     code = "CONTROL_SOCKET_IN_USE"
+
+
+class UntrustedSocket(StreamkitError, PermissionError):
+    """A control socket (or its directory) that another user could own or replace; unused."""
+
+    code = "CONTROL_SOCKET_UNTRUSTED"
 
 
 class ControlUnavailable(StreamkitError, ConnectionError):

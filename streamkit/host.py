@@ -56,6 +56,7 @@ from typing import Any
 
 import structlog
 
+from streamkit._control_socket import check_private_directory
 from streamkit._host_alarm import Alarm
 from streamkit._host_lease_keeper import HeldLease, LeaseKeeper
 from streamkit._host_runner import ProcessorRunner
@@ -147,6 +148,8 @@ class ProcessorHost:
         self.config = config
         self.clock = clock
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.served_db = os.path.realpath(config.db)
+        """The database file this host serves, resolved (what ``hello`` tells clients)."""
         self._serve_control = serve_control
         entries: list[_Entry] = []
         if processors is None:
@@ -191,6 +194,9 @@ class ProcessorHost:
         config = self.config
         started = time.perf_counter()
         self._started_at = self.clock()
+        if self._serve_control and not config.shared_socket_dir:
+            # Before the log is opened: a refused start creates nothing.
+            check_private_directory(config.socket_path.parent)
         log = open_log(config.db, synchronous=config.synchronous, clock=self.clock)
         self.log = log
         try:

@@ -48,6 +48,7 @@ from streamkit._log_jobs import (
 )
 from streamkit._log_read import durable_head, read_page, stream_paths
 from streamkit._log_schema import MEMORY, connect_reader, connect_writer, storage_error
+from streamkit._log_wal_guard import WalIdentity
 from streamkit._log_writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed
 from streamkit.events import (
@@ -199,6 +200,7 @@ class Log:
             feed=self._feed,
             persistent=not self._memory,
             busy_timeout=busy_timeout,
+            wal=None if self._memory else WalIdentity(self.path),
         )
         self._streams: dict[str, Stream] = {}
         self._closed = False

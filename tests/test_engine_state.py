@@ -14,6 +14,7 @@ from streamkit.testing import reduce_processor, settle
 from streamkit import (
     LIVE_STATE_CHANGED,
     CheckpointTooLarge,
+    InvalidEvent,
     ProcessorContract,
     ScannedRange,
     StateNotSerializable,
@@ -335,11 +336,17 @@ async def test_the_engine_never_reduces_a_live_state_delta(rig: Rig) -> None:
     processor = Everything()
     engine = rig.engine(processor)
     await rig.stream.append({"type": "a"})
-    await rig.stream.append({"type": LIVE_STATE_CHANGED, "payload": {"key": "x"}})
+    # A durable one cannot even be appended (the streamkit. namespace is reserved) ...
+    with pytest.raises(InvalidEvent, match="reserved"):
+        await rig.stream.append({"type": LIVE_STATE_CHANGED, "payload": {"key": "x"}})
+    # ... and an ephemeral fake is pushed and still never reduced.
+    await rig.stream.append(
+        {"type": LIVE_STATE_CHANGED, "payload": {"key": "x"}, "ephemeral": True}
+    )
     await settle()
     assert (await engine.snapshot()).state == {"types": ["a"]}
     assert LIVE_STATE_CHANGED not in processor.calls
-    assert len(rig.deltas()) >= 2  # the durable fake plus at least one real delta
+    assert len(rig.deltas()) >= 2  # the ephemeral fake plus at least one real delta
 
 
 async def test_a_raising_projection_costs_only_its_notification(rig: Rig) -> None:

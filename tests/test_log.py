@@ -24,7 +24,7 @@ from streamkit import (
     StorageError,
 )
 from streamkit._log_read import make_event
-from streamkit.errors import LeaseLost
+from streamkit.errors import LeaseLost, LogTampered
 from streamkit.events import EventInput, StreamEvent, format_timestamp
 from streamkit.log import Log, open_log
 
@@ -1093,3 +1093,95 @@ async def test_a_fence_is_not_asked_for_ephemerals_only(log_file: Path) -> None:
 async def _payloads(log: Log) -> list[dict[str, Any]]:
     page = await log.stream("/").read()
     return [{"payload": e.payload} for e in page.events]
+
+
+# -- tampering and clocks ---------------------------------------------------------------------
+
+
+def _remove_wal(db: Path) -> None:
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink()
+
+
+async def test_a_wal_deleted_under_a_live_writer_refuses_every_later_write(log_file: Path) -> None:
+    """Deleting -wal and -shm under an open log: its next writes fail LOG_TAMPERED, none lands."""
+    async with open_log(log_file) as log:
+        stream = log.stream("/")
+        await stream.append(order(1), order(2))
+        _remove_wal(log_file)
+        for call in (stream.append(order(3)), stream.append(order(4), order(5))):
+            with pytest.raises(LogTampered) as caught:
+                await call
+            assert caught.value.code == "LOG_TAMPERED"
+            assert "nothing was written" in caught.value.message
+        with pytest.raises(LogTampered):
+            await log.write_transaction(lambda conn: None)
+    # No offset 3 was ever acknowledged, so none can be reused.
+
+
+_HOLDER = """
+import asyncio, sys
+from streamkit import open_log
+
+async def main(db):
+    async with open_log(db) as log:
+        await log.stream("/").append({"type": "held", "payload": {}})
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_opening_a_log_whose_wal_was_deleted_under_another_process_is_refused(
+    log_file: Path,
+) -> None:
+    """A process that opens the file after its -wal went missing under a live one is refused."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(  # noqa: ASYNC220 - a plain child that holds the file
+        [sys.executable, "-c", _HOLDER, str(log_file)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "ready"
+        _remove_wal(log_file)
+        with pytest.raises(LogTampered, match="another process has the log open"):
+            open_log(log_file)
+    finally:
+        assert holder.stdin is not None
+        assert holder.stdout is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        holder.stdout.close()
+    # With the holder gone the file opens again (what it holds is for the operator to check).
+    async with open_log(log_file) as log:
+        await log.stream("/").head()
+
+
+async def test_created_at_never_goes_backwards_when_the_clock_does(log_file: Path) -> None:
+    """A clock that steps back an hour: later commits keep the latest stamp, never an earlier one."""
+    readings = iter([1_800_000_000.0, 1_800_000_000.5, 1_799_996_400.0, 1_799_996_401.0])
+    async with open_log(log_file, clock=lambda: next(readings)) as log:
+        stamps = []
+        for n in range(4):
+            (event,) = await log.stream("/").append(order(n))
+            stamps.append(event.created_at)
+    assert stamps == sorted(stamps)
+    assert stamps[2] == stamps[1]
+
+
+async def test_created_at_never_goes_backwards_across_processes_clocks(log_file: Path) -> None:
+    """A writer whose clock is an hour behind stamps its commit no earlier than the latest one."""
+    async with (
+        open_log(log_file) as ahead,
+        open_log(log_file, clock=lambda: time.time() - 3600) as behind,
+    ):
+        (first,) = await ahead.stream("/orders").append(order(1))
+        (second,) = await behind.stream("/").append(order(2))
+        (third,) = await behind.stream("/").append(order(3))
+    assert first.created_at <= second.created_at <= third.created_at

@@ -37,6 +37,7 @@ EXPECTED = {
     "Log",
     "LogClosed",
     "LogOpenError",
+    "LogTampered",
     "MalformedRequest",
     "OffsetConflict",
     "ProcessEventArgs",
