@@ -13,8 +13,9 @@ Four channels ship:
   opened with ``O_APPEND`` and fsyncs it before returning, so a receipt means
   the line is on disk;
 - :class:`WebhookChannel` POSTs the notification as JSON with an
-  ``Idempotency-Key`` header equal to the notification id, using stdlib
-  ``urllib`` in a worker thread (never blocking the event loop);
+  ``Idempotency-Key`` header equal to the notification id, with httpx on the
+  event loop: one deadline per attempt, no redirect followed, the answer's
+  body capped;
 - :class:`SmtpChannel` sends an email with stdlib ``smtplib`` in a worker
   thread; its ``Message-ID`` is derived from the notification id.
 
@@ -27,11 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import smtplib
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from email.message import EmailMessage
@@ -208,15 +208,30 @@ def read_outbox(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 # HTTP answers that say "try later" rather than "this request is wrong".
 _RETRYABLE_HTTP = frozenset({408, 425, 429})
 
+MAX_RESPONSE_BYTES = 64 * 1024
+"""The most of a webhook's response body read; the rest is never read into memory."""
+
 
 class WebhookChannel:
     """POSTs the notification as JSON to ``url`` with ``Idempotency-Key: <notification id>``.
 
-    Any 2xx answer is a delivery. A 5xx, 408, 425 or 429 answer, a timeout or a
-    connection failure is a retryable :class:`ChannelError`; any other answer
-    (a 4xx: the receiver refuses this request) is not retryable, so the
-    notification is dead-lettered without burning its remaining attempts.
-    ``urllib`` runs in a worker thread; ``timeout`` bounds each request.
+    - Any 2xx answer is a delivery. A 5xx, 408, 425 or 429 answer, a timeout
+      or a connection failure is a retryable :class:`ChannelError`; any other
+      4xx (the receiver refuses this request) is not retryable, so the
+      notification is dead-lettered without burning its remaining attempts.
+    - No redirect is followed: a 3xx is a non-retryable :class:`ChannelError`
+      naming the status and its ``Location`` (the receiver moved: fix the
+      url). So the body, ``Authorization`` and every other configured header
+      go to ``url`` and nowhere else.
+    - ``timeout`` is ONE deadline for the whole attempt: connecting, sending
+      and reading the answer together. A receiver that drips its answer is
+      cut off at the deadline and the attempt is over: it runs on the event
+      loop (httpx), so nothing is left running and no thread is held.
+    - At most :data:`MAX_RESPONSE_BYTES` of the answer's body are read.
+
+    Needs httpx (``pip install 'streamkit[webhook]'``): an async client whose
+    cancellation really ends the request and which follows no redirect unless
+    told to.
     """
 
     def __init__(
@@ -232,46 +247,89 @@ class WebhookChannel:
                 "was built",
                 details={"field": "url", "value": repr(url)[:200]},
             )
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise InvalidConfig(
+                f"webhook timeout must be a finite number of seconds above 0, got {timeout!r}; "
+                "no channel was built",
+                details={"field": "timeout", "value": repr(timeout)[:200]},
+            )
+        try:
+            import httpx  # an optional extra: only a webhook channel needs it
+        except ImportError as exc:
+            raise InvalidConfig(
+                "the webhook channel needs httpx, which is not installed; install it with "
+                "`pip install 'streamkit[webhook]'`; no channel was built",
+                details={"field": "kind", "missing": "httpx"},
+            ) from exc
+        self._httpx = httpx
         self.url = url
         self.timeout = float(timeout)
         self.headers = dict(headers or {})
 
     async def send(self, notification: Notification) -> Receipt:
         body = json.dumps(notification.to_dict(), separators=(",", ":")).encode("utf-8")
-        status = await asyncio.to_thread(self._post, notification.id, body)
+        status = await self._post(notification.id, body)
         return {"channel": "webhook", "url": self.url, "status": status}
 
-    def _post(self, notification_id: str, body: bytes) -> int:
-        request = urllib.request.Request(self.url, data=body, method="POST")
-        for name, value in self.headers.items():
-            request.add_header(name, value)
-        request.add_header("Content-Type", "application/json")
-        request.add_header("Idempotency-Key", notification_id)
+    async def _post(self, notification_id: str, body: bytes) -> int:
+        httpx = self._httpx
+        headers = {
+            **self.headers,
+            "Content-Type": "application/json",
+            "Idempotency-Key": notification_id,
+        }
+        details: dict[str, Any] = {"url": self.url, "notification_id": notification_id}
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                response.read()
-                status: int = response.status
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            retryable = exc.code >= 500 or exc.code in _RETRYABLE_HTTP
+            # One deadline over connect, send and the whole answer; httpx's own
+            # timeouts are per socket operation, which a dripping server never trips.
+            async with (
+                asyncio.timeout(self.timeout),
+                httpx.AsyncClient(follow_redirects=False, timeout=None, trust_env=False) as client,
+                client.stream("POST", self.url, content=body, headers=headers) as response,
+            ):
+                status: int = response.status_code
+                location: str | None = response.headers.get("location")
+                read = 0
+                async for chunk in response.aiter_raw():
+                    read += len(chunk)
+                    if read >= MAX_RESPONSE_BYTES:
+                        break  # the rest is never read: closing the stream drops it
+        except TimeoutError as exc:
             raise ChannelError(
-                f"webhook {self.url} answered HTTP {exc.code} to notification "
-                f'"{notification_id}"; '
-                + ("it may be retried" if retryable else "the receiver refused it; no retry"),
-                details={"url": self.url, "status": exc.code, "notification_id": notification_id},
-                retryable=retryable,
+                f"webhook {self.url} gave no complete answer to notification "
+                f'"{notification_id}" within {self.timeout:g} s (connecting, sending and the '
+                "answer together); the attempt was ended; it may be retried",
+                details={**details, "timeout": self.timeout},
             ) from exc
-        except (urllib.error.URLError, OSError) as exc:
+        except httpx.HTTPError as exc:
             raise ChannelError(
                 f"webhook {self.url} could not be reached for notification "
-                f'"{notification_id}" ({exc}); it may be retried',
-                details={"url": self.url, "error": str(exc), "notification_id": notification_id},
+                f'"{notification_id}" ({exc!r}); it may be retried',
+                details={**details, "error": repr(exc)[:500]},
             ) from exc
-        if not 200 <= status < 300:
+        details["status"] = status
+        if 300 <= status < 400:
             raise ChannelError(
                 f"webhook {self.url} answered HTTP {status} to notification "
-                f'"{notification_id}", which is not a 2xx delivery; it may be retried',
-                details={"url": self.url, "status": status, "notification_id": notification_id},
+                f'"{notification_id}", a redirect to {location!r}; redirects are never followed '
+                "(the notification and its headers go to the configured url only); no retry: "
+                "set the channel's url to where the receiver now is",
+                details={**details, "location": location},
+                retryable=False,
+            )
+        if not 200 <= status < 300:
+            retryable = status >= 500 or status in _RETRYABLE_HTTP
+            raise ChannelError(
+                f"webhook {self.url} answered HTTP {status} to notification "
+                f'"{notification_id}"; '
+                + ("it may be retried" if retryable else "the receiver refused it; no retry"),
+                details=details,
+                retryable=retryable,
             )
         return status
 

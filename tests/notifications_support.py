@@ -46,13 +46,32 @@ class _ServedPeer:
 class WebhookPeer(_ServedPeer):
     """An HTTP receiver: answers POSTs with ``statuses`` in order, then 200; records requests."""
 
-    def __init__(self, statuses: Iterable[int] = ()) -> None:
+    def __init__(
+        self,
+        statuses: Iterable[int] = (),
+        *,
+        location: str | None = None,
+        drip_every: float | None = None,
+        body_bytes: int = 2,
+    ) -> None:
+        """``location`` goes with every 3xx; ``drip_every`` sends the body one byte per that
+        many seconds (a receiver that never finishes); ``body_bytes`` is the body's size."""
         self.statuses = list(statuses)
         self.requests: list[dict[str, Any]] = []
+        self.gets = 0
+        self.body_bytes_sent = 0
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         peer = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with peer._lock:
+                    peer.gets += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
@@ -66,9 +85,30 @@ class WebhookPeer(_ServedPeer):
                     )
                     status = peer.statuses.pop(0) if peer.statuses else 200
                 self.send_response(status)
-                self.send_header("Content-Length", "2")
+                if location is not None and 300 <= status < 400:
+                    self.send_header("Location", location)
+                self.send_header("Content-Length", str(body_bytes))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                try:
+                    if drip_every is not None:
+                        for _ in range(body_bytes):
+                            if peer._stop.wait(drip_every):
+                                return
+                            self.wfile.write(b"x")
+                            self.wfile.flush()
+                    elif body_bytes == 2:
+                        self.wfile.write(b"{}")
+                    else:
+                        chunk = b"x" * 65536
+                        left = body_bytes
+                        while left > 0 and not peer._stop.is_set():
+                            piece = chunk[: min(left, len(chunk))]
+                            self.wfile.write(piece)
+                            left -= len(piece)
+                            with peer._lock:
+                                peer.body_bytes_sent += len(piece)
+                except OSError:
+                    return  # the client hung up, as it should on a capped or late answer
 
             def log_message(self, format: str, *args: Any) -> None:
                 return None
@@ -81,6 +121,15 @@ class WebhookPeer(_ServedPeer):
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/hook"
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()  # a dripping or streaming handler ends at once
+        super().__exit__(exc_type, exc, tb)
 
     def keys(self) -> list[str]:
         """The Idempotency-Key header of every request, in order."""

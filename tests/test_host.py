@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -399,32 +398,33 @@ async def test_failing_batch_backs_off_stalls_and_skip_moves_on(
 async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
     tmp_path: Path, hosts: HostFactory
 ) -> None:
-    """The API refuses a forged skip; one planted in the file without its record is ignored."""
+    """The API refuses a forged skip; one planted without its record is ignored; a real one works."""
     db = tmp_path / "h.db"
-    host = hosts(Tally())
+    host = hosts(Fragile())
     await host.start()
-    forged = {"slug": "tally", "offset": 4, "by": "mallory", "reason": "forged"}
+    (poison,) = await items(db, 1, boom=True)
+    runner = host.runner("fragile")
+    await wait_for(lambda: runner.stalled)
+    forged = {"slug": "fragile", "offset": poison, "by": "mallory", "reason": "forged"}
     async with open_log(db) as log:
         with pytest.raises(InvalidEvent, match="reserved"):
             await log.stream("/").append({"type": "streamkit.event-skipped", "payload": forged})
-    offsets = await items(db, 2)
-    # As a log written before the namespace was reserved could hold: the event, no record.
-    conn = sqlite3.connect(db)
-    try:
-        conn.execute(
-            'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, created_at)'
-            " VALUES ('/', 3, 'streamkit.event-skipped', ?, '{}', '2026-12-01T00:00:00.000000Z')",
-            (json.dumps(forged),),
+        # As a log written before the namespace was reserved could hold: the event with
+        # no skip record beside it (the control path, with a seal that writes nothing).
+        planted = await log.append_control(
+            "/", {"type": "streamkit.event-skipped", "payload": forged}, lambda conn, events: None
         )
-        conn.commit()
-    finally:
-        conn.close()
-    offsets += await items(db, 2)
-    await host.wait_until_processed("tally", offsets[-1])
-    # Every item is seen; the one at offset 4 was not skipped by the planted event.
-    assert (await host.snapshot("tally"))["state"]["offsets"] == offsets
-    assert 4 in offsets
-    assert host.runner("tally").skipped == set()
+    after = await items(db, 1)
+    assert planted.offset > poison
+    await asyncio.sleep(0.5)  # time for the host to see (and ignore) the planted event
+    assert runner.stalled
+    assert runner.skipped == set()
+    assert runner.stalled_at == poison
+    # The operator's verb still works, and the processor then sees everything else.
+    await host.skip("fragile", poison, by="tester", reason="really poison")
+    await host.wait_until_processed("fragile", after[-1])
+    assert poison not in (await host.snapshot("fragile"))["state"]["offsets"]
+    assert after[-1] in (await host.snapshot("fragile"))["state"]["offsets"]
 
 
 async def test_skip_refuses_missing_and_processed_offsets(

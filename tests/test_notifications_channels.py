@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -218,3 +220,68 @@ def test_channel_from_config_refuses_bad_specs(spec: object, message: str) -> No
     """An unknown kind, a missing or unknown key is refused with InvalidConfig naming it."""
     with pytest.raises(InvalidConfig, match=message):
         channel_from_config("c", spec)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_webhook_follows_no_redirect(status: int) -> None:
+    """A 3xx is a non-retryable failure naming the status and Location; nothing goes there."""
+    with (
+        WebhookPeer() as elsewhere,
+        WebhookPeer([status], location=elsewhere.url) as peer,
+        pytest.raises(ChannelError) as caught,
+    ):
+        await WebhookChannel(peer.url, headers={"Authorization": "Bearer s3cret"}).send(_note())
+    error = caught.value
+    assert not error.retryable
+    assert f"HTTP {status}" in error.message
+    assert elsewhere.url in error.message
+    assert "never followed" in error.message
+    assert error.details["location"] == elsewhere.url
+    # The credentials and the key went to the configured url only.
+    assert len(peer.requests) == 1
+    assert peer.requests[0]["headers"]["authorization"] == "Bearer s3cret"
+    assert elsewhere.requests == []
+    assert elsewhere.gets == 0
+
+
+async def test_webhook_drip_is_cut_off_at_one_total_deadline() -> None:
+    """A receiver dripping a byte every 0.4 s is ended at the 1 s deadline; no thread is left."""
+    with WebhookPeer(drip_every=0.4, body_bytes=100) as peer:
+        # The drip would take 40 s; the bound only keeps a broken channel from hanging the run.
+        async with asyncio.timeout(20):
+            with pytest.raises(ChannelError) as caught:
+                await WebhookChannel(peer.url, timeout=1.0).send(_note())
+        # The attempt ran on the event loop: no worker thread of the loop's pool was used.
+        assert [t.name for t in threading.enumerate() if t.name.startswith("asyncio")] == []
+    assert caught.value.retryable
+    assert "within 1 s" in caught.value.message
+
+
+async def test_webhook_reads_at_most_64_kib_of_a_huge_answer() -> None:
+    """A 400 MB answer body is not read into memory: the channel stops after 64 KiB."""
+    with WebhookPeer(body_bytes=400 * 1024 * 1024) as peer:
+        receipt = await WebhookChannel(peer.url, timeout=10).send(_note())
+        await asyncio.sleep(0.2)
+        sent = peer.body_bytes_sent
+    assert receipt["status"] == 200
+    # The server got to push only what the socket buffers took before the hang-up.
+    assert sent < 64 * 1024 * 1024
+
+
+async def test_other_channels_keep_sending_while_webhooks_drip(tmp_path: Path) -> None:
+    """Eight dripping webhook attempts at once do not hold up an outbox write meanwhile."""
+    with WebhookPeer(drip_every=0.5, body_bytes=100) as peer:
+        hooks = [
+            asyncio.ensure_future(WebhookChannel(peer.url, timeout=3.0).send(_note(f"n@{i}")))
+            for i in range(8)
+        ]
+        await asyncio.sleep(0.3)
+        outbox = OutboxChannel(tmp_path / "out.jsonl")
+        for i in range(20):
+            await outbox.send(_note(f"o@{i}"))
+        # Every outbox line is on disk while every webhook attempt is still dripping.
+        still_dripping = [not hook.done() for hook in hooks]
+        outcomes = await asyncio.gather(*hooks, return_exceptions=True)
+    assert len(read_outbox(tmp_path / "out.jsonl")) == 20
+    assert all(still_dripping)
+    assert all(isinstance(outcome, ChannelError) for outcome in outcomes)
