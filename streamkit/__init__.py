@@ -25,12 +25,14 @@ from streamkit.errors import (
     ProcessorTimeout,
     RemoteError,
     RequestTooLarge,
+    SlowConsumer,
     StateNotSerializable,
     StorageBusy,
     StorageError,
     StreamkitError,
     UndeclaredEmit,
     UnknownOperation,
+    UntrustedSocket,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.host import ProcessorHost
@@ -80,6 +82,7 @@ __all__ = [
     "RemoteError",
     "RequestTooLarge",
     "ScannedRange",
+    "SlowConsumer",
     "StateNotSerializable",
     "StorageBusy",
     "StorageError",
@@ -89,6 +92,7 @@ __all__ = [
     "StreamkitError",
     "UndeclaredEmit",
     "UnknownOperation",
+    "UntrustedSocket",
     "__version__",
     "apply_delta",
     "consumes_event",

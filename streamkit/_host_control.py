@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from streamkit.control import NoArgs, Operation
-from streamkit.errors import InvalidRequest, UnknownOperation
+from streamkit.errors import InvalidRequest, SlowConsumer, UnknownOperation
 
 if TYPE_CHECKING:
     from streamkit.host import ProcessorHost
@@ -138,9 +138,21 @@ async def _follow(host: ProcessorHost, path: str, after: int) -> AsyncIterator[A
     if log is None:
         return
     follower = log.stream(path).follow(after)
+    sent = after
     try:
         async for events, _ in follower:
+            if follower.overflows:
+                # The client read too slowly: the host dropped what it buffered for it
+                # (and with it, ephemerals). Say so and where to resume, then end.
+                raise SlowConsumer(
+                    f"the follower of {path!r} fell more than its byte budget behind and the "
+                    f"host dropped what it held for it (ephemerals in it are gone); durable "
+                    f"events are intact: follow again after offset {sent}",
+                    details={"path": path, "resume_after": sent},
+                )
             for event in events:
+                if not event.ephemeral:
+                    sent = event.offset
                 yield event.to_dict()
     finally:
         closer = getattr(follower, "aclose", None)

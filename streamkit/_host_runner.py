@@ -55,13 +55,17 @@ REVIVE = "revive"
 # lease, so whatever a previous holder had in flight is gone; the pass restarts
 # what state says is owed now, not when that holder's claim falls due.
 START = "start"
-Item = str | tuple[Sequence[StreamEvent], ScannedRange]
+Item = str | tuple[Sequence[StreamEvent], ScannedRange, int]
+"""A named step, or a push: its events, their proof, and the bytes of stored JSON they hold."""
 
 MIN_BATCH_GRACE = 5.0
 """Seconds a batch in flight may take to finish at shutdown, even with a shorter grace."""
 
 MAX_QUEUED = 10_000
 """Pushes a runner buffers at most; past that it drops them and catches up from the log."""
+
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
+"""The stored JSON of the pushes a runner buffers at most; past that, the same as above."""
 
 
 class _EngineStream:
@@ -139,6 +143,7 @@ class ProcessorRunner:
         self._on_claim = on_claim
         self._on_lease_gone = on_lease_gone
         self._queue: deque[Item] = deque()
+        self._queued_bytes = 0
         self._wake = asyncio.Event()
         self._poke = asyncio.Event()
         self._stopping = False
@@ -199,26 +204,37 @@ class ProcessorRunner:
         )
         self.caught_up = False
         self._queue.clear()
+        self._queued_bytes = 0
         self._queue.append(START)
         self._wake.set()
 
-    def push(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
-        """Queue one commit for the engine (dropped while this host does not run it)."""
+    def push(self, events: Sequence[StreamEvent], scanned: ScannedRange, size: int = 0) -> None:
+        """Queue one commit for the engine (dropped while this host does not run it).
+
+        ``size`` is the bytes of stored JSON its events hold: the queue is
+        bounded by bytes as well as by count.
+        """
         if self.engine is None or self._stopping:
             return
-        if len(self._queue) >= MAX_QUEUED:
+        if len(self._queue) >= MAX_QUEUED or (
+            self._queued_bytes and self._queued_bytes + size > MAX_QUEUED_BYTES
+        ):
             # A processor far behind: the log has every durable event, so re-read it
-            # rather than hold an unbounded backlog (only its missed ephemerals are gone).
-            self._queue.clear()
-            self._queue.append(CATCH_UP)
+            # (page by page, each bounded) rather than hold an unbounded backlog;
+            # only its missed ephemerals are gone.
             _log.warning(
                 "processor.backlog_dropped",
                 slug=self.slug,
                 path=self.path,
-                queued=MAX_QUEUED,
+                queued=len(self._queue),
+                queued_bytes=self._queued_bytes,
                 detail="catching up from the log instead",
             )
-        self._queue.append((events, scanned))
+            self._queue.clear()
+            self._queued_bytes = 0
+            self._queue.append(CATCH_UP)
+        self._queue.append((events, scanned, size))
+        self._queued_bytes += size
         self._wake.set()
 
     def request_revive(self) -> None:
@@ -253,6 +269,7 @@ class ProcessorRunner:
         self.engine = None
         self.held = None
         self._queue.clear()
+        self._queued_bytes = 0
         self._poke.set()
         if held is not None:
             self._on_lease_gone(held)
@@ -315,6 +332,8 @@ class ProcessorRunner:
                 await self._wake.wait()
                 continue
             item = self._queue.popleft()
+            if not isinstance(item, str):
+                self._queued_bytes -= item[2]
             await self._until_done(item)
 
     async def _until_done(self, item: Item) -> None:
@@ -390,7 +409,7 @@ class ProcessorRunner:
                 await engine.revive()
             else:
                 assert not isinstance(item, str)
-                events, scanned = item
+                events, scanned, _ = item
                 if scanned.after > engine.cursor:
                     _log.info(
                         "gap.repair",
@@ -503,7 +522,7 @@ class ProcessorRunner:
 def _first_pending(item: Item, cursor: int) -> int:
     """The first durable offset past ``cursor`` that ``item`` would process (a best guess)."""
     if not isinstance(item, str):
-        events, _ = item
+        events, _, _ = item
         for event in events:
             if not event.ephemeral and event.offset > cursor:
                 return event.offset

@@ -16,7 +16,8 @@ each other; the iterator makes what it yields contiguous:
   the commit in flight (see :meth:`Feed.set_inflight`), so that a push holding
   an ephemeral is never skipped because a read already went past its offset.
 
-A subscription's buffer is bounded: on overflow the buffered pushes are dropped
+A subscription's buffer is bounded in events, pushes and bytes (the events'
+stored JSON; one push always fits): on overflow the buffered pushes are dropped
 and the iterator re-reads the log, so durable events are never lost and memory
 stays bounded; only ephemerals in the dropped pushes are gone, by design.
 """
@@ -35,13 +36,15 @@ from typing import Any
 from streamkit.errors import LogClosed
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
-__all__ = ["Feed", "Follow", "Push", "Subscription", "WakeList"]
+__all__ = ["MAX_BUFFERED_BYTES", "Feed", "Follow", "Push", "Subscription", "WakeList"]
 
 WakeList = dict[asyncio.AbstractEventLoop, list[asyncio.Event]]
 
 PAGE_LIMIT = 500
 MAX_BUFFERED_EVENTS = 10_000
 MAX_BUFFERED_PUSHES = 1_000
+MAX_BUFFERED_BYTES = 4 * 1024 * 1024
+"""The stored JSON one follower may hold unread (by default) before it re-reads the log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +54,29 @@ class Push:
     after: int
     through: int
     events: Sequence[StreamEvent]
+    size: int = 0
+    """The payload and metadata JSON its events were stored or appended with, in bytes."""
 
 
 class Subscription:
     """One follower's mailbox; every field is guarded by the feed's lock."""
 
-    __slots__ = ("buffer", "buffered_events", "closed", "overflows", "path", "resync", "waiter")
+    __slots__ = (
+        "buffer",
+        "buffered_bytes",
+        "buffered_events",
+        "closed",
+        "overflows",
+        "path",
+        "resync",
+        "waiter",
+    )
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.buffer: deque[Push] = deque()
         self.buffered_events = 0
+        self.buffered_bytes = 0
         self.resync = False
         self.closed = False
         self.overflows = 0
@@ -71,13 +86,14 @@ class Subscription:
 class Feed:
     """The subscriptions of one log, shared by the writer thread and the event loops."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_BUFFERED_BYTES) -> None:
         self.lock = threading.Lock()
         self._subs: dict[str, list[Subscription]] = {}
         self._inflight: dict[str, int] = {}
         self._closed = False
         self._max_events = MAX_BUFFERED_EVENTS
         self._max_pushes = MAX_BUFFERED_PUSHES
+        self._max_bytes = max_bytes
 
     def has_subscribers(self) -> bool:
         """Whether anyone follows (read without the lock: a stale answer costs one poll)."""
@@ -107,6 +123,7 @@ class Feed:
                     del self._subs[sub.path]
             sub.buffer.clear()
             sub.buffered_events = 0
+            sub.buffered_bytes = 0
             sub.waiter = None
 
     def set_inflight(self, positions: dict[str, int]) -> None:
@@ -144,14 +161,17 @@ class Feed:
         if (
             sub.buffered_events + len(push.events) > self._max_events
             or len(sub.buffer) >= self._max_pushes
+            or (sub.buffer and sub.buffered_bytes + push.size > self._max_bytes)
         ):
             # A slow consumer: drop what it has not taken and let it re-read the log.
             sub.buffer.clear()
             sub.buffered_events = 0
+            sub.buffered_bytes = 0
             sub.resync = True
             sub.overflows += 1
         sub.buffer.append(push)
         sub.buffered_events += len(push.events)
+        sub.buffered_bytes += push.size
 
     def close_all(self) -> WakeList:
         """End every follower; return the waiters to wake (each iterator then stops)."""
@@ -186,6 +206,7 @@ class Feed:
                 local.extend(sub.buffer)
                 sub.buffer.clear()
                 sub.buffered_events = 0
+                sub.buffered_bytes = 0
             bound = self._inflight.get(sub.path)
             for queued in (local, sub.buffer):
                 if queued and (bound is None or queued[0].after < bound):
@@ -217,7 +238,8 @@ def _set_all(events: list[asyncio.Event]) -> None:
         event.set()
 
 
-ReadFn = Callable[[str, int, int, int | None], Awaitable[ReadPage]]
+ReadFn = Callable[[str, int, int, int | None], Awaitable[tuple[ReadPage, int]]]
+"""Reads a page (path, after, limit, upto) and says how many bytes of stored JSON it holds."""
 
 
 class Follow:
@@ -249,6 +271,7 @@ class Follow:
         self._catching_up = True
         self._done = False
         self._event = asyncio.Event()
+        self._size = 0
         try:
             request_init(path)
         except BaseException:
@@ -257,6 +280,25 @@ class Follow:
 
     def __aiter__(self) -> Follow:
         return self
+
+    @property
+    def last_size(self) -> int:
+        """The stored JSON (payload and metadata) of the events the latest yield came from.
+
+        What holding them costs, for a consumer that queues what it is given
+        and must bound that by bytes.
+        """
+        return self._size
+
+    @property
+    def overflows(self) -> int:
+        """Times this follower fell so far behind that its buffer was dropped for a re-read.
+
+        Durable events are re-read from the log, so none is lost; ephemerals in
+        the dropped pushes are. A consumer that must not miss one (a client
+        relaying ephemerals) ends its stream when this moves and resumes.
+        """
+        return self._sub.overflows
 
     async def __anext__(self) -> tuple[list[StreamEvent], ScannedRange]:
         while True:
@@ -289,7 +331,7 @@ class Follow:
         self._unregister()
 
     async def _catch_up(self, bound: int | None) -> tuple[list[StreamEvent], ScannedRange] | None:
-        page = await self._read(self._path, self._position, PAGE_LIMIT, None)
+        page, self._size = await self._read(self._path, self._position, PAGE_LIMIT, None)
         events = list(page.events)
         through = page.scanned_through_offset
         done = page.at_head
@@ -312,9 +354,10 @@ class Follow:
             return None
         if push.after > self._position:
             # Gap repair: what lies between here and the push's start comes from the log.
-            page = await self._read(self._path, self._position, PAGE_LIMIT, push.after)
+            page, self._size = await self._read(self._path, self._position, PAGE_LIMIT, push.after)
             return self._advance(list(page.events), page.scanned_through_offset)
         self._pushes.popleft()
+        self._size = push.size
         if push.after == self._position:
             events = list(push.events)
         else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,12 +22,14 @@ from typing import Any
 from streamkit.events import ReadPage, StreamEvent
 
 __all__ = [
+    "MAX_PAGE_BYTES",
     "decode_json",
     "decode_rows",
     "durable_head",
     "loads_many",
     "make_event",
     "read_page",
+    "read_page_sized",
     "select_key",
     "stream_paths",
 ]
@@ -193,28 +196,95 @@ def decode_rows(path: str, rows: Sequence[_Row]) -> list[StreamEvent]:
     ]
 
 
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+"""The stored JSON a read page holds at most (one event always fits, whatever its size)."""
+
+# Rows fetched at a time, first and at most: a page of large events never holds
+# many rows past its cut in memory, and one of small events takes few calls.
+_FIRST_FETCH = 16
+_MAX_FETCH = 512
+_payload = operator.itemgetter(2)
+_metadata = operator.itemgetter(3)
+
+
 def read_page(
-    conn: sqlite3.Connection, path: str, after: int, limit: int, upto: int | None = None
+    conn: sqlite3.Connection,
+    path: str,
+    after: int,
+    limit: int,
+    upto: int | None = None,
+    max_bytes: int = MAX_PAGE_BYTES,
 ) -> ReadPage:
     """Durable events of ``path`` in ``(after, upto]`` (``upto=None``: no bound), at most ``limit``.
 
-    One extra row is fetched to learn whether a full page ends at the head, so a
-    read costs one query. With ``upto`` the short-page proof is ``upto`` itself:
-    the caller already knows nothing durable lies between the head and ``upto``.
+    A page also stops before the event that would take its stored payload
+    and metadata JSON past ``max_bytes``; its first event is always
+    in it. A page cut short, by ``limit`` or by bytes, proves through its last
+    event with ``at_head`` False. One extra row is fetched to learn whether a
+    full page ends at the head, so a read costs one query. With ``upto`` the
+    short-page proof is ``upto`` itself: the caller already knows nothing
+    durable lies between the head and ``upto``.
     """
-    rows: list[Any]
+    return read_page_sized(conn, path, after, limit, upto, max_bytes)[0]
+
+
+def read_page_sized(
+    conn: sqlite3.Connection,
+    path: str,
+    after: int,
+    limit: int,
+    upto: int | None = None,
+    max_bytes: int = MAX_PAGE_BYTES,
+) -> tuple[ReadPage, int]:
+    """:func:`read_page` and the bytes of stored JSON its events hold."""
     if upto is None:
-        rows = conn.execute(_PAGE, (path, after, limit + 1)).fetchall()
+        cursor = conn.execute(_PAGE, (path, after, limit + 1))
     else:
-        rows = conn.execute(_PAGE_BOUNDED, (path, after, upto, limit + 1)).fetchall()
+        cursor = conn.execute(_PAGE_BOUNDED, (path, after, upto, limit + 1))
+    rows: list[Any] = []
+    size = 0
+    full = False
+    fetch = _FIRST_FETCH
+    largest = 0
+    wanted = limit + 1
+    try:
+        while len(rows) < wanted:
+            chunk = cursor.fetchmany(min(fetch, wanted - len(rows)))
+            if not chunk:
+                break
+            # Counted at C speed (the JSON texts' lengths); the source, small by
+            # nature, is left out of the count.
+            payloads = list(map(len, map(_payload, chunk)))
+            chunk_size = sum(payloads) + sum(map(len, map(_metadata, chunk)))
+            if size + chunk_size <= max_bytes:
+                rows.extend(chunk)
+                size += chunk_size
+                # As many rows next as the budget left holds at the largest payload
+                # seen: many when events are small, one or two when they are huge.
+                largest = max(largest, max(payloads))
+                fetch = max(1, min(_MAX_FETCH, (max_bytes - size) // (largest + 1)))
+                continue
+            for row in chunk:  # the page ends inside this chunk: find the cut
+                row_size = len(row[2]) + len(row[3])
+                if rows and size + row_size > max_bytes:
+                    full = True
+                    break
+                rows.append(row)
+                size += row_size
+            if full:
+                break
+    finally:
+        cursor.close()
     if len(rows) > limit:
         del rows[limit:]
-        return ReadPage(decode_rows(path, rows), rows[-1][0], False)
+        full = True
+    if full:
+        return ReadPage(decode_rows(path, rows), rows[-1][0], False), size
     # Nothing lies past the last row (within ``upto``): the proof reaches the head, or ``upto``.
     through = max(after, rows[-1][0]) if rows else after
     if upto is not None:
         through = max(through, upto)
-    return ReadPage(decode_rows(path, rows), through, True)
+    return ReadPage(decode_rows(path, rows), through, True), size
 
 
 def durable_head(conn: sqlite3.Connection, path: str) -> int:

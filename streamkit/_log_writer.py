@@ -74,7 +74,7 @@ from streamkit._log_read import (
     durable_head,
     loads_many,
     make_event,
-    read_page,
+    read_page_sized,
     select_key,
 )
 from streamkit._log_schema import is_busy, storage_error
@@ -409,7 +409,7 @@ class Writer:
                 )
             ]
             if inflight:
-                self._push_own({path: committed})
+                self._push_own({path: committed}, {path: _json_bytes((event,))})
             return committed
         finally:
             if self._wakes:  # followers of other processes' rows, or of this one
@@ -611,9 +611,9 @@ class Writer:
                 del self._fed[path]
         pushes: list[tuple[str, Push]] = []
         for path, fed in self._fed.items():
-            page = read_page(self._conn, path, fed, FOREIGN_PAGE)
+            page, size = read_page_sized(self._conn, path, fed, FOREIGN_PAGE)
             if page.events:
-                pushes.append((path, Push(fed, page.scanned_through_offset, page.events)))
+                pushes.append((path, Push(fed, page.scanned_through_offset, page.events, size)))
                 self._fed[path] = page.scanned_through_offset
             if not page.at_head:
                 self._data_version = None  # more rows wait: read on at the next look
@@ -691,6 +691,7 @@ class Writer:
         self._settle.extend(calls)
         following = self._feed.has_subscribers()
         pushes: dict[str, list[StreamEvent]] = {}
+        sizes: dict[str, int] = {}
         for call in calls:
             if isinstance(call.error, StreamkitError) and not isinstance(call.error, StorageError):
                 self.refused += 1
@@ -701,14 +702,16 @@ class Writer:
             self.ephemeral_reservations += call.reserved
             if following and call.fresh:
                 pushes.setdefault(call.path, []).extend(call.fresh)
+                sizes[call.path] = sizes.get(call.path, 0) + _json_bytes(call.events)
         if pushes:
-            self._push_own(pushes)
+            self._push_own(pushes, sizes)
 
-    def _push_own(self, pushes: dict[str, list[StreamEvent]]) -> None:
+    def _push_own(self, pushes: dict[str, list[StreamEvent]], sizes: dict[str, int]) -> None:
         """Publish a group's new events: one push per path, from the path's head before the group."""
         published: list[tuple[str, Push]] = []
         for path, events in pushes.items():
-            published.append((path, Push(self._group_before[path], events[-1].offset, events)))
+            before = self._group_before[path]
+            published.append((path, Push(before, events[-1].offset, events, sizes.get(path, 0))))
             fed = self._fed.get(path)
             durable = [event.offset for event in events if not event.ephemeral]
             if fed is not None and durable:
@@ -1107,6 +1110,11 @@ class Writer:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
             # Keeping the block only costs a hole in the offsets; nothing is lost.
+
+
+def _json_bytes(events: Sequence[PreparedEvent]) -> int:
+    """The payload and metadata JSON of prepared events: what a push costs a follower to hold."""
+    return sum(len(e.payload_json) + len(e.metadata_json) for e in events)
 
 
 def _next_plain(state: _PathState) -> int:

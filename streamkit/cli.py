@@ -39,7 +39,7 @@ from typing import Any, TextIO
 from streamkit._cli_tasks import add_dlq, add_tasks
 from streamkit.config import add_host_arguments, config_from_namespace
 from streamkit.control import ControlClient, host_socket, request_sync
-from streamkit.errors import ControlUnavailable, StreamkitError
+from streamkit.errors import ControlUnavailable, SlowConsumer, StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.log import Log, open_log
@@ -324,20 +324,30 @@ def _read_follow_through(socket: str, args: argparse.Namespace, out: TextIO) -> 
 
     async def run() -> None:
         printed = 0
-        watch = ControlClient(socket).watch(
-            "follow", path=args.path, after=args.after, db=_served(args)
-        )
-        try:
-            async for data in watch:
-                if data.get("type") == LIVE_STATE_CHANGED:
-                    continue  # one per processor per batch: `streamkit watch` shows them
-                _emit(StreamEvent(**data), args, out)
-                if not data.get("ephemeral"):
-                    printed += 1
-                if args.limit is not None and printed >= args.limit:
-                    return
-        finally:
-            await watch.aclose()
+        after = args.after
+        while True:
+            watch = ControlClient(socket).watch(
+                "follow", path=args.path, after=after, db=_served(args)
+            )
+            try:
+                async for data in watch:
+                    if not data.get("ephemeral"):
+                        after = max(after, int(data["offset"]))
+                    if data.get("type") == LIVE_STATE_CHANGED:
+                        continue  # one per processor per batch: `streamkit watch` shows them
+                    _emit(StreamEvent(**data), args, out)
+                    if not data.get("ephemeral"):
+                        printed += 1
+                    if args.limit is not None and printed >= args.limit:
+                        return
+                return
+            except SlowConsumer as exc:
+                # Fell too far behind the host: resume from the last durable event
+                # printed (the ephemerals meanwhile are gone, and we say so).
+                after = int(exc.details.get("resume_after", after))
+                sys.stderr.write(f"note: {exc.message}\n")
+            finally:
+                await watch.aclose()
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())

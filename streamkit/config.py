@@ -26,6 +26,9 @@ paths are resolved against the directory holding the file)::
     max_delay = 30                 # the backoff doubles up to this many seconds
     stall_after = 10               # consecutive failures before the processor counts as stalled
 
+    [limits]
+    subscriber_bytes = 4194304     # unread data one watcher or follower may queue (4 MiB)
+
     [[processors]]
     class = "myapp.board:Board"    # "module:Class", a StreamProcessor subclass
     path = "/orders"               # the stream path it runs on (default "/")
@@ -84,6 +87,7 @@ __all__ = [
     "MAX_SOCKET_PATH_BYTES",
     "HostConfig",
     "LeaseSettings",
+    "LimitSettings",
     "ProcessorSpec",
     "ResolvedProcessor",
     "RetrySettings",
@@ -211,6 +215,13 @@ class ProcessorSpec(_Section):
         return self.name or self.class_path
 
 
+class LimitSettings(_Section):
+    """What the host holds for each client at most (bytes)."""
+
+    subscriber_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024, le=1024**3)
+    """Unread data one watcher or follower may have queued before the slow-reader policy acts."""
+
+
 class HostConfig(_Section):
     """Everything ``streamkit host`` needs, validated; see the module docstring for the file."""
 
@@ -218,6 +229,7 @@ class HostConfig(_Section):
     processors: tuple[ProcessorSpec, ...] = ()
     lease: LeaseSettings = Field(default_factory=LeaseSettings)
     retry: RetrySettings = Field(default_factory=RetrySettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
     shutdown_grace: float = Field(default=10.0, ge=0, allow_inf_nan=False)
     log_format: Literal["auto", "json", "console"] = "auto"
     synchronous: Literal["FULL", "NORMAL"] = "FULL"

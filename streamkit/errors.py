@@ -34,6 +34,7 @@ __all__ = [
     "ProcessorTimeout",
     "RemoteError",
     "RequestTooLarge",
+    "SlowConsumer",
     "StateNotSerializable",
     "StorageBusy",
     "StorageError",
@@ -177,6 +178,13 @@ class ControlSocketInUse(StreamkitError, OSError):
     """A control socket could not be created: a live server or a non-socket file holds the path."""
 
     code = "CONTROL_SOCKET_IN_USE"
+
+
+class SlowConsumer(StreamkitError, RuntimeError):
+    """A stream's reader fell further behind than its byte budget; resume from ``resume_after``."""
+
+    code = "SLOW_CONSUMER"
+    default_retryable = True
 
 
 class UntrustedSocket(StreamkitError, PermissionError):

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import secrets
 import signal
@@ -69,6 +70,7 @@ from streamkit._host_skips import (
 )
 from streamkit._host_status import durable_status
 from streamkit._host_storage import ensure_host_tables
+from streamkit._log_follow import Follow
 from streamkit._log_schema import MEMORY
 from streamkit.config import HostConfig, resolve_processors
 from streamkit.control import ControlServer
@@ -84,37 +86,54 @@ __all__ = ["ProcessorHost", "Subscription"]
 
 _log = structlog.get_logger("streamkit.host")
 
-SUBSCRIBER_BUFFER = 10_000
-"""Commits a watcher may fall behind by before it is told to re-seed."""
-
 
 class Subscription:
-    """A bounded mailbox of one path's commits for a watcher (see :meth:`ProcessorHost.subscribe`).
+    """A watcher's mailbox: one processor's live-state deltas, bounded by bytes.
 
-    On overflow the buffered commits are dropped and :attr:`overflowed` is set:
-    the watcher must re-seed from a snapshot.
+    Only the deltas of the watched key are kept (everything else a commit
+    carries is dropped as it arrives), each counted by the size of its patch.
+    A watcher that falls more than ``max_bytes`` behind has its mailbox
+    emptied and :attr:`overflowed` set: it must re-seed from a snapshot.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, key: str, max_bytes: int) -> None:
         self.path = path
-        self._items: list[tuple[Sequence[StreamEvent], ScannedRange]] = []
+        self.key = key
+        self.max_bytes = max_bytes
+        self._deltas: list[dict[str, Any]] = []
+        self._bytes = 0
         self._event = asyncio.Event()
         self.overflowed = False
 
-    def offer(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
-        if len(self._items) >= SUBSCRIBER_BUFFER:
-            self._items.clear()
-            self.overflowed = True
-        self._items.append((events, scanned))
-        self._event.set()
+    @property
+    def buffered_bytes(self) -> int:
+        """The patch bytes waiting to be taken."""
+        return self._bytes
 
-    async def get(self) -> list[tuple[Sequence[StreamEvent], ScannedRange]]:
-        """Wait for commits and take all buffered ones."""
-        while not self._items and not self.overflowed:
+    def offer(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
+        for event in events:
+            delta = _delta_of(event, self.key)
+            if delta is None:
+                continue
+            patch = delta["patch"]
+            size = 64 if patch is None else len(json.dumps(patch, separators=(",", ":")))
+            if self._deltas and self._bytes + size > self.max_bytes:
+                # A slow watcher: its chain breaks by design; it re-seeds.
+                self._deltas.clear()
+                self._bytes = 0
+                self.overflowed = True
+            self._deltas.append(delta)
+            self._bytes += size
+            self._event.set()
+
+    async def get(self) -> list[dict[str, Any]]:
+        """Wait for deltas (or an overflow) and take all buffered ones."""
+        while not self._deltas and not self.overflowed:
             self._event.clear()
             await self._event.wait()
-        items, self._items = self._items, []
-        return items
+        deltas, self._deltas = self._deltas, []
+        self._bytes = 0
+        return deltas
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +216,12 @@ class ProcessorHost:
         if self._serve_control and not config.shared_socket_dir:
             # Before the log is opened: a refused start creates nothing.
             check_private_directory(config.socket_path.parent)
-        log = open_log(config.db, synchronous=config.synchronous, clock=self.clock)
+        log = open_log(
+            config.db,
+            synchronous=config.synchronous,
+            clock=self.clock,
+            follower_bytes=config.limits.subscriber_bytes,
+        )
         self.log = log
         try:
             await log.write_transaction(_create_tables)
@@ -444,7 +468,7 @@ class ProcessorHost:
         self,
         path: str,
         position: int,
-        follower: AsyncIterator[tuple[list[StreamEvent], ScannedRange]],
+        follower: Follow,
     ) -> None:
         log = self._require_log()
         runners = [r for r in self.runners if r.path == path]
@@ -455,8 +479,9 @@ class ProcessorHost:
                     for event in events:
                         if event.type == SKIP_EVENT and not event.ephemeral:
                             await self._apply_skip_event(runners, event)
+                    size = follower.last_size
                     for runner in runners:
-                        runner.push(events, scanned)
+                        runner.push(events, scanned, size)
                     for subscriber in self._subscribers.get(path, ()):
                         subscriber.offer(events, scanned)
                 return  # the log closed
@@ -499,9 +524,12 @@ class ProcessorHost:
                     recorded_at=event.offset,
                 )
 
-    def subscribe(self, path: str) -> Subscription:
-        """A mailbox of every commit of ``path`` from now on (close with :meth:`unsubscribe`)."""
-        subscription = Subscription(path)
+    def subscribe(self, path: str, key: str) -> Subscription:
+        """A mailbox of ``key``'s live-state deltas on ``path`` from now on (see :class:`Subscription`).
+
+        Close it with :meth:`unsubscribe`.
+        """
+        subscription = Subscription(path, key, self.config.limits.subscriber_bytes)
         self._subscribers.setdefault(path, set()).add(subscription)
         return subscription
 
@@ -565,28 +593,26 @@ class ProcessorHost:
         that fell behind) yields a fresh seed.
         """
         runner = self.runner(slug, path)
-        subscription = self.subscribe(runner.path)
+        subscription = self.subscribe(runner.path, slug)
         try:
             rev, state = await self.live_snapshot(slug, runner.path)
             yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
             while True:
-                batch = await subscription.get()
+                deltas = await subscription.get()
                 if subscription.overflowed:
                     subscription.overflowed = False
                     rev, state = await self.live_snapshot(slug, runner.path)
                     yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
                     continue
-                for events, _ in batch:
-                    for event in events:
-                        delta = _delta_of(event, slug)
-                        if delta is None or delta["to"] <= rev:
-                            continue
-                        if delta["from"] != rev or delta["patch"] is None:
-                            rev, state = await self.live_snapshot(slug, runner.path)
-                            yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
-                            continue
-                        rev = delta["to"]
-                        yield {"kind": "delta", **delta}
+                for delta in deltas:
+                    if delta["to"] <= rev:
+                        continue
+                    if delta["from"] != rev or delta["patch"] is None:
+                        rev, state = await self.live_snapshot(slug, runner.path)
+                        yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
+                        continue
+                    rev = delta["to"]
+                    yield {"kind": "delta", **delta}
         finally:
             self.unsubscribe(subscription)
 

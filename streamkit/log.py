@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
-from streamkit._log_follow import Feed, Follow, wake
+from streamkit._log_follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
 from streamkit._log_jobs import (
     AppendCall,
     ClaimCall,
@@ -46,7 +46,7 @@ from streamkit._log_jobs import (
     Seal,
     TransactionJob,
 )
-from streamkit._log_read import durable_head, read_page, stream_paths
+from streamkit._log_read import durable_head, read_page, read_page_sized, stream_paths
 from streamkit._log_schema import MEMORY, connect_reader, connect_writer, storage_error
 from streamkit._log_wal_guard import WalIdentity
 from streamkit._log_writer import Writer
@@ -91,6 +91,7 @@ def open_log(
     clock: Clock = time.time,
     busy_timeout: float = 5.0,
     inline_commits: bool = True,
+    follower_bytes: int = MAX_BUFFERED_BYTES,
 ) -> Log:
     """Open (or create) the log at ``path``; ``":memory:"`` gives a private in-memory log.
 
@@ -104,6 +105,10 @@ def open_log(
     skipping the hand-off to the writer thread and back. It never waits for another process's write lock (the
     writer thread takes the group then). Pass False to keep every commit, and
     its fsync, off the event loop.
+
+    ``follower_bytes``: how much of the events' stored JSON one follower
+    (``Stream.follow``) may leave unread before its buffer is dropped and it
+    re-reads the log (its missed ephemerals are then gone).
     """
     return Log(
         path,
@@ -111,6 +116,7 @@ def open_log(
         clock=clock,
         busy_timeout=busy_timeout,
         inline_commits=inline_commits,
+        follower_bytes=follower_bytes,
     )
 
 
@@ -158,8 +164,10 @@ class Log:
         clock: Clock = time.time,
         busy_timeout: float = 5.0,
         inline_commits: bool = True,
+        follower_bytes: int = MAX_BUFFERED_BYTES,
     ) -> None:
         self._inline_commits = inline_commits
+        _check_int("follower_bytes", follower_bytes, 1)
         self._pending: list[AppendCall] = []
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidRequest(
@@ -192,7 +200,7 @@ class Log:
         # get SQLITE_LOCKED during every write), so there reads go through the writer.
         self._reader = reader
         self._reader_lock = threading.Lock()
-        self._feed = Feed()
+        self._feed = Feed(follower_bytes)
         self._writer = Writer(
             conn,
             token=secrets.token_hex(8),
@@ -352,6 +360,18 @@ class Log:
             except sqlite3.Error as exc:
                 raise storage_error(exc, "reading the log") from exc
 
+    async def _read_sized(
+        self, path: str, after: int, limit: int, upto: int | None
+    ) -> tuple[ReadPage, int]:
+        self._check_open()
+        if self._reader is None:
+            return await self.query(lambda conn: read_page_sized(conn, path, after, limit, upto))
+        with self._reader_lock:
+            try:
+                return read_page_sized(self._reader, path, after, limit, upto)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, f"reading {path!r}") from exc
+
     async def _read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
         self._check_open()
         if self._reader is None:
@@ -454,7 +474,7 @@ class Log:
             self._feed,
             path,
             after_offset,
-            self._read,
+            self._read_sized,
             lambda followed: self._writer.submit(FollowJob(followed)),
         )
 

@@ -180,3 +180,79 @@ async def test_socket_append_refuses_the_reserved_namespace(
     assert "reserved" in caught.value.message
     page = await client.request("read", path="/")
     assert page["events"] == []
+
+
+async def test_a_follower_over_its_byte_budget_is_told_where_to_resume(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """A follow client that stops reading gets SLOW_CONSUMER with resume_after; resuming loses nothing."""
+    config = HostConfig.model_validate(
+        {
+            "db": str(tmp_path / "s.db"),
+            "socket": str(short_dir / "s.sock"),
+            "limits": {"subscriber_bytes": 64 * 1024},
+        }
+    )
+    async with ProcessorHost(config, processors=[Tally()]) as running:
+        # A plain socket the event loop does not read for us: it really stops reading.
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.connect(str(config.socket_path))
+        raw.sendall(b'{"id": 7, "op": "follow", "path": "/", "after": 0}\n')
+        await asyncio.sleep(0.2)  # the follow is registered and waiting
+        blob = "y" * 10_000
+        for n in range(300):  # 3 MB the client does not read meanwhile
+            await running.append("/", [{"type": "item", "payload": {"n": n, "blob": blob}}])
+            await asyncio.sleep(0)  # the host's pump runs until the socket is full
+        reader, writer = await asyncio.open_unix_connection(sock=raw, limit=2**24)
+        received: list[int] = []
+        error: dict[str, Any] | None = None
+        while error is None:
+            line = json.loads(await asyncio.wait_for(reader.readline(), 10))
+            if "event" in line:
+                if not line["event"].get("ephemeral"):
+                    received.append(line["event"]["offset"])
+            elif not line["ok"]:
+                error = line["error"]
+        writer.close()
+        assert error["code"] == "SLOW_CONSUMER"
+        assert error["retryable"] is True
+        resume_after = error["details"]["resume_after"]
+        assert resume_after == (received[-1] if received else 0)
+        # Resuming from there yields every later durable event: nothing durable was lost.
+        async with ControlClient(config.socket_path, timeout=10) as client:
+            stream = client.watch("follow", path="/", after=resume_after)
+            rest: list[int] = []
+            async for item in stream:
+                if not item.get("ephemeral") and item["type"] == "item":
+                    rest.append(item["offset"])
+                if len(received) + len(rest) >= 300:
+                    break
+            await stream.aclose()  # type: ignore[attr-defined]
+        offsets = [o for o in received if o] + rest
+        assert len(offsets) == 300
+        assert offsets == sorted(set(offsets))
+
+
+def test_a_watcher_over_its_byte_budget_is_re_seeded() -> None:
+    """A watcher's mailbox keeps only its key's deltas, and past its budget it is told to re-seed."""
+    from streamkit import LIVE_STATE_CHANGED, StreamEvent
+    from streamkit.events import ScannedRange
+    from streamkit.host import Subscription
+
+    def delta(key: str, rev: int, size: int) -> StreamEvent:
+        patch = [{"op": "replace", "path": "/x", "value": "z" * size}]
+        payload = {"key": key, "from": rev, "to": rev + 1, "patch": patch}
+        return StreamEvent(
+            path="/", offset=rev, type=LIVE_STATE_CHANGED, payload=payload, ephemeral=True
+        )
+
+    mailbox = Subscription("/", "tally", max_bytes=1000)
+    other = StreamEvent(path="/", offset=1, type="item", payload={"blob": "q" * 10_000})
+    mailbox.offer([other, delta("pinged", 1, 10_000)], ScannedRange(0, 1))
+    assert mailbox.buffered_bytes == 0  # not this watcher's: never held
+    mailbox.offer([delta("tally", 1, 400)], ScannedRange(1, 2))
+    assert not mailbox.overflowed
+    mailbox.offer([delta("tally", 2, 700)], ScannedRange(2, 3))
+    assert mailbox.overflowed
+    assert mailbox.buffered_bytes < 1000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 import time
@@ -1185,3 +1186,59 @@ async def test_created_at_never_goes_backwards_across_processes_clocks(log_file:
         (second,) = await behind.stream("/").append(order(2))
         (third,) = await behind.stream("/").append(order(3))
     assert first.created_at <= second.created_at <= third.created_at
+
+
+# -- pages bounded by bytes -------------------------------------------------------------------
+
+
+async def test_a_page_of_large_events_is_cut_by_bytes_with_an_exact_proof(log_file: Path) -> None:
+    """Ten 900 KB events, limit 10: pages stop at 4 MiB, prove through their last event, not at head."""
+    big = "x" * 900_000
+    async with open_log(log_file) as log:
+        stream = log.stream("/")
+        for n in range(10):
+            await stream.append({"type": "blob", "payload": {"n": n, "data": big}})
+        pages = []
+        after = 0
+        while True:
+            page = await stream.read(after, 10)
+            pages.append(page)
+            after = page.scanned_through_offset
+            if page.at_head:
+                break
+    assert [len(page.events) for page in pages] == [4, 4, 2]
+    for page in pages[:-1]:
+        assert page.scanned_through_offset == page.events[-1].offset
+        assert not page.at_head
+    assert [e.payload["n"] for page in pages for e in page.events] == list(range(10))
+    assert pages[-1].at_head
+
+
+def test_a_page_always_holds_its_first_event_and_cuts_before_the_budget() -> None:
+    """Whatever the budget, a page holds at least one event; it never holds one past the budget."""
+    from streamkit._log_read import read_page
+
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(
+            'CREATE TABLE streamkit_events (path TEXT, "offset" INTEGER, type TEXT, payload TEXT,'
+            " metadata TEXT, source TEXT, idempotency_key TEXT, created_at TEXT)"
+        )
+        for offset, size in enumerate([50, 10, 10, 10, 40, 10], start=1):
+            conn.execute(
+                "INSERT INTO streamkit_events VALUES ('/', ?, 't', ?, '{}', NULL, NULL, 'now')",
+                (offset, json.dumps({"d": "y" * size})),
+            )
+        first = read_page(conn, "/", 0, 100, max_bytes=5)
+        assert ([e.offset for e in first.events], first.scanned_through_offset, first.at_head) == (
+            [1],
+            1,
+            False,
+        )
+        middle = read_page(conn, "/", 1, 100, max_bytes=70)
+        assert [e.offset for e in middle.events] == [2, 3, 4]
+        assert (middle.scanned_through_offset, middle.at_head) == (4, False)
+        rest = read_page(conn, "/", 4, 100, max_bytes=10_000)
+        assert ([e.offset for e in rest.events], rest.at_head) == ([5, 6], True)
+    finally:
+        conn.close()
