@@ -154,15 +154,24 @@ class LeaseKeeper:
         # The busy timeout stays well inside the ttl, so one stuck renewal cannot
         # outlast the lease it is meant to keep.
         timeout = min(5.0, self._interval)
-        conn = sqlite3.connect(self._db, isolation_level=None, timeout=timeout)
+        conn: sqlite3.Connection | None = None
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             while not self._stop.wait(self._interval):
-                self.renew_all(conn)
-        except Exception as exc:  # the thread must never die silently
-            _log.error("lease.keeper_failed", error=repr(exc))
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(self._db, isolation_level=None, timeout=timeout)
+                        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+                    self.renew_all(conn)
+                except Exception as exc:
+                    # Never die: without renewals every lease lapses. Reconnect next beat.
+                    _log.error("lease.keeper_failed", error=repr(exc))
+                    if conn is not None:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.close()
+                        conn = None
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
 
     def renew_all(self, conn: sqlite3.Connection) -> None:
         """Renew each held lease once, in its own transaction (the thread's one job)."""
