@@ -230,6 +230,11 @@ def _dump_object(index: int, field_name: str, value: object) -> str:
         raise _refuse(index, field_name, f"is not JSON serializable ({exc})") from exc
     except RecursionError as exc:
         raise _too_deep(index, field_name) from exc
+    # The text is ASCII with every other character escaped, so a string that cannot
+    # be UTF-8 (a lone surrogate, as cutting an emoji in half makes) shows as "\ud..."
+    # here; so does a valid pair, which the exact check below lets through.
+    if "\\ud" in text:
+        _refuse_lone_surrogates(index, field_name, text)
     # Too deep? Every level opens and closes a bracket, so a text shorter than twice
     # the limit cannot be. Counting brackets (in C) over-counts, never under-counts,
     # the depth: only a text with that many brackets needs the walk.
@@ -240,6 +245,35 @@ def _dump_object(index: int, field_name: str, value: object) -> str:
     ):
         raise _too_deep(index, field_name)
     return text
+
+
+def _refuse_lone_surrogates(index: int, field_name: str, text: str) -> None:
+    """Refuse ``text`` if a string in it (a key or a value) cannot be encoded as UTF-8."""
+    try:
+        json.dumps(json.loads(text), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _unencodable(index, field_name, exc) from None
+
+
+def _unencodable(index: int, field_name: str, exc: UnicodeEncodeError) -> InvalidEvent:
+    bad = exc.object[exc.start : exc.end]
+    return _refuse(
+        index,
+        field_name,
+        f"holds a string that cannot be encoded as UTF-8 (a lone surrogate, "
+        f"{bad.encode('unicode_escape').decode('ascii')}, as cutting an emoji in half "
+        "makes), which no reader could decode",
+        value=bad.encode("unicode_escape").decode("ascii"),
+    )
+
+
+def _check_text(index: int, field_name: str, text: str) -> None:
+    """Refuse a plain string field (type, idempotency key) that cannot be encoded as UTF-8."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _unencodable(index, field_name, exc) from None
 
 
 def _nesting(value: Mapping[str, Any] | list[Any] | tuple[Any, ...]) -> int:
@@ -319,6 +353,7 @@ def prepare_event(
 
     if not isinstance(etype, str) or not etype or etype.isspace():
         raise _refuse(index, "type", "must be a non-empty string", value=repr(etype))
+    _check_text(index, "type", etype)
     if len(etype) > MAX_TYPE_LENGTH:
         raise _refuse(
             index, "type", f"is {len(etype)} characters, over the limit of {MAX_TYPE_LENGTH}"
@@ -333,6 +368,8 @@ def prepare_event(
             f"must be a non-empty string of at most {_MAX_KEY_LENGTH} characters",
             value=repr(key)[:80],
         )
+    if isinstance(key, str):
+        _check_text(index, "idempotency_key", key)
     if offset is not None and (
         isinstance(offset, bool) or not isinstance(offset, int) or offset < 1
     ):

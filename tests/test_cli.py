@@ -186,3 +186,13 @@ def test_append_refuses_the_reserved_namespace(
     assert "reserved 'streamkit.' namespace" in err
     assert "nothing was appended" in err
     assert run("read", "--db", db) == (0, "")
+
+
+def test_append_refuses_a_lone_surrogate_in_the_payload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--payload '{"v": "\\ud800"}' (valid JSON, not valid UTF-8) is refused; nothing is written."""
+    db = str(tmp_path / "a.db")
+    assert run("append", "--db", db, "t", "--payload", '{"v": "\\ud800"}') == (1, "")
+    assert "cannot be encoded as UTF-8" in capsys.readouterr().err
+    assert run("read", "--db", db) == (0, "")

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from streamkit import InvalidEvent, InvalidRequest
+from streamkit import InvalidEvent, InvalidRequest, open_log
 from streamkit.events import (
     MAX_EVENT_BYTES,
     MAX_NESTING,
@@ -316,3 +316,47 @@ def test_read_page_and_scanned_range_shapes() -> None:
     assert (scanned.after, scanned.through) == (3, 7)
     page = ReadPage([], 7, True)
     assert (list(page.events), page.scanned_through_offset, page.at_head) == ([], 7, True)
+
+
+LONE = ["\ud800", "\udcff", "a\udbffb"]
+
+
+@pytest.mark.parametrize("lone", LONE)
+@pytest.mark.parametrize(
+    ("field", "build"),
+    [
+        ("type", lambda s: {"type": f"t{s}"}),
+        ("idempotency_key", lambda s: {"type": "t", "idempotency_key": f"k{s}"}),
+        ("payload", lambda s: {"type": "t", "payload": {"v": s}}),
+        ("payload", lambda s: {"type": "t", "payload": {s: 1}}),
+        ("payload", lambda s: {"type": "t", "payload": {"deep": [{"x": [s]}]}}),
+        ("metadata", lambda s: {"type": "t", "metadata": {"v": s}}),
+        ("metadata", lambda s: {"type": "t", "metadata": {s: "v"}}),
+        ("source", lambda s: {"type": "t", "source": {"v": s}}),
+    ],
+)
+def test_a_string_that_cannot_be_utf8_is_refused_naming_its_field(
+    lone: str, field: str, build: Any
+) -> None:
+    """A lone surrogate anywhere in an event is INVALID_EVENT naming the field, never encoded."""
+    with pytest.raises(InvalidEvent) as caught:
+        prepare_event(build(lone))
+    assert caught.value.code == "INVALID_EVENT"
+    assert f"field {field!r}" in caught.value.message
+    assert "cannot be encoded as UTF-8" in caught.value.message
+    assert "nothing was appended" in caught.value.message
+
+
+def test_emoji_and_escaped_backslashes_are_not_mistaken_for_lone_surrogates() -> None:
+    """A real astral character (a surrogate pair once escaped) and a literal "\\ud800" pass."""
+    prepared = prepare_event({"type": "t😀", "payload": {"e": "😀", "text": "\\ud800"}})
+    assert json.loads(prepared.payload_json) == {"e": "😀", "text": "\\ud800"}
+
+
+async def test_a_lone_surrogate_is_refused_by_append_and_nothing_is_written() -> None:
+    """Through the log's append: refused, and the log stays readable and empty."""
+    async with open_log(":memory:") as log:
+        with pytest.raises(InvalidEvent, match="cannot be encoded as UTF-8"):
+            await log.stream("/").append({"type": "t", "payload": {"half": "\ud83d"}})
+        page = await log.stream("/").read()
+        assert page.events == []

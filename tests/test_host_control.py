@@ -256,3 +256,21 @@ def test_a_watcher_over_its_byte_budget_is_re_seeded() -> None:
     mailbox.offer([delta("tally", 2, 700)], ScannedRange(2, 3))
     assert mailbox.overflowed
     assert mailbox.buffered_bytes < 1000
+
+
+async def test_a_lone_surrogate_through_the_socket_is_invalid_event_not_internal(
+    host: ProcessorHost, client: ControlClient
+) -> None:
+    """A JSON escape that decodes to a lone surrogate gets INVALID_EVENT; the host reads on."""
+    # As a JavaScript client sends it: plain ASCII JSON with the escape in it.
+    reader, writer = await asyncio.open_unix_connection(str(host.config.socket_path))
+    writer.write(
+        b'{"id": 1, "op": "append", "events": [{"type": "item", "payload": {"v": "\\ud800"}}]}\n'
+    )
+    reply = json.loads(await asyncio.wait_for(reader.readline(), 10))
+    writer.close()
+    assert reply["ok"] is False
+    assert reply["error"]["code"] == "INVALID_EVENT"
+    assert "cannot be encoded as UTF-8" in reply["error"]["message"]
+    page = await client.request("read", path="/")
+    assert page["events"] == []
