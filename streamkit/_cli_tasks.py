@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
+from streamkit._cli_args import positive_int, positive_seconds
 from streamkit.control import host_socket, request_sync
 from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent, format_timestamp
@@ -312,7 +313,9 @@ def add_dlq(sub: Sub) -> None:
     )
     q.add_argument("--origin", help="only records from this origin (e.g. tasks)")
     q.add_argument("--operation", help="only records of this operation (e.g. a task name)")
-    q.add_argument("--limit", type=int, default=None, help="print at most this many records")
+    q.add_argument(
+        "--limit", type=positive_int, default=None, help="print at most this many records"
+    )
     _common(q, json_help="print one JSON record per line")
     q.set_defaults(handler=_dlq_list)
 
@@ -338,7 +341,9 @@ def add_dlq(sub: Sub) -> None:
     q.add_argument("--operation", help="replay the pending records of this operation")
     q.add_argument("--by", help="who asked (default: user@hostname)")
     q.add_argument("--wait", action="store_true", help="wait for the replay's report and print it")
-    q.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (default: 60)")
+    q.add_argument(
+        "--timeout", type=positive_seconds, default=60.0, help="seconds --wait waits (default: 60)"
+    )
     _common(q, json_help="print the request (and, with --wait, the report) as JSON")
     q.set_defaults(handler=_dlq_replay)
 

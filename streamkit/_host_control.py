@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from streamkit.control import NoArgs, Operation
 from streamkit.errors import InvalidRequest, SlowConsumer, UnknownOperation
+from streamkit.events import MAX_OFFSET
 
 if TYPE_CHECKING:
     from streamkit.host import ProcessorHost
@@ -44,13 +45,13 @@ class AppendArgs(HostArgs):
 
 class ReadArgs(HostArgs):
     path: str = "/"
-    after: int = Field(default=0, ge=0)
+    after: int = Field(default=0, ge=0, le=MAX_OFFSET)
     limit: int = Field(default=500, ge=1, le=10_000)
 
 
 class FollowArgs(HostArgs):
     path: str = "/"
-    after: int = Field(default=0, ge=0)
+    after: int = Field(default=0, ge=0, le=MAX_OFFSET)
 
 
 class SlugArgs(HostArgs):
@@ -59,7 +60,7 @@ class SlugArgs(HostArgs):
 
 
 class SkipArgs(SlugArgs):
-    offset: int = Field(ge=1)
+    offset: int = Field(ge=1, le=MAX_OFFSET)
     by: str = Field(min_length=1, max_length=256)
     reason: str = Field(default="", max_length=4096)
 

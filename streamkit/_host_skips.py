@@ -27,7 +27,8 @@ from typing import Any
 
 from streamkit.checkpoint import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.errors import InvalidRequest
-from streamkit.events import ReadPage, StreamEvent
+from streamkit.events import MAX_OFFSET, ReadPage, StreamEvent
+from streamkit.lease import LEASE_TABLE, read_lease
 from streamkit.log import Log
 
 __all__ = [
@@ -135,18 +136,58 @@ async def record_skip(
     """Skip the event at ``offset`` for processor ``slug`` on ``path``; return the skip event.
 
     Refused with :class:`~streamkit.errors.InvalidRequest` (nothing written)
-    when no durable event has that offset, or the processor's checkpoint is
-    already past it (there is nothing left to skip).
+    when the slug is empty or never ran on ``path`` here, no durable event has
+    that offset, the processor's checkpoint is already past it (there is
+    nothing left to skip), or it was skipped already with another ``by`` or
+    ``reason`` (the message says by whom and why). The same skip again
+    returns the event recorded the first time.
     """
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 1 <= offset <= MAX_OFFSET:
+        raise InvalidRequest(
+            f"the offset to skip must be an integer from 1 to {MAX_OFFSET} (2^63 - 1), got "
+            f"{offset!r}; nothing was written",
+            details={"path": path, "slug": slug, "offset": repr(offset)[:80]},
+        )
+    if not slug:
+        raise InvalidRequest(
+            "the processor slug to skip for is empty; name the processor (its contract slug, "
+            "as `streamkit status` lists it); nothing was written",
+            details={"path": path, "slug": slug, "offset": offset},
+        )
     stream = log.stream(path)
-    page = await stream.read(offset - 1, 1) if offset >= 1 else None
+    page = await stream.read(offset - 1, 1)
     if page is None or not page.events or page.events[0].offset != offset:
         raise InvalidRequest(
             f"there is no durable event at offset {offset} of {path!r} to skip for {slug!r}; "
             "nothing was written; `streamkit status` shows where the processor is stalled",
             details={"path": path, "slug": slug, "offset": offset},
         )
-    checkpoint = await log.query(lambda conn: _checkpoint_cursor(conn, slug))
+    earlier = await _existing_skip(log, path, slug, offset)
+    if earlier is not None:
+        previous = earlier.payload if isinstance(earlier.payload, dict) else {}
+        if previous.get("by") == by and previous.get("reason") == reason:
+            return earlier  # the same decision again: nothing new to record
+        raise InvalidRequest(
+            f"offset {offset} of {path!r} is already skipped for {slug!r}: by "
+            f"{previous.get('by')!r}, because {previous.get('reason')!r} (recorded at offset "
+            f"{earlier.offset}); a skip is recorded once, so nothing was written",
+            details={
+                "path": path,
+                "slug": slug,
+                "offset": offset,
+                "by": previous.get("by"),
+                "reason": previous.get("reason"),
+                "recorded_at": earlier.offset,
+            },
+        )
+    known, checkpoint = await log.query(lambda conn: _processor_facts(conn, path, slug))
+    if not known:
+        raise InvalidRequest(
+            f"no processor {slug!r} has run on {path!r} of this log (it has no checkpoint or "
+            "lease here), so there is nothing to skip for it; check the slug with `streamkit "
+            "status`; nothing was written",
+            details={"path": path, "slug": slug, "offset": offset},
+        )
     if checkpoint is not None and checkpoint >= offset:
         raise InvalidRequest(
             f"processor {slug!r} is already checkpointed through offset {checkpoint}, past "
@@ -169,15 +210,40 @@ async def record_skip(
     )
 
 
-def _checkpoint_cursor(conn: sqlite3.Connection, slug: str) -> int | None:
-    found = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-        (DEFAULT_CHECKPOINT_TABLE,),
-    ).fetchone()
-    if found is None:
+def _processor_facts(conn: sqlite3.Connection, path: str, slug: str) -> tuple[bool, int | None]:
+    """Whether ``slug`` ever ran on ``path`` (a checkpoint or a lease), and its cursor."""
+    tables = {
+        str(row[0])
+        for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    }
+    cursor = None
+    if DEFAULT_CHECKPOINT_TABLE in tables:
+        stored = ReduceCheckpointTable(conn, create_table=False).read(slug)
+        cursor = None if stored is None else stored.reduced_through_offset
+    leased = LEASE_TABLE in tables and read_lease(conn, path, slug) is not None
+    return cursor is not None or leased, cursor
+
+
+async def _existing_skip(log: Log, path: str, slug: str, offset: int) -> StreamEvent | None:
+    """The skip event already recorded for ``(path, slug, offset)``, if any."""
+
+    def read(conn: sqlite3.Connection) -> int | None:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)
+        ).fetchone()
+        if exists is None:
+            return None
+        row = conn.execute(
+            f'SELECT skip_event_offset FROM {SKIP_TABLE} WHERE path = ? AND slug = ? AND "offset" = ?',
+            (path, slug, offset),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    at = await log.query(read)
+    if at is None:
         return None
-    stored = ReduceCheckpointTable(conn, create_table=False).read(slug)
-    return None if stored is None else stored.reduced_through_offset
+    page = await log.stream(path).read(at - 1, 1)
+    return page.events[0] if page.events and page.events[0].offset == at else None
 
 
 def without_skipped(events: Sequence[StreamEvent], skipped: Iterable[int]) -> list[StreamEvent]:

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import getpass
 import json
-import math
 import os
 import platform
 import shlex
@@ -36,6 +35,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from streamkit import __version__
+from streamkit._cli_args import json_object, non_negative_int, positive_int, positive_seconds
 from streamkit._cli_tasks import add_dlq, add_tasks
 from streamkit.config import add_host_arguments, config_from_namespace
 from streamkit.control import ControlClient, host_socket, request_sync
@@ -51,54 +52,6 @@ Handler = Callable[[argparse.Namespace, TextIO], int]
 
 class CommandError(Exception):
     """A refusal of the command line itself (bad flag values, missing file)."""
-
-
-def _json_object(flag: str) -> Callable[[str], dict[str, Any]]:
-    def parse(text: str) -> dict[str, Any]:
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise argparse.ArgumentTypeError(f"{flag} is not valid JSON: {exc}") from exc
-        except RecursionError as exc:
-            raise argparse.ArgumentTypeError(
-                f"{flag} nests too deeply to parse (over Python's recursion limit)"
-            ) from exc
-        if not isinstance(value, dict):
-            raise argparse.ArgumentTypeError(
-                f"{flag} must be a JSON object, got {type(value).__name__}"
-            )
-        return value
-
-    return parse
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(
-            f"expected a finite number of seconds above 0, got {text!r}"
-        )
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
 
 
 def _existing_log(db: str) -> Log:
@@ -157,14 +110,12 @@ def _add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("type", help="the event type, e.g. task.requested")
     p.add_argument("--db", required=True, help="the SQLite log file")
     p.add_argument("--path", default="/", help="the stream path (default: /)")
-    p.add_argument("--payload", type=_json_object("--payload"), help="the payload, a JSON object")
-    p.add_argument(
-        "--metadata", type=_json_object("--metadata"), help="the metadata, a JSON object"
-    )
+    p.add_argument("--payload", type=json_object("--payload"), help="the payload, a JSON object")
+    p.add_argument("--metadata", type=json_object("--metadata"), help="the metadata, a JSON object")
     p.add_argument("--idempotency-key", help="retry-safe key: same key + same body appends once")
     p.add_argument(
         "--expect-offset",
-        type=_positive_int,
+        type=positive_int,
         help="refuse unless the event lands at exactly this offset (a stale-view guard)",
     )
     p.add_argument(
@@ -175,7 +126,7 @@ def _add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     _add_socket_flag(p)
     p.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=10.0,
         help="seconds to wait for a running host's reply (default 10)",
     )
@@ -265,11 +216,11 @@ def _add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
     p.add_argument("--path", default="/", help="the stream path (default: /)")
     p.add_argument(
-        "--after", type=_non_negative_int, default=0, help="start after this offset (default: 0)"
+        "--after", type=non_negative_int, default=0, help="start after this offset (default: 0)"
     )
     p.add_argument(
         "--limit",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="print at most this many events (default: all; with --follow, stop after N)",
     )
@@ -536,7 +487,7 @@ def _add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--db", required=True, help="the SQLite log file the host runs on")
     p.add_argument("--path", help="the stream path, if the host runs the slug on several")
     p.add_argument(
-        "--limit", type=_positive_int, default=None, help="stop after N lines (seeds and patches)"
+        "--limit", type=positive_int, default=None, help="stop after N lines (seeds and patches)"
     )
     _add_socket_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object per line")
@@ -588,7 +539,7 @@ def _add_skip(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("slug", help="the processor's contract slug")
     p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
-    p.add_argument("--offset", type=_positive_int, required=True, help="the event to skip")
+    p.add_argument("--offset", type=positive_int, required=True, help="the event to skip")
     p.add_argument("--path", help="the stream path (default: the host's; / without a host)")
     p.add_argument("--by", help="who decided (default: user@hostname)")
     p.add_argument("--reason", default="", help="why, for the record")
@@ -658,6 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="streamkit",
         description="streamkit: event-sourced stream processing over a durable SQLite log.",
     )
+    parser.add_argument("--version", action="version", version=f"streamkit {__version__}")
     sub: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=_Parser
     )
@@ -681,6 +633,15 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         code = f" [{exc.code}]" if isinstance(exc, StreamkitError) else ""
         sys.stderr.write(f"Error: {message}{code}\n")
         return 1
+    except BrokenPipeError:
+        # The reader went away (`streamkit read | head`): nothing is wrong, so no
+        # traceback; stdout is pointed at /dev/null so the interpreter's final
+        # flush cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -118,6 +118,18 @@ def _refusal(problem: str, fix: str, *, key: str | None = None) -> PydanticCusto
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic would read `ttl = true` as 1: a boolean is never a number here.
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and field.annotation is not bool:
+            raise _refusal(
+                f"{str(value).lower()} is a boolean, not a number",
+                "write a number (e.g. ttl = 10)",
+            )
+        return value
+
 
 class LeaseSettings(_Section):
     """How long a processor lease lasts and how often the host renews it (seconds)."""

@@ -26,6 +26,7 @@ from streamkit.errors import InvalidEvent, InvalidRequest
 
 __all__ = [
     "MAX_EVENT_BYTES",
+    "MAX_OFFSET",
     "MAX_TYPE_LENGTH",
     "RESERVED_PREFIX",
     "EventInput",
@@ -301,6 +302,9 @@ def _too_deep(index: int, field_name: str) -> InvalidEvent:
     )
 
 
+MAX_OFFSET = 2**63 - 1
+"""The largest offset there can be (SQLite's largest integer); arguments past it are refused."""
+
 RESERVED_PREFIX = "streamkit."
 """Durable types under this prefix are control events: only streamkit's own verbs write them."""
 
@@ -371,9 +375,14 @@ def prepare_event(
     if isinstance(key, str):
         _check_text(index, "idempotency_key", key)
     if offset is not None and (
-        isinstance(offset, bool) or not isinstance(offset, int) or offset < 1
+        isinstance(offset, bool) or not isinstance(offset, int) or not 1 <= offset <= MAX_OFFSET
     ):
-        raise _refuse(index, "offset", "must be a positive integer", value=repr(offset)[:80])
+        raise _refuse(
+            index,
+            "offset",
+            f"must be an integer from 1 to {MAX_OFFSET} (2^63 - 1)",
+            value=repr(offset)[:80],
+        )
     if not isinstance(ephemeral, bool):
         raise _refuse(index, "ephemeral", "must be true or false", value=repr(ephemeral)[:80])
     if not ephemeral and not control and etype.startswith(RESERVED_PREFIX):

@@ -52,6 +52,7 @@ from streamkit._log_wal_guard import WalIdentity
 from streamkit._log_writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed
 from streamkit.events import (
+    MAX_OFFSET,
     EventInput,
     ReadPage,
     StreamEvent,
@@ -550,7 +551,7 @@ class Stream:
 
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof."""
-        _check_int("after_offset", after_offset, 0)
+        _check_int("after_offset", after_offset, 0, MAX_OFFSET)
         _check_int("limit", limit, 1, MAX_READ_LIMIT)
         return await self.log._read(self.path, after_offset, limit, None)
 
@@ -569,7 +570,7 @@ class Stream:
         in order. A consumer that falls far behind is re-fed from the log (its
         missed ephemerals are gone). Closing the log ends the iteration.
         """
-        _check_int("after_offset", after_offset, 0)
+        _check_int("after_offset", after_offset, 0, MAX_OFFSET)
         return self.log._follow(self.path, after_offset)
 
     def for_processor(self, slug: str) -> ProcessorStreamView:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import streamkit
+from streamkit import open_log
 from streamkit.cli import build_parser, main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
@@ -90,7 +94,7 @@ def test_expect_offset_refuses_stale_writer(
         (["append", "--db", "{db}", "", "--payload", "{}"], "'type' must be a non-empty string"),
         (["append", "--db", "{db}", "--path", "no-slash", "t"], "stream path"),
         (["append", "--db", "{db}", "t", "--expect-offset", "0"], "expected a number >= 1"),
-        (["read", "--db", "{db}", "--after", "-1"], "expected a number >= 0"),
+        (["read", "--db", "{db}", "--after", "-1"], "expected a whole number from 0 to"),
         (["read", "--db", "{missing}"], "no log file at"),
     ],
 )
@@ -196,3 +200,79 @@ def test_append_refuses_a_lone_surrogate_in_the_payload(
     assert run("append", "--db", db, "t", "--payload", '{"v": "\\ud800"}') == (1, "")
     assert "cannot be encoded as UTF-8" in capsys.readouterr().err
     assert run("read", "--db", db) == (0, "")
+
+
+def test_numbers_past_2_63_are_refused_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--after and --offset past 2^63 - 1 are usage errors, not tracebacks."""
+    db = str(tmp_path / "a.db")
+    assert run("append", "--db", db, "t")[0] == 0
+    for argv in (
+        ["read", "--db", db, "--after", str(2**63)],
+        ["skip", "tally", "--db", db, "--offset", str(2**63)],
+    ):
+        with pytest.raises(SystemExit) as caught:
+            run(*argv)
+        assert caught.value.code == 1
+        assert "from 0 to 9223372036854775807" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("timeout", ["nan", "-1", "0", "inf", "soon"])
+def test_dlq_replay_refuses_a_bad_timeout_before_writing(
+    tmp_path: Path, timeout: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--timeout nan / -1 / inf is a usage error before the replay request is written."""
+    db = str(tmp_path / "a.db")
+    assert run("append", "--db", db, "t")[0] == 0
+    with pytest.raises(SystemExit) as caught:
+        run("dlq", "replay", "--db", db, "--wait", "--timeout", timeout)
+    assert caught.value.code == 1
+    assert "seconds" in capsys.readouterr().err
+    assert run("read", "--db", db) == (0, "1  t  {}\n")
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """streamkit --version prints the version and exits 0."""
+    with pytest.raises(SystemExit) as caught:
+        run("--version")
+    assert caught.value.code == 0
+    assert capsys.readouterr().out.strip() == f"streamkit {streamkit.__version__}"
+
+
+def test_read_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """`streamkit read | head -1` prints no traceback and exits 0."""
+    db = str(tmp_path / "a.db")
+
+    async def fill() -> None:
+        # Far more than a pipe holds, so the writer really meets the closed pipe.
+        async with open_log(db) as log:
+            await log.stream("/").append(*({"type": "t", "payload": {"n": n}} for n in range(5000)))
+
+    asyncio.run(fill())
+    done = subprocess.run(
+        f"set -o pipefail; {sys.executable} -m streamkit read --db {db} | head -n 1",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("1  t")
+    assert "Traceback" not in done.stderr
+
+
+def test_skip_refuses_an_empty_or_unknown_slug_without_a_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With no host running, skip "" and skip of a slug that never ran are refused, nothing written."""
+    db = str(tmp_path / "a.db")
+    assert run("append", "--db", db, "t")[0] == 0
+    assert run("skip", "", "--db", db, "--offset", "1")[0] == 1
+    assert "slug to skip for is empty" in capsys.readouterr().err
+    assert run("skip", "nope", "--db", db, "--offset", "1")[0] == 1
+    assert "no processor 'nope' has run" in capsys.readouterr().err
+    assert run("read", "--db", db) == (0, "1  t  {}\n")

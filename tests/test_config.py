@@ -583,3 +583,20 @@ def test_every_processor_problem_is_listed_at_once(tmp_path: Path, procs: str) -
     )
     error = refusal(lambda: resolve_processors(config))
     assert keys(error) == ["processors[0].class", "processors[2].class", "processors[3]"]
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('db = "a.db"\n[lease]\nttl = true\n', "lease.ttl"),
+        ('db = "a.db"\nshutdown_grace = false\n', "shutdown_grace"),
+        ('db = "a.db"\n[limits]\nsubscriber_bytes = true\n', "limits.subscriber_bytes"),
+    ],
+)
+def test_a_boolean_is_not_a_number(tmp_path: Path, text: str, key: str) -> None:
+    """`ttl = true` is refused naming the key, instead of being read as 1 second."""
+    path = tmp_path / "streamkit.toml"
+    path.write_text(text)
+    error = refusal(lambda: load_config(path))
+    assert keys(error) == [key]
+    assert "is a boolean, not a number" in str(error)

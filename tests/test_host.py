@@ -427,6 +427,27 @@ async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
     assert after[-1] in (await host.snapshot("fragile"))["state"]["offsets"]
 
 
+async def test_a_second_skip_says_who_skipped_it_and_why(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The same skip again returns the first record; another reason is refused naming the first."""
+    db = tmp_path / "h.db"
+    host = hosts(Fragile())
+    await host.start()
+    (poison,) = await items(db, 1, boom=True)
+    await wait_for(lambda: host.runner("fragile").stalled)
+    first = await host.skip("fragile", poison, by="ann", reason="bad payload")
+    again = await host.skip("fragile", poison, by="ann", reason="bad payload")
+    assert again.offset == first.offset
+    with pytest.raises(InvalidRequest) as caught:
+        await host.skip("fragile", poison, by="bob", reason="another reason")
+    message = caught.value.message
+    assert "already skipped" in message
+    assert "'ann'" in message
+    assert "'bad payload'" in message
+    assert "nothing was written" in message
+
+
 async def test_skip_refuses_missing_and_processed_offsets(
     tmp_path: Path, hosts: HostFactory
 ) -> None:

@@ -10,6 +10,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,11 @@ def test_skip_without_a_host_records_once(tmp_path: Path) -> None:
     """skip writes one durable skip event with who and why; running it again adds nothing."""
     db = str(tmp_path / "a.db")
     assert run("append", "--db", db, "item")[0] == 0
+    # The processor ran here once (its checkpoint, through nothing yet): skips name it.
+    with closing(sqlite3.connect(db)) as conn, conn:
+        ReduceCheckpointTable(conn).write(
+            "tally", reducer_version="1", reduced_through_offset=0, state_json=None
+        )
     argv = ("skip", "tally", "--db", db, "--offset", "1", "--by", "ops", "--reason", "bad")
     expected = (0, "skipped offset 1 for tally (recorded at offset 2)\n")
     assert run(*argv) == expected

@@ -274,3 +274,17 @@ async def test_a_lone_surrogate_through_the_socket_is_invalid_event_not_internal
     assert "cannot be encoded as UTF-8" in reply["error"]["message"]
     page = await client.request("read", path="/")
     assert page["events"] == []
+
+
+async def test_socket_offsets_past_2_63_are_coded_refusals(
+    host: ProcessorHost, client: ControlClient
+) -> None:
+    """read, follow and skip with an offset of 2^63 get INVALID_REQUEST, not INTERNAL."""
+    with pytest.raises(StreamkitError) as read:
+        await client.request("read", path="/", after=2**63)
+    assert read.value.code == "INVALID_REQUEST"
+    with pytest.raises(StreamkitError) as skip:
+        await client.request("skip", slug="tally", offset=2**63, by="me")
+    assert skip.value.code == "INVALID_REQUEST"
+    with pytest.raises(InvalidRequest, match="from 1 to"):
+        await host.skip("tally", 2**63, by="me", reason="")

@@ -1242,3 +1242,19 @@ def test_a_page_always_holds_its_first_event_and_cuts_before_the_budget() -> Non
         assert ([e.offset for e in rest.events], rest.at_head) == ([5, 6], True)
     finally:
         conn.close()
+
+
+# -- integers out of range ---------------------------------------------------------------------
+
+
+async def test_offsets_past_2_63_are_refused_with_a_coded_error(log_file: Path) -> None:
+    """read, follow and an offset precondition at 2^63 name the argument and its range."""
+    async with open_log(log_file) as log:
+        stream = log.stream("/")
+        with pytest.raises(InvalidRequest, match=r"after_offset must be an integer from 0 to"):
+            await stream.read(2**63)
+        with pytest.raises(InvalidRequest, match=r"after_offset must be an integer from 0 to"):
+            stream.follow(2**63)
+        with pytest.raises(InvalidEvent, match=r"'offset' must be an integer from 1 to"):
+            await stream.append({"type": "t", "offset": 2**63})
+        assert (await stream.read(2**63 - 1)).events == []

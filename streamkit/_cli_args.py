@@ -1,0 +1,74 @@
+"""Argument types of the command line: each refuses a bad value before anything runs.
+
+argparse calls them on the raw text; a refusal is a usage error (`Error: ...`, exit 1) that
+names the flag's rule, so a command never starts (or writes anything) with a
+value it cannot honour: not-a-number seconds, negative timeouts, offsets past
+what the log can hold, JSON that is not an object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from streamkit.events import MAX_OFFSET
+
+__all__ = ["json_object", "non_negative_int", "positive_int", "positive_seconds"]
+
+
+def json_object(flag: str) -> Callable[[str], dict[str, Any]]:
+    """A parser of ``flag``'s value as a JSON object."""
+
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{flag} is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{flag} nests too deeply to parse (over Python's recursion limit)"
+            ) from exc
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be a JSON object, got {type(value).__name__}"
+            )
+        return value
+
+    return parse
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number from 0 to the largest offset."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
+    if not 0 <= value <= MAX_OFFSET:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to {MAX_OFFSET} (2^63 - 1), got {value}"
+        )
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (never NaN, never infinite)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds above 0, got {text!r}"
+        )
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number from 1 to the largest offset."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
