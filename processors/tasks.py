@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -405,7 +406,9 @@ class TasksProcessor(StreamProcessor[TasksState]):
             request_offset=task.request_offset,
             replay=None if task.dlq is None else task.dlq.replay,
         )
-        call = asyncio.ensure_future(handler(dict(task.args), ctx))
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        call = asyncio.ensure_future(_run_handler(handler, dict(task.args), ctx))
         self._inflight[run] = call
         try:
             done, _ = await asyncio.wait({call}, timeout=task.timeout_s)
@@ -413,6 +416,10 @@ class TasksProcessor(StreamProcessor[TasksState]):
             if not call.done():
                 call.cancel()  # timed out, or this coroutine itself was cancelled (shutdown)
             self._inflight.pop(run, None)
+        # A handler that held the event loop (blocking code) can finish past its
+        # deadline without the wait ever timing out: it outlived timeout_s all the same.
+        if done and loop.time() - began > task.timeout_s and not call.cancelled():
+            done = set()
         if not done:
             await self._failed(
                 args, task, attempt, started_at, f"timed out after {task.timeout_s} s"
@@ -597,3 +604,15 @@ class TasksProcessor(StreamProcessor[TasksState]):
                 )
             )
         await self._append(args, *events)
+
+
+async def _run_handler(handler: TaskHandler, args: dict[str, Any], ctx: TaskContext) -> Any:
+    """Call ``handler`` and await what it returns; a result that is not awaitable fails the attempt."""
+    result = handler(args, ctx)
+    if not inspect.isawaitable(result):
+        raise TypeError(
+            f"the handler returned {type(result).__name__}, not an awaitable: write it as "
+            "`async def handler(args, ctx): ...` (run blocking work inside it with "
+            "`await asyncio.to_thread(...)`)"
+        )
+    return await result

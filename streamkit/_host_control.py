@@ -4,7 +4,8 @@ Each op maps to one :class:`~streamkit.host.ProcessorHost` method. Arguments
 are validated by the server against the models below before the host sees
 them; a refusal is a coded error reply, and the host keeps serving.
 
-One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral),
+One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral,
+``expect_head``: refused unless the last durable offset is exactly that),
 ``read`` (``path``, ``after``, ``limit``), ``status``, ``snapshot``
 (``slug``, ``path``), ``skip`` (``slug``, ``offset``, ``by``, ``reason``,
 ``path``), ``hello`` (which database the host serves: ``db``, ``owner``,
@@ -41,6 +42,7 @@ class HostArgs(NoArgs):
 class AppendArgs(HostArgs):
     path: str = "/"
     events: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
+    expect_head: int | None = Field(default=None, ge=0, le=MAX_OFFSET)
 
 
 class ReadArgs(HostArgs):
@@ -91,7 +93,7 @@ class HostControlHandler:
         host = self._host
         self._check_db(args)
         if isinstance(args, AppendArgs):
-            committed = await host.append(args.path, args.events)
+            committed = await host.append(args.path, args.events, expect_head=args.expect_head)
             return [event.to_dict() for event in committed]
         if isinstance(args, ReadArgs):
             page = await host.read(args.path, args.after, args.limit)

@@ -57,6 +57,7 @@ class AppendCall(Job):
         "certain",
         "ephemerals",
         "events",
+        "expect_head",
         "fence",
         "fresh",
         "inserted",
@@ -74,6 +75,7 @@ class AppendCall(Job):
         events: list[PreparedEvent],
         fence: Fence | None = None,
         seal: Seal | None = None,
+        expect_head: int | None = None,
     ) -> None:
         # Job's fields set here rather than through super(): one call fewer per append.
         self.loop = loop
@@ -94,10 +96,11 @@ class AppendCall(Job):
             self.certain = all(
                 event.idempotency_key is None and event.offset is None for event in events
             )
-        # A fenced or sealed call can be refused by its hook, so it is never certain.
+        # A fenced, sealed or head-expecting call can be refused, so it is never certain.
         self.fence = fence
         self.seal = seal
-        if fence is not None or seal is not None:
+        self.expect_head = expect_head
+        if fence is not None or seal is not None or expect_head is not None:
             self.certain = False
         self.plain = self.certain and not self.ephemerals
         self.inserted = 0

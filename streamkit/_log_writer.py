@@ -722,7 +722,11 @@ class Writer:
         """Hand out ephemerals from own blocks with no transaction; False if one must be reserved."""
         need: dict[str, int] = {}
         for call in calls:
-            if not isinstance(call, AppendCall) or call.ephemerals != len(call.events):
+            if (
+                not isinstance(call, AppendCall)
+                or call.ephemerals != len(call.events)
+                or call.expect_head is not None
+            ):
                 return False
             need[call.path] = need.get(call.path, 0) + call.ephemerals
         self._sync_foreign()
@@ -880,7 +884,14 @@ class Writer:
         floor = state.last_ephemeral if state.mine else state.reserved_through
         assert head is not None
         assert floor is not None
+        # expect_head is judged at the first NEW event: a call whose events are all
+        # idempotent hits (the retry of one that landed) returns them, head or not.
+        expected = call.expect_head
         for event in call.events:
+            if expected is not None and not (event.idempotency_key and not event.ephemeral):
+                if head != expected:
+                    raise OffsetConflict.of_head(path, expected, head)
+                expected = None
             if event.ephemeral:
                 state.head = head
                 offset = self._next_ephemeral(call, state, ephemerals_left)
@@ -913,6 +924,10 @@ class Writer:
                     hits = True
                     continue
                 keyed[key] = len(fresh)
+            if expected is not None:
+                if head != expected:
+                    raise OffsetConflict.of_head(path, expected, head)
+                expected = None
             offset = (head if head > floor else floor) + 1
             if event.offset is not None and event.offset != offset:
                 raise _offset_conflict(path, event, offset)

@@ -119,6 +119,11 @@ def _add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="refuse unless the event lands at exactly this offset (a stale-view guard)",
     )
     p.add_argument(
+        "--expect-head",
+        type=non_negative_int,
+        help="refuse unless the last durable offset is exactly N (nothing appended since)",
+    )
+    p.add_argument(
         "--ephemeral",
         action="store_true",
         help="push to live subscribers without writing (needs a running host)",
@@ -161,6 +166,7 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
                 events=[event],
                 timeout=args.timeout,
                 db=_served(args),
+                **({} if args.expect_head is None else {"expect_head": args.expect_head}),
             )
         except ControlUnavailable as exc:
             raise _append_in_doubt(args, event, exc) from exc
@@ -175,7 +181,7 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
 
     async def run() -> StreamEvent:
         async with open_log(args.db) as log:
-            (committed,) = await log.stream(args.path).append(event)
+            (committed,) = await log.stream(args.path).append(event, expect_head=args.expect_head)
             return committed
 
     _emit(asyncio.run(run()), args, out)

@@ -89,9 +89,19 @@ class InvalidRequest(StreamkitError, ValueError):
 
 
 class OffsetConflict(StreamkitError, ValueError):
-    """An ``offset`` precondition did not hold; the whole append wrote nothing."""
+    """An ``offset`` or ``expect_head`` precondition did not hold; the whole append wrote nothing."""
 
     code = "OFFSET_CONFLICT"
+
+    @classmethod
+    def of_head(cls, path: str, expected: int, actual: int) -> OffsetConflict:
+        """The refusal of ``append(..., expect_head=expected)`` on a path whose head is ``actual``."""
+        return cls(
+            f"the append expected the durable head of {path!r} to be offset {expected}, but it "
+            f"is {actual}: something was appended since that read; nothing was appended (read "
+            f"from {expected} again, decide again, and retry with expect_head={actual})",
+            details={"path": path, "expected_head": expected, "actual_head": actual},
+        )
 
 
 class IdempotencyConflict(StreamkitError, ValueError):

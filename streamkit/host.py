@@ -554,10 +554,17 @@ class ProcessorHost:
         return found[0]
 
     async def append(
-        self, path: str, events: Sequence[EventInput | Mapping[str, Any]]
+        self,
+        path: str,
+        events: Sequence[EventInput | Mapping[str, Any]],
+        *,
+        expect_head: int | None = None,
     ) -> list[StreamEvent]:
-        """Append to a stream of the host's log (ephemerals reach this host's subscribers)."""
-        return await self._require_log().stream(path).append(*events)
+        """Append to a stream of the host's log (ephemerals reach this host's subscribers).
+
+        ``expect_head`` as in :meth:`streamkit.log.Stream.append`.
+        """
+        return await self._require_log().stream(path).append(*events, expect_head=expect_head)
 
     async def read(self, path: str, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Read durable events of a stream of the host's log."""

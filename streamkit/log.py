@@ -404,10 +404,11 @@ class Log:
         fence: Fence | None = None,
         *,
         seal: Seal | None = None,
+        expect_head: int | None = None,
     ) -> list[StreamEvent]:
         self._check_open()
         loop = asyncio.get_running_loop()
-        call = AppendCall(loop, loop.create_future(), path, events, fence, seal)
+        call = AppendCall(loop, loop.create_future(), path, events, fence, seal, expect_head)
         self._submit(call)
         result: list[StreamEvent] = await call.future
         return result
@@ -502,7 +503,10 @@ class Stream:
         return f"<Stream {self.path!r} of {self.log.path!r}>"
 
     async def append(
-        self, *events: EventInput | Mapping[str, Any], fence: Fence | None = None
+        self,
+        *events: EventInput | Mapping[str, Any],
+        expect_head: int | None = None,
+        fence: Fence | None = None,
     ) -> list[StreamEvent]:
         """Append atomically; return the committed events in input order.
 
@@ -517,11 +521,30 @@ class Stream:
         :class:`~streamkit.errors.StreamkitError` it raises (``LeaseLost``)
         refuses the call and nothing is written. Ephemeral events never reach a
         transaction, so a call of ephemerals only is not fenced.
+
+        ``expect_head=N`` is optimistic concurrency: the whole call is refused
+        with :class:`~streamkit.errors.OffsetConflict` (nothing written) unless
+        the last DURABLE offset of the path is exactly ``N`` when it commits,
+        that is unless nothing was appended since a read through ``N``.
+        Ephemerals (live-state deltas, say) taking offsets meanwhile do not
+        count. An event's ``offset`` is exact placement instead.
         """
         log = self.log
+        if expect_head is not None:
+            _check_int("expect_head", expect_head, 0, MAX_OFFSET)
+            prepared = prepare_events(events) if events else []
+            if not prepared:
+                log._check_open()
+                return []
+            return await log._submit_append(
+                self.path,
+                prepared,
+                fence if _has_durable(prepared) else None,
+                expect_head=expect_head,
+            )
         if fence is not None:
             prepared = prepare_events(events) if events else []
-            if any(not event.ephemeral for event in prepared):
+            if _has_durable(prepared):
                 return await log._submit_append(self.path, prepared, fence)
             if not prepared:
                 log._check_open()
@@ -603,6 +626,10 @@ class Stream:
         )
 
 
+def _has_durable(events: list[Any]) -> bool:
+    return any(not event.ephemeral for event in events)
+
+
 def _check_claimant(slug: object) -> str:
     if not isinstance(slug, str) or not slug:
         raise InvalidRequest(
@@ -630,10 +657,13 @@ class ProcessorStreamView:
         return self.stream.path
 
     async def append(
-        self, *events: EventInput | Mapping[str, Any], fence: Fence | None = None
+        self,
+        *events: EventInput | Mapping[str, Any],
+        expect_head: int | None = None,
+        fence: Fence | None = None,
     ) -> list[StreamEvent]:
         """Same as :meth:`Stream.append`."""
-        return await self.stream.append(*events, fence=fence)
+        return await self.stream.append(*events, expect_head=expect_head, fence=fence)
 
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Same as :meth:`Stream.read`."""

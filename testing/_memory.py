@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from streamkit.checkpoint import ReduceCheckpointTable
 from streamkit.errors import IdempotencyConflict, InvalidRequest, OffsetConflict
 from streamkit.events import (
+    MAX_OFFSET,
     EventInput,
     ReadPage,
     ScannedRange,
@@ -94,8 +95,14 @@ class MemoryStream:
         """The last offset handed out, ephemerals included."""
         return self._last_offset
 
-    async def append(self, *events: EventInput | Mapping[str, Any]) -> list[StreamEvent]:
-        """Append atomically and push the new events to every engine; see the class docstring."""
+    async def append(
+        self, *events: EventInput | Mapping[str, Any], expect_head: int | None = None
+    ) -> list[StreamEvent]:
+        """Append atomically and push the new events to every engine; see the class docstring.
+
+        ``expect_head`` is the log's optimistic-concurrency check: the call is
+        refused unless the last durable offset is exactly that.
+        """
         prepared = prepare_events(events)
         before = self._last_offset
         offset = before
@@ -120,6 +127,12 @@ class MemoryStream:
                         raise self._offset_conflict(item.index, item.offset, existing.offset)
                     committed.append(existing)
                     continue
+            if expect_head is not None:
+                # Judged at the first new event, as the log does: a retry of a call
+                # that landed (all idempotent hits) returns what it wrote.
+                if expect_head != self.head:
+                    raise OffsetConflict.of_head(self._path, expect_head, self.head)
+                expect_head = None
             offset += 1
             if item.offset is not None and item.offset != offset:
                 raise self._offset_conflict(item.index, item.offset, offset)
@@ -150,7 +163,7 @@ class MemoryStream:
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Durable events after ``after_offset``, with the proof of how far the read scanned."""
         for name, value, low, high in (
-            ("after_offset", after_offset, 0, None),
+            ("after_offset", after_offset, 0, MAX_OFFSET),
             ("limit", limit, 1, MAX_READ_LIMIT),
         ):
             if (

@@ -193,3 +193,22 @@ async def test_commands_go_through_a_running_host(host: ProcessorHost) -> None:
     assert (code, out.startswith(f"skipped offset {poison} for fragile")) == (0, True)
     await until(lambda: not runner.stalled)
     assert poison in runner.skipped
+
+
+async def test_expect_head_works_while_a_host_publishes_live_state(
+    host: ProcessorHost, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--expect-head through a running host passes though deltas take offsets; a stale one fails."""
+    db = str(host.config.db)
+    code, out = await cli("append", "--db", db, "item", "--json")
+    seen = json.loads(out)["offset"]
+    await host.wait_until_processed("tally", seen)  # live-state deltas took offsets after it
+    code, out = await cli("append", "--db", db, "item", "--expect-head", str(seen), "--json")
+    assert code == 0
+    later = json.loads(out)["offset"]
+    assert later > seen + 1  # the deltas' offsets lie between
+    code, out = await cli("append", "--db", db, "item", "--expect-head", str(seen))
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "[OFFSET_CONFLICT]" in err
+    assert f"retry with expect_head={later}" in err

@@ -1258,3 +1258,59 @@ async def test_offsets_past_2_63_are_refused_with_a_coded_error(log_file: Path) 
         with pytest.raises(InvalidEvent, match=r"'offset' must be an integer from 1 to"):
             await stream.append({"type": "t", "offset": 2**63})
         assert (await stream.read(2**63 - 1)).events == []
+
+
+# -- expect_head: optimistic concurrency -------------------------------------------------------
+
+
+async def test_expect_head_refuses_after_a_durable_append_not_after_ephemerals(
+    log_file: Path,
+) -> None:
+    """expect_head=N passes while only ephemerals took offsets, and refuses once a durable one did."""
+    async with open_log(log_file) as log:
+        stream = log.stream("/")
+        (first,) = await stream.append(order(1))
+        await stream.append({"type": "tick", "ephemeral": True})  # takes offset 2
+        (second,) = await stream.append(order(2), expect_head=first.offset)
+        assert second.offset > 2
+        with pytest.raises(OffsetConflict) as caught:
+            await stream.append(order(3), order(4), expect_head=first.offset)
+        assert caught.value.details == {
+            "path": "/",
+            "expected_head": first.offset,
+            "actual_head": second.offset,
+        }
+        assert "nothing was appended" in caught.value.message
+        assert await offsets(log) == [first.offset, second.offset]
+
+
+async def test_expect_head_lets_the_retry_of_a_landed_append_return_it(log_file: Path) -> None:
+    """A keyed append that landed, retried with the same expect_head, returns the first result."""
+    async with open_log(log_file) as log:
+        stream = log.stream("/")
+        (first,) = await stream.append(order(1, idempotency_key="k1"), expect_head=0)
+        (again,) = await stream.append(order(1, idempotency_key="k1"), expect_head=0)
+        assert again.offset == first.offset
+        with pytest.raises(OffsetConflict):
+            await stream.append(order(2, idempotency_key="k2"), expect_head=0)
+
+
+async def test_expect_head_is_checked_across_processes(log_file: Path) -> None:
+    """Another process's append moves the head: a writer with a stale view is refused."""
+    async with open_log(log_file) as mine, open_log(log_file) as theirs:
+        (seen,) = await mine.stream("/").append(order(1))
+        await theirs.stream("/").append(order(2))
+        with pytest.raises(OffsetConflict):
+            await mine.stream("/").append(order(3), expect_head=seen.offset)
+
+
+async def test_memory_stream_honours_expect_head_like_the_log() -> None:
+    """streamkit.testing's memory stream refuses a stale expect_head with the same error."""
+    from streamkit.testing import memory_stream
+
+    memory = memory_stream()
+    (first,) = await memory.stream.append(order(1))
+    await memory.stream.append({"type": "tick", "ephemeral": True})
+    await memory.stream.append(order(2), expect_head=first.offset)
+    with pytest.raises(OffsetConflict, match="expected the durable head"):
+        await memory.stream.append(order(3), expect_head=first.offset)

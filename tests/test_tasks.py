@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,6 +209,30 @@ async def test_timeout_fails_the_attempt(rig: Rig) -> None:
     await until(lambda: bool(rig.of_type(TASK_ATTEMPT_FAILED)))
     assert cancelled.is_set()
     assert rig.of_type(TASK_ATTEMPT_FAILED)[0]["error"] == "timed out after 0.05 s"
+
+
+async def test_a_handler_that_blocks_the_loop_past_its_timeout_is_failed_and_retried(
+    rig: Rig,
+) -> None:
+    """An async handler holding the loop past timeout_s: its attempt fails as timed out, retried."""
+    runs: list[int] = []
+
+    async def blocking(args: dict[str, Any], ctx: TaskContext) -> str:
+        runs.append(ctx.attempt)
+        if ctx.attempt == 1:
+            time.sleep(0.2)  # noqa: ASYNC251 - the blocking handler this test is about
+        return "done"
+
+    engine = rig.start(TasksProcessor(handlers={"blocking": blocking}, clock=rig.clock))
+    await rig.stream.append(
+        task_requested_event(task_id="t", name="blocking", timeout_s=0.05, max_attempts=3)
+    )
+    await until(lambda: bool(rig.of_type(TASK_ATTEMPT_FAILED)))
+    assert rig.of_type(TASK_ATTEMPT_FAILED)[0]["error"] == "timed out after 0.05 s"
+    rig.clock.now += 3600  # past any backoff: the retry is due, and the alarm revives
+    await engine.revive()
+    await until(lambda: TASK_SUCCEEDED in rig.types())
+    assert runs[:2] == [1, 2]
 
 
 async def test_last_failure_dead_letters_into_the_dlq(rig: Rig) -> None:
