@@ -125,7 +125,18 @@ class Fold(Generic[S]):
     effects to run (catch-up, re-reduce, the test harness), in one loop.
     """
 
-    __slots__ = ("_contract", "_on_error", "_reduce", "_slug", "_validators", "reduces")
+    __slots__ = (
+        "_contract",
+        "_on_error",
+        "_reduce",
+        "_slug",
+        "_validators",
+        "last_malformed",
+        "last_reduce_failure",
+        "malformed",
+        "reduce_failures",
+        "reduces",
+    )
 
     def __init__(
         self,
@@ -142,6 +153,12 @@ class Fold(Generic[S]):
         # or None for an undeclared type. Filled on first sight of each type.
         self._validators: dict[str, tuple[type[BaseModel], _Validate] | None] = {}
         self.reduces = reduces_predicate(contract.consumes)
+        # What operators see in `streamkit status`: counts, and the latest of each
+        # as {offset, type, error}.
+        self.malformed = 0
+        self.reduce_failures = 0
+        self.last_malformed: dict[str, Any] | None = None
+        self.last_reduce_failure: dict[str, Any] | None = None
 
     def _validator_for(self, etype: str) -> tuple[type[BaseModel], _Validate] | None:
         schema = self._contract.payload_schema_for(etype)
@@ -227,6 +244,8 @@ class Fold(Generic[S]):
         return _with_payload(event, model)
 
     def _malformed(self, event: StreamEvent, exc: Exception) -> None:
+        self.malformed += 1
+        self.last_malformed = _incident(event, exc)
         if self._on_error is not None:
             self._on_error(exc)
         report(
@@ -239,6 +258,8 @@ class Fold(Generic[S]):
         )
 
     def _reduce_failed(self, event: StreamEvent, exc: Exception) -> None:
+        self.reduce_failures += 1
+        self.last_reduce_failure = _incident(event, exc)
         if self._on_error is not None:
             self._on_error(exc)
         report(
@@ -249,3 +270,7 @@ class Fold(Generic[S]):
             type=event.type,
             detail="previous state kept",
         )
+
+
+def _incident(event: StreamEvent, exc: Exception) -> dict[str, Any]:
+    return {"offset": event.offset, "type": event.type, "error": repr(exc)[:500]}

@@ -457,7 +457,9 @@ class ProcessorRunner:
         self.failures += 1
         self.metrics.batch_failures += 1
         delay = self._retry.delay(self.failures)
-        offset = self._failing_offset or _first_pending(item, engine.cursor)
+        # The event whose effect failed, else the one a one-at-a-time retry read,
+        # else the first the item held (a read or a checkpoint write failed).
+        offset = engine.failed_at or self._failing_offset or _first_pending(item, engine.cursor)
         self.last_error = {
             "error": repr(exc)[:1000],
             "code": exc.code if isinstance(exc, StreamkitError) else None,

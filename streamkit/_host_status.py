@@ -17,7 +17,7 @@ from streamkit.errors import InvalidRequest
 from streamkit.lease import LEASE_TABLE, leases
 from streamkit.log import Log
 
-__all__ = ["checkpoint_snapshot", "durable_status"]
+__all__ = ["checkpoint_snapshot", "durable_lag", "durable_status", "shown_cursor"]
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -71,10 +71,31 @@ def _read(conn: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
         ).fetchone()[0]
         data["head"] = int(head)
         cursor = data["cursor"]
-        # A cursor may pass the durable head: offsets handed to ephemerals (live-state
-        # deltas) are reduced through too, and no durable event can land below them.
-        data["lag"] = max(0, int(head) - cursor) if cursor is not None else int(head)
+        data["lag"] = durable_lag(conn, path, cursor or 0)
+        data["cursor"] = shown_cursor(cursor, int(head))
     return sorted(rows.values(), key=lambda r: (r["path"] or "", r["slug"]))
+
+
+def durable_lag(conn: sqlite3.Connection, path: str, cursor: int) -> int:
+    """How many durable events of ``path`` lie past ``cursor``: the lag, in events.
+
+    Not ``head - cursor``: offsets taken by ephemerals (live-state deltas) and
+    reserved blocks leave holes, which are no work for anybody.
+    """
+    row = conn.execute(
+        'SELECT count(*) FROM streamkit_events WHERE path = ? AND "offset" > ?', (path, cursor)
+    ).fetchone()
+    return int(row[0])
+
+
+def shown_cursor(cursor: int | None, head: int) -> int | None:
+    """The cursor as status shows it: never past the durable head.
+
+    An engine's cursor passes the head when it reduced through offsets that
+    went to ephemerals; no durable event can land below it, so "through the
+    head" is the whole truth for an operator.
+    """
+    return None if cursor is None else min(cursor, head)
 
 
 async def durable_status(log: Log, now: float | None = None) -> list[dict[str, Any]]:

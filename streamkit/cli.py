@@ -422,6 +422,16 @@ def _status_line(row: dict[str, Any], live: bool) -> str:
             parts.append(f"p50={latency['p50']}ms p99={latency['p99']}ms")
         if row.get("stalled"):
             parts.append(f"STALLED at offset {row['stalled_at']}")
+        for count, last, label in (
+            ("malformed_payloads", "last_malformed", "malformed payloads skipped"),
+            ("reduce_failures", "last_reduce_failure", "reduce failures"),
+        ):
+            if row.get(count):
+                seen = row.get(last) or {}
+                parts.append(
+                    f"{label}={row[count]} (last at offset {seen.get('offset')}, "
+                    f"{seen.get('type')}: {seen.get('error')})"
+                )
         error = row.get("last_error")
         if error is not None and row.get("failures"):
             parts.append(f"failures={row['failures']} error={error['error']}")

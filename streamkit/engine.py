@@ -146,6 +146,9 @@ class ProcessorEngine(Generic[S]):
         self._on_batch = on_batch
         self._guard = guard
         self._chain_tasks: set[asyncio.Task[None]] = set()
+        # The offset whose delivery is under way, and the one a failed batch stopped at.
+        self._delivering: int | None = None
+        self._failed_at: int | None = None
         self._fold: Fold[S] = Fold(processor, on_error=self._note_error)
         # Without an overridden process_event there are no effects to run, so
         # the batch loop skips building their arguments altogether.
@@ -229,6 +232,31 @@ class ProcessorEngine(Generic[S]):
     def last_error(self) -> BaseException | None:
         """The latest failure: a failed batch, or a swallowed one (reduce, payload, effect)."""
         return self._last_error
+
+    @property
+    def failed_at(self) -> int | None:
+        """The offset whose ``process_event`` or blocker failed the latest failed batch.
+
+        None if that batch failed elsewhere (reading the log, writing the
+        checkpoint) or none failed.
+        """
+        return self._failed_at
+
+    @property
+    def incidents(self) -> dict[str, Any]:
+        """Payloads skipped as malformed and reduces that raised: counts and the latest of each.
+
+        Each latest is ``{offset, type, error}`` or None. Neither wedges the
+        processor (a malformed payload is skipped, a raising reduce keeps the
+        previous state), so this is where an operator sees them.
+        """
+        fold = self._fold
+        return {
+            "malformed_payloads": fold.malformed,
+            "last_malformed": fold.last_malformed,
+            "reduce_failures": fold.reduce_failures,
+            "last_reduce_failure": fold.last_reduce_failure,
+        }
 
     @property
     def background_in_flight(self) -> int:
@@ -453,6 +481,7 @@ class ProcessorEngine(Generic[S]):
         self._raise_if_latched()  # at once, not after the batches queued ahead
         async with self._lock:
             self._raise_if_latched()
+            self._delivering = None
             try:
                 await self._load()
                 await self._rereduce_if_stale()
@@ -460,7 +489,10 @@ class ProcessorEngine(Generic[S]):
             except Exception as exc:
                 self._batch_failures += 1
                 self._last_error = exc
+                self._failed_at = self._delivering
                 raise
+            finally:
+                self._delivering = None
 
     def _raise_if_latched(self) -> None:
         if self._latched is not None:
@@ -756,6 +788,7 @@ class ProcessorEngine(Generic[S]):
         self, event: StreamEvent | None, state: S, previous: S, caught_up: bool
     ) -> None:
         """Run ``process_event`` for one event and drain its blockers to a fixed point."""
+        self._delivering = None if event is None else event.offset
         if caught_up:
             # Wakeups are re-derived by every at-head pass: start from none.
             self._claims.forget_wakeups()

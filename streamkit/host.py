@@ -68,7 +68,7 @@ from streamkit._host_skips import (
     record_skip,
     verified_skip,
 )
-from streamkit._host_status import durable_status
+from streamkit._host_status import durable_lag, durable_status, shown_cursor
 from streamkit._host_storage import ensure_host_tables
 from streamkit._log_follow import Follow
 from streamkit._log_schema import MEMORY
@@ -656,7 +656,13 @@ class ProcessorHost:
             if head is None:
                 head = await log.stream(runner.path).head()
             cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
+            lag = None
+            if cursor is not None:
+                lag = await log.query(
+                    functools.partial(durable_lag, path=runner.path, cursor=cursor)
+                )
             lease = row.get("lease")
+            incidents = runner.engine.incidents if runner.engine is not None else {}
             processors.append(
                 {
                     "slug": runner.slug,
@@ -664,9 +670,9 @@ class ProcessorHost:
                     "path": runner.path,
                     "label": runner.label,
                     "state": "stalled" if runner.stalled else runner.state,
-                    "cursor": cursor,
+                    "cursor": shown_cursor(cursor, head),
                     "head": head,
-                    "lag": None if cursor is None else max(0, head - cursor),
+                    "lag": lag,
                     "lease": lease,
                     "lease_held_here": runner.lease is not None,
                     "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
@@ -676,6 +682,10 @@ class ProcessorHost:
                     "last_error": runner.last_error,
                     "skipped": sorted(runner.skipped),
                     "queued": runner.queued,
+                    "malformed_payloads": incidents.get("malformed_payloads", 0),
+                    "last_malformed": incidents.get("last_malformed"),
+                    "reduce_failures": incidents.get("reduce_failures", 0),
+                    "last_reduce_failure": incidents.get("last_reduce_failure"),
                     **runner.metrics.to_dict(now_mono),
                 }
             )

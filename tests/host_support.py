@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from streamkit import StreamEvent, StreamProcessor, define_processor_contract
+from streamkit import EventDefinition, StreamEvent, StreamProcessor, define_processor_contract
 from streamkit.processor import ProcessEventArgs
 
 
@@ -240,3 +240,26 @@ class Grinder(StreamProcessor[Jobs]):
         while time.monotonic() < until:  # no await: nothing else runs on the loop meanwhile
             spins += 1
         return state.model_copy(update={"done": state.done + 1})
+
+
+class Order(BaseModel):
+    order: int
+
+
+class Typed(StreamProcessor[Offsets]):
+    """Reduces ``order`` events (payload schema ``Order``); its reduce raises on order 13."""
+
+    contract = define_processor_contract(
+        slug="typed",
+        version="1",
+        description="orders by offset",
+        state_schema=Offsets,
+        events={"order": EventDefinition(description="an order", payload_schema=Order)},
+        consumes=["order"],
+        emits=[],
+    )
+
+    def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
+        if event.payload.order == 13:
+            raise ValueError("unlucky order")
+        return state.model_copy(update={"offsets": [*state.offsets, event.offset]})

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from host_support import Echo, Fragile, Hoarder, Lingering, Sleeper, Tally
+from host_support import Echo, Fragile, Hoarder, Lingering, Sleeper, Tally, Typed
+from structlog.testing import capture_logs
 
 from streamkit import InvalidRequest, open_log
 from streamkit.config import HostConfig
@@ -294,6 +295,49 @@ async def test_a_lease_taken_mid_batch_cancels_the_batch_and_its_append(
     assert error is not None
     assert error["code"] == "LEASE_LOST"
     assert "'thief'" in error["error"]
+
+
+async def test_status_counts_malformed_payloads_and_reduce_failures(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A payload failing its schema and a raising reduce are counted in status, with the last one."""
+    db = tmp_path / "h.db"
+    host = hosts(Typed())
+    await host.start()
+    async with open_log(db) as log:
+        committed = await log.stream("/").append(
+            {"type": "order", "payload": {"order": 1}},
+            {"type": "order", "payload": {"order": "not a number"}},
+            {"type": "order", "payload": {"order": 13}},
+        )
+    await host.wait_until_processed("typed", committed[-1].offset)
+    (row,) = (await host.status())["processors"]
+    assert row["malformed_payloads"] == 1
+    assert row["last_malformed"]["offset"] == committed[1].offset
+    assert row["last_malformed"]["type"] == "order"
+    assert row["reduce_failures"] == 1
+    assert row["last_reduce_failure"]["offset"] == committed[2].offset
+    assert "unlucky order" in row["last_reduce_failure"]["error"]
+
+
+async def test_the_first_batch_failure_names_the_failing_offset(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A batch [ok, poison, ok] fails at the poison's offset in its very first batch.failed line."""
+    db = tmp_path / "h.db"
+    host = hosts(Fragile())
+    await host.start()
+    with capture_logs() as logs:
+        async with open_log(db) as log:
+            committed = await log.stream("/").append(
+                {"type": "item", "payload": {}},
+                {"type": "item", "payload": {"boom": True}},
+                {"type": "item", "payload": {}},
+            )
+        await wait_for(lambda: any(e["event"] == "batch.failed" for e in logs))
+    first = next(e for e in logs if e["event"] == "batch.failed")
+    assert first["offset"] == committed[1].offset
+    assert first["failures"] == 1
 
 
 # -- claims -----------------------------------------------------------------------------------

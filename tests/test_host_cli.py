@@ -98,7 +98,7 @@ def test_status_and_snapshot_after_a_host_ran(tmp_path: Path) -> None:
 
 
 def test_offline_status_lag_never_negative(tmp_path: Path) -> None:
-    """A checkpoint reduced past the durable head (through ephemeral offsets) shows lag 0."""
+    """A checkpoint reduced past the durable head (through ephemeral offsets) shows the head, lag 0."""
     db = tmp_path / "a.db"
 
     async def session() -> None:
@@ -118,7 +118,36 @@ def test_offline_status_lag_never_negative(tmp_path: Path) -> None:
     code, out = run("status", "--db", str(db), "--json")
     assert code == 0
     (row,) = json.loads(out)["processors"]
-    assert (row["cursor"], row["head"], row["lag"]) == (9, 1, 0)
+    assert (row["cursor"], row["head"], row["lag"]) == (1, 1, 0)
+
+
+def test_lag_counts_durable_events_not_offsets(tmp_path: Path) -> None:
+    """Offsets that went to live-state deltas are holes, not lag: lag counts durable events."""
+    db = tmp_path / "a.db"
+
+    async def session() -> list[int]:
+        config = HostConfig.model_validate({"db": str(db)})
+        async with ProcessorHost(config, processors=[Tally()], serve_control=False) as host:
+            offsets = []
+            for _ in range(3):
+                (event,) = await host.append("/", [{"type": "item"}])
+                await host.wait_until_processed("tally", event.offset)
+                offsets.append(event.offset)
+            return offsets
+
+    offsets = asyncio.run(session())
+    assert offsets[-1] - offsets[0] > 2  # deltas took offsets in between
+    conn = sqlite3.connect(db)
+    try:
+        ReduceCheckpointTable(conn, create_table=False).write(
+            "tally", reducer_version="1", reduced_through_offset=offsets[0], state_json=None
+        )
+    finally:
+        conn.close()
+    code, out = run("status", "--db", str(db), "--json")
+    assert code == 0
+    (row,) = json.loads(out)["processors"]
+    assert (row["cursor"], row["head"], row["lag"]) == (offsets[0], offsets[-1], 2)
 
 
 def test_skip_without_a_host_records_once(tmp_path: Path) -> None:
