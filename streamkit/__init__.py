@@ -3,6 +3,7 @@
 The public names live here; everything else is an implementation detail.
 """
 
+from streamkit._json_diff import diff_json
 from streamkit.checkpoint import CheckpointStorage, ReduceCheckpoint, ReduceCheckpointTable
 from streamkit.contract import EventDefinition, ProcessorContract, define_processor_contract
 from streamkit.engine import BatchInfo, ProcessorEngine, ProcessorSnapshot
@@ -97,5 +98,6 @@ __all__ = [
     "apply_delta",
     "consumes_event",
     "define_processor_contract",
+    "diff_json",
     "open_log",
 ]

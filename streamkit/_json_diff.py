@@ -9,17 +9,22 @@ visited a bounded number of times (a few C-level equality checks to choose a
 list alignment, then one strict walk), and a pointer is built only where an op
 or a nested container needs it.
 
-Lists are aligned by trimming the common prefix and suffix, then by spotting a
+Lists are aligned by trimming the common prefix and suffix, then by spotting
+one item moved to the other end of what is left (one ``move`` op), then a
 shift (items dropped from the front and appended at the end, as a bounded queue
 does, or the reverse), so common edits cost a few ops rather than one per item.
+
+:func:`diff_json` (public as ``streamkit.diff_json``) adds the size rule: a
+patch is never larger than a ``replace`` of the whole value.
 """
 
 from __future__ import annotations
 
+import json
 from math import copysign
 from typing import Any
 
-__all__ = ["diff"]
+__all__ = ["diff", "diff_json", "no_larger_than_replace"]
 
 Op = dict[str, Any]
 
@@ -147,9 +152,12 @@ def _diff_list(
     s = 0
     while s < common - p and a[n - 1 - s] == b[m - 1 - s]:
         s += 1
-    # The middle a[p:n-s] becomes b[p:m-s]. Pair its items from the start, after
-    # dropping `drop` items of a or inserting `lead` items of b there.
+    # The middle a[p:n-s] becomes b[p:m-s].
     ra, rb = n - s - p, m - s - p
+    if ra == rb and ra >= 2 and _diff_moved_one(a, b, p, ra, parent, at, ops):
+        return
+    # Pair the middle's items from the start, after dropping `drop` items of a or
+    # inserting `lead` items of b there.
     drop = lead = 0
     if ra and rb:
         drop = _shift(a, p, ra, b, p, rb)
@@ -176,6 +184,68 @@ def _diff_list(
     path = _diff_run(a, b, 0, p, 0, parent, at, path, ops)
     path = _diff_run(a, b, p + lead, end, drop - lead, parent, at, path, ops)
     _diff_run(a, b, m - s, m, n - m, parent, at, path, ops)
+
+
+def _diff_moved_one(
+    a: list[Any], b: list[Any], p: int, r: int, parent: str, at: str | int | None, ops: list[Op]
+) -> bool:
+    """Diff a list whose middle ``a[p:p+r]`` is ``b[p:p+r]`` with one item moved end to end.
+
+    That is one ``move`` op (the item to the front, or to the back, of the
+    middle) whatever the list's length, where pairing items in place would
+    rewrite every one between. Returns False, adding nothing, for any other change.
+    """
+    last = p + r - 1
+    if a[last] == b[p] and a[p:last] == b[p + 1 : last + 1]:
+        source, target = last, p
+    elif a[p] == b[last] and a[p + 1 : last + 1] == b[p:last]:
+        source, target = p, last
+    else:
+        return False
+    path = _path(parent, at)
+    ops.append({"op": "move", "from": f"{path}/{source}", "path": f"{path}/{target}"})
+    # Python == chose the alignment; the pairs it made are now diffed strictly.
+    moved = list(a)
+    moved.insert(target, moved.pop(source))
+    _diff_run(moved, b, 0, len(b), 0, parent, at, path, ops)
+    return True
+
+
+def no_larger_than_replace(ops: list[Op], ops_size: int, b_text: str, b: Any) -> list[Op]:
+    """``ops``, or one root ``replace`` by ``b`` if that would be smaller.
+
+    ``ops_size`` is the compact JSON size of ``ops``, ``b_text`` that of ``b``:
+    the caller has both at hand, so the rule costs a comparison. A fresh copy
+    of ``b`` goes into the replace, so the patch shares nothing with it.
+    """
+    if ops_size > len(b_text) + _REPLACE_OVERHEAD:
+        return [{"op": "replace", "path": "", "value": _copy(b)}]
+    return ops
+
+
+# len('[{"op":"replace","path":"","value":}]'): a root replace beyond its value.
+_REPLACE_OVERHEAD = 37
+
+
+def diff_json(a: Any, b: Any) -> list[Op]:
+    """An RFC 6902 patch that turns the JSON value ``a`` into ``b`` (``[]`` when equal).
+
+    Applied to ``a`` by any RFC 6902 applier (``streamkit.apply_delta``,
+    ``jsonpatch``, fast-json-patch) it gives exactly ``b`` under strict JSON
+    equality: ``true`` is not ``1``, ``1`` is not ``1.0``, ``-0.0`` is not
+    ``0.0``. Moving one list item costs one ``move`` op, whatever the list's
+    length, and a patch is never larger than a ``replace`` of the whole value.
+    Both values must be what ``json.loads`` returns (dicts, lists, strings,
+    numbers, booleans, None). The values in the patch share nothing with
+    ``a`` or ``b``.
+    """
+    ops = diff(a, b)
+    if not ops or (len(ops) == 1 and ops[0]["path"] == "" and ops[0]["op"] == "replace"):
+        return ops
+    compact = (",", ":")
+    return no_larger_than_replace(
+        ops, len(json.dumps(ops, separators=compact)), json.dumps(b, separators=compact), b
+    )
 
 
 def _shift(x: list[Any], xs: int, xn: int, y: list[Any], ys: int, yn: int) -> int:

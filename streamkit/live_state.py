@@ -42,7 +42,7 @@ import jsonpatch
 import structlog
 from pydantic import BaseModel
 
-from streamkit._json_diff import diff
+from streamkit._json_diff import diff, no_larger_than_replace
 from streamkit.errors import InvalidRequest
 
 __all__ = [
@@ -287,23 +287,34 @@ class LiveState(Generic[S]):
                     "key": self._key,
                     "from": from_rev,
                     "to": to_rev,
-                    "patch": self._wire_patch(patch, from_rev, to_rev),
+                    "patch": self._wire_patch(patch, from_rev, to_rev, text, form),
                 },
             }
         )
 
     def _wire_patch(
-        self, patch: list[dict[str, Any]] | None, from_rev: int, to_rev: int
+        self,
+        patch: list[dict[str, Any]] | None,
+        from_rev: int,
+        to_rev: int,
+        text: str,
+        form: Any,
     ) -> list[dict[str, Any]] | None:
         """The patch as sent, or None if the delta would be too big.
 
         ``diff`` builds every op and value afresh, so the patch already shares
         nothing with the diff base and a sink that mutates it cannot corrupt the
-        next diff; it goes out as it is, serialized here only to measure it.
+        next diff; it goes out as it is, serialized here only to measure it. A
+        patch larger than a ``replace`` of the whole value (``text``, parsed as
+        ``form``) goes out as that replace instead.
         """
         if patch is None:
             return None
         patch_text = json.dumps(patch, separators=_COMPACT)
+        bounded = no_larger_than_replace(patch, len(patch_text), text, form)
+        if bounded is not patch:
+            patch = bounded
+            patch_text = json.dumps(patch, separators=_COMPACT)
         size = self._delta_overhead + len(str(from_rev)) + len(str(to_rev)) + len(patch_text)
         if size > MAX_PATCH_BYTES:
             _log.info(

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamkit import LiveState, apply_delta
+from streamkit import LiveState, apply_delta, diff_json
 from streamkit._json_diff import diff
 
 
@@ -346,3 +346,77 @@ def test_live_state_exploding_diff_is_sent_as_a_reseed(monkeypatch: pytest.Monke
     monkeypatch.undo()
     assert live.get() == {"a": 2}
     assert [p["patch"] for p in payloads] == [None]
+
+
+# -- moves, rotations, and the size rule ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ([1, 2, 3], [3, 1, 2]),
+        ([1, 2, 3], [2, 3, 1]),
+        (list(range(1000)), [999, *range(999)]),
+        (list(range(1000)), [500, *range(500), *range(501, 1000)]),
+        (list(range(1000)), [*range(10), *range(11, 1000), 10]),
+        (
+            [{"id": i, "v": [i]} for i in range(50)],
+            [{"id": 49, "v": [49]}] + [{"id": i, "v": [i]} for i in range(49)],
+        ),
+    ],
+)
+def test_moving_one_item_is_one_move_op(a: list[Any], b: list[Any]) -> None:
+    """One item moved to the front or back (of the changed span) costs one move, any length."""
+    patch = check(a, b)
+    assert len(patch) == 1
+    assert patch[0]["op"] == "move"
+
+
+def test_a_moved_item_that_is_only_python_equal_is_still_diffed_strictly() -> None:
+    """Python's 1 == True chose the move; the moved pairs are then compared as JSON."""
+    a = [True, 2, 3, 1]
+    b = [1, True, 2, 3]
+    check(a, b)
+    check([1.0, "x", "y", 1], [1, 1.0, "x", "y"])
+
+
+@st.composite
+def rotated_pairs(draw: st.DrawFn) -> tuple[list[Any], list[Any]]:
+    """A list and the same list with one item moved somewhere else, or rotated by a few."""
+    a = draw(st.lists(json_values, min_size=2, max_size=30))
+    b = fresh(a)
+    if draw(st.booleans()):
+        item = b.pop(draw(st.integers(0, len(b) - 1)))
+        b.insert(draw(st.integers(0, len(b))), item)
+    else:
+        k = draw(st.integers(1, len(b) - 1))
+        b = b[k:] + b[:k]
+    return a, b
+
+
+@settings(max_examples=200, deadline=None)
+@given(pair=rotated_pairs())
+def test_moves_and_rotations_round_trip(pair: tuple[list[Any], list[Any]]) -> None:
+    """A list with an item moved or rotated: the patch turns a into b exactly."""
+    check(*pair)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=json_values, b=json_values)
+def test_diff_json_is_never_larger_than_a_replace(a: Any, b: Any) -> None:
+    """diff_json's patch applies exactly and is never larger than replacing the whole value."""
+    patch = diff_json(a, b)
+    assert canonical(applied(a, patch)) == canonical(b)
+    replace = [{"op": "replace", "path": "", "value": b}]
+    compact = (",", ":")
+    assert len(json.dumps(patch, separators=compact)) <= len(
+        json.dumps(replace, separators=compact)
+    )
+
+
+def test_a_patch_larger_than_the_value_is_sent_as_a_replace() -> None:
+    """Rewriting every item of a list gives one replace, not an op per item."""
+    a = [{"n": i} for i in range(200)]
+    b = [{"m": i} for i in range(200)]
+    assert diff_json(a, b) == [{"op": "replace", "path": "", "value": b}]
+    assert len(diff(a, b)) > 1  # the raw differ's patch, which the rule replaces

@@ -577,3 +577,19 @@ def test_a_loop_that_ends_mid_append_leaves_no_stale_chain() -> None:
         "the sink returned an awaitable outside an event loop",
     ]
     assert live.snapshot() == LiveSnapshot(4, 3)
+
+
+async def test_a_delta_is_never_larger_than_replacing_the_value() -> None:
+    """A change that rewrites every item goes out as one root replace, and a move as one op."""
+    sink = ListSink()
+    before = [{"n": i} for i in range(300)]
+    live = LiveState(sink, "k", before, epoch=10)
+    live.set([{"m": i} for i in range(300)])
+    await live.drain()
+    (payload,) = sink.payloads
+    assert payload["patch"] == [
+        {"op": "replace", "path": "", "value": [{"m": i} for i in range(300)]}
+    ]
+    live.set([{"m": 299}] + [{"m": i} for i in range(299)])
+    await live.drain()
+    assert sink.payloads[-1]["patch"] == [{"op": "move", "from": "/299", "path": "/0"}]

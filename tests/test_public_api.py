@@ -68,6 +68,7 @@ EXPECTED = {
     "apply_delta",
     "consumes_event",
     "define_processor_contract",
+    "diff_json",
     "open_log",
 }
 
