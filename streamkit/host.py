@@ -571,12 +571,26 @@ class ProcessorHost:
         return await self._require_log().stream(path).read(after_offset, limit)
 
     async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]:
-        """``{offset, state, source}``: live from the engine here, else from the checkpoint."""
+        """``{offset, state, source}``: live from the engine here, else from the checkpoint.
+
+        From the engine it also carries ``rev`` and ``live`` (the live-state
+        revision and projection), so a watcher can re-seed from it and apply
+        the deltas after ``rev``.
+        """
         runner = self.runner(slug, path)
         engine = runner.engine
         if engine is not None:
             offset, state = await engine.snapshot()
-            return {"offset": offset, "state": _jsonable(state), "source": "engine"}
+            # Caught up by the line above, this reads no log and awaits nothing: the
+            # revision belongs to the very state returned.
+            rev, projection = await engine.live_snapshot()
+            return {
+                "offset": offset,
+                "state": _jsonable(state),
+                "rev": rev,
+                "live": _jsonable(projection),
+                "source": "engine",
+            }
         from streamkit._host_status import checkpoint_snapshot
 
         return await checkpoint_snapshot(self._require_log(), slug)

@@ -288,3 +288,20 @@ async def test_socket_offsets_past_2_63_are_coded_refusals(
     assert skip.value.code == "INVALID_REQUEST"
     with pytest.raises(InvalidRequest, match="from 1 to"):
         await host.skip("tally", 2**63, by="me", reason="")
+
+
+async def test_socket_snapshot_carries_the_live_rev_to_re_seed_from(
+    host: ProcessorHost, client: ControlClient
+) -> None:
+    """snapshot has rev and the live projection; the next delta's from is that rev."""
+    await client.request("append", events=[{"type": "item"}])
+    await asyncio.sleep(0.1)
+    snapshot = await client.request("snapshot", slug="tally")
+    assert isinstance(snapshot["rev"], int)
+    assert snapshot["live"] == snapshot["state"]
+    watch = client.watch("watch", slug="tally")
+    try:
+        seed = await anext(watch)
+        assert seed["rev"] == snapshot["rev"]
+    finally:
+        await watch.aclose()  # type: ignore[attr-defined]
