@@ -33,12 +33,13 @@ import shlex
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from streamkit import __version__
 from streamkit._cli_args import json_object, non_negative_int, positive_int, positive_seconds
 from streamkit._cli_tasks import add_dlq, add_tasks
-from streamkit.config import add_host_arguments, config_from_namespace
+from streamkit.config import add_host_arguments, config_from_namespace, find_config
 from streamkit.control import ControlClient, host_socket, request_sync
 from streamkit.errors import ControlUnavailable, SlowConsumer, StreamkitError
 from streamkit.events import StreamEvent
@@ -339,6 +340,12 @@ def _cmd_host(args: argparse.Namespace, out: TextIO) -> int:
     # Like other Python app servers: the directory you start in is importable.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    file = args.config if args.config is not None else find_config(Path.cwd())
+    if file is not None:
+        # One rule for every relative path in the file: db and socket are resolved
+        # against its directory already, and running there makes the processors'
+        # own settings (an outbox path, say) follow the same rule.
+        os.chdir(Path(file).resolve().parent)
     # Build the host (import and check every processor) before logging is set up, so a
     # refused configuration leaves no trace but its error line.
     host = ProcessorHost(config)

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import closing
@@ -258,3 +259,60 @@ def test_a_cli_retry_after_a_frozen_host_never_duplicates(rig: Rig) -> None:
     (offset,) = log_items(rig.db)
     assert json.loads(again.stdout)["offset"] == offset
     assert log_items(rig.db) == [offset]
+
+
+MARKER = """
+from pathlib import Path
+from pydantic import BaseModel
+from streamkit import StreamProcessor, define_processor_contract
+
+class Empty(BaseModel):
+    pass
+
+class Marker(StreamProcessor[Empty]):
+    contract = define_processor_contract(
+        slug="marker", version="1", description="writes a file where its path says",
+        state_schema=Empty, consumes=["never"], emits=[],
+    )
+
+    def __init__(self, path: str) -> None:
+        Path(path).write_text("here")
+"""
+
+
+def test_relative_paths_in_processor_settings_follow_the_config_file(tmp_path: Path) -> None:
+    """Started elsewhere, a host resolves a processor's relative path against its config file."""
+    config_dir, elsewhere = tmp_path / "conf", tmp_path / "elsewhere"
+    config_dir.mkdir()
+    elsewhere.mkdir()
+    (config_dir / "markerproc.py").write_text(MARKER)
+    sockets = Path(tempfile.mkdtemp(dir="/tmp", prefix="skrel"))
+    try:
+        (config_dir / "streamkit.toml").write_text(
+            'db = "app.db"\n'
+            f'socket = "{sockets}/h.sock"\n'
+            "[[processors]]\n"
+            'class = "markerproc:Marker"\n'
+            '[processors.kwargs]\npath = "marker.txt"\n'
+        )
+        env = {**os.environ, "PYTHONPATH": str(config_dir)}
+        child = subprocess.Popen(
+            [sys.executable, "-m", "streamkit", "host", "--config", "../conf/streamkit.toml"],
+            cwd=elsewhere,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            eventually(lambda: (sockets / "h.sock").exists() or child.poll() is not None)
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        finally:
+            child.send_signal(signal.SIGTERM)
+            child.wait(timeout=30)
+            if child.stderr is not None:
+                child.stderr.close()
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert (config_dir / "marker.txt").read_text() == "here"
+    assert (config_dir / "app.db").exists()
+    assert not (elsewhere / "marker.txt").exists()
