@@ -46,6 +46,7 @@ from streamkit._engine_fold import Fold, report
 from streamkit.checkpoint import CheckpointStorage
 from streamkit.contract import ProcessorContract
 from streamkit.errors import (
+    IdempotencyConflict,
     InvalidContract,
     InvalidEvent,
     InvalidRequest,
@@ -865,7 +866,7 @@ class ProcessorEngine(Generic[S]):
         if during is not None:
             processor_source["while_processing"] = {"offset": during.offset, "type": during.type}
         stamped = [self._stamp(raw, index, processor_source) for index, raw in enumerate(events)]
-        task = asyncio.get_running_loop().create_task(self._stream.append(*stamped))
+        task = asyncio.get_running_loop().create_task(self._append_effect(during, stamped))
 
         def appended(done: asyncio.Task[list[StreamEvent]]) -> None:
             error = None if done.cancelled() else done.exception()
@@ -874,6 +875,66 @@ class ProcessorEngine(Generic[S]):
 
         task.add_done_callback(appended)
         return task
+
+    async def _append_effect(
+        self, during: StreamEvent | None, events: list[dict[str, Any]]
+    ) -> list[StreamEvent]:
+        """Append an effect's events; on a rerun of the same effect, keep what the first run wrote.
+
+        A batch that failed, or ran before a crash, runs its effects again. An
+        effect whose body is not deterministic (a timestamp in its payload)
+        then meets its own earlier event under the same idempotency key with a
+        different body, and a plain append would refuse it on every retry,
+        wedging the processor. The rule: when the event a key already names was
+        written by THIS processor while processing THIS same event, it is the
+        first run's output of this very effect, and the rerun returns it (the
+        first run's body stands). Any other conflict is raised as it is.
+        """
+        pending = events
+        for _ in range(len(events)):
+            try:
+                return await self._stream.append(*pending)
+            except IdempotencyConflict as exc:
+                earlier = await self._earlier_run_of(during, exc)
+                key = exc.details.get("key")
+                if earlier is None or not any(e.get("idempotency_key") == key for e in pending):
+                    raise
+                report(
+                    "processor.effect_rerun_kept_first",
+                    None,
+                    slug=self._slug,
+                    offset=None if during is None else during.offset,
+                    key=key,
+                    recorded_at=earlier.offset,
+                    detail="a rerun's body differed; the event the first run wrote stands",
+                )
+                pending = [
+                    {**e, "payload": earlier.payload, "metadata": earlier.metadata}
+                    if e.get("idempotency_key") == key
+                    else e
+                    for e in pending
+                ]
+        return await self._stream.append(*pending)
+
+    async def _earlier_run_of(
+        self, during: StreamEvent | None, conflict: IdempotencyConflict
+    ) -> StreamEvent | None:
+        """The event ``conflict`` names, if this processor wrote it while processing ``during``."""
+        offset = conflict.details.get("offset")
+        if during is None or not isinstance(offset, int) or offset < 1:
+            return None
+        page = await self._stream.read(offset - 1, 1)
+        if not page.events or page.events[0].offset != offset:
+            return None
+        existing = page.events[0]
+        source = existing.source if isinstance(existing.source, Mapping) else {}
+        stamp = source.get("processor")
+        if not isinstance(stamp, Mapping) or stamp.get("slug") != self._slug:
+            return None
+        seen = stamp.get("while_processing")
+        if not isinstance(seen, Mapping) or seen.get("offset") != during.offset:
+            return None
+        return existing
 
     def _stamp(
         self, raw: EventInput | Mapping[str, Any], index: int, processor_source: dict[str, Any]
