@@ -284,3 +284,35 @@ def test_the_storage_fixture_closes_its_database(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
+
+
+USER_TEST = """
+from streamkit.testing import ManualClock, MemoryStorage, MemoryStream
+
+
+async def test_fixtures_arrive(
+    streamkit_stream: MemoryStream, streamkit_storage: MemoryStorage, streamkit_clock: ManualClock
+) -> None:
+    (event,) = await streamkit_stream.append({"type": "t"})
+    assert event.offset == 1
+    assert streamkit_clock() == streamkit_clock.now
+"""
+
+
+def test_the_documented_pytest_configuration_runs_a_users_async_test(tmp_path: Path) -> None:
+    """docs/testing.md's pyproject lines are enough for a user's async test with the fixtures."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "testing.md").read_text()
+    section = page.split("## pytest configuration", 1)[1]
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "pyproject.toml").write_text(toml)
+    (tmp_path / "test_user.py").write_text(USER_TEST)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
