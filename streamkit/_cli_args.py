@@ -1,9 +1,14 @@
-"""Argument types of the command line: each refuses a bad value before anything runs.
+"""What every command line verb shares: argument types, and how it opens an existing log.
 
-argparse calls them on the raw text; a refusal is a usage error (`Error: ...`, exit 1) that
-names the flag's rule, so a command never starts (or writes anything) with a
-value it cannot honour: not-a-number seconds, negative timeouts, offsets past
-what the log can hold, JSON that is not an object.
+argparse calls the types on the raw text; a refusal is a usage error
+(`Error: ...`, exit 1) that names the flag's rule, so a command never starts
+(or writes anything) with a value it cannot honour: not-a-number seconds,
+negative timeouts, offsets past what the log can hold, JSON that is not an
+object.
+
+:func:`existing_log` never creates a database where a path was mistyped, and
+opens a log this process cannot write read-only, so reading commands work on
+it (a write through it is then refused with a clear error).
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
+from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import MAX_OFFSET
+from streamkit.log import Log, open_log
 
-__all__ = ["json_object", "non_negative_int", "positive_int", "positive_seconds"]
+__all__ = ["existing_log", "json_object", "non_negative_int", "positive_int", "positive_seconds"]
 
 
 def json_object(flag: str) -> Callable[[str], dict[str, Any]]:
@@ -72,3 +80,18 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
     return value
+
+
+def existing_log(db: str) -> Log:
+    """Open the log at ``db``, which must exist; read-only if this process cannot write it."""
+    if db != ":memory:" and not os.path.exists(db):
+        raise InvalidRequest(
+            f"no log file at {db!r}; nothing was read or written (append creates one)",
+            details={"db": db},
+        )
+    try:
+        return open_log(db)
+    except LogOpenError as exc:
+        if exc.details.get("reason") != "not_writable":
+            raise
+        return open_log(db, read_only=True)

@@ -22,11 +22,11 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from streamkit._cli_args import positive_int, positive_seconds
+from streamkit._cli_args import existing_log, positive_int, positive_seconds
 from streamkit.control import host_socket, request_sync
 from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent, format_timestamp
-from streamkit.log import Log, open_log
+from streamkit.log import Log
 
 __all__ = ["add_dlq", "add_tasks"]
 
@@ -52,14 +52,6 @@ def _processors(name: str) -> Any:
     return importlib.import_module(f"streamkit.processors.{name}")
 
 
-def _existing_log(db: str) -> Log:
-    if db != ":memory:" and not os.path.exists(db):
-        raise InvalidRequest(
-            f"no log file at {db!r}; nothing was read or written", details={"db": db}
-        )
-    return open_log(db)
-
-
 def _socket(args: argparse.Namespace) -> str | None:
     return host_socket(args.db, args.socket)
 
@@ -80,7 +72,7 @@ def _append(args: argparse.Namespace, event: dict[str, Any]) -> StreamEvent:
         return StreamEvent(**data)
 
     async def run() -> StreamEvent:
-        async with _existing_log(args.db) as log:
+        async with existing_log(args.db) as log:
             (committed,) = await log.stream(args.path).append(event)
             return committed
 
@@ -102,7 +94,7 @@ def _snapshot(args: argparse.Namespace, slug: str) -> dict[str, Any] | None:
     from streamkit._host_status import checkpoint_snapshot
 
     async def run() -> dict[str, Any] | None:
-        async with _existing_log(args.db) as log:
+        async with existing_log(args.db) as log:
             try:
                 return await checkpoint_snapshot(log, slug)
             except InvalidRequest:
@@ -241,7 +233,7 @@ def _tasks_show(args: argparse.Namespace, out: TextIO) -> int:
         live = (snapshot["state"].get("tasks") or {}).get(args.task_id)
 
     async def run() -> list[StreamEvent]:
-        async with _existing_log(args.db) as log:
+        async with existing_log(args.db) as log:
             return await _events_about(log, args.path, _TASK_TYPES, "task_id", args.task_id)
 
     events = asyncio.run(run())
@@ -365,7 +357,7 @@ def _dlq_list(args: argparse.Namespace, out: TextIO) -> int:
 
     async def run() -> None:
         printed = 0
-        async with _existing_log(args.db) as log:
+        async with existing_log(args.db) as log:
             selection = dlq.ReplayFilter(origin=args.origin, operation=args.operation)
             async for record in dlq.iter_records(
                 log.stream(args.path), status=args.status, selection=selection
@@ -386,7 +378,7 @@ def _dlq_show(args: argparse.Namespace, out: TextIO) -> int:
     dlq = _processors("dlq")
 
     async def run() -> dict[str, Any] | None:
-        async with _existing_log(args.db) as log:
+        async with existing_log(args.db) as log:
             selection = dlq.ReplayFilter(record_ids=[args.record_id])
             async for record in dlq.iter_records(log.stream(args.path), selection=selection):
                 found: dict[str, Any] = record.model_dump(mode="json")
@@ -445,7 +437,7 @@ def _dlq_replay(args: argparse.Namespace, out: TextIO) -> int:
 async def _wait_report(args: argparse.Namespace, request_offset: int) -> dict[str, Any]:
     deadline = time.monotonic() + args.timeout
     after = request_offset
-    async with _existing_log(args.db) as log:
+    async with existing_log(args.db) as log:
         stream = log.stream(args.path)
         while True:
             page = await stream.read(after, 500)

@@ -9,6 +9,7 @@ crosses this boundary is converted to a coded :class:`~streamkit.errors.StorageE
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from pathlib import Path
@@ -92,11 +93,62 @@ def storage_error(exc: sqlite3.Error, doing: str) -> StorageError:
     )
 
 
-def _refuse(path: str, why: str) -> LogOpenError:
+def _refuse(path: str, why: str, reason: str = "not_a_log") -> LogOpenError:
     return LogOpenError(
         f"cannot open {path!r} as a streamkit log: {why}; the file was not modified",
-        details={"path": path},
+        details={"path": path, "reason": reason},
     )
+
+
+def _not_writable(path: str, exc: BaseException) -> LogOpenError:
+    return _refuse(
+        path,
+        f"it cannot be written here ({exc}): the file, its directory (SQLite keeps its "
+        "-wal and -shm files beside it) or the file system is read-only to this process. "
+        "Appending and running a host need write access; `streamkit read`, `status` and "
+        "`snapshot` open it read-only, and from Python open_log(path, read_only=True) does",
+        "not_writable",
+    )
+
+
+def _damaged(path: str, exc: BaseException) -> LogOpenError:
+    return _refuse(
+        path,
+        f"the file is damaged (SQLite says: {exc}), truncated or overwritten. Check it with "
+        f"`sqlite3 {path} 'PRAGMA integrity_check'`; if that reports errors, restore the log "
+        "from a backup (docs/host.md, 'Backups of the SQLite file')",
+        "damaged",
+    )
+
+
+_READONLY_CODES = frozenset({sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM})
+
+
+def _classify(path: str, exc: sqlite3.Error) -> LogOpenError | None:
+    """A refusal that says what is really wrong with ``path``, or None if it is not known."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    if primary == sqlite3.SQLITE_CORRUPT or "malformed" in str(exc):
+        return _damaged(path, exc)
+    if primary in _READONLY_CODES or not _writable(path):
+        return _not_writable(path, exc)
+    return None
+
+
+def _writable(path: str) -> bool:
+    directory = os.path.dirname(os.path.abspath(path))
+    return (
+        os.access(directory, os.W_OK)
+        and (not os.path.exists(path) or os.access(path, os.W_OK))
+        and _fs_writable(directory)
+    )
+
+
+def _fs_writable(directory: str) -> bool:
+    try:
+        return not os.statvfs(directory).f_flag & os.ST_RDONLY
+    except OSError:
+        return True
 
 
 def _inspect(path: str) -> bool:
@@ -134,6 +186,9 @@ def _inspect(path: str) -> bool:
             "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
         ).fetchone()
     except sqlite3.DatabaseError as exc:
+        known = _classify(path, exc)
+        if known is not None:
+            raise known from exc
         raise _refuse(path, f"it is not a SQLite database ({exc})") from exc
     finally:
         probe.close()
@@ -202,11 +257,52 @@ def connect_writer(
             _check_version(path, None if row is None else row[0])
     except sqlite3.Error as exc:
         conn.close()
+        known = _classify(path, exc) if path != MEMORY else None
+        if known is not None:
+            raise known from exc
         raise storage_error(exc, f"opening the log {path!r}") from exc
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def connect_read_only(path: str, *, busy_timeout: float) -> sqlite3.Connection:
+    """A connection that only reads ``path``: for a log this process may not write.
+
+    Opened with ``mode=ro``. A log in WAL mode on a read-only file system can
+    only be read when nothing lies in its WAL (SQLite cannot create the
+    ``-shm`` file there): with no ``-wal`` file the main file is the whole
+    log, and it is then opened as immutable.
+    """
+    base = "file:" + quote(os.path.abspath(path))
+    if not os.path.exists(path):
+        raise _refuse(path, "there is no such file", "missing")
+    attempts = [base + "?mode=ro"]
+    if not os.path.exists(path + "-wal"):
+        attempts.append(base + "?mode=ro&immutable=1")
+    error: sqlite3.Error | None = None
+    for uri in attempts:
+        try:
+            conn = sqlite3.connect(
+                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+            row = conn.execute(
+                "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
+            ).fetchone()
+        except sqlite3.Error as exc:
+            error = exc
+            with contextlib.suppress(Exception):
+                conn.close()
+            continue
+        _check_version(path, None if row is None else row[0])
+        return conn
+    assert error is not None
+    if isinstance(error, sqlite3.DatabaseError) and (
+        "malformed" in str(error) or getattr(error, "sqlite_errorcode", 0) & 0xFF == 11
+    ):
+        raise _damaged(path, error) from error
+    raise _refuse(path, f"SQLite could not open it read-only ({error})", "unreadable") from error
 
 
 def connect_reader(path: str, *, busy_timeout: float) -> sqlite3.Connection:

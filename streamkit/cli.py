@@ -37,14 +37,20 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from streamkit import __version__
-from streamkit._cli_args import json_object, non_negative_int, positive_int, positive_seconds
+from streamkit._cli_args import (
+    existing_log,
+    json_object,
+    non_negative_int,
+    positive_int,
+    positive_seconds,
+)
 from streamkit._cli_tasks import add_dlq, add_tasks
 from streamkit.config import add_host_arguments, config_from_namespace, find_config
 from streamkit.control import ControlClient, host_socket, request_sync
 from streamkit.errors import ControlUnavailable, SlowConsumer, StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
-from streamkit.log import Log, open_log
+from streamkit.log import open_log
 
 __all__ = ["build_parser", "main"]
 
@@ -53,13 +59,6 @@ Handler = Callable[[argparse.Namespace, TextIO], int]
 
 class CommandError(Exception):
     """A refusal of the command line itself (bad flag values, missing file)."""
-
-
-def _existing_log(db: str) -> Log:
-    # Reading must never create an empty database where the user mistyped a path.
-    if db != ":memory:" and not os.path.exists(db):
-        raise CommandError(f"no log file at {db!r}; nothing was read (append creates one)")
-    return open_log(db)
 
 
 def _socket_of(args: argparse.Namespace) -> str:
@@ -245,7 +244,7 @@ def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
     async def run() -> None:
         printed = 0
         limit: int | None = args.limit
-        async with _existing_log(args.db) as log:
+        async with existing_log(args.db) as log:
             stream = log.stream(args.path)
             if args.follow:
                 async for events, _range in stream.follow(args.after):
@@ -379,7 +378,7 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         from streamkit._host_status import durable_status
 
         async def run() -> list[dict[str, Any]]:
-            async with _existing_log(args.db) as log:
+            async with existing_log(args.db) as log:
                 return await durable_status(log)
 
         status = {"host": None, "processors": asyncio.run(run())}
@@ -483,7 +482,7 @@ def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
         from streamkit._host_status import checkpoint_snapshot
 
         async def run() -> dict[str, Any]:
-            async with _existing_log(args.db) as log:
+            async with existing_log(args.db) as log:
                 return await checkpoint_snapshot(log, args.slug)
 
         snapshot = asyncio.run(run())
@@ -590,7 +589,7 @@ def _cmd_skip(args: argparse.Namespace, out: TextIO) -> int:
         from streamkit._host_skips import record_skip
 
         async def run() -> StreamEvent:
-            async with _existing_log(args.db) as log:
+            async with existing_log(args.db) as log:
                 return await record_skip(
                     log, args.path or "/", args.slug, args.offset, by=by, reason=args.reason
                 )

@@ -47,7 +47,13 @@ from streamkit._log_jobs import (
     TransactionJob,
 )
 from streamkit._log_read import durable_head, read_page, read_page_sized, stream_paths
-from streamkit._log_schema import MEMORY, connect_reader, connect_writer, storage_error
+from streamkit._log_schema import (
+    MEMORY,
+    connect_read_only,
+    connect_reader,
+    connect_writer,
+    storage_error,
+)
 from streamkit._log_wal_guard import WalIdentity
 from streamkit._log_writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed
@@ -93,6 +99,7 @@ def open_log(
     busy_timeout: float = 5.0,
     inline_commits: bool = True,
     follower_bytes: int = MAX_BUFFERED_BYTES,
+    read_only: bool = False,
 ) -> Log:
     """Open (or create) the log at ``path``; ``":memory:"`` gives a private in-memory log.
 
@@ -110,6 +117,11 @@ def open_log(
     ``follower_bytes``: how much of the events' stored JSON one follower
     (``Stream.follow``) may leave unread before its buffer is dropped and it
     re-reads the log (its missed ephemerals are then gone).
+
+    ``read_only=True`` opens an existing log for reading only (a file, a
+    directory or a file system this process may not write): ``read``,
+    ``head``, ``follow`` and queries work; every write is refused with
+    :class:`~streamkit.errors.InvalidRequest` and nothing is written.
     """
     return Log(
         path,
@@ -118,6 +130,7 @@ def open_log(
         busy_timeout=busy_timeout,
         inline_commits=inline_commits,
         follower_bytes=follower_bytes,
+        read_only=read_only,
     )
 
 
@@ -166,8 +179,10 @@ class Log:
         busy_timeout: float = 5.0,
         inline_commits: bool = True,
         follower_bytes: int = MAX_BUFFERED_BYTES,
+        read_only: bool = False,
     ) -> None:
-        self._inline_commits = inline_commits
+        self._read_only = read_only
+        self._inline_commits = inline_commits and not read_only
         _check_int("follower_bytes", follower_bytes, 1)
         self._pending: list[AppendCall] = []
         if synchronous not in ("FULL", "NORMAL"):
@@ -188,11 +203,23 @@ class Log:
             )
         self.path = MEMORY if path == MEMORY else os.fspath(path)
         self._memory = self.path == MEMORY
-        conn = connect_writer(self.path, synchronous=synchronous, busy_timeout=busy_timeout)
+        if read_only:
+            if self._memory:
+                raise InvalidRequest(
+                    "an in-memory log cannot be opened read-only (it would be empty); nothing "
+                    "was opened"
+                )
+            conn = connect_read_only(self.path, busy_timeout=busy_timeout)
+        else:
+            conn = connect_writer(self.path, synchronous=synchronous, busy_timeout=busy_timeout)
         reader: sqlite3.Connection | None = None
         if not self._memory:
             try:
-                reader = connect_reader(self.path, busy_timeout=busy_timeout)
+                reader = (
+                    connect_read_only(self.path, busy_timeout=busy_timeout)
+                    if read_only
+                    else connect_reader(self.path, busy_timeout=busy_timeout)
+                )
             except BaseException:
                 conn.close()
                 raise
@@ -209,7 +236,7 @@ class Log:
             feed=self._feed,
             persistent=not self._memory,
             busy_timeout=busy_timeout,
-            wal=None if self._memory else WalIdentity(self.path),
+            wal=None if self._memory or read_only else WalIdentity(self.path),
         )
         self._streams: dict[str, Stream] = {}
         self._closed = False
@@ -282,6 +309,15 @@ class Log:
             refused=w.refused,
         )
 
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._read_only:
+            raise InvalidRequest(
+                f"the log {self.path!r} was opened read-only; nothing was written (open it "
+                "without read_only, with write access to the file and its directory, to write)",
+                details={"path": self.path},
+            )
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosed(
@@ -324,7 +360,7 @@ class Log:
         back, as a lone append does. It never waits for another process's
         lock there: the thread takes the transaction instead.
         """
-        self._check_open()
+        self._check_writable()
         loop = asyncio.get_running_loop()
         job = TransactionJob(loop, loop.create_future(), fn)
         # ``fn`` is the caller's code: only on request may it hold the event loop, and
@@ -406,7 +442,7 @@ class Log:
         seal: Seal | None = None,
         expect_head: int | None = None,
     ) -> list[StreamEvent]:
-        self._check_open()
+        self._check_writable()
         loop = asyncio.get_running_loop()
         call = AppendCall(loop, loop.create_future(), path, events, fence, seal, expect_head)
         self._submit(call)
@@ -464,7 +500,7 @@ class Log:
                     job.future.set_exception(exc)
 
     async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None:
-        self._check_open()
+        self._check_writable()
         loop = asyncio.get_running_loop()
         call = ClaimCall(loop, loop.create_future(), path, slug, due_at)
         self._writer.submit(call)
@@ -530,6 +566,8 @@ class Stream:
         count. An event's ``offset`` is exact placement instead.
         """
         log = self.log
+        if log._read_only:
+            log._check_writable()
         if expect_head is not None:
             _check_int("expect_head", expect_head, 0, MAX_OFFSET)
             prepared = prepare_events(events) if events else []

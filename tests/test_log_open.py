@@ -1,0 +1,97 @@
+"""Opening a log says what is really wrong: damaged, or not writable; a read-only log still reads."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from streamkit import InvalidRequest, LogOpenError, open_log
+from streamkit.cli import main
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+async def make_log(path: Path, count: int = 50) -> None:
+    async with open_log(path) as log:
+        await log.stream("/").append(
+            *({"type": "item", "payload": {"n": n, "pad": "p" * 2000}} for n in range(count))
+        )
+
+
+async def test_a_truncated_log_is_reported_as_damaged_with_how_to_check(tmp_path: Path) -> None:
+    """A log cut short is 'damaged', with the integrity check and the backup to restore from."""
+    path = tmp_path / "cut.db"
+    await make_log(path)
+    size = path.stat().st_size
+    with path.open("r+b") as handle:
+        handle.truncate(size // 3)
+    with pytest.raises(LogOpenError) as caught:
+        open_log(path)
+    message = caught.value.message
+    assert caught.value.details["reason"] == "damaged"
+    assert "damaged" in message
+    assert "PRAGMA integrity_check" in message
+    assert "backup" in message
+    assert "not a SQLite database" not in message
+
+
+@pytest.fixture
+def read_only_dir() -> Iterator[Path]:
+    """A directory on a tmpfs that the test remounts read-only (needs root and mount)."""
+    where = Path(tempfile.mkdtemp(prefix="skro"))
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "tmpfs", str(where)], capture_output=True, check=False
+    )
+    if mounted.returncode != 0:
+        shutil.rmtree(where, ignore_errors=True)
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def remount_read_only(where: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+
+
+def test_a_log_that_cannot_be_written_says_so_and_still_reads(read_only_dir: Path) -> None:
+    """On a read-only file system: opening to write names the cause; read, status, snapshot work."""
+    path = read_only_dir / "ro.db"
+    asyncio.run(make_log(path, count=3))
+    remount_read_only(read_only_dir)
+    assert not os.access(read_only_dir, os.W_OK) or os.statvfs(read_only_dir).f_flag & os.ST_RDONLY
+
+    with pytest.raises(LogOpenError) as caught:
+        open_log(path)
+    assert caught.value.details["reason"] == "not_writable"
+    assert "cannot be written here" in caught.value.message
+    assert "not a SQLite database" not in caught.value.message
+
+    async def read_only_session() -> list[int]:
+        async with open_log(path, read_only=True) as log:
+            page = await log.stream("/").read()
+            with pytest.raises(InvalidRequest, match="opened read-only; nothing was written"):
+                await log.stream("/").append({"type": "item"})
+            return [event.offset for event in page.events]
+
+    assert asyncio.run(read_only_session()) == [1, 2, 3]
+    code, out = run("read", "--db", str(path))
+    assert code == 0
+    assert out.splitlines()[0].startswith("1  item")
+    assert run("status", "--db", str(path))[0] == 0
+    code, out = run("append", "--db", str(path), "item")
+    assert code == 1
