@@ -47,7 +47,13 @@ from streamkit._cli_args import (
 from streamkit._cli_tasks import add_dlq, add_tasks
 from streamkit.config import add_host_arguments, config_from_namespace, find_config
 from streamkit.control import ControlClient, host_socket, request_sync
-from streamkit.errors import ControlUnavailable, SlowConsumer, StreamkitError
+from streamkit.errors import (
+    ControlUnavailable,
+    InvalidConfig,
+    InvalidRequest,
+    SlowConsumer,
+    StreamkitError,
+)
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.log import open_log
@@ -55,10 +61,6 @@ from streamkit.log import open_log
 __all__ = ["build_parser", "main"]
 
 Handler = Callable[[argparse.Namespace, TextIO], int]
-
-
-class CommandError(Exception):
-    """A refusal of the command line itself (bad flag values, missing file)."""
 
 
 def _socket_of(args: argparse.Namespace) -> str:
@@ -173,7 +175,7 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
         _emit(StreamEvent(**data), args, out)
         return 0
     if args.ephemeral:
-        raise CommandError(
+        raise ControlUnavailable(
             f"--ephemeral needs a running host on {args.db!r} (no control socket answers at "
             f"{_socket_of(args)!r}): an ephemeral event reaches only the subscribers of the "
             "process that appends it; nothing was appended; start `streamkit host` first"
@@ -190,22 +192,26 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
 
 def _append_in_doubt(
     args: argparse.Namespace, event: dict[str, Any], exc: ControlUnavailable
-) -> CommandError:
+) -> ControlUnavailable:
     """The refusal of an append whose outcome is unknown: how to retry it safely, how to check."""
     key = event.get("idempotency_key")
     if key is None:  # ephemeral: never stored, nothing to retry safely or to look up
-        return CommandError(f"{exc.message}; the ephemeral event may or may not have been pushed")
+        return ControlUnavailable(
+            f"{exc.message}; the ephemeral event may or may not have been pushed",
+            details=dict(exc.details),
+        )
     argv: list[str] = list(getattr(args, "argv", None) or [])
     if argv and "--idempotency-key" not in argv:
         argv += ["--idempotency-key", key]
     retry = shlex.join(["streamkit", *argv]) if argv else None
-    return CommandError(
+    return ControlUnavailable(
         f"{exc.message}; the append may still land (the host may be frozen or overloaded). It "
         f"carries idempotency key {key!r}, so running it again with that key appends it at most "
         "once and prints the committed event"
         + (f": {retry}" if retry else "")
         + f"; to check without appending: streamkit read --db {shlex.quote(args.db)} --path "
-        f"{shlex.quote(args.path)} --json (look for that idempotency_key)"
+        f"{shlex.quote(args.path)} --json (look for that idempotency_key)",
+        details={**exc.details, "idempotency_key": key},
     )
 
 
@@ -332,7 +338,7 @@ def _cmd_host(args: argparse.Namespace, out: TextIO) -> int:
 
     config = config_from_namespace(args)
     if not config.processors:
-        raise CommandError(
+        raise InvalidConfig(
             "no processors to run: name them with --processor MODULE:CLASS or in the "
             "[[processors]] list of streamkit.toml; nothing was started"
         )
@@ -619,10 +625,15 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
 )
 
 
+def refusal_line(message: str, code: str) -> str:
+    """The one shape of every refusal the command line prints: ``Error: <message> [CODE]``."""
+    return f"Error: {message} [{code}]\n"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse's own usage errors, in our shape
         self.print_usage(sys.stderr)
-        self.exit(1, f"Error: {message}\n")
+        self.exit(1, refusal_line(f"{message}; nothing was run", InvalidRequest.code))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -650,10 +661,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     handler: Handler = args.handler
     try:
         return handler(args, out or sys.stdout)
-    except (StreamkitError, CommandError) as exc:
-        message = exc.message if isinstance(exc, StreamkitError) else str(exc)
-        code = f" [{exc.code}]" if isinstance(exc, StreamkitError) else ""
-        sys.stderr.write(f"Error: {message}{code}\n")
+    except StreamkitError as exc:
+        sys.stderr.write(refusal_line(exc.message, exc.code))
         return 1
     except BrokenPipeError:
         # The reader went away (`streamkit read | head`): nothing is wrong, so no
