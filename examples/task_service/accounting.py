@@ -156,6 +156,8 @@ class Accounting:
     succeeded_after_retry: int
     succeeded_after_replay: int
     dead_lettered: int
+    dead_letterings: int
+    """task.dead-lettered events: a task whose replay failed again counts twice."""
     replayed: int
     abandoned: int
     duplicates: int
@@ -264,6 +266,7 @@ def account(
         succeeded_after_retry=after_retry,
         succeeded_after_replay=after_replay,
         dead_lettered=sum(1 for t in ids if ledger.dead_lettered[t]),
+        dead_letterings=sum(ledger.dead_lettered[t] for t in ids),
         replayed=len(ledger.replayed),
         abandoned=len({r for r, s in ledger.records.items() if s == "abandoned"}),
         duplicates=len(duplicated),

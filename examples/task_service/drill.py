@@ -498,7 +498,9 @@ def render(
             for kind in ("replayed", "retried", "abandoned", "skipped")
         )
         out.append(
-            f"  replay report  {counts} (dlq.replay-completed for the request at offset {rep['request_offset']})"
+            f"  replay report  {counts} (the DLQ's dlq.replay-completed for the request at "
+            f"offset {rep['request_offset']}, written as it handed the records back; a record "
+            "whose replayed task then failed again is abandoned later, on the line above)"
         )
     out.append(
         f"  also           {r.attempts} attempts, {r.failed_attempts} failed "
@@ -509,10 +511,19 @@ def render(
     )
     if board:
         columns = ", ".join(
-            f"{name} {col['done']} done/{col['dead_lettered']} dead-lettered"
+            f"{name} {col['done']} done/{col['dead_lettered']} dead-letterings"
             for name, col in sorted(board.get("categories", {}).items())
         )
         out.append(f"  the board      {board.get('created', 0)} created: {columns}")
+        # The board counts dead-letterings (events): a task whose replay failed again
+        # was dead-lettered twice. The log's own count must agree with it.
+        total = board.get("dead_lettered", 0)
+        agrees = "=" if total == r.dead_letterings else "!= (MISMATCH)"
+        out.append(
+            f"                 {total} dead-letterings on the board {agrees} "
+            f"{r.dead_letterings} task.dead-lettered events in the log: {r.dead_lettered} "
+            f"tasks, {r.dead_letterings - r.dead_lettered} of them again after a replay"
+        )
     if r.unexpected:
         out.append(f"  unexpected     {r.unexpected}")
     for kind, examples in r.examples.items():
