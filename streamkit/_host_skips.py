@@ -113,21 +113,8 @@ async def verified_skip(log: Log, event: StreamEvent) -> tuple[str, int] | None:
         return None
     slug, offset = found
     path, at = event.path, event.offset
-
-    def read(conn: sqlite3.Connection) -> bool:
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)
-        ).fetchone()
-        if exists is None:
-            return False
-        row = conn.execute(
-            f'SELECT 1 FROM {SKIP_TABLE} WHERE path = ? AND slug = ? AND "offset" = ?'
-            " AND skip_event_offset = ?",
-            (path, slug, offset, at),
-        ).fetchone()
-        return row is not None
-
-    return found if await log.query(read) else None
+    recorded = await log.query(lambda conn: _recorded_at(conn, path, slug, offset))
+    return found if recorded == at else None
 
 
 async def record_skip(
@@ -226,20 +213,7 @@ def _processor_facts(conn: sqlite3.Connection, path: str, slug: str) -> tuple[bo
 
 async def _existing_skip(log: Log, path: str, slug: str, offset: int) -> StreamEvent | None:
     """The skip event already recorded for ``(path, slug, offset)``, if any."""
-
-    def read(conn: sqlite3.Connection) -> int | None:
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)
-        ).fetchone()
-        if exists is None:
-            return None
-        row = conn.execute(
-            f'SELECT skip_event_offset FROM {SKIP_TABLE} WHERE path = ? AND slug = ? AND "offset" = ?',
-            (path, slug, offset),
-        ).fetchone()
-        return None if row is None else int(row[0])
-
-    at = await log.query(read)
+    at = await log.query(lambda conn: _recorded_at(conn, path, slug, offset))
     if at is None:
         return None
     page = await log.stream(path).read(at - 1, 1)
@@ -261,3 +235,17 @@ def filter_page(page: ReadPage, skipped: set[int]) -> ReadPage:
         page.scanned_through_offset,
         page.at_head,
     )
+
+
+def _recorded_at(conn: sqlite3.Connection, path: str, slug: str, offset: int) -> int | None:
+    """The offset of the skip event recorded for ``(path, slug, offset)``, or None."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)
+    ).fetchone()
+    if exists is None:
+        return None
+    row = conn.execute(
+        f'SELECT skip_event_offset FROM {SKIP_TABLE} WHERE path = ? AND slug = ? AND "offset" = ?',
+        (path, slug, offset),
+    ).fetchone()
+    return None if row is None else int(row[0])
