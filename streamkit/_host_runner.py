@@ -69,27 +69,27 @@ MAX_QUEUED_BYTES = 16 * 1024 * 1024
 
 
 class _EngineStream:
-    """The stream an engine sees: the processor's view, minus skipped events, claims reported."""
+    """The stream an engine sees: the processor's view, minus skipped events, claims reported.
 
-    __slots__ = ("_runner", "_view")
+    One per engine incarnation, bound to the lease that engine runs under: its
+    appends are fenced by that lease and no other, so an old engine's late
+    append can never pass under a lease taken again later.
+    """
 
-    def __init__(self, view: ProcessorStreamView, runner: ProcessorRunner) -> None:
+    __slots__ = ("_held", "_runner", "_view")
+
+    def __init__(self, view: ProcessorStreamView, runner: ProcessorRunner, held: HeldLease) -> None:
         self._view = view
         self._runner = runner
+        self._held = held
 
     @property
     def path(self) -> str:
         return self._view.path
 
     async def append(self, *events: EventInput | Mapping[str, Any]) -> list[StreamEvent]:
-        # Every durable append of the engine commits only under this host's lease.
-        held = self._runner.held
-        if held is None:
-            raise LeaseLost(
-                f"processor {self._runner.slug!r} at {self.path!r} no longer runs in this "
-                "host (its lease is gone); nothing was appended",
-                details={"slug": self._runner.slug, "path": self.path},
-            )
+        # Every durable append of the engine commits only under its own lease.
+        held = self._held
         lease = held.lease
         stamp = {"owner": lease.owner, "generation": lease.generation}
         return await self._view.append(*(_with_lease(e, stamp) for e in events), fence=held.fence)
@@ -192,7 +192,7 @@ class ProcessorRunner:
         held = self.held
         assert held is not None
         view = self._log.stream(self.path).for_processor(self.slug)
-        self._engine_stream = _EngineStream(view, self)
+        self._engine_stream = _EngineStream(view, self, held)
         self.engine = ProcessorEngine(
             self.processor,
             stream=self._engine_stream,
