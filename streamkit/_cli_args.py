@@ -20,11 +20,21 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from streamkit._host_registry import registered_sockets
+from streamkit.control import host_socket
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import MAX_OFFSET
 from streamkit.log import Log, open_log
 
-__all__ = ["existing_log", "json_object", "non_negative_int", "positive_int", "positive_seconds"]
+__all__ = [
+    "existing_log",
+    "host_socket_for",
+    "json_object",
+    "live_host_sockets",
+    "non_negative_int",
+    "positive_int",
+    "positive_seconds",
+]
 
 
 def json_object(flag: str) -> Callable[[str], dict[str, Any]]:
@@ -95,3 +105,39 @@ def existing_log(db: str) -> Log:
         if exc.details.get("reason") != "not_writable":
             raise
         return open_log(db, read_only=True)
+
+
+def host_socket_for(db: str, socket: str | None, slug: str | None = None) -> str | None:
+    """The checked socket of a live host on ``db``: ``socket`` if given, else found.
+
+    Found means: the host holding ``slug``'s lease (or, without a slug, the
+    host holding the most leases), as the file's host registry says, then any
+    other registered host, then the default ``<db>.sock``. Every candidate is
+    checked before anything is sent to it (see ``control.host_socket``).
+    """
+    if socket is not None:
+        return host_socket(db, socket)
+    seen: set[str] = set()
+    for candidate in [*registered_sockets(db, slug), db + ".sock"]:
+        where = os.path.realpath(candidate)
+        if where in seen:
+            continue
+        seen.add(where)
+        found = host_socket(db, candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def live_host_sockets(db: str, socket: str | None) -> list[str]:
+    """Every checked live host socket on ``db`` (just ``socket``'s, if one is given)."""
+    if socket is not None:
+        found = host_socket(db, socket)
+        return [] if found is None else [found]
+    live: list[str] = []
+    candidates = {os.path.realpath(c): c for c in [db + ".sock", *registered_sockets(db)]}
+    for candidate in candidates.values():
+        found = host_socket(db, candidate)
+        if found is not None:
+            live.append(found)
+    return live

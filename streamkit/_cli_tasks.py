@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
-from streamkit._cli_args import existing_log, positive_int, positive_seconds
-from streamkit.control import host_socket, request_sync
+from streamkit._cli_args import existing_log, host_socket_for, positive_int, positive_seconds
+from streamkit.control import request_sync
 from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent, format_timestamp
 from streamkit.log import Log
@@ -52,8 +52,8 @@ def _processors(name: str) -> Any:
     return importlib.import_module(f"streamkit.processors.{name}")
 
 
-def _socket(args: argparse.Namespace) -> str | None:
-    return host_socket(args.db, args.socket)
+def _socket(args: argparse.Namespace, slug: str | None = None) -> str | None:
+    return host_socket_for(args.db, args.socket, slug)
 
 
 def _common(p: argparse.ArgumentParser, *, json_help: str) -> None:
@@ -81,7 +81,7 @@ def _append(args: argparse.Namespace, event: dict[str, Any]) -> StreamEvent:
 
 def _snapshot(args: argparse.Namespace, slug: str) -> dict[str, Any] | None:
     """The processor's state from the host, else its checkpoint; None if it never ran."""
-    socket = _socket(args)
+    socket = _socket(args, slug)
     if socket is not None:
         try:
             return dict(

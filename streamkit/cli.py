@@ -39,14 +39,16 @@ from typing import Any, TextIO
 from streamkit import __version__
 from streamkit._cli_args import (
     existing_log,
+    host_socket_for,
     json_object,
+    live_host_sockets,
     non_negative_int,
     positive_int,
     positive_seconds,
 )
 from streamkit._cli_tasks import add_dlq, add_tasks
 from streamkit.config import add_host_arguments, config_from_namespace, find_config
-from streamkit.control import ControlClient, host_socket, request_sync
+from streamkit.control import ControlClient, request_sync
 from streamkit.errors import (
     ControlUnavailable,
     InvalidConfig,
@@ -73,9 +75,9 @@ def _served(args: argparse.Namespace) -> str:
     return os.path.realpath(str(args.db))
 
 
-def _live_socket(args: argparse.Namespace) -> str | None:
-    """The checked control socket of a host running on ``--db``, or None if none answers."""
-    return host_socket(args.db, getattr(args, "socket", None))
+def _live_socket(args: argparse.Namespace, slug: str | None = None) -> str | None:
+    """The checked control socket of a host running on ``--db`` (the one running ``slug``)."""
+    return host_socket_for(args.db, getattr(args, "socket", None), slug)
 
 
 def _add_socket_flag(p: argparse.ArgumentParser) -> None:
@@ -377,9 +379,12 @@ def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
-    socket = _live_socket(args)
-    if socket is not None:
-        status = request_sync(socket, "status", db=_served(args))
+    answers = [
+        request_sync(socket, "status", db=_served(args))
+        for socket in live_host_sockets(args.db, getattr(args, "socket", None))
+    ]
+    if answers:
+        status = _merged_status(answers)
     else:
         from streamkit._host_status import durable_status
 
@@ -387,18 +392,40 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
             async with existing_log(args.db) as log:
                 return await durable_status(log)
 
-        status = {"host": None, "processors": asyncio.run(run())}
+        status = {"host": None, "hosts": [], "processors": asyncio.run(run())}
     if args.json:
         out.write(json.dumps(status, separators=(",", ":")) + "\n")
         return 0
-    host = status["host"]
-    if host is None:
+    hosts = status["hosts"]
+    if not hosts:
         out.write("host: not running (from the database)\n")
-    else:
+    for host in hosts:
         out.write(f"host: {host['owner']} (pid {host['pid']}), up {host['uptime']:.0f} s\n")
     for row in status["processors"]:
-        out.write(_status_line(row, host is not None) + "\n")
+        out.write(_status_line(row, bool(hosts)) + "\n")
     return 0
+
+
+def _merged_status(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One status from every live host: each processor's row from the host holding its lease.
+
+    ``host`` is the host holding the most leases (first when none does);
+    ``hosts`` lists every one that answered.
+    """
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    held: dict[str, int] = {}
+    for answer in answers:
+        owner = answer["host"]["owner"]
+        for row in answer["processors"]:
+            key = (row["path"], row["slug"])
+            if row.get("lease_held_here"):
+                held[owner] = held.get(owner, 0) + 1
+                rows[key] = {**row, "host": owner}
+            else:
+                rows.setdefault(key, {**row, "host": owner})
+    hosts = sorted((a["host"] for a in answers), key=lambda h: -held.get(h["owner"], 0))
+    ordered = sorted(rows.values(), key=lambda r: (r["path"], r["slug"]))
+    return {"host": hosts[0], "hosts": hosts, "processors": ordered}
 
 
 def _status_line(row: dict[str, Any], live: bool) -> str:
@@ -479,7 +506,7 @@ def _add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
-    socket = _live_socket(args)
+    socket = _live_socket(args, args.slug)
     if socket is not None:
         snapshot = request_sync(
             socket, "snapshot", slug=args.slug, path=args.path, db=_served(args)
@@ -524,7 +551,7 @@ def _add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
     # Checked like every other command; with no host there the client says so.
-    socket = _live_socket(args) or _socket_of(args)
+    socket = _live_socket(args, args.slug) or _socket_of(args)
 
     async def run() -> None:
         printed = 0
@@ -578,7 +605,7 @@ def _add_skip(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _cmd_skip(args: argparse.Namespace, out: TextIO) -> int:
     by = args.by or f"{getpass.getuser()}@{platform.node()}"
-    socket = _live_socket(args)
+    socket = _live_socket(args, args.slug)
     if socket is not None:
         data = request_sync(
             socket,

@@ -52,6 +52,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -60,6 +61,7 @@ import structlog
 from streamkit._control_socket import check_private_directory
 from streamkit._host_alarm import Alarm
 from streamkit._host_lease_keeper import HeldLease, LeaseKeeper
+from streamkit._host_registry import deregister, ensure_hosts_table, register
 from streamkit._host_runner import ProcessorRunner
 from streamkit._host_skips import (
     SKIP_EVENT,
@@ -74,7 +76,13 @@ from streamkit._log_follow import Follow
 from streamkit._log_schema import MEMORY
 from streamkit.config import HostConfig, resolve_processors
 from streamkit.control import ControlServer
-from streamkit.errors import InvalidConfig, InvalidRequest, LeaseLost, StreamkitError
+from streamkit.errors import (
+    ControlSocketInUse,
+    InvalidConfig,
+    InvalidRequest,
+    LeaseLost,
+    StreamkitError,
+)
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.lease import read_lease, release, renew, try_acquire
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot
@@ -188,6 +196,8 @@ class ProcessorHost:
         self._tasks: list[asyncio.Task[None]] = []
         self._subscribers: dict[str, set[Subscription]] = {}
         self._control: ControlServer | None = None
+        self.socket_path: Path | None = None
+        """The control socket this host serves (None until it listens, or without one)."""
         self._started_at: float | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -265,21 +275,44 @@ class ProcessorHost:
             self._tasks.append(loop.create_task(self._heartbeat()))
             self._tasks.append(loop.create_task(self._alarm.run()))
             if self._serve_control:
-                from streamkit._host_control import HostControlHandler
-
-                self._control = ControlServer(config.socket_path, HostControlHandler(self))
-                await self._control.start()
+                await self._serve_socket(log)
         except BaseException:
             await self._teardown(grace=0.0)
             raise
         _log.info(
             "host.started",
             db=str(config.db),
-            socket=str(config.socket_path) if self._serve_control else None,
+            socket=None if self.socket_path is None else str(self.socket_path),
             owner=self.owner,
             processors=[f"{r.slug}@{r.path}" for r in self.runners],
             running=[r.slug for r in self.runners if r.engine is not None],
             seconds=round(time.perf_counter() - started, 3),
+        )
+
+    async def _serve_socket(self, log: Log) -> None:
+        from streamkit._host_control import HostControlHandler
+
+        config = self.config
+        path = config.socket_path
+        self._control = ControlServer(path, HostControlHandler(self))
+        try:
+            await self._control.start()
+        except ControlSocketInUse:
+            if config.socket is not None:
+                raise  # a socket of its own was asked for: it must be that one
+            # Another host serves the default socket: a standby needs no flag, it
+            # takes a socket of its own beside it, found through the registry.
+            path = _own_socket(config.db, self.owner)
+            self._control = ControlServer(path, HostControlHandler(self))
+            await self._control.start()
+            _log.info(
+                "host.default_socket_taken", default=str(config.socket_path), socket=str(path)
+            )
+        self.socket_path = path
+        await log.write_transaction(
+            functools.partial(
+                register, owner=self.owner, socket=str(path), pid=os.getpid(), now=self.clock()
+            )
         )
 
     async def stop(self, grace: float | None = None) -> None:
@@ -323,6 +356,11 @@ class ProcessorHost:
             except StreamkitError as exc:
                 _log.warning("lease.release_failed", slug=runner.slug, error=exc.message)
             runner.held = None
+        if self.socket_path is not None:
+            try:
+                await log.write_transaction(functools.partial(deregister, owner=self.owner))
+            except StreamkitError as exc:
+                _log.warning("host.deregister_failed", error=exc.message)
         await log.aclose()
 
     async def run(self) -> None:
@@ -709,7 +747,7 @@ class ProcessorHost:
                 "owner": self.owner,
                 "pid": os.getpid(),
                 "db": str(self.config.db),
-                "socket": str(self.config.socket_path) if self._serve_control else None,
+                "socket": None if self.socket_path is None else str(self.socket_path),
                 "uptime": None if started is None else round(self.clock() - started, 3),
             },
             "processors": processors,
@@ -743,6 +781,13 @@ class ProcessorHost:
 def _create_tables(conn: Any) -> None:
     ensure_host_tables(conn)
     ensure_skip_table(conn)
+    ensure_hosts_table(conn)
+
+
+def _own_socket(db: Path, owner: str) -> Path:
+    """A standby's socket beside the default one, named by its owner's token."""
+    token = "".join(c for c in owner.rsplit(":", 1)[-1] if c.isalnum())[:12] or "host"
+    return db.with_name(f"{db.name}.{token}.sock")
 
 
 def _check_entries(entries: Sequence[_Entry]) -> None:

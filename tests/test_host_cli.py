@@ -72,7 +72,7 @@ def test_status_snapshot_without_a_host(tmp_path: Path, capsys: pytest.CaptureFi
     db = str(tmp_path / "a.db")
     assert run("append", "--db", db, "item")[0] == 0
     assert run("status", "--db", db) == (0, "host: not running (from the database)\n")
-    assert run("status", "--db", db, "--json") == (0, '{"host":null,"processors":[]}\n')
+    assert run("status", "--db", db, "--json") == (0, '{"host":null,"hosts":[],"processors":[]}\n')
     assert run("snapshot", "tally", "--db", db) == (1, "")
     assert "has no checkpoint" in capsys.readouterr().err
 

@@ -316,3 +316,59 @@ def test_relative_paths_in_processor_settings_follow_the_config_file(tmp_path: P
     assert (config_dir / "marker.txt").read_text() == "here"
     assert (config_dir / "app.db").exists()
     assert not (elsewhere / "marker.txt").exists()
+
+
+def test_standby_hosts_need_no_flags_and_commands_find_the_lease_holder(tmp_path: Path) -> None:
+    """Two hosts on one file with default settings; after kill -9, status finds the new holder."""
+    shutil.copy(HERE / "host_support.py", tmp_path / "hostprocs.py")
+    db = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    argv = [sys.executable, "-m", "streamkit", "host", "--db", str(db), "--lease-ttl", "1"]
+    argv += ["--processor", "hostprocs:Tally"]
+    children = []
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "streamkit", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def status() -> dict[str, Any]:
+        done = cli("status", "--db", str(db), "--json")
+        assert done.returncode == 0, done.stderr
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    try:
+        first = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+        children.append(first)
+        eventually(lambda: Path(f"{db}.sock").exists())
+        eventually(lambda: len(status()["hosts"]) == 1)
+        second = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+        children.append(second)
+        eventually(lambda: len(status()["hosts"]) == 2)
+        assert second.poll() is None  # not refused for the taken default socket
+        (row,) = status()["processors"]
+        holder = row["host"]
+        assert row["state"] == "running"
+        assert str(first.pid) in holder
+        first.kill()
+        first.wait()
+        # The default socket is dead now; status and snapshot find the host that took over.
+        eventually(lambda: status()["processors"][0]["host"] != holder, timeout=30)
+        eventually(lambda: status()["processors"][0]["state"] == "running", timeout=30)
+        assert str(second.pid) in status()["processors"][0]["host"]
+        offsets = append_items(str(db), 2)
+        eventually(lambda: (status()["processors"][0]["cursor"] or 0) >= offsets[-1])
+        snapshot = cli("snapshot", "tally", "--db", str(db), "--json")
+        assert snapshot.returncode == 0, snapshot.stderr
+        assert json.loads(snapshot.stdout)["source"] == "engine"
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
