@@ -57,7 +57,9 @@ def _socket(args: argparse.Namespace, slug: str | None = None) -> str | None:
 
 
 def _common(p: argparse.ArgumentParser, *, json_help: str) -> None:
-    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
     p.add_argument("--path", default="/", help="the stream path (default: /)")
     p.add_argument("--socket", help="the host's control socket (default: the db path + .sock)")
     p.add_argument("--json", action="store_true", help=json_help)

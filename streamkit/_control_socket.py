@@ -181,12 +181,13 @@ def check_trusted_socket(path: str | os.PathLike[str], *, owner: int) -> None:
         )
 
 
-def check_private_directory(directory: Path) -> None:
-    """Refuse a socket directory where another user could replace the host's socket.
+def check_private_directory(directory: Path, *, allow_shared: bool = False) -> None:
+    """Refuse a socket directory that is missing, or where another user could replace the socket.
 
-    That is a directory writable by group or others without the sticky bit
-    (``/tmp`` has it: there only a file's owner may remove or rename it), or
-    one owned by another user than this one or root.
+    The latter is a directory writable by group or others without the sticky
+    bit (``/tmp`` has it: there only a file's owner may remove or rename it),
+    or one owned by another user than this one or root; ``allow_shared``
+    accepts it (only a missing directory is refused then).
     """
     try:
         info = os.stat(directory)
@@ -196,6 +197,8 @@ def check_private_directory(directory: Path) -> None:
             "choose another socket path; nothing was created",
             details={"directory": str(directory)},
         ) from None
+    if allow_shared:
+        return
     me = os.geteuid()
     problems = []
     if info.st_uid not in (me, 0):

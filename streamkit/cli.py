@@ -47,7 +47,7 @@ from streamkit._cli_args import (
     positive_seconds,
 )
 from streamkit._cli_tasks import add_dlq, add_tasks
-from streamkit.config import add_host_arguments, config_from_namespace, find_config
+from streamkit.config import add_host_arguments, config_from_namespace, find_config, load_config
 from streamkit.control import ControlClient, request_sync
 from streamkit.errors import (
     ControlUnavailable,
@@ -68,6 +68,17 @@ Handler = Callable[[argparse.Namespace, TextIO], int]
 def _socket_of(args: argparse.Namespace) -> str:
     socket: str | None = getattr(args, "socket", None)
     return socket if socket is not None else args.db + ".sock"
+
+
+def _db_from_config() -> str:
+    """The ``db`` of ``./streamkit.toml`` (as the host reads it), for a command given no --db."""
+    found = find_config(Path.cwd())
+    if found is None:
+        raise InvalidRequest(
+            "no --db was given and there is no streamkit.toml in this directory to name one; "
+            "pass --db FILE; nothing was done"
+        )
+    return str(load_config(found).db)
 
 
 def _served(args: argparse.Namespace) -> str:
@@ -112,7 +123,7 @@ def _add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "Prints the committed event; an idempotent retry prints the event already committed.",
     )
     p.add_argument("type", help="the event type, e.g. task.requested")
-    p.add_argument("--db", required=True, help="the SQLite log file")
+    p.add_argument("--db", help="the SQLite log file; default: the db of ./streamkit.toml")
     p.add_argument("--path", default="/", help="the stream path (default: /)")
     p.add_argument("--payload", type=json_object("--payload"), help="the payload, a JSON object")
     p.add_argument("--metadata", type=json_object("--metadata"), help="the metadata, a JSON object")
@@ -227,7 +238,9 @@ def _add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Print the durable events of a stream after an offset. With --follow, "
         "keep printing new events as they are committed (by any process) until interrupted.",
     )
-    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
     p.add_argument("--path", default="/", help="the stream path (default: /)")
     p.add_argument(
         "--after", type=non_negative_int, default=0, help="start after this offset (default: 0)"
@@ -372,7 +385,9 @@ def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "lease, claim and errors. Asks the running host (which adds stalled processors, "
         "rates and latencies); with no host, reads what the database says.",
     )
-    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
     _add_socket_flag(p)
     p.add_argument("--json", action="store_true", help="print the status as one JSON object")
     p.set_defaults(handler=_cmd_status)
@@ -498,7 +513,9 @@ def _add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "live from the running host, else from its checkpoint in the database.",
     )
     p.add_argument("slug", help="the processor's contract slug")
-    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
     p.add_argument("--path", help="the stream path, if the host runs the slug on several")
     _add_socket_flag(p)
     p.add_argument("--json", action="store_true", help="print {offset, state, source} as JSON")
@@ -539,7 +556,9 @@ def _add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "gap in the revisions prints a fresh seed.",
     )
     p.add_argument("slug", help="the processor's contract slug")
-    p.add_argument("--db", required=True, help="the SQLite log file the host runs on")
+    p.add_argument(
+        "--db", help="the SQLite log file the host runs on; default: the db of ./streamkit.toml"
+    )
     p.add_argument("--path", help="the stream path, if the host runs the slug on several")
     p.add_argument(
         "--limit", type=positive_int, default=None, help="stop after N lines (seeds and patches)"
@@ -593,7 +612,9 @@ def _add_skip(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "to the database for the next host to apply.",
     )
     p.add_argument("slug", help="the processor's contract slug")
-    p.add_argument("--db", required=True, help="the SQLite log file (must exist)")
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
     p.add_argument("--offset", type=positive_int, required=True, help="the event to skip")
     p.add_argument("--path", help="the stream path (default: the host's; / without a host)")
     p.add_argument("--by", help="who decided (default: user@hostname)")
@@ -687,6 +708,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     args.argv = raw  # for messages that print a command to re-run
     handler: Handler = args.handler
     try:
+        if getattr(args, "db", "") is None and args.command != "host":
+            args.db = _db_from_config()
         return handler(args, out or sys.stdout)
     except StreamkitError as exc:
         sys.stderr.write(refusal_line(exc.message, exc.code))

@@ -223,9 +223,11 @@ class ProcessorHost:
         config = self.config
         started = time.perf_counter()
         self._started_at = self.clock()
-        if self._serve_control and not config.shared_socket_dir:
+        if self._serve_control:
             # Before the log is opened: a refused start creates nothing.
-            check_private_directory(config.socket_path.parent)
+            check_private_directory(
+                config.socket_path.parent, allow_shared=config.shared_socket_dir
+            )
         log = open_log(
             config.db,
             synchronous=config.synchronous,

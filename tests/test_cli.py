@@ -276,3 +276,18 @@ def test_skip_refuses_an_empty_or_unknown_slug_without_a_host(
     assert run("skip", "nope", "--db", db, "--offset", "1")[0] == 1
     assert "no processor 'nope' has run" in capsys.readouterr().err
     assert run("read", "--db", db) == (0, "1  t  {}\n")
+
+
+def test_db_may_be_omitted_when_streamkit_toml_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --db, commands use the db of ./streamkit.toml (relative to the file); else refuse."""
+    monkeypatch.chdir(tmp_path)
+    assert run("read")[0] == 1
+    assert "no --db was given and there is no streamkit.toml" in capsys.readouterr().err
+    (tmp_path / "data").mkdir()
+    (tmp_path / "streamkit.toml").write_text('db = "data/app.db"\n')
+    assert run("append", "t.one") == (0, "1  t.one  {}\n")
+    assert run("read") == (0, "1  t.one  {}\n")
+    assert (tmp_path / "data" / "app.db").exists()
+    assert run("status", "--json")[0] == 0

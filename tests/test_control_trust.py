@@ -17,7 +17,7 @@ from host_support import Tally
 
 from streamkit import open_log
 from streamkit.config import HostConfig
-from streamkit.errors import UntrustedSocket
+from streamkit.errors import InvalidRequest, UntrustedSocket
 from streamkit.host import ProcessorHost
 
 ROOT_ONLY = pytest.mark.skipif(
@@ -167,3 +167,21 @@ async def test_a_host_refuses_a_socket_directory_others_can_write(short_dir: Pat
         for child in shared.iterdir():
             child.unlink()
         shared.rmdir()
+
+
+@pytest.mark.parametrize("shared", [False, True])
+async def test_a_missing_socket_directory_is_refused_before_the_db_exists(
+    short_dir: Path, shared: bool
+) -> None:
+    """A socket in a directory that does not exist: refused first, no database created."""
+    db = short_dir / "m.db"
+    config = HostConfig.model_validate(
+        {
+            "db": str(db),
+            "socket": str(short_dir / "nowhere" / "m.sock"),
+            "shared_socket_dir": shared,
+        }
+    )
+    with pytest.raises(InvalidRequest, match="does not exist; create it"):
+        await ProcessorHost(config, processors=[Tally()]).start()
+    assert not db.exists()

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from streamkit import InvalidRequest, LogOpenError, open_log
+from streamkit.checkpoint import ReduceCheckpointTable
 from streamkit.cli import main
 
 
@@ -72,6 +76,10 @@ def test_a_log_that_cannot_be_written_says_so_and_still_reads(read_only_dir: Pat
     """On a read-only file system: opening to write names the cause; read, status, snapshot work."""
     path = read_only_dir / "ro.db"
     asyncio.run(make_log(path, count=3))
+    with closing(sqlite3.connect(path)) as conn, conn:
+        ReduceCheckpointTable(conn).write(
+            "tally", reducer_version="1", reduced_through_offset=3, state_json='{"n": 3}'
+        )
     remount_read_only(read_only_dir)
     assert not os.access(read_only_dir, os.W_OK) or os.statvfs(read_only_dir).f_flag & os.ST_RDONLY
 
@@ -93,5 +101,8 @@ def test_a_log_that_cannot_be_written_says_so_and_still_reads(read_only_dir: Pat
     assert code == 0
     assert out.splitlines()[0].startswith("1  item")
     assert run("status", "--db", str(path))[0] == 0
+    code, out = run("snapshot", "tally", "--db", str(path), "--json")
+    assert code == 0
+    assert json.loads(out)["state"] == {"n": 3}
     code, out = run("append", "--db", str(path), "item")
     assert code == 1
