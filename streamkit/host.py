@@ -73,7 +73,6 @@ from streamkit._host_skips import (
 from streamkit._host_status import durable_lag, durable_status, shown_cursor
 from streamkit._host_storage import ensure_host_tables
 from streamkit._log_follow import Follow
-from streamkit._log_schema import MEMORY
 from streamkit.config import HostConfig, resolve_processors
 from streamkit.control import ControlServer
 from streamkit.errors import (
@@ -84,7 +83,7 @@ from streamkit.errors import (
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
-from streamkit.lease import read_lease, release, renew, try_acquire
+from streamkit.lease import read_lease, release, try_acquire
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot
 from streamkit.log import Log, open_log
 from streamkit.processor import StreamProcessor
@@ -255,17 +254,15 @@ class ProcessorHost:
                     )
                 )
             loop = asyncio.get_running_loop()
-            if str(config.db) != MEMORY:
-                # An in-memory log has no file a second connection could open: its
-                # leases are renewed on the loop by the heartbeat instead.
-                self._keeper = LeaseKeeper(
-                    str(config.db),
-                    interval=config.lease.heartbeat_interval,
-                    ttl=config.lease.ttl,
-                    clock=self.clock,
-                    loop=loop,
-                )
-                self._keeper.start()
+            # HostConfig refuses ":memory:", so the keeper can always open the file.
+            self._keeper = LeaseKeeper(
+                str(config.db),
+                interval=config.lease.heartbeat_interval,
+                ttl=config.lease.ttl,
+                clock=self.clock,
+                loop=loop,
+            )
+            self._keeper.start()
             for path in sorted({runner.path for runner in self.runners}):
                 # Follow from the head as it is now: each engine's catch-up reads
                 # what lies before, and the follower has every commit after.
@@ -418,11 +415,8 @@ class ProcessorHost:
     async def _beat(self, runner: ProcessorRunner) -> None:
         log = self._require_log()
         ttl = self.config.lease.ttl
-        held = runner.held
-        if held is not None and runner.engine is not None:
-            if self._keeper is None:
-                await self._renew_on_loop(runner, held)
-            return
+        if runner.held is not None and runner.engine is not None:
+            return  # the lease keeper renews it, off the loop
         row = await log.query(functools.partial(read_lease, path=runner.path, slug=runner.slug))
         stale = None
         if row is not None and not row.released and row.owner != self.owner:
@@ -475,20 +469,6 @@ class ProcessorHost:
             self._keeper.hold(held, functools.partial(self._lost_by_keeper, runner, held))
         if self._alarm is not None:
             self._alarm.changed()
-
-    async def _renew_on_loop(self, runner: ProcessorRunner, held: HeldLease) -> None:
-        started = time.monotonic()
-        try:
-            lease = await self._require_log().write_transaction(
-                functools.partial(
-                    renew, lease=held.lease, now=self.clock(), ttl=self.config.lease.ttl
-                )
-            )
-        except LeaseLost as exc:
-            held.lost = exc
-            await runner.lose_lease(exc)
-            return
-        held.renewed(lease, started)
 
     def _lost_by_keeper(self, runner: ProcessorRunner, held: HeldLease, error: LeaseLost) -> None:
         # On the loop, called by the keeper thread: stop the engine if it still
