@@ -14,6 +14,7 @@ from host_support import Echo, Fragile, Hoarder, Lingering, Sleeper, Tally, Type
 from structlog.testing import capture_logs
 
 from streamkit import InvalidRequest, open_log
+from streamkit._host_runner import ProcessorRunner
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig, InvalidEvent
 from streamkit.host import ProcessorHost
@@ -79,6 +80,18 @@ async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.01)
+
+
+async def stalled_on_poison(
+    tmp_path: Path, hosts: HostFactory
+) -> tuple[ProcessorHost, ProcessorRunner, int]:
+    """A started host running Fragile, stalled on one poison item: (host, runner, its offset)."""
+    host = hosts(Fragile())
+    await host.start()
+    (poison,) = await items(tmp_path / "h.db", 1, boom=True)
+    runner = host.runner("fragile")
+    await wait_for(lambda: runner.stalled)
+    return host, runner, poison
 
 
 # -- the core -------------------------------------------------------------------------------
@@ -444,11 +457,7 @@ async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
 ) -> None:
     """The API refuses a forged skip; one planted without its record is ignored; a real one works."""
     db = tmp_path / "h.db"
-    host = hosts(Fragile())
-    await host.start()
-    (poison,) = await items(db, 1, boom=True)
-    runner = host.runner("fragile")
-    await wait_for(lambda: runner.stalled)
+    host, runner, poison = await stalled_on_poison(tmp_path, hosts)
     forged = {"slug": "fragile", "offset": poison, "by": "mallory", "reason": "forged"}
     async with open_log(db) as log:
         with pytest.raises(InvalidEvent, match="reserved"):
@@ -475,11 +484,7 @@ async def test_a_second_skip_says_who_skipped_it_and_why(
     tmp_path: Path, hosts: HostFactory
 ) -> None:
     """The same skip again returns the first record; another reason is refused naming the first."""
-    db = tmp_path / "h.db"
-    host = hosts(Fragile())
-    await host.start()
-    (poison,) = await items(db, 1, boom=True)
-    await wait_for(lambda: host.runner("fragile").stalled)
+    host, _, poison = await stalled_on_poison(tmp_path, hosts)
     first = await host.skip("fragile", poison, by="ann", reason="bad payload")
     again = await host.skip("fragile", poison, by="ann", reason="bad payload")
     assert again.offset == first.offset

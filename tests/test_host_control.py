@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -305,3 +306,36 @@ async def test_socket_snapshot_carries_the_live_rev_to_re_seed_from(
         assert seed["rev"] == snapshot["rev"]
     finally:
         await watch.aclose()  # type: ignore[attr-defined]
+
+
+async def test_read_follow_resumes_by_itself_after_slow_consumer(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """A `read --follow` whose stdout nobody drains falls behind, resumes, and prints each event once."""
+    config = HostConfig.model_validate(
+        {
+            "db": str(tmp_path / "f.db"),
+            "socket": str(short_dir / "f.sock"),
+            "limits": {"subscriber_bytes": 64 * 1024},
+        }
+    )
+    async with ProcessorHost(config, processors=[Tally()]) as running:
+        count = 300
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streamkit", "read", "--db", str(config.db),
+            "--socket", str(config.socket_path), "--follow", "--limit", str(count),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        await asyncio.sleep(1.0)  # the follow is registered
+        blob = "z" * 10_000
+        appended = []
+        for n in range(count):
+            (event,) = await running.append("/", [{"type": "item", "payload": {"n": n, "b": blob}}])
+            appended.append(event.offset)
+            await asyncio.sleep(0)
+        # Only now is its stdout read: meanwhile it blocked writing, and so stopped reading.
+        out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == 0, err.decode()
+    printed = [int(line.split()[0]) for line in out.decode().splitlines()]
+    assert printed == appended
+    assert "note: the follower of '/' fell more than its byte budget behind" in err.decode()

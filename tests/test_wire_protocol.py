@@ -96,6 +96,11 @@ async def test_one_shot_requests_replies_and_errors(socket_path: str) -> None:
         status = await client.receive()
         assert status["id"] == 5
         assert status["result"]["processors"][0]["slug"] == "tally"
+        hello = await client.call({"id": 6, "op": "hello"})
+        assert set(hello["result"]) == {"db", "owner", "pid"}
+        other = await client.call({"id": 7, "op": "status", "db": "/no/such/other.db"})
+        assert other["error"]["code"] == "INVALID_REQUEST"
+        assert hello["result"]["db"] in other["error"]["message"]
         client.writer.write(b"this is not json\n")
         garbled = await client.receive()
         assert (garbled["id"], garbled["error"]["code"]) == (None, "MALFORMED_REQUEST")
