@@ -5,7 +5,9 @@ The public names live here; everything else is an implementation detail.
 
 from streamkit._json_diff import diff_json
 from streamkit.checkpoint import CheckpointStorage, ReduceCheckpoint, ReduceCheckpointTable
+from streamkit.config import HostConfig
 from streamkit.contract import EventDefinition, ProcessorContract, define_processor_contract
+from streamkit.control import ControlClient
 from streamkit.engine import BatchInfo, ProcessorEngine, ProcessorSnapshot
 from streamkit.errors import (
     CheckpointTooLarge,
@@ -50,11 +52,13 @@ __all__ = [
     "CheckpointStorage",
     "CheckpointTooLarge",
     "Clock",
+    "ControlClient",
     "ControlSocketInUse",
     "ControlUnavailable",
     "Delivery",
     "EventDefinition",
     "EventInput",
+    "HostConfig",
     "IdempotencyConflict",
     "InternalError",
     "InvalidConfig",

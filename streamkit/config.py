@@ -78,9 +78,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from streamkit.control import MAX_SOCKET_PATH_BYTES
+from streamkit.control._control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidConfig, InvalidRequest
 from streamkit.events import validate_path
+from streamkit.processor import StreamProcessor
 
 __all__ = [
     "DEFAULT_CONFIG_NAME",
@@ -675,7 +676,7 @@ def resolve_processors(config: HostConfig) -> list[ResolvedProcessor]:
     modules named have been imported and the processors that could be built
     were built (constructors must not start work).
     """
-    base = importlib.import_module("streamkit.processor").StreamProcessor
+    base = StreamProcessor
     problems: list[tuple[str | None, str, str]] = []
     resolved: list[ResolvedProcessor] = []
     claimed: dict[tuple[str, str], int] = {}

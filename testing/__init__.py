@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from streamkit.testing._memory import MemoryStorage, MemoryStream, memory_storage, memory_stream
 
-from streamkit._engine_fold import Fold
+from streamkit.engine import Fold
 from streamkit.events import EventInput, StreamEvent, format_timestamp, prepare_event
 from streamkit.processor import StreamProcessor
 

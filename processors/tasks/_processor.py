@@ -1,0 +1,618 @@
+"""Durable background tasks: request a named task, and it runs with retries until it settles.
+
+A ``task.requested`` event asks for one run of a named handler. The
+:class:`TasksProcessor` runs it in the background under a timeout, retries a
+failed attempt with exponential backoff and jitter up to ``max_attempts``, and
+records every step as an event: ``task.attempt-started``, ``task.succeeded``,
+``task.attempt-failed``, ``task.dead-lettered``, ``task.cancelled`` (and
+``task.rejected`` for a request or cancel it cannot honour). A dead-lettered
+task also appends ``dlq.dead-lettered``, so the DLQ collects it and can replay it.
+
+Guarantees:
+
+- **At least once.** An attempt that a crash interrupted (started, never
+  settled) is found by the revive's at-head pass and counted as failed, then
+  retried. A handler may therefore run more than once for one attempt budget:
+  handlers must be idempotent, using ``ctx.idempotency_key`` (stable for the
+  task run, across its attempts) for their side effects.
+- **One outcome per attempt.** Every outcome event's idempotency key is derived
+  from the task run and the attempt number, and all outcomes of one attempt
+  share it: a retried append returns the event already written, and a second,
+  different outcome for the same attempt is refused by the log.
+- **Time is passed in.** Due times, retry times and wakeups come from the
+  ``clock`` given to the processor (epoch seconds); handler timeouts use the
+  event loop's clock. Scheduled (``not_before``) and retried tasks wake the
+  processor through ``schedule_wakeup``.
+- **State is only what is live.** The reduced state keeps live tasks and
+  counters, never history: a task that succeeds, dead-letters or is cancelled
+  leaves the state. Its story is in the log.
+
+A task run is identified by its id and the offset of its request: once a task
+has finished, a new request with the same id is a new run (with new keys); a
+request for an id that is still live is rejected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from streamkit.processors._handlers import resolve_handler
+from streamkit.processors.dlq import (
+    dead_lettered_event,
+    record_succeeded_event,
+    replay_ref,
+)
+from streamkit.processors.tasks._events import (
+    _ERROR_CHARS,
+    ORIGIN,
+    SLUG,
+    TASK_ATTEMPT_FAILED,
+    TASK_ATTEMPT_STARTED,
+    TASK_CANCEL_REQUESTED,
+    TASK_CANCELLED,
+    TASK_DEAD_LETTERED,
+    TASK_REJECTED,
+    TASK_REQUESTED,
+    TASK_SUCCEEDED,
+    TASKS_CONTRACT,
+    LiveTask,
+    TaskAttemptFailed,
+    TaskAttemptStarted,
+    TaskCancelled,
+    TaskCancelRequested,
+    TaskContext,
+    TaskCounts,
+    TaskDeadLettered,
+    TaskHandler,
+    TaskRejected,
+    TaskRequested,
+    TasksState,
+    TaskSucceeded,
+    _RunEvent,
+    cancel_requested_event,
+    task_requested_event,
+)
+
+from streamkit import (
+    IdempotencyConflict,
+    InvalidContract,
+    ProcessEventArgs,
+    StreamEvent,
+    StreamProcessor,
+)
+
+__all__ = [
+    "TASKS_CONTRACT",
+    "TASK_ATTEMPT_FAILED",
+    "TASK_ATTEMPT_STARTED",
+    "TASK_CANCELLED",
+    "TASK_CANCEL_REQUESTED",
+    "TASK_DEAD_LETTERED",
+    "TASK_REJECTED",
+    "TASK_REQUESTED",
+    "TASK_SUCCEEDED",
+    "LiveTask",
+    "TaskAttemptFailed",
+    "TaskAttemptStarted",
+    "TaskCancelRequested",
+    "TaskCancelled",
+    "TaskContext",
+    "TaskCounts",
+    "TaskDeadLettered",
+    "TaskHandler",
+    "TaskRejected",
+    "TaskRequested",
+    "TaskSucceeded",
+    "TasksProcessor",
+    "TasksState",
+    "cancel_requested_event",
+    "task_requested_event",
+]
+
+
+def _run_key(task: LiveTask) -> str:
+    return f"{task.task_id}@{task.request_offset}"
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:_ERROR_CHARS]
+
+
+class TasksProcessor(StreamProcessor[TasksState]):
+    """Runs ``task.requested`` tasks with the registered ``handlers``.
+
+    ``handlers`` maps a task name to ``async def handler(args, ctx)`` (or a
+    ``"module:function"`` string, for the host's config). A name with no
+    handler dead-letters the task at once. Retries wait
+    ``min(backoff_max, backoff_base * 2 ** (attempt - 1))`` seconds plus up
+    to ``jitter`` of that, derived from the task run and attempt (so the same
+    failure always schedules the same retry). At most ``concurrency``
+    attempts run at once. ``clock`` gives epoch seconds.
+    """
+
+    contract = TASKS_CONTRACT
+
+    def __init__(
+        self,
+        *,
+        handlers: Mapping[str, TaskHandler | str] | None = None,
+        backoff_base: float = 1.0,
+        backoff_max: float = 300.0,
+        jitter: float = 0.25,
+        concurrency: int = 16,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        for label, value, low in (
+            ("backoff_base", backoff_base, 0.0),
+            ("backoff_max", backoff_max, 0.0),
+            ("jitter", jitter, 0.0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < low:
+                raise InvalidContract(
+                    f"TasksProcessor {label} must be a number >= {low}, got {value!r}; "
+                    "nothing was built",
+                    details={label: repr(value)},
+                )
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidContract(
+                f"TasksProcessor concurrency must be an integer >= 1, got {concurrency!r}; "
+                "nothing was built",
+                details={"concurrency": repr(concurrency)},
+            )
+        self._handlers = {
+            name: resolve_handler(f'task handler "{name}"', h, {"task": name})
+            for name, h in (handlers or {}).items()
+        }
+        self._backoff_base = float(backoff_base)
+        self._backoff_max = float(backoff_max)
+        self._jitter = float(jitter)
+        self._concurrency = concurrency
+        self._clock = clock
+        # Attempts this incarnation started ("run/attempt"): never started twice,
+        # and never mistaken for one a crash interrupted.
+        self._owned: set[str] = set()
+        # Runs with an attempt in flight here -> the handler's future (to cancel it).
+        self._inflight: dict[str, asyncio.Future[Any]] = {}
+        # Attempts scheduled here and not finished (what ``concurrency`` limits).
+        self._active = 0
+        # Runs whose in-flight handler was cancelled on request -> the reason.
+        self._cancelling: dict[str, str | None] = {}
+        # Settling steps (run, step) this incarnation already started: a cancel,
+        # an interrupted attempt, a dead-letter. Each is appended once.
+        self._settling: set[tuple[str, str]] = set()
+
+    # -- pure parts -----------------------------------------------------------------
+
+    def retry_delay(self, task_id: str, request_offset: int, attempt: int) -> float:
+        """Seconds to wait after failed ``attempt`` (deterministic per run and attempt)."""
+        base = min(self._backoff_max, self._backoff_base * 2 ** (attempt - 1))
+        digest = hashlib.sha256(f"{task_id}@{request_offset}/{attempt}".encode()).digest()
+        fraction = int.from_bytes(digest[:8], "big") / 2**64
+        return float(base * (1.0 + self._jitter * fraction))
+
+    def reduce(self, event: StreamEvent, state: TasksState) -> TasksState | None:
+        p = event.payload
+        counts = state.counts
+        if isinstance(p, TaskRequested):
+            if p.task_id in state.tasks:
+                return None  # rejected by the effects; the live run is untouched
+            created = LiveTask(
+                task_id=p.task_id,
+                name=p.name,
+                args=p.args,
+                max_attempts=p.max_attempts,
+                timeout_s=p.timeout_s,
+                request_offset=event.offset,
+                due=p.not_before or 0.0,
+                dlq=replay_ref(event),
+            )
+            return TasksState(
+                tasks={**state.tasks, p.task_id: created},
+                counts=counts.model_copy(update={"requested": counts.requested + 1}),
+            )
+        if isinstance(p, TaskCancelRequested):
+            live = state.tasks.get(p.task_id)
+            if live is None or live.cancel_requested:
+                return None
+            changed = live.model_copy(update={"cancel_requested": True, "cancel_reason": p.reason})
+            return state.model_copy(update={"tasks": {**state.tasks, p.task_id: changed}})
+        if isinstance(p, TaskRejected):
+            return state.model_copy(
+                update={"counts": counts.model_copy(update={"rejected": counts.rejected + 1})}
+            )
+        if not isinstance(p, _RunEvent):
+            return None
+        task = state.tasks.get(p.task_id)
+        if task is None or task.request_offset != p.request_offset:
+            return None  # an outcome of a run that already settled
+        if isinstance(p, TaskAttemptStarted):
+            if p.attempt != task.attempt + 1:
+                return None
+            changed = task.model_copy(
+                update={"attempt": p.attempt, "running": True, "started_at": p.started_at}
+            )
+            return TasksState(
+                tasks={**state.tasks, p.task_id: changed},
+                counts=counts.model_copy(update={"attempts": counts.attempts + 1}),
+            )
+        if isinstance(p, TaskAttemptFailed):
+            if p.attempt != task.attempt:
+                return None
+            changed = task.model_copy(
+                update={"running": False, "due": p.retry_at, "last_error": p.error}
+            )
+            return TasksState(
+                tasks={**state.tasks, p.task_id: changed},
+                counts=counts.model_copy(update={"failed_attempts": counts.failed_attempts + 1}),
+            )
+        if isinstance(p, TaskSucceeded):
+            field = "succeeded"
+        elif isinstance(p, TaskDeadLettered):
+            field = "dead_lettered"
+        elif isinstance(p, TaskCancelled):
+            field = "cancelled"
+        else:
+            return None
+        remaining = {k: v for k, v in state.tasks.items() if k != p.task_id}
+        return TasksState(
+            tasks=remaining,
+            counts=counts.model_copy(update={field: getattr(counts, field) + 1}),
+        )
+
+    # -- effects --------------------------------------------------------------------
+
+    def process_event(self, args: ProcessEventArgs[TasksState]) -> None:
+        event = args.event
+        if event is not None:
+            self._check_request(args, event)
+        if not args.delivery.caught_up:
+            return
+        now = self._clock()
+        live_runs = {_run_key(t) for t in args.state.tasks.values()}
+        self._owned = {key for key in self._owned if key.rpartition("/")[0] in live_runs}
+        self._settling = {step for step in self._settling if step[0] in live_runs}
+        self._cancelling = {r: v for r, v in self._cancelling.items() if r in live_runs}
+        slots = self._concurrency - self._active
+        for task in sorted(args.state.tasks.values(), key=lambda t: (t.due, t.request_offset)):
+            run = _run_key(task)
+            if task.cancel_requested:
+                self._cancel(args, task)
+            elif task.running and f"{run}/{task.attempt}" not in self._owned:
+                self._interrupted(args, task)
+            elif task.running or f"{run}/{task.attempt + 1}" in self._owned:
+                continue
+            elif task.name not in self._handlers:
+                if (run, "unknown") in self._settling:
+                    continue
+                self._settling.add((run, "unknown"))
+                error = (
+                    f'no handler is registered for task name "{task.name}" (registered: '
+                    f"{', '.join(sorted(self._handlers)) or 'none'}); the task was not run"
+                )
+                args.run_in_background(partial(self._dead_letter, args, task, error))
+            elif task.due > now:
+                args.schedule_wakeup(task.due)
+            elif slots > 0:
+                slots -= 1
+                self._owned.add(f"{run}/{task.attempt + 1}")
+                self._active += 1
+                args.run_in_background(partial(self._attempt, args, task))
+
+    def _key(self, task: LiveTask, what: str) -> str:
+        return self.idempotency_key(f"{_run_key(task)}/{what}")
+
+    def _check_request(self, args: ProcessEventArgs[TasksState], event: StreamEvent) -> None:
+        p = event.payload
+        reason: str | None = None
+        if isinstance(p, TaskRequested):
+            live = args.state.tasks.get(p.task_id)
+            if live is not None and live.request_offset != event.offset:
+                reason = (
+                    f'task "{p.task_id}" is already live (requested at offset '
+                    f"{live.request_offset}); this request was not run; request again with "
+                    "another id, or once the live run has finished"
+                )
+        elif isinstance(p, TaskCancelRequested) and p.task_id not in args.state.tasks:
+            reason = (
+                f'no live task "{p.task_id}" to cancel (it finished, or was never requested); '
+                "nothing was changed"
+            )
+        if reason is None:
+            return
+        assert isinstance(p, TaskRequested | TaskCancelRequested)
+        rejected = {
+            "type": TASK_REJECTED,
+            "payload": TaskRejected(
+                task_id=p.task_id, offset=event.offset, reason=reason
+            ).model_dump(mode="json"),
+            "idempotency_key": self.idempotency_key("rejected", event),
+        }
+        events: list[dict[str, Any]] = [rejected]
+        ref = replay_ref(event) if isinstance(p, TaskRequested) else None
+        if ref is not None and isinstance(p, TaskRequested):
+            # A DLQ replay that cannot run goes back to the DLQ, or it would
+            # wait in "replaying" forever.
+            events.append(
+                dead_lettered_event(
+                    record_id=ref.record_id,
+                    origin=ORIGIN,
+                    operation=p.name,
+                    payload=p.model_dump(mode="json"),
+                    error=f"rejected: {reason}",
+                    attempts=0,
+                    request_type=TASK_REQUESTED,
+                    replay_of=ref,
+                    idempotency_key=self.idempotency_key("rejected-dlq", event),
+                )
+            )
+        args.run_in_background(lambda: self._append(args, *events))
+
+    async def _append(
+        self, args: ProcessEventArgs[TasksState], *events: Mapping[str, Any]
+    ) -> list[StreamEvent] | None:
+        # A conflict means this step was already recorded, possibly with another
+        # outcome (another incarnation got there first): the log keeps the first.
+        try:
+            return await args.append(*events)
+        except IdempotencyConflict:
+            return None
+
+    async def _attempt(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
+        try:
+            await self._run_attempt(args, task)
+        finally:
+            self._active -= 1
+
+    async def _run_attempt(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
+        run = _run_key(task)
+        attempt = task.attempt + 1
+        started = TaskAttemptStarted(
+            task_id=task.task_id,
+            request_offset=task.request_offset,
+            attempt=attempt,
+            started_at=self._clock(),
+        )
+        written = await self._append(
+            args,
+            {
+                "type": TASK_ATTEMPT_STARTED,
+                "payload": started.model_dump(mode="json"),
+                "idempotency_key": self._key(task, f"{attempt}/started"),
+            },
+        )
+        if not written:
+            return  # someone else started this attempt; its outcome is theirs
+        committed = written[0].payload
+        started_at = (
+            committed.started_at
+            if isinstance(committed, TaskAttemptStarted)
+            else started.started_at
+        )
+        handler = self._handlers[task.name]
+        ctx = TaskContext(
+            task_id=task.task_id,
+            name=task.name,
+            attempt=attempt,
+            max_attempts=task.max_attempts,
+            idempotency_key=self.idempotency_key(f"run/{run}"),
+            request_offset=task.request_offset,
+            replay=None if task.dlq is None else task.dlq.replay,
+        )
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        call = asyncio.ensure_future(_run_handler(handler, dict(task.args), ctx))
+        self._inflight[run] = call
+        try:
+            done, _ = await asyncio.wait({call}, timeout=task.timeout_s)
+        finally:
+            if not call.done():
+                call.cancel()  # timed out, or this coroutine itself was cancelled (shutdown)
+            self._inflight.pop(run, None)
+        # A handler that held the event loop (blocking code) can finish past its
+        # deadline without the wait ever timing out: it outlived timeout_s all the same.
+        if done and loop.time() - began > task.timeout_s and not call.cancelled():
+            done = set()
+        if not done:
+            await self._failed(
+                args, task, attempt, started_at, f"timed out after {task.timeout_s} s"
+            )
+        elif call.cancelled():
+            if run in self._cancelling:
+                await self._cancelled(args, task, attempt, self._cancelling[run])
+            else:
+                await self._failed(
+                    args, task, attempt, started_at, "CancelledError: the handler was cancelled"
+                )
+        elif call.exception() is not None:
+            exc = call.exception()
+            assert exc is not None
+            await self._failed(args, task, attempt, started_at, _error_text(exc))
+        else:
+            await self._succeeded(args, task, attempt, started_at, call.result())
+
+    async def _succeeded(
+        self,
+        args: ProcessEventArgs[TasksState],
+        task: LiveTask,
+        attempt: int,
+        started_at: float,
+        result: Any,
+    ) -> None:
+        try:
+            json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            error = f"the handler returned a result that is not JSON ({exc}); it was not recorded"
+            await self._failed(args, task, attempt, started_at, error)
+            return
+        body = TaskSucceeded(
+            task_id=task.task_id, request_offset=task.request_offset, attempt=attempt, result=result
+        )
+        events: list[Mapping[str, Any]] = [
+            {
+                "type": TASK_SUCCEEDED,
+                "payload": body.model_dump(mode="json"),
+                "idempotency_key": self._key(task, f"{attempt}/outcome"),
+            }
+        ]
+        if task.dlq is not None:
+            events.append(record_succeeded_event(task.dlq))
+        await self._append(args, *events)
+
+    async def _failed(
+        self,
+        args: ProcessEventArgs[TasksState],
+        task: LiveTask,
+        attempt: int,
+        started_at: float,
+        error: str,
+    ) -> None:
+        if attempt >= task.max_attempts:
+            await self._dead_letter(
+                args, task, f"attempt {attempt} of {task.max_attempts} failed: {error}", attempt
+            )
+            return
+        body = TaskAttemptFailed(
+            task_id=task.task_id,
+            request_offset=task.request_offset,
+            attempt=attempt,
+            error=error[:_ERROR_CHARS],
+            retry_at=started_at + self.retry_delay(task.task_id, task.request_offset, attempt),
+        )
+        await self._append(
+            args,
+            {
+                "type": TASK_ATTEMPT_FAILED,
+                "payload": body.model_dump(mode="json"),
+                "idempotency_key": self._key(task, f"{attempt}/outcome"),
+            },
+        )
+
+    def _request_payload(self, task: LiveTask) -> dict[str, Any]:
+        # What the DLQ replays: the request as it was, not_before dropped (a
+        # replay runs now), with a fresh attempt budget.
+        return TaskRequested(
+            task_id=task.task_id,
+            name=task.name,
+            args=task.args,
+            max_attempts=task.max_attempts,
+            timeout_s=task.timeout_s,
+        ).model_dump(mode="json")
+
+    async def _dead_letter(
+        self, args: ProcessEventArgs[TasksState], task: LiveTask, error: str, attempt: int = 0
+    ) -> None:
+        attempts = attempt or task.attempt
+        body = TaskDeadLettered(
+            task_id=task.task_id,
+            request_offset=task.request_offset,
+            attempts=attempts,
+            error=error[:_ERROR_CHARS],
+        )
+        await self._append(
+            args,
+            {
+                "type": TASK_DEAD_LETTERED,
+                "payload": body.model_dump(mode="json"),
+                "idempotency_key": self._key(task, f"{attempts}/outcome"),
+            },
+            dead_lettered_event(
+                record_id=f"{SLUG}/{_run_key(task)}",
+                origin=ORIGIN,
+                operation=task.name,
+                payload=self._request_payload(task),
+                error=error[:_ERROR_CHARS],
+                attempts=attempts,
+                resource_id=task.task_id,
+                request_type=TASK_REQUESTED,
+                replay_of=task.dlq,
+                idempotency_key=self._key(task, f"{attempts}/dlq"),
+            ),
+        )
+
+    def _interrupted(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
+        # Started (the log says so) but not by this incarnation and never
+        # settled: the host died mid-attempt. Count it failed; the retry (or
+        # dead-letter) follows from the same rules as any failure.
+        run = _run_key(task)
+        self._owned.add(f"{run}/{task.attempt}")
+        error = (
+            f"attempt {task.attempt} was interrupted: the host stopped before it settled "
+            "(the handler may or may not have completed its work)"
+        )
+        started_at = task.started_at if task.started_at is not None else self._clock()
+        args.run_in_background(lambda: self._failed(args, task, task.attempt, started_at, error))
+
+    def _cancel(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
+        run = _run_key(task)
+        call = self._inflight.get(run)
+        if call is not None:
+            # The attempt records the cancellation itself when its handler stops.
+            self._cancelling[run] = task.cancel_reason
+            call.cancel()
+            return
+        if task.running and f"{run}/{task.attempt}" in self._owned:
+            return  # its outcome is being appended; the next pass sees where it went
+        if (run, "cancel") in self._settling:
+            return
+        self._settling.add((run, "cancel"))
+        args.run_in_background(
+            lambda: self._cancelled(args, task, task.attempt, task.cancel_reason)
+        )
+
+    async def _cancelled(
+        self,
+        args: ProcessEventArgs[TasksState],
+        task: LiveTask,
+        attempts: int,
+        reason: str | None,
+    ) -> None:
+        body = TaskCancelled(
+            task_id=task.task_id,
+            request_offset=task.request_offset,
+            attempts=attempts,
+            reason=reason,
+        )
+        events: list[Mapping[str, Any]] = [
+            {
+                "type": TASK_CANCELLED,
+                "payload": body.model_dump(mode="json"),
+                "idempotency_key": self._key(task, "cancelled"),
+            }
+        ]
+        if task.dlq is not None:
+            # A cancelled replay goes back to the DLQ as pending, not "replaying" forever.
+            events.append(
+                dead_lettered_event(
+                    record_id=task.dlq.record_id,
+                    origin=ORIGIN,
+                    operation=task.name,
+                    payload=self._request_payload(task),
+                    error=f"cancelled: {reason or 'no reason given'}",
+                    attempts=attempts,
+                    resource_id=task.task_id,
+                    request_type=TASK_REQUESTED,
+                    replay_of=task.dlq,
+                    idempotency_key=self._key(task, "cancelled-dlq"),
+                )
+            )
+        await self._append(args, *events)
+
+
+async def _run_handler(handler: TaskHandler, args: dict[str, Any], ctx: TaskContext) -> Any:
+    """Call ``handler`` and await what it returns; a result that is not awaitable fails the attempt."""
+    result = handler(args, ctx)
+    if not inspect.isawaitable(result):
+        raise TypeError(
+            f"the handler returned {type(result).__name__}, not an awaitable: write it as "
+            "`async def handler(args, ctx): ...` (run blocking work inside it with "
+            "`await asyncio.to_thread(...)`)"
+        )
+    return await result

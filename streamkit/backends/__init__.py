@@ -1,0 +1,1 @@
+"""Storage backends: each package implements the protocols of :mod:`streamkit.protocols`."""

@@ -1,0 +1,1 @@
+"""The SQLite backend: one file, one writer connection, WAL readers."""

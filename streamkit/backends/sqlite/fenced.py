@@ -1,0 +1,79 @@
+"""The host's checkpoint storage: the log's own database, every write fenced by a lease.
+
+:class:`FencedCheckpointStorage` implements the async
+:class:`~streamkit.checkpoint.CheckpointStorage` over the checkpoint table in
+the log's SQLite file. Each :meth:`~FencedCheckpointStorage.save` runs ONE
+``log.write_transaction``: the lease fence (the host's local trust in the
+lease, then the stored row) and the checkpoint UPSERT commit together or not
+at all. A host whose lease was taken over (or expired)
+therefore writes nothing: the save raises
+:class:`~streamkit.errors.LeaseLost`, which is not retryable, so the engine
+latches it and the host stops that engine.
+
+:func:`ensure_host_tables` creates the tables the host keeps beside the log's
+(checkpoints, leases), idempotently, in one transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from streamkit.backends.sqlite.leases import ensure_lease_table
+from streamkit.checkpoint import ReduceCheckpoint, ReduceCheckpointTable
+from streamkit.host._lease_keeper import HeldLease
+from streamkit.log._log import Log
+
+__all__ = ["FencedCheckpointStorage", "ensure_host_tables"]
+
+
+def ensure_host_tables(conn: sqlite3.Connection) -> None:
+    """Create the checkpoint and lease tables if missing (run inside ``log.write_transaction``)."""
+    ReduceCheckpointTable(conn)
+    ensure_lease_table(conn)
+
+
+class FencedCheckpointStorage:
+    """Checkpoints in the log's database, written only while ``lease`` is in force.
+
+    One instance serves one engine incarnation: a host that loses a lease
+    builds a new engine (and a new storage) under the next lease it takes.
+    """
+
+    __slots__ = ("_log", "held")
+
+    def __init__(self, log: Log, held: HeldLease) -> None:
+        self._log = log
+        self.held = held
+
+    async def load(self, slug: str) -> ReduceCheckpoint | None:
+        """The stored checkpoint of ``slug`` (read on the log's reader connection)."""
+        return await self._log.query(
+            lambda conn: ReduceCheckpointTable(conn, create_table=False).read(slug)
+        )
+
+    async def save(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+    ) -> None:
+        """Check the fence and write the checkpoint in one transaction.
+
+        Raises :class:`~streamkit.errors.LeaseLost` (nothing written) when the
+        lease is no longer this host's; the transaction rolls back whole.
+        """
+        fence = self.held.fence
+
+        def fenced_write(conn: sqlite3.Connection) -> None:
+            fence(conn)
+            ReduceCheckpointTable(conn, create_table=False).write(
+                slug,
+                reducer_version=reducer_version,
+                reduced_through_offset=reduced_through_offset,
+                state_json=state_json,
+            )
+
+        # Short (a fence read and one UPSERT): it may commit on the loop when nothing waits.
+        await self._log.write_transaction(fenced_write, inline=True)

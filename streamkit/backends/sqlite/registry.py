@@ -1,0 +1,105 @@
+"""The hosts on one log file, and where each one's control socket is.
+
+Several hosts may run on one file (a lease per processor keeps each processor
+in one host at a time), each with its own control socket. The first takes the
+default ``<db>.sock``; a host that finds it taken by a live host, and was not
+given a socket of its own, binds ``<db>.<token>.sock`` instead. Every host
+records itself in ``streamkit_hosts`` (owner, socket, pid) once its socket
+listens, and removes its row when it stops; a killed host's row stays behind,
+harmless: its socket no longer answers.
+
+A client that wants the host running a processor reads the lease's owner and
+that owner's socket (:func:`sockets_for`), so after a failover the CLI talks
+to the host that took over, with no flag. The registry says where to look,
+never whom to trust: the client still checks every socket it talks to.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import closing
+from urllib.parse import quote
+
+from streamkit.backends.sqlite.leases import LEASE_TABLE
+
+__all__ = [
+    "HOSTS_TABLE",
+    "deregister",
+    "ensure_hosts_table",
+    "register",
+    "registered_sockets",
+    "sockets_for",
+]
+
+HOSTS_TABLE = "streamkit_hosts"
+
+
+def ensure_hosts_table(conn: sqlite3.Connection) -> None:
+    """Create the registry if missing (joins the caller's transaction)."""
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {HOSTS_TABLE} ("
+        " owner TEXT PRIMARY KEY,"
+        " socket TEXT NOT NULL,"
+        " pid INTEGER NOT NULL,"
+        " started_at REAL NOT NULL"
+        ") WITHOUT ROWID"
+    )
+
+
+def register(conn: sqlite3.Connection, owner: str, socket: str, pid: int, now: float) -> None:
+    """Record that ``owner`` serves its control socket at ``socket``."""
+    ensure_hosts_table(conn)
+    # A socket path belongs to one live host: a row of a dead one naming it goes.
+    conn.execute(f"DELETE FROM {HOSTS_TABLE} WHERE socket = ? AND owner != ?", (socket, owner))
+    conn.execute(
+        f"INSERT INTO {HOSTS_TABLE} (owner, socket, pid, started_at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (owner) DO UPDATE SET socket = excluded.socket, pid = excluded.pid",
+        (owner, socket, pid, now),
+    )
+
+
+def deregister(conn: sqlite3.Connection, owner: str) -> None:
+    """Remove ``owner``'s row (its host is stopping)."""
+    ensure_hosts_table(conn)
+    conn.execute(f"DELETE FROM {HOSTS_TABLE} WHERE owner = ?", (owner,))
+
+
+def sockets_for(conn: sqlite3.Connection, slug: str | None = None) -> list[str]:
+    """The registered sockets, the one of the host holding ``slug``'s lease first.
+
+    Without ``slug``: the hosts holding any lease first (by how many they
+    hold), then the others. Reads only; tables not created yet read as empty.
+    """
+    tables = {
+        str(row[0])
+        for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    }
+    if HOSTS_TABLE not in tables:
+        return []
+    rows = conn.execute(f"SELECT owner, socket FROM {HOSTS_TABLE} ORDER BY started_at").fetchall()
+    held: dict[str, int] = {}
+    if LEASE_TABLE in tables:
+        query = f"SELECT owner, count(*) FROM {LEASE_TABLE} WHERE expires_at > -1e308"
+        args: tuple[str, ...] = ()
+        if slug is not None:
+            query += " AND slug = ?"
+            args = (slug,)
+        held = {str(o): int(n) for o, n in conn.execute(query + " GROUP BY owner", args)}
+    ordered = sorted(rows, key=lambda row: -held.get(str(row[0]), 0))
+    return [str(socket) for _, socket in ordered]
+
+
+def registered_sockets(db: str, slug: str | None = None) -> list[str]:
+    """:func:`sockets_for` read from the file at ``db`` (empty if there is none yet).
+
+    Opens its own read-only connection, so a client asks without opening a log.
+    """
+    if not os.path.isfile(db):
+        return []
+    uri = "file:" + quote(os.path.abspath(db)) + "?mode=ro"
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=1.0)) as conn:
+            return sockets_for(conn, slug)
+    except sqlite3.Error:
+        return []  # no registry to read: the default socket is still tried

@@ -1,0 +1,155 @@
+"""What every command line verb shares: argument types, and how it opens an existing log.
+
+argparse calls the types on the raw text; a refusal is a usage error
+(`Error: ...`, exit 1) that names the flag's rule, so a command never starts
+(or writes anything) with a value it cannot honour: not-a-number seconds,
+negative timeouts, offsets past what the log can hold, JSON that is not an
+object.
+
+:func:`existing_log` never creates a database where a path was mistyped, and
+opens a log this process cannot write read-only, so reading commands work on
+it (a write through it is then refused with a clear error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Callable
+from typing import Any
+
+from streamkit.backends.sqlite.registry import registered_sockets
+from streamkit.backends.sqlite.status import checkpoint_snapshot
+from streamkit.control._control import host_socket
+from streamkit.errors import InvalidRequest, LogOpenError
+from streamkit.events import MAX_OFFSET
+from streamkit.log._log import Log, open_log
+
+__all__ = [
+    "existing_log",
+    "host_socket_for",
+    "json_object",
+    "live_host_sockets",
+    "non_negative_int",
+    "positive_int",
+    "positive_seconds",
+    "stored_snapshot",
+]
+
+
+def json_object(flag: str) -> Callable[[str], dict[str, Any]]:
+    """A parser of ``flag``'s value as a JSON object."""
+
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise argparse.ArgumentTypeError(f"{flag} is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise argparse.ArgumentTypeError(
+                f"{flag} nests too deeply to parse (over Python's recursion limit)"
+            ) from exc
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(
+                f"{flag} must be a JSON object, got {type(value).__name__}"
+            )
+        return value
+
+    return parse
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number from 0 to the largest offset."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
+    if not 0 <= value <= MAX_OFFSET:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number from 0 to {MAX_OFFSET} (2^63 - 1), got {value}"
+        )
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (never NaN, never infinite)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds above 0, got {text!r}"
+        )
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number from 1 to the largest offset."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def existing_log(db: str) -> Log:
+    """Open the log at ``db``, which must exist; read-only if this process cannot write it."""
+    if db != ":memory:" and not os.path.exists(db):
+        raise InvalidRequest(
+            f"no log file at {db!r}; nothing was read or written (append creates one)",
+            details={"db": db},
+        )
+    try:
+        return open_log(db)
+    except LogOpenError as exc:
+        if exc.details.get("reason") != "not_writable":
+            raise
+        return open_log(db, read_only=True)
+
+
+def host_socket_for(db: str, socket: str | None, slug: str | None = None) -> str | None:
+    """The checked socket of a live host on ``db``: ``socket`` if given, else found.
+
+    Found means: the host holding ``slug``'s lease (or, without a slug, the
+    host holding the most leases), as the file's host registry says, then any
+    other registered host, then the default ``<db>.sock``. Every candidate is
+    checked before anything is sent to it (see ``control.host_socket``).
+    """
+    if socket is not None:
+        return host_socket(db, socket)
+    seen: set[str] = set()
+    for candidate in [*registered_sockets(db, slug), db + ".sock"]:
+        where = os.path.realpath(candidate)
+        if where in seen:
+            continue
+        seen.add(where)
+        found = host_socket(db, candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def live_host_sockets(db: str, socket: str | None) -> list[str]:
+    """Every checked live host socket on ``db`` (just ``socket``'s, if one is given)."""
+    if socket is not None:
+        found = host_socket(db, socket)
+        return [] if found is None else [found]
+    live: list[str] = []
+    candidates = {os.path.realpath(c): c for c in [db + ".sock", *registered_sockets(db)]}
+    for candidate in candidates.values():
+        found = host_socket(db, candidate)
+        if found is not None:
+            live.append(found)
+    return live
+
+
+async def stored_snapshot(log: Log, slug: str) -> dict[str, Any]:
+    """``{offset, state, version, source: "checkpoint"}`` of ``slug`` from its stored checkpoint.
+
+    What a command shows of a processor when no host answers. A slug with no
+    checkpoint in the log is refused with
+    :class:`~streamkit.errors.InvalidRequest`; nothing is written either way.
+    """
+    return await checkpoint_snapshot(log, slug)

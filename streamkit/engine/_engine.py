@@ -1,0 +1,987 @@
+"""The processor engine: drives one :class:`~streamkit.processor.StreamProcessor` over a stream.
+
+The engine folds events into checkpointed state, runs the processor's effects in
+a strict order, repairs gaps, revives work a dead host left unfinished, and
+publishes the processor's live state. Its rules:
+
+1. One serial chain per processor: batches never interleave.
+2. One event at a time inside a batch: an event's ``block_processor_while``
+   work, including blockers registered by blockers, completes before the next
+   event's ``process_event`` starts.
+3. ``run_in_background`` work is not awaited. While any attempt is in flight
+   the engine holds a claim ("revive me by now + 20 s"); the last attempt to
+   settle releases it. An attempt still in flight at a :meth:`~ProcessorEngine.revive`
+   claims again with the delay doubled, up to 30 minutes.
+4. One durable commit per batch, after every event's blocking work settled:
+   the checkpoint (cursor and state, one row, one statement) is written before
+   the cursor moves. A failed batch persists nothing and leaves the engine as
+   it was; the error reaches the caller, who retries the batch whole. A batch of
+   only ephemeral events writes nothing; a stale re-push writes nothing.
+5. The at-head pass: the last consumable event of a batch that reaches the head
+   is delivered with ``delivery.caught_up = True``; a batch that reaches the
+   head without one gets one extra ``process_event`` with ``event=None``.
+
+Delivery is push-first: :meth:`~ProcessorEngine.process_event_batch` takes the
+events of one commit and the :class:`~streamkit.events.ScannedRange` it proves.
+The cursor advances by the range, never by counting events. Durable events are
+reduced at most once per engine (offset above the cursor); ephemeral events in a
+push are always delivered when consumed. The cursor never regresses.
+
+Persist first, then emit: the live-state delta of a batch goes out after its
+checkpoint is written, so a crash in between loses a notification, never state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import fields
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from pydantic import BaseModel
+
+from streamkit.checkpoint import CheckpointStorage
+from streamkit.contract import ProcessorContract
+from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
+from streamkit.engine._fold import Fold, report
+from streamkit.errors import (
+    IdempotencyConflict,
+    InvalidContract,
+    InvalidEvent,
+    InvalidRequest,
+    ProcessorTimeout,
+    StateNotSerializable,
+    StreamkitError,
+    UndeclaredEmit,
+)
+from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
+from streamkit.live_state import LiveSnapshot, LiveState
+from streamkit.processor import ProcessEventArgs, StreamProcessor, Work
+from streamkit.protocols import Clock, ProcessorStream
+
+__all__ = [
+    "PAGE_SIZE",
+    "REVIVE_AFTER",
+    "REVIVE_AFTER_MAX",
+    "BatchInfo",
+    "ProcessorEngine",
+    "ProcessorSnapshot",
+]
+
+S = TypeVar("S")
+
+PAGE_SIZE = 500
+"""Events per read when the engine catches up or repairs a gap."""
+
+PUSH_GRACE = 0.05
+"""Seconds a waiter on an engine fed by pushes gives the push before reading the log itself."""
+
+_INPUT_FIELDS = tuple(f.name for f in fields(EventInput))
+
+
+class ProcessorSnapshot(NamedTuple, Generic[S]):
+    """The reduced state and the offset it was reduced through, read together."""
+
+    offset: int
+    state: S
+
+
+class BatchInfo(NamedTuple):
+    """What one committed batch did (given to the ``on_batch`` hook).
+
+    ``started`` and ``finished`` are :func:`time.perf_counter` readings.
+    """
+
+    range: ScannedRange
+    events: Sequence[StreamEvent]
+    delivered: int
+    wrote_checkpoint: bool
+    at_head: bool
+    started: float
+    finished: float
+
+
+class ProcessorEngine(Generic[S]):
+    """Drives ``processor`` over ``stream``, checkpointing into ``storage``.
+
+    ``fed_by_pushes=True`` is the host's word that every commit the processor
+    consumes reaches it through :meth:`process_event_batch`; the read verbs
+    then trust the head a catch-up read reached and skip reading the log until a
+    push shows a later one. ``clock`` gives epoch seconds for claims and
+    wakeups. ``on_batch`` is called after each committed batch (a failure in it
+    is reported and ignored).
+
+    The checkpoint is loaded by the first piece of work on the chain, so
+    building an engine does no I/O. Everything runs on the event loop of its
+    first call.
+    """
+
+    def __init__(
+        self,
+        processor: StreamProcessor[S],
+        *,
+        stream: ProcessorStream,
+        storage: CheckpointStorage,
+        fed_by_pushes: bool = False,
+        clock: Clock = time.time,
+        on_batch: Callable[[BatchInfo], None] | None = None,
+        guard: Callable[[], None] | None = None,
+    ) -> None:
+        contract: ProcessorContract[S] | None = getattr(processor, "contract", None)
+        if not isinstance(contract, ProcessorContract):
+            raise InvalidContract(
+                f"{type(processor).__name__} has no contract; set a class attribute "
+                "`contract = define_processor_contract(...)`; no engine was built",
+                details={"processor": type(processor).__name__},
+            )
+        self._processor = processor
+        self._contract = contract
+        self._slug: str = contract.slug
+        self._version: str = contract.version
+        self._emits = frozenset(contract.emits)
+        self._stream = stream
+        self._storage = storage
+        self._fed_by_pushes = fed_by_pushes
+        self._clock = clock
+        self._on_batch = on_batch
+        self._guard = guard
+        self._chain_tasks: set[asyncio.Task[None]] = set()
+        # The offset whose delivery is under way, and the one a failed batch stopped at.
+        self._delivering: int | None = None
+        self._failed_at: int | None = None
+        self._fold: Fold[S] = Fold(processor, on_error=self._note_error)
+        # Without an overridden process_event there are no effects to run, so
+        # the batch loop skips building their arguments altogether.
+        self._has_effects = type(processor).process_event is not StreamProcessor.process_event
+        self._lock = asyncio.Lock()
+
+        self._loaded = False
+        self._state: S = contract.initial_state()
+        self._persisted_state: object = self._state
+        self._cursor = 0
+        # A checkpoint of another contract version (or one that no longer
+        # restores): its cursor, re-reduced up to before anything else runs.
+        self._stale_through: int | None = None
+        self._live: LiveState[Any] | None = None
+        # The highest `through` any push showed: what decides whether a push
+        # reaches the head (rule 5).
+        self._pushed_through: int | None = None
+        # The highest durable head a push proved, and (fed by pushes) the head a
+        # catch-up read reached: what the read verbs trust as "the head". A push
+        # of ephemerals only proves no durable lies in its range, so it shows a
+        # durable head of at most its `after` (else every live-state delta would
+        # send the next snapshot to the log for nothing).
+        self._durable_shown: int | None = None
+        self._head_read_from_log: int | None = None
+        self._latched: StreamkitError | None = None
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        # Whether an at-head pass is owed: some batch ran without one since the last.
+        self._owes_at_head_pass = True
+        self._last_batch_at_head = False
+
+        self._claims = ClaimKeeper(stream, clock, self._swallowed)
+
+        self._events_reduced = 0
+        self._batches = 0
+        self._batch_failures = 0
+        self._last_error: BaseException | None = None
+
+    # -- read-only state for hosts -------------------------------------------------
+
+    @property
+    def processor(self) -> StreamProcessor[S]:
+        """The processor this engine drives."""
+        return self._processor
+
+    @property
+    def slug(self) -> str:
+        """The processor's contract slug (its checkpoint and live-state key)."""
+        return self._slug
+
+    @property
+    def version(self) -> str:
+        """The contract version the state is reduced under."""
+        return self._version
+
+    @property
+    def cursor(self) -> int:
+        """The offset the state is reduced through (0 before the checkpoint is loaded)."""
+        return self._cursor
+
+    @property
+    def latched_error(self) -> StreamkitError | None:
+        """The non-retryable refusal every later call fails with, if one was latched."""
+        return self._latched
+
+    @property
+    def events_reduced(self) -> int:
+        """Events folded by the reduce (valid payloads only) by this engine."""
+        return self._events_reduced
+
+    @property
+    def batches(self) -> int:
+        """Batches committed by this engine."""
+        return self._batches
+
+    @property
+    def batch_failures(self) -> int:
+        """Batches that failed (and persisted nothing)."""
+        return self._batch_failures
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The latest failure: a failed batch, or a swallowed one (reduce, payload, effect)."""
+        return self._last_error
+
+    @property
+    def failed_at(self) -> int | None:
+        """The offset whose ``process_event`` or blocker failed the latest failed batch.
+
+        None if that batch failed elsewhere (reading the log, writing the
+        checkpoint) or none failed.
+        """
+        return self._failed_at
+
+    @property
+    def incidents(self) -> dict[str, Any]:
+        """Payloads skipped as malformed and reduces that raised: counts and the latest of each.
+
+        Each latest is ``{offset, type, error}`` or None. Neither wedges the
+        processor (a malformed payload is skipped, a raising reduce keeps the
+        previous state), so this is where an operator sees them.
+        """
+        fold = self._fold
+        return {
+            "malformed_payloads": fold.malformed,
+            "last_malformed": fold.last_malformed,
+            "reduce_failures": fold.reduce_failures,
+            "last_reduce_failure": fold.last_reduce_failure,
+        }
+
+    @property
+    def background_in_flight(self) -> int:
+        """``run_in_background`` attempts started and not yet settled."""
+        return self._claims.in_flight
+
+    @property
+    def pending_waiters(self) -> int:
+        """Callers of :meth:`wait_until_processed` still waiting."""
+        return len(self._waiters)
+
+    @property
+    def claimed_at(self) -> float | None:
+        """The revive time this engine wants claimed: the earliest of its deadlines, or None."""
+        return self._claims.wanted
+
+    # -- driving the reduce --------------------------------------------------------
+
+    def process_event_batch(
+        self, events: Sequence[StreamEvent], range: ScannedRange | tuple[int, int]
+    ) -> asyncio.Task[None]:
+        """Process the events of one commit, which ``range`` proves are all of ``(after, through]``.
+
+        Returns a task (already scheduled, so the call is fire-and-forget safe;
+        await it to see the outcome). A range that starts past the cursor first
+        repairs the gap from the log (durable events up to ``after``, never
+        delivered as caught up); the push itself is always processed after.
+        Never await this from inside a batch of the same engine: the chain is
+        serial, so that would wait for itself.
+        """
+        after, through = range
+        if (
+            isinstance(after, bool)
+            or isinstance(through, bool)
+            or not isinstance(after, int)
+            or not isinstance(through, int)
+            or not 0 <= after <= through
+        ):
+            raise InvalidRequest(
+                f"a scanned range must be two integers 0 <= after <= through, got {range!r}; "
+                "nothing was processed",
+                details={"range": repr(range)[:200]},
+            )
+        scanned = ScannedRange(after, through)
+        # Recorded now, not when the task runs: a read verb called right after
+        # this push must know that the head moved.
+        if self._pushed_through is None or through > self._pushed_through:
+            self._pushed_through = through
+        batch = tuple(events)
+        shown = through if any(not e.ephemeral for e in batch) else after
+        if self._durable_shown is None or shown > self._durable_shown:
+            self._durable_shown = shown
+        return self._on_chain(lambda: self._push(batch, scanned))
+
+    def catch_up_from_log(self) -> asyncio.Task[None]:
+        """Read and process the log from the cursor to its head, page by page.
+
+        Returns a scheduled task. The last page's ``at_head`` decides the
+        caught-up pass.
+        """
+        return self._on_chain(self._catch_up)
+
+    async def revive(self) -> None:
+        """The alarm's call: catch up, run the at-head pass, and claim again if work is in flight.
+
+        A catch-up that reached the head already ran the at-head pass; one that
+        found nothing new runs it here. An attempt still in flight claims
+        again with the delay doubled (capped at 30 minutes). Returns once the
+        new claim has reached the stream.
+        """
+        self._raise_if_latched()
+        self._last_batch_at_head = False
+        claim_before = self._claims.last_sent
+        await self.catch_up_from_log()
+        if not self._last_batch_at_head:
+            await self._on_chain(self._eventless_at_head_pass)
+        self._claims.revived()
+        # The host spent the claim that revived us: unless this revive already
+        # sent one, send ours even if it looks unchanged.
+        claim = self._claims.sync(force=self._claims.last_sent is claim_before)
+        if claim is None:
+            claim = self._claims.last_sent
+        if claim is not None:
+            await asyncio.wait((claim,))
+
+    # -- the read verbs ------------------------------------------------------------
+
+    async def snapshot(self) -> ProcessorSnapshot[S]:
+        """``(offset, state)``, reading the log first unless the head shown so far is reduced."""
+        self._raise_if_latched()
+        if not self._reduced_through_shown_head():
+            await self.catch_up_from_log()
+        return ProcessorSnapshot(self._cursor, self._state)
+
+    async def live_snapshot(self) -> LiveSnapshot:
+        """``(rev, projection)`` for a live-state client's seed, caught up like :meth:`snapshot`."""
+        self._raise_if_latched()
+        if not self._reduced_through_shown_head():
+            await self.catch_up_from_log()
+        assert self._live is not None  # the catch-up loaded the checkpoint
+        return self._live.snapshot()
+
+    # The timeout is part of this verb's contract (SPEC 4), hence the noqa.
+    async def wait_until_processed(
+        self,
+        offset: int,
+        timeout: float | None = 10.0,  # noqa: ASYNC109
+    ) -> None:
+        """Return once the cursor reaches ``offset``.
+
+        Starts a catch-up; a catch-up that fails raises its own error here. An
+        engine ``fed_by_pushes`` that has caught up once waits for the push
+        instead, and starts the catch-up only if the wait lasts past
+        :data:`PUSH_GRACE`. On timeout raises
+        :class:`~streamkit.errors.ProcessorTimeout` and the waiter leaves the
+        list. An ephemeral's offset is reached only by the push that carried it
+        (the log proves nothing past the durable head).
+        """
+        self._raise_if_latched()
+        if self._loaded and self._cursor >= offset:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = (offset, future)
+        self._waiters.append(waiter)
+
+        def catch_up_done(task: asyncio.Task[None]) -> None:
+            error = None if task.cancelled() else task.exception()
+            if error is not None and not future.done():
+                future.set_exception(error)
+
+        def start_catch_up() -> None:
+            if not future.done():
+                self.catch_up_from_log().add_done_callback(catch_up_done)
+
+        fallback: asyncio.TimerHandle | None = None
+        if self._fed_by_pushes and self._head_read_from_log is not None:
+            # This engine read the log to its head once, and its host pushes
+            # every later commit: the offset's push is on its way, and a read
+            # now would only race it (two batches, one of them stale, for one
+            # event). The read stays as the fallback, should no push come.
+            fallback = asyncio.get_running_loop().call_later(PUSH_GRACE, start_catch_up)
+        else:
+            start_catch_up()
+        try:
+            async with asyncio.timeout(timeout):
+                await future
+        except TimeoutError:
+            raise ProcessorTimeout(
+                f'processor "{self._slug}" did not reach offset {offset} within {timeout} s '
+                f"(it is at {self._cursor}); nothing was changed; wait longer, or check that "
+                "the offset exists and the processor is being pushed",
+                details={"slug": self._slug, "offset": offset, "cursor": self._cursor},
+            ) from None
+        finally:
+            if fallback is not None:
+                fallback.cancel()
+            # A waiter that timed out or was cancelled leaves the list, so later
+            # batches do not keep scanning it.
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    # -- live state -----------------------------------------------------------------
+
+    def publish_live_state(self) -> None:
+        """Re-project the state and send a live-state delta if the projection changed.
+
+        The engine calls this after every batch; a host calls it when a runtime
+        field of the processor changed outside a batch. A projection that
+        raises costs only this notification. Before the checkpoint is loaded
+        there is nothing to publish.
+        """
+        if self._live is None:
+            return
+        try:
+            projection = self._processor.project_live_state(self._state)
+        except Exception as exc:
+            self._swallowed("processor.projection_failed", exc, None)
+            return
+        self._live.set(projection)
+
+    async def aclose(self, grace: float = 0.0) -> None:
+        """Give background attempts ``grace`` seconds to settle, then abandon the rest.
+
+        An abandoned attempt keeps its claim, so the next host revives the
+        processor and the at-head pass restarts what state says is owed. Waits
+        for queued claims and live-state deltas to reach the stream.
+        """
+        await self._claims.abandon(grace)
+        if self._live is not None:
+            await self._live.drain()
+
+    # -- the chain ------------------------------------------------------------------
+
+    def abort(self, error: StreamkitError) -> None:
+        """Stop this engine now: ``error`` is latched and the work in flight is cancelled.
+
+        For a host that learned it may no longer run the processor (its lease
+        was lost): the batch in flight is cancelled at its next await, so no
+        further ``process_event``, blocker or append of this engine starts;
+        background attempts are cancelled, their claim kept for the next host.
+        A cancelled batch persisted nothing. Every later call fails with
+        ``error`` until a new engine is built.
+        """
+        self._latch(error)
+        for task in list(self._chain_tasks):
+            task.cancel()
+        self._claims.cancel_all()
+
+    def guard(self) -> None:
+        """Raise unless this engine may still start an effect (latched, or its host's guard)."""
+        self._raise_if_latched()
+        if self._guard is not None:
+            self._guard()
+
+    def _on_chain(self, work: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._chained(work))
+        self._chain_tasks.add(task)
+        task.add_done_callback(self._chain_tasks.discard)
+        return task
+
+    async def _chained(self, work: Callable[[], Awaitable[None]]) -> None:
+        self._raise_if_latched()  # at once, not after the batches queued ahead
+        async with self._lock:
+            self._raise_if_latched()
+            self._delivering = None
+            try:
+                await self._load()
+                await self._rereduce_if_stale()
+                await work()
+            except Exception as exc:
+                self._batch_failures += 1
+                self._last_error = exc
+                self._failed_at = self._delivering
+                raise
+            finally:
+                self._delivering = None
+
+    def _raise_if_latched(self) -> None:
+        if self._latched is not None:
+            # A fresh traceback each time: re-raising one instance would grow it forever.
+            raise self._latched.with_traceback(None)
+
+    def _latch(self, error: StreamkitError) -> None:
+        self._latched = error
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_exception(error)
+
+    async def _load(self) -> None:
+        if self._loaded:
+            return
+        contract = self._contract
+        checkpoint = await self._storage.load(self._slug)
+        state: Any = self._state
+        seed_state: Any = state
+        if checkpoint is not None:
+            current = checkpoint.reducer_version == self._version
+            restored: Any = state
+            if checkpoint.state_json is not None:
+                try:
+                    restored = contract.load_state(checkpoint.state_json)
+                except Exception as exc:
+                    # A state of this version that no longer restores means the
+                    # schema changed without a version bump: rebuild it as if
+                    # it had been bumped rather than refuse to start.
+                    if current:
+                        report(
+                            "processor.checkpoint_unreadable",
+                            exc,
+                            slug=self._slug,
+                            offset=checkpoint.reduced_through_offset,
+                            type=None,
+                            detail="re-reducing from offset 0 as for a version bump",
+                        )
+                    current = False
+            if current:
+                state = restored
+                self._cursor = checkpoint.reduced_through_offset
+            else:
+                self._stale_through = checkpoint.reduced_through_offset
+            seed_state = restored
+        self._state = state
+        self._persisted_state = state
+        # Seeded with the projection this incarnation starts from (after a
+        # version bump, the old version's), so the re-reduce publishes the one
+        # delta that heals clients of the old projection.
+        try:
+            seed = self._processor.project_live_state(seed_state)
+        except Exception as exc:
+            self._swallowed("processor.projection_failed", exc, None)
+            seed = None
+        self._live = LiveState(self._stream, self._slug, seed)
+        self._loaded = True
+        self._resolve_waiters()
+
+    async def _rereduce_if_stale(self) -> None:
+        """Re-reduce the durable log up to the old cursor: reduce only, then checkpoint.
+
+        Never past the old cursor: a push queued behind this work would
+        otherwise look stale and lose its effects.
+        """
+        target = self._stale_through
+        if target is None:
+            return
+        state = self._contract.initial_state()
+        position = 0
+        while position < target:
+            page = await self._stream.read(position, PAGE_SIZE)
+            below = [event for event in page.events if event.offset <= target]
+            state, folded = self._fold.fold_all(below, state)
+            self._events_reduced += folded
+            if page.scanned_through_offset <= position:
+                break  # the log holds nothing more below the old cursor
+            position = min(page.scanned_through_offset, target)
+        await self._save(target, self._encode(state))
+        self._state = state
+        self._persisted_state = state
+        self._cursor = target
+        self._stale_through = None
+        self.publish_live_state()
+        self._resolve_waiters()
+
+    async def _push(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
+        # Gap repair: heal the durable prefix up to the push's start from the
+        # log, and no further; the push carries ephemerals the log cannot
+        # return, so it is processed after, never replaced.
+        while self._cursor < scanned.after:
+            after = self._cursor
+            page = await self._stream.read(after, PAGE_SIZE)
+            if page.scanned_through_offset <= after:
+                break  # the rest of the gap is offsets handed to ephemerals
+            limit = scanned.after
+            await self._run_batch(
+                [e for e in page.events if e.offset <= limit],
+                ScannedRange(after, min(page.scanned_through_offset, limit)),
+                at_head=False,
+                from_read=True,
+            )
+        pushed_head = self._pushed_through or 0
+        await self._run_batch(events, scanned, at_head=scanned.through >= pushed_head)
+
+    async def _catch_up(self) -> None:
+        page: ReadPage | None = None
+        while True:
+            after = self._cursor
+            if page is None:
+                page = await self._stream.read(after, PAGE_SIZE)
+            through = page.scanned_through_offset
+            ahead: ReadPage | None = None
+            if through > after:
+                ahead = await self._run_batch(
+                    page.events,
+                    ScannedRange(after, through),
+                    page.at_head,
+                    from_read=True,
+                    read_ahead=not page.at_head,
+                )
+            if through <= after or page.at_head:
+                if page.at_head and self._fed_by_pushes:
+                    head = max(after, through)
+                    if self._head_read_from_log is None or head > self._head_read_from_log:
+                        self._head_read_from_log = head
+                return
+            # The next page, if the batch read it while its checkpoint was being
+            # written; it was read from the cursor the batch moved to.
+            page = ahead if ahead is not None and self._cursor == through else None
+
+    async def _eventless_at_head_pass(self) -> None:
+        if self._has_effects:
+            await self._deliver(None, self._state, self._state, caught_up=True)
+        self._owes_at_head_pass = False
+        self._last_batch_at_head = True
+        self.publish_live_state()
+
+    def _reduced_through_shown_head(self) -> bool:
+        shown = self._durable_shown
+        if self._fed_by_pushes and self._head_read_from_log is not None:
+            shown = max(shown or 0, self._head_read_from_log)
+        return self._loaded and shown is not None and self._cursor >= shown
+
+    # -- one batch -------------------------------------------------------------------
+
+    async def _run_batch(
+        self,
+        events: Sequence[StreamEvent],
+        scanned: ScannedRange,
+        at_head: bool,
+        *,
+        from_read: bool = False,
+        read_ahead: bool = False,
+    ) -> ReadPage | None:
+        """Rules 2-5 over one range; the caller repaired any gap before it.
+
+        With ``read_ahead`` (a catch-up page short of the head) the page after
+        ``scanned.through`` is read while the checkpoint is being written and
+        returned, so the log read overlaps the commit; a read that fails
+        returns None (the caller reads again and meets the error there).
+        """
+        started = time.perf_counter()
+        cursor_before = self._cursor
+        state = self._state
+        # At most once, in order: a durable at or below the cursor (or repeated,
+        # or outside the range) was, or will be, delivered by another batch.
+        # Ephemerals ride exactly one push, so they are always fresh.
+        through = scanned.through
+        fresh: Sequence[StreamEvent]
+        if (
+            from_read
+            and events
+            and events[0].offset > cursor_before
+            and events[-1].offset <= through
+        ):
+            # A page read after the cursor is durable, ascending and inside its
+            # proof by the read contract; checking its ends is enough.
+            fresh, fresh_durable = events, True
+        else:
+            fresh, fresh_durable = self._fresh(events, cursor_before, through)
+        reduces = self._fold.reduces
+        if (
+            not fresh_durable
+            and not (at_head and self._owes_at_head_pass)
+            and not any(map(reduces, fresh))
+        ):
+            # Nothing new for this processor (a stale re-push, or ephemerals it
+            # ignores): no pass and no write, else every live-state delta would
+            # wake every processor.
+            self._advance(cursor_before, through, state)
+            return None
+
+        delivered = 0
+        if not self._has_effects:
+            # The catch-up hot path: nothing to deliver, only the fold.
+            state, delivered = self._fold.fold_all(fresh, state)
+        else:
+            apply = self._fold.apply
+            consumable = [event for event in fresh if reduces(event)]
+            caught_up_delivered = False
+            final = len(consumable) - 1
+            for index, event in enumerate(consumable):
+                previous = state
+                state, normalized = apply(event, state)
+                if normalized is None:
+                    continue  # malformed: skipped for reduce and effects, already reported
+                delivered += 1
+                caught_up = at_head and index == final
+                await self._deliver(normalized, state, previous, caught_up)
+                caught_up_delivered = caught_up_delivered or caught_up
+            if at_head and not caught_up_delivered:
+                # Rule 5: reached the head with no caught-up event (the last one
+                # was filtered out or malformed): one eventless pass.
+                await self._deliver(None, state, state, caught_up=True)
+
+        new_cursor = through if through > cursor_before else cursor_before
+        wrote = False
+        ahead: ReadPage | None = None
+        if fresh_durable:
+            state_json = None if state is self._persisted_state else self._encode(state)
+            if read_ahead:
+                ahead = await self._save_reading_ahead(new_cursor, state_json)
+            else:
+                await self._save(new_cursor, state_json)
+            self._persisted_state = state
+            wrote = True
+        self._events_reduced += delivered
+        self._batches += 1
+        self._advance(cursor_before, through, state)
+        self._last_batch_at_head = at_head
+        self._owes_at_head_pass = not at_head
+        self.publish_live_state()
+        if self._on_batch is not None:
+            info = BatchInfo(
+                scanned, events, delivered, wrote, at_head, started, time.perf_counter()
+            )
+            try:
+                self._on_batch(info)
+            except Exception as exc:
+                report("processor.on_batch_failed", exc, slug=self._slug, offset=new_cursor)
+        return ahead
+
+    async def _save_reading_ahead(self, cursor: int, state_json: str | None) -> ReadPage | None:
+        """Write the checkpoint and, while it commits, read the page after ``cursor``.
+
+        The write is the batch's outcome: its error is raised as from
+        :meth:`_save`, whatever the read did. The read is only a head start
+        for the next batch, so its own failure is dropped here.
+        """
+        saving = asyncio.ensure_future(self._save(cursor, state_json))
+        ahead: ReadPage | None = None
+        try:
+            # Let the write task take its first step (hand the write to the
+            # storage) before reading: the log's read does not yield, so it
+            # would otherwise run first and overlap nothing.
+            await asyncio.sleep(0)
+            ahead = await self._stream.read(cursor, PAGE_SIZE)
+        except asyncio.CancelledError:
+            saving.cancel()
+            await asyncio.gather(saving, return_exceptions=True)
+            raise
+        except Exception:
+            ahead = None
+        await saving
+        return ahead
+
+    @staticmethod
+    def _fresh(
+        events: Sequence[StreamEvent], cursor: int, through: int
+    ) -> tuple[list[StreamEvent], bool]:
+        """The events not delivered before, and whether a durable one is among them."""
+        fresh: list[StreamEvent] = []
+        fresh_durable = False
+        last = cursor
+        for event in events:
+            if not event.ephemeral:
+                offset = event.offset
+                if offset <= last or offset > through:
+                    continue
+                last = offset
+                fresh_durable = True
+            fresh.append(event)
+        return fresh, fresh_durable
+
+    def _advance(self, cursor_before: int, through: int, state: S) -> None:
+        self._state = state
+        if through > cursor_before:
+            self._cursor = through
+            self._resolve_waiters()
+
+    async def _deliver(
+        self, event: StreamEvent | None, state: S, previous: S, caught_up: bool
+    ) -> None:
+        """Run ``process_event`` for one event and drain its blockers to a fixed point."""
+        self._delivering = None if event is None else event.offset
+        if caught_up:
+            # Wakeups are re-derived by every at-head pass: start from none.
+            self._claims.forget_wakeups()
+        await ProcessEventArgs(self, event, state, previous, caught_up)._deliver_to(self._processor)
+        if caught_up:
+            self._claims.sync()
+
+    def _encode(self, state: S) -> str:
+        try:
+            return self._contract.dump_state(state)
+        except Exception as exc:
+            error = StateNotSerializable(
+                f'processor "{self._slug}": the reduced state cannot be written as JSON '
+                f"({exc!r}), so it cannot be checkpointed; nothing was written; return only "
+                "JSON-serializable values (or a pydantic model) from reduce",
+                details={"slug": self._slug, "error": repr(exc)[:500]},
+                retryable=False,
+            )
+            self._latch(error)
+            raise error from exc
+
+    async def _save(self, cursor: int, state_json: str | None) -> None:
+        try:
+            await self._storage.save(
+                self._slug,
+                reducer_version=self._version,
+                reduced_through_offset=cursor,
+                state_json=state_json,
+            )
+        except StreamkitError as exc:
+            # A refusal that can only repeat (the same state, the same size):
+            # fail everything at once until a new engine is built, rather than
+            # re-reduce into the same wall on every push.
+            if not exc.retryable:
+                self._latch(exc)
+            raise
+
+    def _resolve_waiters(self) -> None:
+        if not self._waiters:
+            return
+        cursor = self._cursor
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        for waiter in self._waiters:
+            offset, future = waiter
+            if future.done():
+                continue
+            if cursor >= offset:
+                future.set_result(None)
+            else:
+                keep.append(waiter)
+        self._waiters = keep
+
+    def _note_error(self, exc: BaseException) -> None:
+        self._last_error = exc
+
+    def _swallowed(self, what: str, exc: BaseException, event: StreamEvent | None) -> None:
+        self._last_error = exc
+        report(
+            what,
+            exc,
+            slug=self._slug,
+            offset=self._cursor if event is None else event.offset,
+            type=None if event is None else event.type,
+        )
+
+    # -- effects (the EffectHost protocol of ProcessEventArgs) ----------------------
+
+    def emit(
+        self, during: StreamEvent | None, events: Sequence[EventInput | Mapping[str, Any]]
+    ) -> asyncio.Task[list[StreamEvent]]:
+        """Check, stamp and start an append made by ``process_event`` (see ``args.append``)."""
+        self.guard()
+        processor_source: dict[str, Any] = {"slug": self._slug, "version": self._version}
+        if during is not None:
+            processor_source["while_processing"] = {"offset": during.offset, "type": during.type}
+        stamped = [self._stamp(raw, index, processor_source) for index, raw in enumerate(events)]
+        task = asyncio.get_running_loop().create_task(self._append_effect(during, stamped))
+
+        def appended(done: asyncio.Task[list[StreamEvent]]) -> None:
+            error = None if done.cancelled() else done.exception()
+            if error is not None:
+                self._swallowed("processor.append_failed", error, during)
+
+        task.add_done_callback(appended)
+        return task
+
+    async def _append_effect(
+        self, during: StreamEvent | None, events: list[dict[str, Any]]
+    ) -> list[StreamEvent]:
+        """Append an effect's events; on a rerun of the same effect, keep what the first run wrote.
+
+        A batch that failed, or ran before a crash, runs its effects again. An
+        effect whose body is not deterministic (a timestamp in its payload)
+        then meets its own earlier event under the same idempotency key with a
+        different body, and a plain append would refuse it on every retry,
+        wedging the processor. The rule: when the event a key already names was
+        written by THIS processor while processing THIS same event, it is the
+        first run's output of this very effect, and the rerun returns it (the
+        first run's body stands). Any other conflict is raised as it is.
+        """
+        pending = events
+        for _ in range(len(events)):
+            try:
+                return await self._stream.append(*pending)
+            except IdempotencyConflict as exc:
+                earlier = await self._earlier_run_of(during, exc)
+                key = exc.details.get("key")
+                if earlier is None or not any(e.get("idempotency_key") == key for e in pending):
+                    raise
+                report(
+                    "processor.effect_rerun_kept_first",
+                    None,
+                    slug=self._slug,
+                    offset=None if during is None else during.offset,
+                    key=key,
+                    recorded_at=earlier.offset,
+                    detail="a rerun's body differed; the event the first run wrote stands",
+                )
+                pending = [
+                    {**e, "payload": earlier.payload, "metadata": earlier.metadata}
+                    if e.get("idempotency_key") == key
+                    else e
+                    for e in pending
+                ]
+        return await self._stream.append(*pending)
+
+    async def _earlier_run_of(
+        self, during: StreamEvent | None, conflict: IdempotencyConflict
+    ) -> StreamEvent | None:
+        """The event ``conflict`` names, if this processor wrote it while processing ``during``."""
+        offset = conflict.details.get("offset")
+        if during is None or not isinstance(offset, int) or offset < 1:
+            return None
+        page = await self._stream.read(offset - 1, 1)
+        if not page.events or page.events[0].offset != offset:
+            return None
+        existing = page.events[0]
+        source = existing.source if isinstance(existing.source, Mapping) else {}
+        stamp = source.get("processor")
+        if not isinstance(stamp, Mapping) or stamp.get("slug") != self._slug:
+            return None
+        seen = stamp.get("while_processing")
+        if not isinstance(seen, Mapping) or seen.get("offset") != during.offset:
+            return None
+        return existing
+
+    def _stamp(
+        self, raw: EventInput | Mapping[str, Any], index: int, processor_source: dict[str, Any]
+    ) -> dict[str, Any]:
+        if isinstance(raw, EventInput):
+            data = {name: getattr(raw, name) for name in _INPUT_FIELDS}
+        elif isinstance(raw, Mapping):
+            data = dict(raw)
+        else:
+            raise InvalidEvent(
+                f"event #{index}: expected an EventInput or a mapping, got "
+                f"{type(raw).__name__}; nothing was appended",
+                details={"index": index},
+            )
+        etype = data.get("type")
+        if not isinstance(etype, str) or etype not in self._emits:
+            raise UndeclaredEmit(
+                f'processor "{self._slug}" tried to append {etype!r}, which its contract does '
+                f"not list in emits ({sorted(self._emits)}); nothing was appended; add it to "
+                "emits (and define it in events or a dependency)",
+                details={"slug": self._slug, "type": repr(etype)[:300]},
+            )
+        schema = self._contract.payload_schema_for(etype)
+        payload = data.get("payload")
+        if schema is not None and not isinstance(payload, schema):
+            try:
+                schema.model_validate(
+                    payload.model_dump(mode="json")
+                    if isinstance(payload, BaseModel)
+                    else payload or {}
+                )
+            except Exception as exc:
+                raise InvalidEvent(
+                    f'event #{index}: the payload of "{etype}" does not match its declared '
+                    f"schema {schema.__name__} ({exc}); nothing was appended",
+                    details={"index": index, "field": "payload", "type": etype},
+                ) from exc
+        source = data.get("source")
+        if source is None or isinstance(source, Mapping):
+            data["source"] = {**(source or {}), "processor": processor_source}
+        return data
+
+    def start_background(self, during: StreamEvent | None, work: Work) -> None:
+        """Start one ``run_in_background`` attempt (see ``args.run_in_background``)."""
+        self.guard()
+        self._claims.start(during, work)
+
+    def request_wakeup(self, at: float) -> None:
+        """Record a wakeup request (see ``args.schedule_wakeup``)."""
+        self._claims.wake_at(at)

@@ -1,0 +1,11 @@
+"""The processor host: runs processors over a log as a daemon (``streamkit host``)."""
+
+from streamkit.host._host import (
+    ProcessorHost,
+    Subscription,
+)
+
+__all__ = [
+    "ProcessorHost",
+    "Subscription",
+]

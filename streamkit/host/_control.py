@@ -1,0 +1,199 @@
+"""The host's answers to control-socket requests (the ops ``streamkit`` clients send).
+
+Each op maps to one :class:`~streamkit.host.ProcessorHost` method. Arguments
+are validated by the server against the models below before the host sees
+them; a refusal is a coded error reply, and the host keeps serving.
+
+One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral,
+``expect_head``: refused unless the last durable offset is exactly that),
+``read`` (``path``, ``after``, ``limit``), ``status``, ``snapshot``
+(``slug``, ``path``), ``skip`` (``slug``, ``offset``, ``by``, ``reason``,
+``path``), ``hello`` (which database the host serves: ``db``, ``owner``,
+``pid``). Every op takes an optional ``db``, the database the client means
+(a resolved path): a host serving another database refuses the request.
+Streaming ops: ``follow`` (``path``, ``after``: every commit,
+ephemerals included, as event objects) and ``watch`` (``slug``, ``path``: a
+live-state seed, then deltas; a fresh seed after any gap).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol
+
+from pydantic import BaseModel, Field
+
+from streamkit.control._control import NoArgs, Operation
+from streamkit.errors import InvalidRequest, SlowConsumer, UnknownOperation
+from streamkit.events import MAX_OFFSET, EventInput, ReadPage, StreamEvent
+from streamkit.log._log import Log
+
+__all__ = ["HostControlHandler", "ServedHost"]
+
+
+class ServedHost(Protocol):
+    """What the handler needs of a host: the methods its operations map to, one each.
+
+    :class:`~streamkit.host.ProcessorHost` is the one implementation; naming
+    the shape here keeps the handler below the host (no import back up).
+    """
+
+    owner: str
+    served_db: str
+    log: Log | None
+
+    def runner(self, slug: str, path: str | None = None) -> object: ...
+
+    async def append(
+        self,
+        path: str,
+        events: Sequence[EventInput | Mapping[str, Any]],
+        *,
+        expect_head: int | None = None,
+    ) -> list[StreamEvent]: ...
+
+    async def read(self, path: str, after_offset: int = 0, limit: int = 500) -> ReadPage: ...
+
+    async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]: ...
+
+    def watch(self, slug: str, path: str | None = None) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def skip(
+        self, slug: str, offset: int, *, by: str, reason: str, path: str | None = None
+    ) -> StreamEvent: ...
+
+    async def status(self) -> dict[str, Any]: ...
+
+
+class HostArgs(NoArgs):
+    db: str | None = None
+    """The database the client means (resolved); a host serving another one refuses."""
+
+
+class AppendArgs(HostArgs):
+    path: str = "/"
+    events: list[dict[str, Any]] = Field(min_length=1, max_length=10_000)
+    expect_head: int | None = Field(default=None, ge=0, le=MAX_OFFSET)
+
+
+class ReadArgs(HostArgs):
+    path: str = "/"
+    after: int = Field(default=0, ge=0, le=MAX_OFFSET)
+    limit: int = Field(default=500, ge=1, le=10_000)
+
+
+class FollowArgs(HostArgs):
+    path: str = "/"
+    after: int = Field(default=0, ge=0, le=MAX_OFFSET)
+
+
+class SlugArgs(HostArgs):
+    slug: str = Field(min_length=1)
+    path: str | None = None
+
+
+class SkipArgs(SlugArgs):
+    offset: int = Field(ge=1, le=MAX_OFFSET)
+    by: str = Field(min_length=1, max_length=256)
+    reason: str = Field(default="", max_length=4096)
+
+
+_OPERATIONS: dict[str, Operation] = {
+    "append": Operation(AppendArgs, description="append events (durable or ephemeral)"),
+    "read": Operation(ReadArgs, description="read durable events after an offset"),
+    "follow": Operation(FollowArgs, streaming=True, description="every commit from an offset"),
+    "status": Operation(HostArgs, description="the host and each processor"),
+    "snapshot": Operation(SlugArgs, description="a processor's reduced state and offset"),
+    "watch": Operation(SlugArgs, streaming=True, description="live state: seed, then deltas"),
+    "skip": Operation(SkipArgs, description="move a processor past one event"),
+    "hello": Operation(HostArgs, description="which database this host serves, and who it is"),
+}
+
+
+class HostControlHandler:
+    """Serves :data:`_OPERATIONS` for one host."""
+
+    def __init__(self, host: ServedHost) -> None:
+        self._host = host
+
+    @property
+    def operations(self) -> Mapping[str, Operation]:
+        return _OPERATIONS
+
+    async def handle(self, op: str, args: BaseModel) -> Any:
+        host = self._host
+        self._check_db(args)
+        if isinstance(args, AppendArgs):
+            committed = await host.append(args.path, args.events, expect_head=args.expect_head)
+            return [event.to_dict() for event in committed]
+        if isinstance(args, ReadArgs):
+            page = await host.read(args.path, args.after, args.limit)
+            return {
+                "events": [event.to_dict() for event in page.events],
+                "scanned_through_offset": page.scanned_through_offset,
+                "at_head": page.at_head,
+            }
+        if isinstance(args, SkipArgs):
+            event = await host.skip(
+                args.slug, args.offset, by=args.by, reason=args.reason, path=args.path
+            )
+            return event.to_dict()
+        if op == "snapshot" and isinstance(args, SlugArgs):
+            return await host.snapshot(args.slug, args.path)
+        if op == "status":
+            return await host.status()
+        if op == "hello":
+            return {"db": host.served_db, "owner": host.owner, "pid": os.getpid()}
+        raise _unknown(op)
+
+    def _check_db(self, args: BaseModel) -> None:
+        wanted = getattr(args, "db", None)
+        served = self._host.served_db
+        if wanted is not None and wanted != served:
+            raise InvalidRequest(
+                f"this host serves {served!r}, not {wanted!r}; nothing was done; point the "
+                "client at the socket of the host that runs on that database",
+                details={"served": served, "db": wanted},
+            )
+
+    def watch(self, op: str, args: BaseModel) -> AsyncIterator[Any]:
+        host = self._host
+        self._check_db(args)
+        if op == "watch" and isinstance(args, SlugArgs):
+            host.runner(args.slug, args.path)  # refuse an unknown slug before streaming
+            return host.watch(args.slug, args.path)
+        if isinstance(args, FollowArgs):
+            return _follow(host, args.path, args.after)
+        raise _unknown(op)
+
+
+async def _follow(host: ServedHost, path: str, after: int) -> AsyncIterator[Any]:
+    log = host.log
+    if log is None:
+        return
+    follower = log.stream(path).follow(after)
+    sent = after
+    try:
+        async for events, _ in follower:
+            if follower.overflows:
+                # The client read too slowly: the host dropped what it buffered for it
+                # (and with it, ephemerals). Say so and where to resume, then end.
+                raise SlowConsumer(
+                    f"the follower of {path!r} fell more than its byte budget behind and the "
+                    f"host dropped what it held for it (ephemerals in it are gone); durable "
+                    f"events are intact: follow again after offset {sent}",
+                    details={"path": path, "resume_after": sent},
+                )
+            for event in events:
+                if not event.ephemeral:
+                    sent = event.offset
+                yield event.to_dict()
+    finally:
+        closer = getattr(follower, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def _unknown(op: str) -> UnknownOperation:
+    return UnknownOperation(f"op {op!r} is not served by this host; nothing was done")

@@ -1,0 +1,810 @@
+"""The processor host: runs processors over a log file as a daemon (``streamkit host``).
+
+A :class:`ProcessorHost` opens the log, and for each processor it is given
+takes the processor's lease, builds a :class:`~streamkit.engine.ProcessorEngine`
+over the real SQLite stream (``fed_by_pushes=True``), catches it up from its
+checkpoint, then feeds it every commit of its stream path: one
+``Stream.follow`` per path, fanned out to that path's processors, each with its
+own serial queue (the host's own appends arrive at once, other processes'
+within milliseconds).
+
+Guarantees:
+
+- One processor runs in one host at a time: a lease per (path, slug), renewed
+  by a heartbeat on a thread of its own (a batch that holds the event loop
+  past the ttl does not lose it). A host that finds it held by another owner
+  watches the row, and takes over only once it has itself seen no renewal
+  for a ttl of its own monotonic time, or at once when it was released: no
+  wall clock, fast or slow, can steal a live lease or pin a dead one.
+- Every checkpoint write AND every durable append an engine makes is fenced
+  by the lease generation inside its own transaction, so a host that lost
+  its lease writes nothing (:class:`~streamkit.errors.LeaseLost`). A host that
+  learns it lost a lease (from its keeper, a fence, or its own clock: it
+  trusts a lease for one ttl after the last renewal began) cancels that
+  engine's batch in flight and starts no further effect of it.
+- Claims (the engine's "revive me by then") are kept in the log's claims
+  table, never as events; the alarm revives due processors, including the
+  claims a dead host left behind.
+- No crash loop: failing work is retried with capped exponential backoff; a
+  processor that keeps failing is reported stalled and can be moved past one
+  event with :meth:`ProcessorHost.skip` (a durable ``streamkit.event-skipped``
+  event records who and why, with its record in the same transaction; a skip
+  event without that record is not obeyed).
+- :meth:`ProcessorHost.stop` finishes the batch in flight, gives background
+  work a grace period, releases the leases and closes the database. A kill -9
+  loses nothing durable: checkpoints never run ahead of their events, and the
+  next start catches up from them.
+
+The control socket (see :mod:`streamkit.control`) lets other processes append
+(durable and ephemeral), read, follow, ask for status and snapshots, watch live
+state, and skip events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from streamkit.backends.sqlite.fenced import ensure_host_tables
+from streamkit.backends.sqlite.leases import read_lease, release, try_acquire
+from streamkit.backends.sqlite.registry import deregister, ensure_hosts_table, register
+from streamkit.backends.sqlite.skips import (
+    SKIP_EVENT,
+    ensure_skip_table,
+    load_skips,
+    record_skip,
+    verified_skip,
+)
+from streamkit.backends.sqlite.status import (
+    checkpoint_snapshot,
+    durable_lag,
+    durable_status,
+    shown_cursor,
+)
+from streamkit.config import HostConfig, resolve_processors
+from streamkit.control._control import ControlServer
+from streamkit.control._socket import check_private_directory
+from streamkit.errors import (
+    ControlSocketInUse,
+    InvalidConfig,
+    InvalidRequest,
+    LeaseLost,
+    StreamkitError,
+)
+from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
+from streamkit.host._alarm import Alarm
+from streamkit.host._control import HostControlHandler
+from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
+from streamkit.host._runner import ProcessorRunner
+from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot
+from streamkit.log._follow import Follow
+from streamkit.log._log import Log, open_log
+from streamkit.processor import StreamProcessor
+from streamkit.protocols import Clock
+
+__all__ = ["ProcessorHost", "Subscription"]
+
+_log = structlog.get_logger("streamkit.host")
+
+
+class Subscription:
+    """A watcher's mailbox: one processor's live-state deltas, bounded by bytes.
+
+    Only the deltas of the watched key are kept (everything else a commit
+    carries is dropped as it arrives), each counted by the size of its patch.
+    A watcher that falls more than ``max_bytes`` behind has its mailbox
+    emptied and :attr:`overflowed` set: it must re-seed from a snapshot.
+    """
+
+    def __init__(self, path: str, key: str, max_bytes: int) -> None:
+        self.path = path
+        self.key = key
+        self.max_bytes = max_bytes
+        self._deltas: list[dict[str, Any]] = []
+        self._bytes = 0
+        self._event = asyncio.Event()
+        self.overflowed = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        """The patch bytes waiting to be taken."""
+        return self._bytes
+
+    def offer(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
+        for event in events:
+            delta = _delta_of(event, self.key)
+            if delta is None:
+                continue
+            patch = delta["patch"]
+            size = 64 if patch is None else len(json.dumps(patch, separators=(",", ":")))
+            if self._deltas and self._bytes + size > self.max_bytes:
+                # A slow watcher: its chain breaks by design; it re-seeds.
+                self._deltas.clear()
+                self._bytes = 0
+                self.overflowed = True
+            self._deltas.append(delta)
+            self._bytes += size
+            self._event.set()
+
+    async def get(self) -> list[dict[str, Any]]:
+        """Wait for deltas (or an overflow) and take all buffered ones."""
+        while not self._deltas and not self.overflowed:
+            self._event.clear()
+            await self._event.wait()
+        deltas, self._deltas = self._deltas, []
+        self._bytes = 0
+        return deltas
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    processor: StreamProcessor[Any]
+    path: str
+    label: str
+
+
+class ProcessorHost:
+    """Runs processors over one log file; see the module docstring.
+
+    ``processors`` overrides the config's list: each item is a processor (run on
+    ``/``) or a ``(path, processor)`` pair. ``serve_control=False`` runs without
+    the control socket (embedding the host in another program). ``owner`` names
+    this host in leases (default: host name, pid and a random token).
+
+    Use ``async with ProcessorHost(config) as host:`` or ``await host.start()``
+    then ``await host.stop()``; :meth:`run` is the daemon's main (signals).
+    """
+
+    def __init__(
+        self,
+        config: HostConfig,
+        *,
+        processors: Iterable[StreamProcessor[Any] | tuple[str, StreamProcessor[Any]]] | None = None,
+        clock: Clock = time.time,
+        owner: str | None = None,
+        serve_control: bool = True,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.served_db = os.path.realpath(config.db)
+        """The database file this host serves, resolved (what ``hello`` tells clients)."""
+        self._serve_control = serve_control
+        entries: list[_Entry] = []
+        if processors is None:
+            for resolved in resolve_processors(config):
+                entries.append(_Entry(resolved.processor, resolved.spec.path, resolved.spec.label))
+        else:
+            for item in processors:
+                path, processor = item if isinstance(item, tuple) else ("/", item)
+                entries.append(_Entry(processor, path, type(processor).__name__))
+        _check_entries(entries)
+        self._entries = entries
+        self.log: Log | None = None
+        self.runners: list[ProcessorRunner] = []
+        self._alarm: Alarm | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._lease_tasks: set[asyncio.Task[None]] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._subscribers: dict[str, set[Subscription]] = {}
+        self._control: ControlServer | None = None
+        self.socket_path: Path | None = None
+        """The control socket this host serves (None until it listens, or without one)."""
+        self._started_at: float | None = None
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._stop_requested: asyncio.Event | None = None
+        self._signals = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def __aenter__(self) -> ProcessorHost:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Open the log, take the leases that are free, catch up, follow, serve the socket."""
+        config = self.config
+        started = time.perf_counter()
+        self._started_at = self.clock()
+        if self._serve_control:
+            # Before the log is opened: a refused start creates nothing.
+            check_private_directory(
+                config.socket_path.parent, allow_shared=config.shared_socket_dir
+            )
+        log = open_log(
+            config.db,
+            synchronous=config.synchronous,
+            clock=self.clock,
+            follower_bytes=config.limits.subscriber_bytes,
+        )
+        self.log = log
+        try:
+            await log.write_transaction(_create_tables)
+            skips = await load_skips(log)
+            self._alarm = Alarm(self.runners, clock=self.clock)
+            for entry in self._entries:
+                slug = entry.processor.contract.slug
+                self.runners.append(
+                    ProcessorRunner(
+                        entry.processor,
+                        path=entry.path,
+                        label=entry.label,
+                        log=log,
+                        retry=config.retry,
+                        clock=self.clock,
+                        skipped=skips.get((entry.path, slug), set()),
+                        on_claim=self._alarm.changed,
+                        on_lease_gone=self._lease_gone,
+                    )
+                )
+            loop = asyncio.get_running_loop()
+            # HostConfig refuses ":memory:", so the keeper can always open the file.
+            self._keeper = LeaseKeeper(
+                str(config.db),
+                interval=config.lease.heartbeat_interval,
+                ttl=config.lease.ttl,
+                clock=self.clock,
+                loop=loop,
+            )
+            self._keeper.start()
+            for path in sorted({runner.path for runner in self.runners}):
+                # Follow from the head as it is now: each engine's catch-up reads
+                # what lies before, and the follower has every commit after.
+                stream = log.stream(path)
+                head = await stream.head()
+                follower = stream.follow(head)
+                self._tasks.append(loop.create_task(self._fan_out(path, head, follower)))
+            await self._heartbeat_once()
+            self._tasks.append(loop.create_task(self._heartbeat()))
+            self._tasks.append(loop.create_task(self._alarm.run()))
+            if self._serve_control:
+                await self._serve_socket(log)
+        except BaseException:
+            await self._teardown(grace=0.0)
+            raise
+        _log.info(
+            "host.started",
+            db=str(config.db),
+            socket=None if self.socket_path is None else str(self.socket_path),
+            owner=self.owner,
+            processors=[f"{r.slug}@{r.path}" for r in self.runners],
+            running=[r.slug for r in self.runners if r.engine is not None],
+            seconds=round(time.perf_counter() - started, 3),
+        )
+
+    async def _serve_socket(self, log: Log) -> None:
+        config = self.config
+        path = config.socket_path
+        self._control = ControlServer(path, HostControlHandler(self))
+        try:
+            await self._control.start()
+        except ControlSocketInUse:
+            if config.socket is not None:
+                raise  # a socket of its own was asked for: it must be that one
+            # Another host serves the default socket: a standby needs no flag, it
+            # takes a socket of its own beside it, found through the registry.
+            path = _own_socket(config.db, self.owner)
+            self._control = ControlServer(path, HostControlHandler(self))
+            await self._control.start()
+            _log.info(
+                "host.default_socket_taken", default=str(config.socket_path), socket=str(path)
+            )
+        self.socket_path = path
+        await log.write_transaction(
+            functools.partial(
+                register, owner=self.owner, socket=str(path), pid=os.getpid(), now=self.clock()
+            )
+        )
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Finish in-flight batches, settle background work, release leases, close. Idempotent."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        grace = self.config.shutdown_grace if grace is None else grace
+        _log.info("host.stopping", grace=grace)
+        try:
+            await self._teardown(grace)
+        finally:
+            self._stopped.set()
+        _log.info("host.stopped")
+
+    async def _teardown(self, grace: float) -> None:
+        if self._control is not None:
+            await self._control.close()
+            self._control = None
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(runner.stop(grace) for runner in self.runners))
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            # After the runners (their last batches needed the leases kept), before
+            # the releases (a renewal must not race them).
+            await asyncio.to_thread(keeper.stop)
+        log = self.log
+        if log is None:
+            return
+        for runner in self.runners:
+            lease = runner.lease
+            if lease is None:
+                continue
+            try:
+                if await log.write_transaction(functools.partial(release, lease=lease)):
+                    _log.info("lease.released", slug=runner.slug, path=runner.path)
+            except StreamkitError as exc:
+                _log.warning("lease.release_failed", slug=runner.slug, error=exc.message)
+            runner.held = None
+        if self.socket_path is not None:
+            try:
+                await log.write_transaction(functools.partial(deregister, owner=self.owner))
+            except StreamkitError as exc:
+                _log.warning("host.deregister_failed", error=exc.message)
+        await log.aclose()
+
+    async def run(self) -> None:
+        """The daemon's main: start, serve until SIGTERM/SIGINT, then stop.
+
+        The first signal stops cleanly (see :meth:`stop`); a second one exits
+        the process at once (SQLite keeps every committed transaction).
+        """
+        loop = asyncio.get_running_loop()
+        self._stop_requested = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await self.start()
+            await self._stop_requested.wait()
+        finally:
+            await self.stop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop (as SIGTERM does)."""
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            _log.warning("host.exit_now", signal=sig.name)
+            os._exit(128 + int(sig))
+        _log.info("host.signal", signal=sig.name)
+        self.request_stop()
+
+    # -- leases --------------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        interval = self.config.lease.heartbeat_interval
+        while True:
+            await asyncio.sleep(interval)
+            await self._heartbeat_once()
+
+    async def _heartbeat_once(self) -> None:
+        for runner in self.runners:
+            if self._stopping:
+                return
+            try:
+                await self._beat(runner)
+            except Exception as exc:
+                # A busy or failing database must not stop the heartbeat: the lease
+                # lasts ttl, and the next beat tries again.
+                _log.warning("lease.heartbeat_failed", slug=runner.slug, error=repr(exc))
+
+    async def _beat(self, runner: ProcessorRunner) -> None:
+        log = self._require_log()
+        ttl = self.config.lease.ttl
+        if runner.held is not None and runner.engine is not None:
+            return  # the lease keeper renews it, off the loop
+        row = await log.query(functools.partial(read_lease, path=runner.path, slug=runner.slug))
+        stale = None
+        if row is not None and not row.released and row.owner != self.owner:
+            # Another owner's lease: taken only once this host has watched the very
+            # same row (owner, generation, beat) go unrenewed for a ttl of its own
+            # monotonic time. Its expires_at is that owner's clock, never trusted here.
+            seen = time.monotonic()
+            observed = runner.observed
+            if observed is None or not observed[0].same_row(row):
+                runner.observed = (row, seen)
+                return
+            if seen - observed[1] < ttl:
+                return
+            stale = row
+        started = time.monotonic()
+        try:
+            taken = await log.write_transaction(
+                functools.partial(
+                    try_acquire,
+                    path=runner.path,
+                    slug=runner.slug,
+                    owner=self.owner,
+                    now=self.clock(),
+                    ttl=ttl,
+                    stale=stale,
+                )
+            )
+        finally:
+            runner.observed = None
+        if taken is None:
+            return
+        held = HeldLease(taken, ttl=ttl, renewal_started=started, clock=self.clock)
+        try:
+            claims = await log.stream(runner.path).claims()
+        except StreamkitError as exc:
+            # Unknown: assume due now; a revive that finds nothing owed costs little.
+            _log.warning("claim.read_failed", slug=runner.slug, error=exc.message)
+            claims = {runner.slug: self.clock()}
+        runner.claim_due = claims.get(runner.slug)
+        _log.info(
+            "lease.acquired",
+            slug=runner.slug,
+            path=runner.path,
+            generation=taken.generation,
+            took_over=None if stale is None else stale.owner,
+            claim_due=runner.claim_due,
+        )
+        runner.start_engine(held)
+        if self._keeper is not None and runner.held is held:
+            self._keeper.hold(held, functools.partial(self._lost_by_keeper, runner, held))
+        if self._alarm is not None:
+            self._alarm.changed()
+
+    def _lost_by_keeper(self, runner: ProcessorRunner, held: HeldLease, error: LeaseLost) -> None:
+        # On the loop, called by the keeper thread: stop the engine if it still
+        # runs under this very lease (the runner may have moved on already).
+        if runner.held is held:
+            task = asyncio.get_running_loop().create_task(runner.lose_lease(error))
+            self._lease_tasks.add(task)
+            task.add_done_callback(self._lease_tasks.discard)
+
+    def _lease_gone(self, held: HeldLease) -> None:
+        if self._keeper is not None:
+            self._keeper.drop(held)
+
+    # -- the follower ----------------------------------------------------------------------
+
+    async def _fan_out(
+        self,
+        path: str,
+        position: int,
+        follower: Follow,
+    ) -> None:
+        log = self._require_log()
+        runners = [r for r in self.runners if r.path == path]
+        while True:
+            try:
+                async for events, scanned in follower:
+                    position = scanned.through
+                    for event in events:
+                        if event.type == SKIP_EVENT and not event.ephemeral:
+                            await self._apply_skip_event(runners, event)
+                    size = follower.last_size
+                    for runner in runners:
+                        runner.push(events, scanned, size)
+                    for subscriber in self._subscribers.get(path, ()):
+                        subscriber.offer(events, scanned)
+                return  # the log closed
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                _log.error("follow.failed", path=path, error=repr(exc), retry_in=1.0)
+                await asyncio.sleep(1.0)
+                if log.closed:
+                    return
+                follower = log.stream(path).follow(position)
+
+    async def _apply_skip_event(
+        self, runners: Sequence[ProcessorRunner], event: StreamEvent
+    ) -> None:
+        try:
+            found = await verified_skip(self._require_log(), event)
+        except StreamkitError as exc:
+            _log.warning("skip.check_failed", offset=event.offset, error=exc.message)
+            return
+        if found is None:
+            # No skip row names this event: `streamkit skip` did not write it.
+            _log.warning(
+                "skip.unverified_ignored",
+                offset=event.offset,
+                detail="a skip event without its record is not obeyed; only `streamkit skip` "
+                "writes skips",
+            )
+            return
+        slug, offset = found
+        for runner in runners:
+            if runner.slug == slug and offset not in runner.skipped:
+                runner.skip(offset)
+                _log.warning(
+                    "processor.event_skipped",
+                    slug=slug,
+                    path=runner.path,
+                    offset=offset,
+                    by=event.payload.get("by") if isinstance(event.payload, dict) else None,
+                    recorded_at=event.offset,
+                )
+
+    def subscribe(self, path: str, key: str) -> Subscription:
+        """A mailbox of ``key``'s live-state deltas on ``path`` from now on (see :class:`Subscription`).
+
+        Close it with :meth:`unsubscribe`.
+        """
+        subscription = Subscription(path, key, self.config.limits.subscriber_bytes)
+        self._subscribers.setdefault(path, set()).add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Stop delivering to ``subscription``."""
+        subscribers = self._subscribers.get(subscription.path)
+        if subscribers is not None:
+            subscribers.discard(subscription)
+
+    # -- the API the control socket serves -------------------------------------------------
+
+    def runner(self, slug: str, path: str | None = None) -> ProcessorRunner:
+        """The runner of ``slug`` (on ``path`` if given); InvalidRequest if there is none."""
+        found = [r for r in self.runners if r.slug == slug and (path is None or r.path == path)]
+        if len(found) != 1:
+            known = ", ".join(f"{r.slug}@{r.path}" for r in self.runners) or "none"
+            why = "is not run by this host" if not found else "runs on several paths; name one"
+            raise InvalidRequest(
+                f"processor {slug!r} {why} (this host runs: {known}); nothing was done",
+                details={"slug": slug, "path": path},
+            )
+        return found[0]
+
+    async def append(
+        self,
+        path: str,
+        events: Sequence[EventInput | Mapping[str, Any]],
+        *,
+        expect_head: int | None = None,
+    ) -> list[StreamEvent]:
+        """Append to a stream of the host's log (ephemerals reach this host's subscribers).
+
+        ``expect_head`` as in :meth:`streamkit.log.Stream.append`.
+        """
+        return await self._require_log().stream(path).append(*events, expect_head=expect_head)
+
+    async def read(self, path: str, after_offset: int = 0, limit: int = 500) -> ReadPage:
+        """Read durable events of a stream of the host's log."""
+        return await self._require_log().stream(path).read(after_offset, limit)
+
+    async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]:
+        """``{offset, state, source}``: live from the engine here, else from the checkpoint.
+
+        From the engine it also carries ``rev`` and ``live`` (the live-state
+        revision and projection), so a watcher can re-seed from it and apply
+        the deltas after ``rev``.
+        """
+        runner = self.runner(slug, path)
+        engine = runner.engine
+        if engine is not None:
+            offset, state = await engine.snapshot()
+            # Caught up by the line above, this reads no log and awaits nothing: the
+            # revision belongs to the very state returned.
+            rev, projection = await engine.live_snapshot()
+            return {
+                "offset": offset,
+                "state": _jsonable(state),
+                "rev": rev,
+                "live": _jsonable(projection),
+                "source": "engine",
+            }
+
+        return await checkpoint_snapshot(self._require_log(), slug)
+
+    async def live_snapshot(self, slug: str, path: str | None = None) -> LiveSnapshot:
+        """``(rev, projection)`` of a processor this host runs (the watch seed)."""
+        runner = self.runner(slug, path)
+        engine = runner.engine
+        if engine is None:
+            raise InvalidRequest(
+                f"processor {slug!r} is not running in this host (another host holds its "
+                "lease); watch it through that host's socket; nothing was done",
+                details={"slug": slug, "path": runner.path},
+            )
+        return await engine.live_snapshot()
+
+    async def watch(self, slug: str, path: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Yield ``{"kind": "seed", rev, state}`` then ``{"kind": "delta", from, to, patch}``.
+
+        A gap in the revision chain (a lost delta, a ``patch: null``, a watcher
+        that fell behind) yields a fresh seed.
+        """
+        runner = self.runner(slug, path)
+        subscription = self.subscribe(runner.path, slug)
+        try:
+            rev, state = await self.live_snapshot(slug, runner.path)
+            yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
+            while True:
+                deltas = await subscription.get()
+                if subscription.overflowed:
+                    subscription.overflowed = False
+                    rev, state = await self.live_snapshot(slug, runner.path)
+                    yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
+                    continue
+                for delta in deltas:
+                    if delta["to"] <= rev:
+                        continue
+                    if delta["from"] != rev or delta["patch"] is None:
+                        rev, state = await self.live_snapshot(slug, runner.path)
+                        yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
+                        continue
+                    rev = delta["to"]
+                    yield {"kind": "delta", **delta}
+        finally:
+            self.unsubscribe(subscription)
+
+    async def skip(
+        self, slug: str, offset: int, *, by: str, reason: str, path: str | None = None
+    ) -> StreamEvent:
+        """Move ``slug`` past the event at ``offset``; the decision is a durable skip event."""
+        runner = self.runner(slug, path)
+        event = await record_skip(
+            self._require_log(), runner.path, slug, offset, by=by, reason=reason
+        )
+        if offset not in runner.skipped:
+            runner.skip(offset)
+            _log.warning(
+                "processor.event_skipped",
+                slug=slug,
+                path=runner.path,
+                offset=offset,
+                by=by,
+                reason=reason,
+                recorded_at=event.offset,
+            )
+        return event
+
+    async def status(self) -> dict[str, Any]:
+        """The host and each processor: cursor, head, lag, lease, claim, stalled, rates."""
+        log = self._require_log()
+        durable = {(row["path"], row["slug"]): row for row in await durable_status(log)}
+        now_mono = time.monotonic()
+        processors = []
+        for runner in self.runners:
+            row = dict(durable.get((runner.path, runner.slug)) or {})
+            head = row.get("head")
+            if head is None:
+                head = await log.stream(runner.path).head()
+            cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
+            lag = None
+            if cursor is not None:
+                lag = await log.query(
+                    functools.partial(durable_lag, path=runner.path, cursor=cursor)
+                )
+            lease = row.get("lease")
+            incidents = runner.engine.incidents if runner.engine is not None else {}
+            processors.append(
+                {
+                    "slug": runner.slug,
+                    "version": runner.version,
+                    "path": runner.path,
+                    "label": runner.label,
+                    "state": "stalled" if runner.stalled else runner.state,
+                    "cursor": shown_cursor(cursor, head),
+                    "head": head,
+                    "lag": lag,
+                    "lease": lease,
+                    "lease_held_here": runner.lease is not None,
+                    "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
+                    "stalled": runner.stalled,
+                    "stalled_at": runner.stalled_at,
+                    "failures": runner.failures,
+                    "last_error": runner.last_error,
+                    "skipped": sorted(runner.skipped),
+                    "queued": runner.queued,
+                    "malformed_payloads": incidents.get("malformed_payloads", 0),
+                    "last_malformed": incidents.get("last_malformed"),
+                    "reduce_failures": incidents.get("reduce_failures", 0),
+                    "last_reduce_failure": incidents.get("last_reduce_failure"),
+                    **runner.metrics.to_dict(now_mono),
+                }
+            )
+        started = self._started_at
+        return {
+            "host": {
+                "owner": self.owner,
+                "pid": os.getpid(),
+                "db": str(self.config.db),
+                "socket": None if self.socket_path is None else str(self.socket_path),
+                "uptime": None if started is None else round(self.clock() - started, 3),
+            },
+            "processors": processors,
+        }
+
+    async def wait_until_processed(
+        self,
+        slug: str,
+        offset: int,
+        timeout: float = 10.0,  # noqa: ASYNC109 - the engine's verb, with its timeout
+        path: str | None = None,
+    ) -> None:
+        """Wait until ``slug`` (running here) has processed through ``offset``."""
+        runner = self.runner(slug, path)
+        deadline = time.monotonic() + timeout
+        while runner.engine is None:
+            if time.monotonic() >= deadline:
+                raise InvalidRequest(
+                    f"processor {slug!r} is not running in this host; nothing to wait for",
+                    details={"slug": slug},
+                )
+            await asyncio.sleep(0.01)
+        await runner.engine.wait_until_processed(offset, max(0.0, deadline - time.monotonic()))
+
+    def _require_log(self) -> Log:
+        if self.log is None:
+            raise InvalidRequest("the host is not started; call start() first")
+        return self.log
+
+
+def _create_tables(conn: Any) -> None:
+    ensure_host_tables(conn)
+    ensure_skip_table(conn)
+    ensure_hosts_table(conn)
+
+
+def _own_socket(db: Path, owner: str) -> Path:
+    """A standby's socket beside the default one, named by its owner's token."""
+    token = "".join(c for c in owner.rsplit(":", 1)[-1] if c.isalnum())[:12] or "host"
+    return db.with_name(f"{db.name}.{token}.sock")
+
+
+def _check_entries(entries: Sequence[_Entry]) -> None:
+    # Checkpoints are keyed by slug alone, so one slug on two paths would share
+    # (and corrupt) one checkpoint row.
+    seen: dict[str, str] = {}
+    for entry in entries:
+        slug = entry.processor.contract.slug
+        if slug in seen:
+            raise InvalidConfig(
+                f"processor slug {slug!r} is configured on {seen[slug]!r} and {entry.path!r}; "
+                "checkpoints are kept per slug, so a slug may run on one path only; give one "
+                "of them another slug; nothing was started",
+                details={"slug": slug, "paths": [seen[slug], entry.path]},
+            )
+        seen[slug] = entry.path
+
+
+def _delta_of(event: StreamEvent, slug: str) -> dict[str, Any] | None:
+    if event.type != LIVE_STATE_CHANGED or not isinstance(event.payload, dict):
+        return None
+    payload = event.payload
+    if payload.get("key") != slug:
+        return None
+    start, end = payload.get("from"), payload.get("to")
+    if not isinstance(start, int) or not isinstance(end, int):
+        return None
+    return {"from": start, "to": end, "patch": payload.get("patch")}
+
+
+def _jsonable(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    return value

@@ -1,0 +1,724 @@
+"""The durable log: an append-only SQLite file of events, partitioned by stream path.
+
+Guarantees (SPEC section 2; ``docs/log.md`` explains each):
+
+- An append is atomic: all of its events land, or none does.
+- Offsets of a path start at 1 and strictly increase in commit order; an offset
+  is never reused, not across processes, not after a crash. No durable event
+  lands at or below an offset handed to an ephemeral. Durable events appended
+  with no ephemeral between them are consecutive; a refused append leaves no hole.
+- An idempotent retry (same key, same body) appends nothing and returns the
+  committed event; a different body under the same key is refused.
+- A read's ``scanned_through_offset`` never passes the durable head.
+- An append acknowledged at ``synchronous="FULL"`` survives a crash of the
+  process and of the machine; refusals leave the log serving.
+
+One :class:`Log` per process and file: it owns one writer connection, driven
+by a writer thread or, when that thread is idle and the event loop has nothing
+else to run, inline on the loop (appends from many tasks share its
+transactions either way), and one reader connection, so reads never wait for
+a commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import os
+import secrets
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from streamkit.backends.sqlite._read import durable_head, read_page, read_page_sized, stream_paths
+from streamkit.backends.sqlite._schema import (
+    MEMORY,
+    connect_read_only,
+    connect_reader,
+    connect_writer,
+    storage_error,
+)
+from streamkit.backends.sqlite._wal_guard import WalIdentity
+from streamkit.backends.sqlite._writer import Writer
+from streamkit.errors import InvalidRequest, LogClosed
+from streamkit.events import (
+    MAX_OFFSET,
+    EventInput,
+    ReadPage,
+    StreamEvent,
+    prepare_event,
+    prepare_events,
+    validate_path,
+)
+from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
+from streamkit.log._jobs import (
+    AppendCall,
+    ClaimCall,
+    Fence,
+    FollowJob,
+    QueryJob,
+    Seal,
+    TransactionJob,
+)
+from streamkit.protocols import Clock
+
+__all__ = [
+    "MAX_READ_LIMIT",
+    "Follow",
+    "Log",
+    "LogStats",
+    "ProcessorStreamView",
+    "Stream",
+    "open_log",
+]
+
+T = TypeVar("T")
+
+MAX_READ_LIMIT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogStats:
+    """Counters of this :class:`Log` since it was opened (this process only)."""
+
+    transactions: int
+    """Write transactions committed (a group of appends counts once)."""
+    appended: int
+    """Durable events written (idempotent retries excluded)."""
+    ephemeral: int
+    """Offsets handed to ephemeral events."""
+    ephemeral_reservations: int
+    """Writes that reserved a block of offsets for ephemerals."""
+    refused: int
+    """Append and claim calls refused (their effects rolled back)."""
+
+
+def open_log(
+    path: str | os.PathLike[str],
+    *,
+    synchronous: Literal["FULL", "NORMAL"] = "FULL",
+    clock: Clock = time.time,
+    busy_timeout: float = 5.0,
+    inline_commits: bool = True,
+    follower_bytes: int = MAX_BUFFERED_BYTES,
+    read_only: bool = False,
+) -> Log:
+    """Open (or create) the log at ``path``; ``":memory:"`` gives a private in-memory log.
+
+    Use it as ``async with open_log(...) as log:`` or close it with
+    :meth:`Log.aclose`. A file that is not a streamkit log is refused with
+    :class:`~streamkit.errors.LogOpenError` and left untouched.
+
+    ``inline_commits``: appends that become ready in the same event-loop turn
+    share one group commit; when the writer is idle and the loop has nothing
+    else to run, that commit runs on the caller's thread (the event loop),
+    skipping the hand-off to the writer thread and back. It never waits for another process's write lock (the
+    writer thread takes the group then). Pass False to keep every commit, and
+    its fsync, off the event loop.
+
+    ``follower_bytes``: how much of the events' stored JSON one follower
+    (``Stream.follow``) may leave unread before its buffer is dropped and it
+    re-reads the log (its missed ephemerals are then gone).
+
+    ``read_only=True`` opens an existing log for reading only (a file, a
+    directory or a file system this process may not write): ``read``,
+    ``head``, ``follow`` and queries work; every write is refused with
+    :class:`~streamkit.errors.InvalidRequest` and nothing is written.
+    """
+    return Log(
+        path,
+        synchronous=synchronous,
+        clock=clock,
+        busy_timeout=busy_timeout,
+        inline_commits=inline_commits,
+        follower_bytes=follower_bytes,
+        read_only=read_only,
+    )
+
+
+def _nothing_else_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether no other callback waits to run in this turn of ``loop`` (False if it cannot tell).
+
+    Reads the ready queue of asyncio's own loops; a loop without one (another
+    implementation) is answered False, which only costs the end-of-turn hand-over.
+    """
+    ready = getattr(loop, "_ready", None)
+    return type(ready) is collections.deque and not ready
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise InvalidRequest(
+            f"{name} must be an integer {bounds}, got {value!r}; nothing was read or written",
+            details={name: repr(value)},
+        )
+    return value
+
+
+class Log:
+    """An open log file. Cheap to share between tasks; close it once, when done."""
+
+    path: str
+    """The file path, or ``":memory:"``."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        clock: Clock = time.time,
+        busy_timeout: float = 5.0,
+        inline_commits: bool = True,
+        follower_bytes: int = MAX_BUFFERED_BYTES,
+        read_only: bool = False,
+    ) -> None:
+        self._read_only = read_only
+        self._inline_commits = inline_commits and not read_only
+        _check_int("follower_bytes", follower_bytes, 1)
+        self._pending: list[AppendCall] = []
+        if synchronous not in ("FULL", "NORMAL"):
+            raise InvalidRequest(
+                f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}; nothing was opened",
+                details={"synchronous": repr(synchronous)},
+            )
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, int | float)
+            or not math.isfinite(busy_timeout)
+            or busy_timeout < 0
+        ):
+            raise InvalidRequest(
+                f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}; "
+                "nothing was opened",
+                details={"busy_timeout": repr(busy_timeout)},
+            )
+        self.path = MEMORY if path == MEMORY else os.fspath(path)
+        self._memory = self.path == MEMORY
+        if read_only:
+            if self._memory:
+                raise InvalidRequest(
+                    "an in-memory log cannot be opened read-only (it would be empty); nothing "
+                    "was opened"
+                )
+            conn = connect_read_only(self.path, busy_timeout=busy_timeout)
+        else:
+            conn = connect_writer(self.path, synchronous=synchronous, busy_timeout=busy_timeout)
+        reader: sqlite3.Connection | None = None
+        if not self._memory:
+            try:
+                reader = (
+                    connect_read_only(self.path, busy_timeout=busy_timeout)
+                    if read_only
+                    else connect_reader(self.path, busy_timeout=busy_timeout)
+                )
+            except BaseException:
+                conn.close()
+                raise
+        # Reads use their own connection so they never queue behind a commit. An
+        # in-memory database cannot be shared that way (a shared-cache reader would
+        # get SQLITE_LOCKED during every write), so there reads go through the writer.
+        self._reader = reader
+        self._reader_lock = threading.Lock()
+        self._feed = Feed(follower_bytes)
+        self._writer = Writer(
+            conn,
+            token=secrets.token_hex(8),
+            clock=clock,
+            feed=self._feed,
+            persistent=not self._memory,
+            busy_timeout=busy_timeout,
+            wal=None if self._memory or read_only else WalIdentity(self.path),
+        )
+        self._streams: dict[str, Stream] = {}
+        self._closed = False
+        # Closes the thread and connections if the Log is dropped unclosed (or at exit).
+        self._finalizer = weakref.finalize(self, _shutdown, self._writer, reader, self._feed)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Log {self.path!r} {state}>"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Log:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the log, blocking until queued appends have committed. Idempotent.
+
+        Followers end (``StopAsyncIteration``); later calls raise
+        :class:`~streamkit.errors.LogClosed`. Prefer :meth:`aclose` on an event loop.
+        """
+        self._queue_pending()
+        self._closed = True
+        self._finalizer()
+
+    async def aclose(self) -> None:
+        """Close the log without blocking the loop: queued appends commit first. Idempotent."""
+        self._queue_pending()
+        self._closed = True
+        wake(self._feed.close_all())
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._writer.request_close((loop, done))
+        await done
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` or :meth:`aclose` was called."""
+        return self._closed
+
+    @property
+    def stats(self) -> LogStats:
+        """A snapshot of this log's counters (see :class:`LogStats`)."""
+        w = self._writer
+        return LogStats(
+            transactions=w.transactions,
+            appended=w.appended,
+            ephemeral=w.ephemeral,
+            ephemeral_reservations=w.ephemeral_reservations,
+            refused=w.refused,
+        )
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self._read_only:
+            raise InvalidRequest(
+                f"the log {self.path!r} was opened read-only; nothing was written (open it "
+                "without read_only, with write access to the file and its directory, to write)",
+                details={"path": self.path},
+            )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(
+                f"the log {self.path!r} is closed; nothing was read or written "
+                "(open it again to use it)"
+            )
+
+    # -- streams --------------------------------------------------------------------------
+
+    def stream(self, path: str = "/") -> Stream:
+        """The stream at ``path`` (``/`` or ``/a/b``); the same object for the same path."""
+        stream = self._streams.get(path) if isinstance(path, str) else None
+        if stream is None:
+            self._check_open()
+            stream = self._streams[validate_path(path)] = Stream(self, path)
+        return stream
+
+    async def paths(self) -> list[str]:
+        """Every stream path that holds at least one durable event, sorted."""
+        return await self.query(stream_paths)
+
+    # -- the writer connection ------------------------------------------------------------
+
+    async def write_transaction(
+        self, fn: Callable[[sqlite3.Connection], T], *, inline: bool = False
+    ) -> T:
+        """Run ``fn(conn)`` on the writer connection in its own ``BEGIN IMMEDIATE`` transaction.
+
+        It runs on the writer thread, in order with appends, so a process keeps
+        one writer connection. The transaction commits when ``fn`` returns and
+        rolls back if it raises (the exception is re-raised; a ``sqlite3`` error
+        as :class:`~streamkit.errors.StorageError`). ``fn`` must not begin or
+        end transactions nor write the ``streamkit_*`` tables. Cancelling the
+        wait does not stop ``fn``.
+
+        ``inline=True`` is for a short ``fn`` (a few statements): when the log
+        commits inline (``open_log(inline_commits=True)``), the writer is idle
+        and nothing else is ready to run on the event loop, ``fn`` and its
+        commit run on the loop, skipping the hand-off to the writer thread and
+        back, as a lone append does. It never waits for another process's
+        lock there: the thread takes the transaction instead.
+        """
+        self._check_writable()
+        loop = asyncio.get_running_loop()
+        job = TransactionJob(loop, loop.create_future(), fn)
+        # ``fn`` is the caller's code: only on request may it hold the event loop, and
+        # only when nothing else is waiting to run (see ``_submit``).
+        if not (
+            inline
+            and self._inline_commits
+            and not self._pending
+            and _nothing_else_ready(loop)
+            and self._writer.try_inline([job])
+        ):
+            self._writer.submit(job)
+        result: T = await job.future
+        return result
+
+    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run read-only ``fn(conn)`` on the reader connection and return its result.
+
+        The reader sees every committed transaction and never waits for the
+        writer. ``fn`` runs on the event loop's thread, so keep it short and
+        exhaust the cursors it opens. (An in-memory log has one connection:
+        there ``fn`` runs on the writer thread.)
+        """
+        self._check_open()
+        if self._reader is None:
+            loop = asyncio.get_running_loop()
+            job = QueryJob(loop, loop.create_future(), fn)
+            self._writer.submit(job)
+            result: T = await job.future
+            return result
+        with self._reader_lock:
+            try:
+                return fn(self._reader)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, "reading the log") from exc
+
+    async def _read_sized(
+        self, path: str, after: int, limit: int, upto: int | None
+    ) -> tuple[ReadPage, int]:
+        self._check_open()
+        if self._reader is None:
+            return await self.query(lambda conn: read_page_sized(conn, path, after, limit, upto))
+        with self._reader_lock:
+            try:
+                return read_page_sized(self._reader, path, after, limit, upto)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, f"reading {path!r}") from exc
+
+    async def _read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
+        self._check_open()
+        if self._reader is None:
+            return await self.query(lambda conn: read_page(conn, path, after, limit, upto))
+        with self._reader_lock:
+            try:
+                return read_page(self._reader, path, after, limit, upto)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, f"reading {path!r}") from exc
+
+    async def append_control(self, path: str, event: Mapping[str, Any], seal: Seal) -> StreamEvent:
+        """(For streamkit's operator verbs.) Append one control event and ``seal`` it.
+
+        The event may use the reserved ``streamkit.`` namespace. ``seal(conn,
+        [event])`` runs in the same transaction after the event's row is
+        written (an idempotent hit passes the existing event), so the control
+        record it writes and the event commit together or not at all; a host
+        honours a control event only with its record beside it.
+        """
+        path = self.stream(path).path
+        prepared = [prepare_event(event, control=True)]
+        (committed,) = await self._submit_append(path, prepared, seal=seal)
+        return committed
+
+    async def _submit_append(
+        self,
+        path: str,
+        events: list[Any],
+        fence: Fence | None = None,
+        *,
+        seal: Seal | None = None,
+        expect_head: int | None = None,
+    ) -> list[StreamEvent]:
+        self._check_writable()
+        loop = asyncio.get_running_loop()
+        call = AppendCall(loop, loop.create_future(), path, events, fence, seal, expect_head)
+        self._submit(call)
+        result: list[StreamEvent] = await call.future
+        return result
+
+    def _submit(self, job: AppendCall) -> None:
+        """Hand ``job`` to the writer at the end of this loop turn, with its turn's peers.
+
+        The job is registered at once (so a close that follows still commits
+        it) and handed over at the end of the loop's current turn, together
+        with every other append that became ready in that turn: they share
+        one group commit, run inline if the writer is idle and the loop has
+        nothing else to run (no hand-off to the thread and back), else on the
+        writer thread, whose fsync then overlaps the loop's other work. When
+        nothing else is ready to run on the loop, no peer can join before the
+        turn ends, so the job commits at once and its caller never gives up
+        the loop.
+        """
+        if not self._inline_commits or (self._pending and self._pending[0].loop is not job.loop):
+            self._writer.submit(job)
+            return
+        if not self._pending and _nothing_else_ready(job.loop):
+            if not self._writer.try_inline([job]):
+                self._writer.submit(job)
+            return
+        self._pending.append(job)
+        if len(self._pending) == 1:
+            job.loop.call_soon(self._hand_over)
+
+    def _queue_pending(self) -> None:
+        """Appends registered but not yet handed over go to the writer's queue (before a close)."""
+        jobs, self._pending = self._pending, []
+        for job in jobs:
+            try:
+                self._writer.submit(job)
+            except LogClosed as exc:  # closed already: it fails like any late call
+                if not job.future.done():
+                    job.loop.call_soon_threadsafe(_fail, job.future, exc)
+
+    def _hand_over(self) -> None:
+        jobs, self._pending = self._pending, []
+        if not jobs:  # a close queued them already
+            return
+        try:
+            # Inline only when the loop has nothing else to run: otherwise the thread's
+            # fsync overlaps that work instead of holding it up.
+            if _nothing_else_ready(jobs[0].loop) and self._writer.try_inline(jobs):
+                return
+            for job in jobs:
+                self._writer.submit(job)
+        except LogClosed as exc:
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(exc)
+
+    async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None:
+        self._check_writable()
+        loop = asyncio.get_running_loop()
+        call = ClaimCall(loop, loop.create_future(), path, slug, due_at)
+        self._writer.submit(call)
+        await call.future
+
+    def _follow(self, path: str, after_offset: int) -> Follow:
+        self._check_open()
+        return Follow(
+            self._feed,
+            path,
+            after_offset,
+            self._read_sized,
+            lambda followed: self._writer.submit(FollowJob(followed)),
+        )
+
+
+def _shutdown(writer: Writer, reader: sqlite3.Connection | None, feed: Feed) -> None:
+    wake(feed.close_all())
+    writer.request_close()
+    writer.join()
+    if reader is not None:
+        reader.close()
+
+
+class Stream:
+    """One stream path of a log. Satisfies :class:`~streamkit.protocols.ProcessorStream`
+    except that :meth:`claim` names its claimant (see :meth:`for_processor`)."""
+
+    __slots__ = ("log", "path")
+
+    def __init__(self, log: Log, path: str) -> None:
+        self.log = log
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"<Stream {self.path!r} of {self.log.path!r}>"
+
+    async def append(
+        self,
+        *events: EventInput | Mapping[str, Any],
+        expect_head: int | None = None,
+        fence: Fence | None = None,
+    ) -> list[StreamEvent]:
+        """Append atomically; return the committed events in input order.
+
+        An idempotent retry returns the event committed earlier; an ephemeral
+        returns a :class:`~streamkit.events.StreamEvent` with ``ephemeral=True``
+        and the offset it took. Refusals (``InvalidEvent``, ``OffsetConflict``,
+        ``IdempotencyConflict``, ``StorageBusy``) write nothing. Cancelling the
+        wait does not withdraw the append: it may still commit.
+
+        ``fence(conn)`` (for hosts) runs inside the append's transaction before
+        any row is written, when the call holds a durable event; a
+        :class:`~streamkit.errors.StreamkitError` it raises (``LeaseLost``)
+        refuses the call and nothing is written. Ephemeral events never reach a
+        transaction, so a call of ephemerals only is not fenced.
+
+        ``expect_head=N`` is optimistic concurrency: the whole call is refused
+        with :class:`~streamkit.errors.OffsetConflict` (nothing written) unless
+        the last DURABLE offset of the path is exactly ``N`` when it commits,
+        that is unless nothing was appended since a read through ``N``.
+        Ephemerals (live-state deltas, say) taking offsets meanwhile do not
+        count. An event's ``offset`` is exact placement instead.
+        """
+        log = self.log
+        if log._read_only:
+            log._check_writable()
+        if expect_head is not None:
+            _check_int("expect_head", expect_head, 0, MAX_OFFSET)
+            prepared = prepare_events(events) if events else []
+            if not prepared:
+                log._check_open()
+                return []
+            return await log._submit_append(
+                self.path,
+                prepared,
+                fence if _has_durable(prepared) else None,
+                expect_head=expect_head,
+            )
+        if fence is not None:
+            prepared = prepare_events(events) if events else []
+            if _has_durable(prepared):
+                return await log._submit_append(self.path, prepared, fence)
+            if not prepared:
+                log._check_open()
+                return []
+            return await log._submit_append(self.path, prepared)
+        if len(events) == 1:
+            event = prepare_event(events[0])
+            if (
+                # A plain event (durable, no key, no offset precondition): nothing can refuse it.
+                event.idempotency_key is None
+                and event.offset is None
+                and not event.ephemeral
+                and log._inline_commits
+                and not log._pending
+                and not log._closed
+                and _nothing_else_ready(loop := asyncio.get_running_loop())
+            ):
+                # The commonest call, committed at once on an idle loop: see Writer.commit_lone.
+                committed = log._writer.commit_lone(self.path, event, loop)
+                if committed is not None:
+                    return committed
+            return await log._submit_append(self.path, [event])
+        if not events:
+            log._check_open()
+            return []
+        return await log._submit_append(self.path, prepare_events(events))
+
+    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
+        """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof."""
+        _check_int("after_offset", after_offset, 0, MAX_OFFSET)
+        _check_int("limit", limit, 1, MAX_READ_LIMIT)
+        return await self.log._read(self.path, after_offset, limit, None)
+
+    async def head(self) -> int:
+        """The durable head: the highest committed offset of this path (0 if it is empty)."""
+        path = self.path
+        return await self.log.query(lambda conn: durable_head(conn, path))
+
+    def follow(self, after_offset: int = 0) -> Follow:
+        """Yield ``(events, ScannedRange(after, through))`` from ``after_offset`` on, forever.
+
+        The subscription starts when ``follow`` returns. History comes from the
+        log, then this process's appends at once (ephemerals included) and
+        other processes' commits within milliseconds. Ranges are contiguous
+        (each ``after`` is the previous ``through``); durable events come once,
+        in order. A consumer that falls far behind is re-fed from the log (its
+        missed ephemerals are gone). Closing the log ends the iteration.
+        """
+        _check_int("after_offset", after_offset, 0, MAX_OFFSET)
+        return self.log._follow(self.path, after_offset)
+
+    def for_processor(self, slug: str) -> ProcessorStreamView:
+        """This stream as one processor sees it: ``claim(at)`` claims under ``slug``."""
+        return ProcessorStreamView(self, _check_claimant(slug))
+
+    async def claim(self, at: float | None, *, claimant: str) -> None:
+        """Ask to be revived by epoch second ``at`` (``None`` releases); one claim per claimant."""
+        _check_claimant(claimant)
+        if at is not None and (
+            isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at)
+        ):
+            raise InvalidRequest(
+                f"claim time must be a finite number of epoch seconds or None, got {at!r}; "
+                "nothing was written",
+                details={"at": repr(at)},
+            )
+        await self.log._submit_claim(self.path, claimant, None if at is None else float(at))
+
+    async def claims(self) -> dict[str, float]:
+        """Every claim on this path: claimant -> due epoch second."""
+        path = self.path
+        return await self.log.query(
+            lambda conn: dict(
+                conn.execute(
+                    "SELECT slug, due_at FROM streamkit_claims WHERE path = ? ORDER BY slug",
+                    (path,),
+                ).fetchall()
+            )
+        )
+
+
+def _has_durable(events: list[Any]) -> bool:
+    return any(not event.ephemeral for event in events)
+
+
+def _check_claimant(slug: object) -> str:
+    if not isinstance(slug, str) or not slug:
+        raise InvalidRequest(
+            f"a claimant must be a non-empty string, got {slug!r}; nothing was written",
+            details={"claimant": repr(slug)},
+        )
+    return slug
+
+
+class ProcessorStreamView:
+    """A stream bound to one processor slug; satisfies :class:`~streamkit.protocols.ProcessorStream`."""
+
+    __slots__ = ("slug", "stream")
+
+    def __init__(self, stream: Stream, slug: str) -> None:
+        self.stream = stream
+        self.slug = slug
+
+    def __repr__(self) -> str:
+        return f"<ProcessorStreamView {self.stream.path!r} for {self.slug!r}>"
+
+    @property
+    def path(self) -> str:
+        """The stream path."""
+        return self.stream.path
+
+    async def append(
+        self,
+        *events: EventInput | Mapping[str, Any],
+        expect_head: int | None = None,
+        fence: Fence | None = None,
+    ) -> list[StreamEvent]:
+        """Same as :meth:`Stream.append`."""
+        return await self.stream.append(*events, expect_head=expect_head, fence=fence)
+
+    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
+        """Same as :meth:`Stream.read`."""
+        return await self.stream.read(after_offset, limit)
+
+    async def head(self) -> int:
+        """Same as :meth:`Stream.head`."""
+        return await self.stream.head()
+
+    async def claim(self, at: float | None) -> None:
+        """Claim (or with ``None`` release) a revival at ``at`` under this view's slug."""
+        await self.stream.claim(at, claimant=self.slug)

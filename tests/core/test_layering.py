@@ -1,0 +1,245 @@
+"""The layers of streamkit, read from the code's own imports: who may import whom.
+
+Every module of ``streamkit/``, ``processors/`` and ``testing/`` is parsed;
+imports guarded by ``TYPE_CHECKING`` count too (a cycle that only the type
+checker sees is still a knot in the design). The rules are the layering of
+docs/internals.md, from the bottom up:
+
+- the base modules (errors, events, contract, processor, live_state,
+  protocols, checkpoint, the JSON helpers) import only each other;
+- ``log/`` imports only the base; ``backends/`` the base and ``log/``;
+- ``engine/`` and ``control/`` import only the base;
+- ``host/`` never imports ``cli/``; nothing below the CLI imports it;
+- first-party processors and ``streamkit.testing`` use only public modules
+  (no ``_private`` one outside their own package) and never a backend;
+- no import cycles, no function-local imports but those of optional extras,
+  no string imports but where a user names the class to load.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from support import ROOT
+
+PACKAGES = (
+    ("streamkit", "streamkit"),
+    ("processors", "streamkit.processors"),
+    ("testing", "streamkit.testing"),
+)
+
+BASE = {
+    "streamkit.errors",
+    "streamkit.events",
+    "streamkit.contract",
+    "streamkit.processor",
+    "streamkit.live_state",
+    "streamkit.protocols",
+    "streamkit.checkpoint",
+    "streamkit._json",
+    "streamkit._json_diff",
+}
+
+# layer -> the layers it may import (besides itself); a module's layer is its first
+# package under streamkit (``streamkit.host._runner`` -> ``host``), or ``base``.
+MAY_IMPORT = {
+    "base": set(),
+    "log": {"base"},
+    "backends": {"base", "log"},
+    "engine": {"base"},
+    "control": {"base"},
+    "config": {"base", "control"},
+    "host": {"base", "log", "backends", "engine", "control", "config"},
+    "cli": {"base", "log", "backends", "engine", "control", "config", "host", "face"},
+    "face": {"base", "log", "engine", "control", "config", "host"},
+}
+
+# Function-local imports allowed, each for an optional extra that a plain install lacks.
+LOCAL_IMPORTS_ALLOWED = {("streamkit.processors.notifications.channels", "httpx")}
+# String imports allowed, each where the user names what to load.
+STRING_IMPORTS_ALLOWED = {
+    "streamkit.config",  # processor classes named in streamkit.toml or --processor
+    "streamkit.processors._handlers",  # task and replay handlers named by "module:attr"
+}
+
+
+# Crossings of the backend boundary that are still in the code: the log and the host
+# reach SQLite directly until the boundary of streamkit/protocols.py is drawn. The
+# tests below assert this list is exact, so it can only shrink.
+PENDING_BOUNDARY = {
+    ("streamkit.log._log", "streamkit.backends.sqlite._read"),
+    ("streamkit.log._log", "streamkit.backends.sqlite._schema"),
+    ("streamkit.log._log", "streamkit.backends.sqlite._wal_guard"),
+    ("streamkit.log._log", "streamkit.backends.sqlite._writer"),
+    ("streamkit.backends.sqlite.fenced", "streamkit.host._lease_keeper"),
+}
+PENDING_DRIVER = {"streamkit.log._log", "streamkit.log._jobs", "streamkit.host._lease_keeper"}
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    imports: set[str] = field(default_factory=set)
+    local_imports: set[str] = field(default_factory=set)
+    string_imports: int = 0
+
+
+def _modules() -> Iterator[Module]:
+    for folder, dotted in PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            yield _read(Module(".".join([dotted, *parts]), path))
+
+
+def _read(module: Module) -> Module:
+    tree = ast.parse(module.path.read_text(encoding="utf-8"))
+    local: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            local |= {id(n) for n in ast.walk(node) if isinstance(n, ast.Import | ast.ImportFrom)}
+        if isinstance(node, ast.Call):
+            called = ast.unparse(node.func)
+            if called.endswith(("import_module", "__import__")):
+                module.string_imports += 1
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            if id(node) in local:
+                module.local_imports.add(name)
+            module.imports.add(name)
+    return module
+
+
+MODULES = {m.name: m for m in _modules()}
+
+
+def _resolve(name: str) -> str | None:
+    """The module an imported name refers to (``from a import b`` may name module a.b)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _deps(module: Module) -> set[str]:
+    return {r for name in module.imports if (r := _resolve(name)) and r != module.name}
+
+
+def _layer(name: str) -> str:
+    if name in {"streamkit", "streamkit.__main__"}:
+        return "face" if name == "streamkit" else "cli"
+    if name in BASE:
+        return "base"
+    parts = name.split(".")
+    if parts[1] in {"processors", "testing"}:
+        return parts[1]
+    return parts[1] if parts[1] in MAY_IMPORT else "unplaced"
+
+
+def _core() -> list[str]:
+    return sorted(n for n in MODULES if _layer(n) not in {"processors", "testing"})
+
+
+def test_every_core_module_has_a_layer() -> None:
+    """Each module of streamkit/ sits in a named layer (a new one must be placed here first)."""
+    assert [n for n in _core() if _layer(n) == "unplaced"] == []
+
+
+@pytest.mark.parametrize("name", _core())
+def test_a_layer_imports_only_the_layers_below_it(name: str) -> None:
+    """No import runs back up: events never reach the log, the log never the host, and so on."""
+    layer = _layer(name)
+    allowed = MAY_IMPORT[layer] | {layer}
+    wrong = sorted(
+        d
+        for d in _deps(MODULES[name])
+        if _layer(d) not in allowed and (name, d) not in PENDING_BOUNDARY
+    )
+    assert wrong == [], f"{name} ({layer}) imports {wrong}"
+
+
+def test_the_pending_boundary_crossings_are_exactly_those_listed() -> None:
+    """Each listed crossing still exists (a fixed one must leave the list)."""
+    assert {(a, b) for a, b in PENDING_BOUNDARY if b in _deps(MODULES[a])} == PENDING_BOUNDARY
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n in MODULES if _layer(n) in {"processors", "testing"})
+)
+def test_processors_and_testing_use_only_public_modules(name: str) -> None:
+    """First-party processors and streamkit.testing import what any user may: public modules only."""
+    own = ".".join(name.split(".")[:3])
+    wrong = []
+    for dep in _deps(MODULES[name]):
+        if dep.startswith(own):
+            continue
+        private = any(part.startswith("_") for part in dep.split(".")[1:])
+        if (private and not dep.startswith("streamkit.processors._")) or dep.startswith(
+            "streamkit.backends"
+        ):
+            wrong.append(dep)
+    assert sorted(wrong) == [], f"{name} imports {sorted(wrong)}"
+
+
+def test_there_are_no_import_cycles() -> None:
+    """The module graph is acyclic, type-checking imports included."""
+    graph = {name: _deps(module) for name, module in MODULES.items()}
+    # A package's face importing its own modules is not a cycle of design: drop face -> child.
+    for name, deps in graph.items():
+        graph[name] = {d for d in deps if not d.startswith(name + ".")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                raise AssertionError(
+                    "import cycle: " + " -> ".join([*stack[stack.index(dep) :], dep])
+                )
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_function_local_imports_are_only_for_optional_extras() -> None:
+    """Imports sit at the top of a module, where the layering can see them."""
+    found = {
+        (name, imported.split(".")[0])
+        for name, module in MODULES.items()
+        for imported in module.local_imports
+    }
+    assert found - LOCAL_IMPORTS_ALLOWED == set()
+
+
+def test_string_imports_are_only_where_a_user_names_the_class() -> None:
+    """importlib loads only what configuration names, never a part of streamkit."""
+    assert {n for n, m in MODULES.items() if m.string_imports} <= STRING_IMPORTS_ALLOWED
+
+
+@pytest.mark.parametrize("layer", ["log", "engine", "host", "control", "cli"])
+def test_no_layer_but_the_backends_imports_a_storage_driver(layer: str) -> None:
+    """sqlite3 (and later psycopg) is imported only under streamkit/backends/."""
+    wrong = sorted(
+        name
+        for name, module in MODULES.items()
+        if _layer(name) == layer
+        and {"sqlite3", "psycopg"} & {i.split(".")[0] for i in module.imports}
+    )
+    assert [w for w in wrong if w not in PENDING_DRIVER] == []

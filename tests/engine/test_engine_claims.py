@@ -1,0 +1,330 @@
+"""Background work, the claim it holds, revives, and wakeups (SPEC 4 rule 3 and 5.6)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import structlog
+from streamkit.testing import settle
+from support.engine import Recorder, Rig, item
+
+from streamkit.engine import REVIVE_AFTER, REVIVE_AFTER_MAX
+from streamkit.processor import ProcessEventArgs
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    rig = Rig()
+    try:
+        yield rig
+    finally:
+        await rig.close()
+
+
+def background_on_first(gate: asyncio.Event, done: list[int]) -> Any:
+    """A hook that starts one gated background attempt while processing offset 1."""
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None and args.event.offset == 1:
+
+            async def attempt() -> None:
+                await gate.wait()
+                done.append(1)
+
+            args.run_in_background(attempt)
+
+    return on_event
+
+
+async def test_background_work_is_not_awaited_and_holds_a_claim(rig: Rig) -> None:
+    """An attempt in flight does not hold the cursor; it claims now+20 s, released when it settles."""
+    gate = asyncio.Event()
+    done: list[int] = []
+    processor = Recorder(background_on_first(gate, done))
+    engine = rig.engine(processor)
+    t0 = rig.clock()
+    await rig.stream.append(item(1))
+    await rig.stream.append(item(2))
+    await settle()
+    assert processor.delivered == [1, 2]
+    assert done == []
+    assert engine.background_in_flight == 1
+    assert rig.stream.claims == [t0 + REVIVE_AFTER]
+    gate.set()
+    await settle()
+    assert done == [1]
+    assert engine.background_in_flight == 0
+    assert rig.stream.claims == [t0 + REVIVE_AFTER, None]
+
+
+async def test_the_last_attempt_to_settle_releases_the_claim(rig: Rig) -> None:
+    """Two overlapping attempts claim once; only the second to settle releases."""
+    gates = [asyncio.Event(), asyncio.Event()]
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None:
+            gate = gates[args.event.offset - 1]
+            args.run_in_background(gate.wait)
+
+    rig.engine(Recorder(on_event), pushed=False)
+    engine = rig.built[0]
+    await rig.stream.append(item(1), item(2))
+    await engine.catch_up_from_log()
+    await settle(0)
+    assert len(rig.stream.claims) == 1
+    gates[1].set()
+    await settle()
+    assert len(rig.stream.claims) == 1
+    gates[0].set()
+    await settle()
+    assert rig.stream.claims[-1] is None
+
+
+async def test_failed_background_work_is_reported_and_releases(rig: Rig) -> None:
+    """A raising attempt is reported with slug, offset and type, and still releases the claim."""
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None:
+
+            async def attempt() -> None:
+                raise ConnectionError("smtp down")
+
+            args.run_in_background(attempt)
+
+    engine = rig.engine(Recorder(on_event))
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(item(1))
+        await settle()
+    (entry,) = [e for e in logs if e["event"] == "processor.background_failed"]
+    assert (entry["slug"], entry["offset"], entry["type"]) == ("recorder", 1, "item.added")
+    assert "smtp down" in entry["error"]
+    assert rig.stream.claims[-1] is None
+    assert engine.batch_failures == 0
+
+
+async def test_a_revive_finding_work_in_flight_claims_again_doubled_and_capped(rig: Rig) -> None:
+    """Each revive with the attempt still running claims 40 s, 80 s, ... capped at 30 minutes."""
+    gate = asyncio.Event()
+    engine = rig.engine(Recorder(background_on_first(gate, [])))
+    await rig.stream.append(item(1))
+    await settle()
+    delays = []
+    for _ in range(9):
+        rig.clock.advance(5)
+        await engine.revive()
+        delays.append(rig.stream.claims[-1] - rig.clock())  # type: ignore[operator]
+    assert delays == [40, 80, 160, 320, 640, 1280, REVIVE_AFTER_MAX, REVIVE_AFTER_MAX, 1800]
+    gate.set()
+    await settle()
+    assert rig.stream.claims[-1] is None
+    # Once released, the next attempt starts from 20 s again.
+    assert engine.claimed_at is None
+
+
+async def test_revive_runs_the_at_head_pass(rig: Rig) -> None:
+    """A revive of a caught-up processor runs one eventless caught-up pass."""
+    processor = Recorder()
+    engine = rig.engine(processor)
+    await rig.stream.append(item(1))
+    await settle()
+    processor.calls.clear()
+    await engine.revive()
+    assert processor.calls == [(None, True)]
+
+
+async def test_revive_catches_up_then_the_last_page_is_the_pass(rig: Rig) -> None:
+    """A revive that finds new events delivers them and the last one is the at-head pass."""
+    processor = Recorder()
+    engine = rig.engine(processor, pushed=False)
+    await rig.stream.append(item(1), item(2))
+    await engine.revive()
+    assert processor.calls == [(1, False), (2, True)]
+
+
+async def test_a_restarted_host_restarts_owed_work_from_state(rig: Rig) -> None:
+    """A dead host's claim revives a new engine whose at-head pass restarts the owed work."""
+    gate = asyncio.Event()
+    first = rig.engine(Recorder(background_on_first(gate, [])))
+    await rig.stream.append(item(1))
+    await settle()
+    assert rig.stream.claims == [rig.clock() + REVIVE_AFTER]
+    await first.aclose()  # the host dies: the attempt is abandoned, the claim stays
+    assert rig.stream.claims[-1] is not None
+    restarted: list[Any] = []
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.delivery.caught_up and args.state.total:
+            restarted.append(args.state.total)
+
+    second = rig.restart(first, Recorder(on_event))
+    rig.clock.advance(REVIVE_AFTER)
+    await second.revive()
+    assert restarted == [1]
+
+
+async def test_a_failing_claim_is_reported_and_sent_again(rig: Rig) -> None:
+    """A claim the stream refuses is reported; the next change sends the claim again."""
+    gate = asyncio.Event()
+    attempts: list[float | None] = []
+
+    async def failing_claim(at: float | None) -> None:
+        attempts.append(at)
+        if len(attempts) == 1:
+            raise OSError("alarm store down")
+
+    rig.stream.claim = failing_claim  # type: ignore[method-assign]
+    engine = rig.engine(Recorder(background_on_first(gate, [])))
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(item(1))
+        await settle()
+    (entry,) = [e for e in logs if e["event"] == "processor.claim_failed"]
+    assert entry["slug"] == "recorder"
+    assert "alarm store down" in entry["error"]
+    gate.set()
+    await settle()
+    assert attempts == [rig.clock() + REVIVE_AFTER, None]
+    assert engine.claimed_at is None
+
+
+# -- wakeups --------------------------------------------------------------------------------
+
+
+def waking(at_offsets: dict[int, float]) -> Any:
+    """A hook whose at-head pass asks for the wakeup its state's total maps to."""
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.delivery.caught_up and args.state.total in at_offsets:
+            args.schedule_wakeup(at_offsets[args.state.total])
+
+    return on_event
+
+
+async def test_a_wakeup_becomes_the_claim(rig: Rig) -> None:
+    """A wakeup asked for in the at-head pass is claimed; a pass that asks none releases it."""
+    t0 = rig.clock()
+    engine = rig.engine(Recorder(waking({1: t0 + 60})))
+    await rig.stream.append(item(1))
+    await settle()
+    assert rig.stream.claims == [t0 + 60]
+    assert engine.claimed_at == t0 + 60
+    await rig.stream.append(item(1))
+    await settle()
+    assert rig.stream.claims == [t0 + 60, None]
+
+
+async def test_wakeups_are_re_derived_at_every_at_head_pass(rig: Rig) -> None:
+    """The claim follows what the latest at-head pass asked for, later or earlier."""
+    t0 = rig.clock()
+    rig.engine(Recorder(waking({1: t0 + 60, 2: t0 + 300, 3: t0 + 10})))
+    for _ in range(3):
+        await rig.stream.append(item(1))
+        await settle()
+    assert rig.stream.claims == [t0 + 60, t0 + 300, t0 + 10]
+
+
+async def test_the_claim_is_the_earliest_of_wakeups_and_background(rig: Rig) -> None:
+    """One claim per processor: the earliest of the background deadline and the wakeups."""
+    gate = asyncio.Event()
+    t0 = rig.clock()
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None and args.event.offset == 1:
+            args.run_in_background(gate.wait)
+        if args.delivery.caught_up:
+            args.schedule_wakeup(t0 + 5)
+            args.schedule_wakeup(t0 + 500)
+
+    engine = rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    assert engine.claimed_at == t0 + 5
+    assert rig.stream.claims == [t0 + REVIVE_AFTER, t0 + 5]
+    gate.set()
+    await settle()
+    assert rig.stream.claims[-1] == t0 + 5  # the wakeup outlives the background attempt
+
+
+async def test_a_due_wakeup_revives_and_the_pass_decides_again(rig: Rig) -> None:
+    """Reviving at a wakeup runs the at-head pass, which asks for the next one (or none)."""
+    t0 = rig.clock()
+    plan = [t0 + 30, t0 + 90]
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.delivery.caught_up and plan:
+            args.schedule_wakeup(plan.pop(0))
+
+    engine = rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    rig.clock.advance(30)
+    await engine.revive()
+    rig.clock.advance(60)
+    await engine.revive()
+    assert rig.stream.claims == [t0 + 30, t0 + 90, None]
+
+
+async def test_a_bad_wakeup_time_is_refused(rig: Rig) -> None:
+    """schedule_wakeup refuses a value that is not a number of epoch seconds."""
+    errors: list[BaseException] = []
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        try:
+            args.schedule_wakeup("tomorrow")  # type: ignore[arg-type]
+        except ValueError as exc:
+            errors.append(exc)
+
+    rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    assert len(errors) == 1
+    assert [at for at in rig.stream.claims if at is not None] == []
+
+
+async def test_background_verbs_refuse_a_coroutine_object(rig: Rig) -> None:
+    """Passing a coroutine instead of a function is refused, and the coroutine is closed."""
+    errors: list[str] = []
+
+    async def work() -> None:
+        return None
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        for verb in (args.run_in_background, args.block_processor_while):
+            try:
+                verb(work())  # type: ignore[arg-type]
+            except ValueError as exc:
+                errors.append(str(exc))
+
+    rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    assert len(errors) == 2
+    assert all("function that returns an awaitable" in e for e in errors)
+
+
+async def test_blocking_after_the_event_finished_is_refused(rig: Rig) -> None:
+    """block_processor_while from background work, after the event's delivery, is refused."""
+    errors: list[str] = []
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is None:
+            return
+
+        async def later() -> None:
+            await asyncio.sleep(0.001)
+            try:
+                args.block_processor_while(
+                    asyncio.sleep,
+                )  # type: ignore[arg-type]
+            except ValueError as exc:
+                errors.append(str(exc))
+
+        args.run_in_background(later)
+
+    rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    assert len(errors) == 1
+    assert "after the delivery" in errors[0]

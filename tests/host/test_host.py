@@ -1,0 +1,580 @@
+"""The processor host in-process: engines over a real file, leases with fencing, claims, retries, skips."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+from support.host import Echo, Fragile, Hoarder, Lingering, Sleeper, Tally, Typed
+
+from streamkit import InvalidRequest, open_log
+from streamkit.config import HostConfig
+from streamkit.errors import InvalidConfig, InvalidEvent
+from streamkit.host import ProcessorHost
+from streamkit.host._runner import ProcessorRunner
+from streamkit.processor import StreamProcessor
+
+
+def make_config(tmp_path: Path, **overrides: Any) -> HostConfig:
+    data: dict[str, Any] = {
+        "db": str(tmp_path / "h.db"),
+        "lease": {"ttl": 5.0, "heartbeat": 0.05},
+        "retry": {"initial_delay": 0.01, "max_delay": 0.04, "stall_after": 3},
+        "shutdown_grace": 1.0,
+    }
+    data.update(overrides)
+    return HostConfig.model_validate(data)
+
+
+HostFactory = Callable[..., ProcessorHost]
+
+
+@pytest.fixture
+async def hosts(tmp_path: Path) -> AsyncIterator[HostFactory]:
+    """Builds hosts without a control socket and stops every one at the end."""
+    made: list[ProcessorHost] = []
+
+    def build(*processors: StreamProcessor[Any], **kwargs: Any) -> ProcessorHost:
+        config = kwargs.pop("config", None) or make_config(tmp_path)
+        host = ProcessorHost(config, processors=processors, serve_control=False, **kwargs)
+        made.append(host)
+        return host
+
+    try:
+        yield build
+    finally:
+        for host in made:
+            await host.stop(grace=0.0)
+
+
+async def items(db: Path, count: int, etype: str = "item", **payload: Any) -> list[int]:
+    """Append from a second Log on the same file (as another process would); return offsets."""
+    async with open_log(db) as log:
+        committed = await log.stream("/").append(
+            *({"type": etype, "payload": dict(payload, n=i)} for i in range(count))
+        )
+    return [event.offset for event in committed]
+
+
+async def stored_checkpoint(db: Path, slug: str) -> tuple[int, str | None] | None:
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute(
+            "SELECT reduced_through_offset, state FROM streamkit_checkpoints WHERE slug = ?",
+            (slug,),
+        ).fetchone()
+    finally:
+        conn.close()
+    return None if row is None else (int(row[0]), row[1])
+
+
+async def wait_for(predicate: Callable[[], bool], within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+async def stalled_on_poison(
+    tmp_path: Path, hosts: HostFactory
+) -> tuple[ProcessorHost, ProcessorRunner, int]:
+    """A started host running Fragile, stalled on one poison item: (host, runner, its offset)."""
+    host = hosts(Fragile())
+    await host.start()
+    (poison,) = await items(tmp_path / "h.db", 1, boom=True)
+    runner = host.runner("fragile")
+    await wait_for(lambda: runner.stalled)
+    return host, runner, poison
+
+
+# -- the core -------------------------------------------------------------------------------
+
+
+async def test_host_reduces_own_and_foreign_appends(tmp_path: Path, hosts: HostFactory) -> None:
+    """Appends through the host and from another connection are both reduced and checkpointed."""
+    host = hosts(Tally())
+    await host.start()
+    own = await host.append("/", [{"type": "item"}, {"type": "other"}])
+    foreign = await items(tmp_path / "h.db", 2)
+    await host.wait_until_processed("tally", foreign[-1])
+    snapshot = await host.snapshot("tally")
+    assert snapshot["state"]["offsets"] == [own[0].offset, *foreign]
+    # Cursors count ephemeral offsets (live-state deltas) too, so they may pass the last item.
+    assert snapshot["offset"] >= foreign[-1]
+    await host.stop()
+    assert (await stored_checkpoint(tmp_path / "h.db", "tally") or (0,))[0] >= foreign[-1]
+
+
+async def test_restart_resumes_from_checkpoint(tmp_path: Path, hosts: HostFactory) -> None:
+    """A new host catches up from the checkpoint: every event is reduced exactly once."""
+    db = tmp_path / "h.db"
+    first = hosts(Tally())
+    await first.start()
+    offsets = await items(db, 3)
+    await first.wait_until_processed("tally", offsets[-1])
+    await first.stop()
+    offsets += await items(db, 2)
+    second = hosts(Tally())
+    await second.start()
+    await second.wait_until_processed("tally", offsets[-1])
+    assert (await second.snapshot("tally"))["state"]["offsets"] == offsets
+
+
+async def test_status_reports_cursor_head_lag_lease(tmp_path: Path, hosts: HostFactory) -> None:
+    """status names each processor's version, path, cursor, head, lag and the lease held here."""
+    host = hosts(Tally())
+    await host.start()
+    offsets = await items(tmp_path / "h.db", 2)
+    await host.wait_until_processed("tally", offsets[-1])
+    status = await host.status()
+    (row,) = status["processors"]
+    assert (row["slug"], row["version"], row["path"], row["state"]) == (
+        "tally",
+        "1",
+        "/",
+        "running",
+    )
+    assert (row["head"], row["lag"]) == (2, 0)
+    assert row["cursor"] >= 2
+    assert row["lease"]["owner"] == host.owner
+    assert row["lease_held_here"] is True
+    assert row["events_reduced"] == 2
+    assert status["host"]["owner"] == host.owner
+
+
+async def test_one_slug_on_two_paths_is_refused(tmp_path: Path) -> None:
+    """Checkpoints are per slug, so running one slug on two paths is refused before starting."""
+    with pytest.raises(InvalidConfig, match="may run on one path only"):
+        ProcessorHost(make_config(tmp_path), processors=[("/a", Tally()), ("/b", Tally())])
+
+
+# -- leases ---------------------------------------------------------------------------------
+
+
+async def test_second_host_waits_then_takes_over_on_release(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A second host waits while the lease is held and takes over once the first releases it."""
+    db = tmp_path / "h.db"
+    first = hosts(Tally(), owner="first")
+    second = hosts(Tally(), owner="second")
+    await first.start()
+    await second.start()
+    assert second.runner("tally").state == "waiting"
+    offsets = await items(db, 2)
+    await first.wait_until_processed("tally", offsets[-1])
+    await first.stop()
+    await wait_for(lambda: second.runner("tally").state == "running")
+    offsets += await items(db, 2)
+    await second.wait_until_processed("tally", offsets[-1])
+    assert (await second.snapshot("tally"))["state"]["offsets"] == offsets
+    status = await second.status()
+    assert status["processors"][0]["lease"]["generation"] == 2
+
+
+def freeze_renewals(host: ProcessorHost) -> None:
+    """Stop a host's lease keeper, as if the process froze: its lease rows stop changing."""
+    keeper = host._keeper
+    assert keeper is not None
+    keeper.stop()
+
+
+async def test_unrenewed_lease_is_taken_over_and_old_holder_is_fenced(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A lease left unrenewed for a ttl of the watcher's own time is taken; the old holder stops."""
+    db = tmp_path / "h.db"
+    config = make_config(tmp_path, lease={"ttl": 0.5, "heartbeat": 0.05})
+    first = hosts(Tally(), owner="first", config=config)
+    await first.start()
+    offsets = await items(db, 1)
+    await first.wait_until_processed("tally", offsets[-1])
+    second = hosts(Tally(), owner="second", config=config)
+    await second.start()
+    assert second.runner("tally").state == "waiting"
+    freeze_renewals(first)
+    await wait_for(lambda: second.runner("tally").state == "running")
+    offsets += await items(db, 2)
+    await second.wait_until_processed("tally", offsets[-1])
+    # The first host's own clock says its lease lapsed: its next batch starts nothing.
+    await wait_for(lambda: first.runner("tally").state == "waiting")
+    assert first.runner("tally").engine is None
+    assert first.runner("tally").last_error is not None
+    assert first.runner("tally").last_error["code"] == "LEASE_LOST"
+    assert (await second.snapshot("tally"))["state"]["offsets"] == offsets
+    cursor, _state = await stored_checkpoint(db, "tally") or (0, None)
+    assert cursor >= offsets[-1]
+    status = await second.status()
+    assert status["processors"][0]["lease"]["generation"] == 2
+
+
+async def test_a_wall_clock_an_hour_fast_cannot_take_a_live_lease(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A host whose clock runs an hour ahead waits for a holder that keeps renewing."""
+    config = make_config(tmp_path, lease={"ttl": 0.3, "heartbeat": 0.05})
+    first = hosts(Tally(), owner="first", config=config)
+    await first.start()
+    fast = hosts(Tally(), owner="fast", config=config, clock=lambda: time.time() + 3600)
+    await fast.start()
+    await asyncio.sleep(1.2)  # four ttls of the fast host watching a live lease
+    assert fast.runner("tally").state == "waiting"
+    assert first.runner("tally").state == "running"
+    assert (await first.status())["processors"][0]["lease"]["generation"] == 1
+
+
+async def test_a_dead_host_with_a_fast_clock_does_not_pin_its_lease(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A holder whose clock ran an hour fast stops renewing; another takes over after one ttl."""
+    db = tmp_path / "h.db"
+    config = make_config(tmp_path, lease={"ttl": 0.3, "heartbeat": 0.05})
+    fast = hosts(Tally(), owner="fast", config=config, clock=lambda: time.time() + 3600)
+    await fast.start()
+    offsets = await items(db, 1)
+    await fast.wait_until_processed("tally", offsets[-1])
+    honest = hosts(Tally(), owner="honest", config=config)
+    await honest.start()
+    freeze_renewals(fast)
+    taken_at = time.monotonic()
+    await wait_for(lambda: honest.runner("tally").state == "running")
+    # Its expires_at says an hour from now; the watcher never consulted it.
+    assert time.monotonic() - taken_at < 5.0
+    await honest.wait_until_processed("tally", offsets[-1])
+
+
+async def test_stolen_lease_writes_nothing_and_reacquires(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """With its lease taken, the host's checkpoint write is fenced off; once free it takes it again."""
+    db = tmp_path / "h.db"
+    host = hosts(Tally(), owner="mine", config=make_config(tmp_path, lease={"ttl": 1.0}))
+    await host.start()
+    before = await items(db, 1)
+    await host.wait_until_processed("tally", before[-1])
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(
+            "UPDATE streamkit_leases SET owner = 'thief', generation = generation + 1,"
+            " expires_at = ?",
+            (time.time() + 0.5,),
+        )
+        conn.commit()
+        later = await items(db, 1)
+        await wait_for(lambda: host.runner("tally").state == "waiting")
+        stored = (await stored_checkpoint(db, "tally") or (0,))[0]
+        assert before[-1] <= stored < later[0]
+        # The thief never renews: watched for a ttl, its row is stale, and the
+        # heartbeat takes the lease back and catches up.
+        await wait_for(lambda: host.runner("tally").state == "running", within=5)
+        await host.wait_until_processed("tally", later[-1])
+        generation = conn.execute("SELECT generation FROM streamkit_leases").fetchone()[0]
+    finally:
+        conn.close()
+    assert generation == 3
+    assert (await host.snapshot("tally"))["state"]["offsets"] == [*before, *later]
+
+
+async def test_a_lease_taken_mid_batch_cancels_the_batch_and_its_append(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The lease goes while a blocker sleeps: its append is refused and no later event starts."""
+    db = tmp_path / "h.db"
+    host = hosts(Echo(), owner="mine")
+    await host.start()
+    await items(db, 3, etype="job")
+    await asyncio.sleep(0.1)  # the first job's blocker is asleep
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute(
+            "UPDATE streamkit_leases SET owner = 'thief', generation = generation + 1, beat = 0"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    await wait_for(lambda: host.runner("echo").state == "waiting")
+    await asyncio.sleep(1.0)  # long enough for all three blockers, had they gone on
+    async with open_log(db) as log:
+        page = await log.stream("/").read()
+    assert [e.type for e in page.events] == ["job", "job", "job"]
+    error = host.runner("echo").last_error
+    assert error is not None
+    assert error["code"] == "LEASE_LOST"
+    assert "'thief'" in error["error"]
+
+
+async def test_status_counts_malformed_payloads_and_reduce_failures(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A payload failing its schema and a raising reduce are counted in status, with the last one."""
+    db = tmp_path / "h.db"
+    host = hosts(Typed())
+    await host.start()
+    async with open_log(db) as log:
+        committed = await log.stream("/").append(
+            {"type": "order", "payload": {"order": 1}},
+            {"type": "order", "payload": {"order": "not a number"}},
+            {"type": "order", "payload": {"order": 13}},
+        )
+    await host.wait_until_processed("typed", committed[-1].offset)
+    (row,) = (await host.status())["processors"]
+    assert row["malformed_payloads"] == 1
+    assert row["last_malformed"]["offset"] == committed[1].offset
+    assert row["last_malformed"]["type"] == "order"
+    assert row["reduce_failures"] == 1
+    assert row["last_reduce_failure"]["offset"] == committed[2].offset
+    assert "unlucky order" in row["last_reduce_failure"]["error"]
+
+
+async def test_the_first_batch_failure_names_the_failing_offset(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A batch [ok, poison, ok] fails at the poison's offset in its very first batch.failed line."""
+    db = tmp_path / "h.db"
+    host = hosts(Fragile())
+    await host.start()
+    with capture_logs() as logs:
+        async with open_log(db) as log:
+            committed = await log.stream("/").append(
+                {"type": "item", "payload": {}},
+                {"type": "item", "payload": {"boom": True}},
+                {"type": "item", "payload": {}},
+            )
+        await wait_for(lambda: any(e["event"] == "batch.failed" for e in logs))
+    first = next(e for e in logs if e["event"] == "batch.failed")
+    assert first["offset"] == committed[1].offset
+    assert first["failures"] == 1
+
+
+# -- claims -----------------------------------------------------------------------------------
+
+
+async def test_wakeup_claim_is_a_table_row_and_revives(tmp_path: Path, hosts: HostFactory) -> None:
+    """A requested wakeup is stored as a claim (not an event) and the alarm revives at that time."""
+    sleeper = Sleeper()
+    host = hosts(sleeper)
+    await host.start()
+    at = time.time() + 0.3
+    (alarm,) = await host.append("/", [{"type": "alarm", "payload": {"at": at}}])
+    await host.wait_until_processed("sleeper", alarm.offset)
+    await wait_for(lambda: host.runner("sleeper").claim_due is not None)
+    assert host.log is not None
+    claims = await host.log.stream("/").claims()
+    assert claims == {"sleeper": pytest.approx(at)}
+    await asyncio.wait_for(sleeper.woke.wait(), 5)
+    assert time.time() >= at
+    page = await host.log.stream("/").read()
+    assert [e.type for e in page.events] == ["alarm"]
+    await wait_for(lambda: host.runner("sleeper").claim_due is None)
+
+
+async def test_claim_left_by_a_dead_host_revives_at_start(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A due claim found in the table at start revives the processor, then is released."""
+    db = tmp_path / "h.db"
+    async with open_log(db) as log:
+        await log.stream("/").claim(time.time() - 5, claimant="sleeper")
+    sleeper = Sleeper()
+    host = hosts(sleeper)
+    await host.start()
+    await asyncio.wait_for(sleeper.eventless.wait(), 5)
+    assert host.log is not None
+    log = host.log
+    deadline = time.monotonic() + 5
+    while await log.stream("/").claims():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+
+
+async def test_new_lease_holder_runs_the_at_head_pass_without_waiting_for_the_claim(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A claim a dead host left (due in 20 min) does not delay recovery: the start runs the pass."""
+    db = tmp_path / "h.db"
+    async with open_log(db) as log:
+        await log.stream("/").claim(time.time() + 1200, claimant="sleeper")
+    sleeper = Sleeper()
+    host = hosts(sleeper)
+    await host.start()
+    await asyncio.wait_for(sleeper.eventless.wait(), 5)
+
+
+# -- failures, stalls, skips --------------------------------------------------------------------
+
+
+async def test_failing_batch_backs_off_stalls_and_skip_moves_on(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A poison event is retried with backoff, reported stalled at its offset, and skipped on request."""
+    db = tmp_path / "h.db"
+    fragile = Fragile()
+    host = hosts(fragile)
+    await host.start()
+    first = await items(db, 1)
+    (poison,) = await items(db, 1, boom=True)
+    after = await items(db, 1)
+    runner = host.runner("fragile")
+    await wait_for(lambda: runner.stalled)
+    (row,) = (await host.status())["processors"]
+    assert (row["state"], row["stalled_at"]) == ("stalled", poison)
+    assert first[0] <= row["cursor"] < poison
+    assert "poison at" in row["last_error"]["error"]
+    await asyncio.sleep(0.1)
+    # Backoff, not a hot loop: a handful of attempts in this time, not thousands.
+    assert 3 <= fragile.attempts[poison] < 40
+    skip = await host.skip("fragile", poison, by="tester", reason="bad payload")
+    await host.wait_until_processed("fragile", after[-1])
+    assert (await host.snapshot("fragile"))["state"]["offsets"] == [*first, *after]
+    await wait_for(lambda: not runner.stalled)
+    assert skip.type == "streamkit.event-skipped"
+    assert skip.payload == {
+        "slug": "fragile",
+        "offset": poison,
+        "by": "tester",
+        "reason": "bad payload",
+    }
+    await host.stop()
+    # The skip is durable: a new host never delivers the poison event to that processor.
+    again = Fragile()
+    second = hosts(again)
+    await second.start()
+    more = await items(db, 1)
+    await second.wait_until_processed("fragile", more[-1])
+    assert poison not in again.attempts
+    assert (await second.snapshot("fragile"))["state"]["offsets"] == [*first, *after, *more]
+
+
+async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The API refuses a forged skip; one planted without its record is ignored; a real one works."""
+    db = tmp_path / "h.db"
+    host, runner, poison = await stalled_on_poison(tmp_path, hosts)
+    forged = {"slug": "fragile", "offset": poison, "by": "mallory", "reason": "forged"}
+    async with open_log(db) as log:
+        with pytest.raises(InvalidEvent, match="reserved"):
+            await log.stream("/").append({"type": "streamkit.event-skipped", "payload": forged})
+        # As a log written before the namespace was reserved could hold: the event with
+        # no skip record beside it (the control path, with a seal that writes nothing).
+        planted = await log.append_control(
+            "/", {"type": "streamkit.event-skipped", "payload": forged}, lambda conn, events: None
+        )
+    after = await items(db, 1)
+    assert planted.offset > poison
+    await asyncio.sleep(0.5)  # time for the host to see (and ignore) the planted event
+    assert runner.stalled
+    assert runner.skipped == set()
+    assert runner.stalled_at == poison
+    # The operator's verb still works, and the processor then sees everything else.
+    await host.skip("fragile", poison, by="tester", reason="really poison")
+    await host.wait_until_processed("fragile", after[-1])
+    assert poison not in (await host.snapshot("fragile"))["state"]["offsets"]
+    assert after[-1] in (await host.snapshot("fragile"))["state"]["offsets"]
+
+
+async def test_a_second_skip_says_who_skipped_it_and_why(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The same skip again returns the first record; another reason is refused naming the first."""
+    host, _, poison = await stalled_on_poison(tmp_path, hosts)
+    first = await host.skip("fragile", poison, by="ann", reason="bad payload")
+    again = await host.skip("fragile", poison, by="ann", reason="bad payload")
+    assert again.offset == first.offset
+    with pytest.raises(InvalidRequest) as caught:
+        await host.skip("fragile", poison, by="bob", reason="another reason")
+    message = caught.value.message
+    assert "already skipped" in message
+    assert "'ann'" in message
+    assert "'bad payload'" in message
+    assert "nothing was written" in message
+
+
+async def test_skip_refuses_missing_and_processed_offsets(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """Skipping an offset with no event, or one already checkpointed, is refused and writes nothing."""
+    host = hosts(Tally())
+    await host.start()
+    offsets = await items(tmp_path / "h.db", 1)
+    await host.wait_until_processed("tally", offsets[-1])
+    with pytest.raises(InvalidRequest, match="no durable event at offset 9"):
+        await host.skip("tally", 9, by="t", reason="")
+    with pytest.raises(InvalidRequest, match="already checkpointed"):
+        await host.skip("tally", offsets[-1], by="t", reason="")
+    with pytest.raises(InvalidRequest, match="not run by this host"):
+        await host.skip("nope", 1, by="t", reason="")
+    assert host.log is not None
+    page = await host.log.stream("/").read()
+    assert [e.type for e in page.events] == ["item"]
+
+
+# -- shutdown ----------------------------------------------------------------------------------
+
+
+async def test_stop_abandons_background_work_keeps_claim_releases_lease(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """Stop cancels background work after the grace, keeps its claim and releases the lease."""
+    db = tmp_path / "h.db"
+    lingering = Lingering()
+    host = hosts(lingering)
+    await host.start()
+    offsets = await items(db, 1)
+    await host.wait_until_processed("lingering", offsets[-1])
+    await wait_for(lambda: host.runner("lingering").claim_due is not None)
+    await host.stop(grace=0.05)
+    assert lingering.cancelled == 1
+    conn = sqlite3.connect(db)
+    try:
+        (expires,) = conn.execute("SELECT expires_at FROM streamkit_leases").fetchone()
+        claims = conn.execute("SELECT slug FROM streamkit_claims").fetchall()
+    finally:
+        conn.close()
+    assert expires == float("-inf")
+    assert claims == [("lingering",)]
+
+
+async def test_poison_inside_a_catch_up_page_is_pinned_exactly(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """Retries go one event at a time, so the stall names the poison offset, not its page."""
+    db = tmp_path / "h.db"
+    before = await items(db, 3)
+    (poison,) = await items(db, 1, boom=True)
+    await items(db, 3)
+    host = hosts(Fragile())
+    await host.start()
+    runner = host.runner("fragile")
+    await wait_for(lambda: runner.stalled)
+    assert runner.stalled_at == poison
+    # The events before the poison were checkpointed on the way.
+    assert (await stored_checkpoint(db, "fragile") or (0,))[0] >= before[-1]
+
+
+async def test_latched_refusal_stalls_and_a_skip_rebuilds_the_engine(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A state too large to checkpoint stalls the processor; skipping the event lets a new engine on."""
+    db = tmp_path / "h.db"
+    host = hosts(Hoarder())
+    await host.start()
+    first = await items(db, 1)
+    (big,) = await items(db, 1, etype="big")
+    runner = host.runner("hoarder")
+    await wait_for(lambda: runner.stalled)
+    assert runner.stalled_at == big
+    assert runner.last_error is not None
+    assert runner.last_error["code"] == "REDUCE_CHECKPOINT_TOO_LARGE"
+    await host.skip("hoarder", big, by="tester", reason="too big")
+    after = await items(db, 1)
+    await wait_for(lambda: not runner.stalled)
+    await host.wait_until_processed("hoarder", after[-1])
+    assert (await host.snapshot("hoarder"))["state"]["offsets"] == [*first, *after]

@@ -1,0 +1,243 @@
+"""The host commands of the CLI: status, snapshot, watch, skip, host, and append/read via a host."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import shutil
+import sqlite3
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from support.host import Fragile, Pinged, Tally
+
+from streamkit.checkpoint import ReduceCheckpointTable
+from streamkit.cli import main
+from streamkit.config import HostConfig
+from streamkit.host import ProcessorHost
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A short directory for sockets (AF_UNIX paths are limited to ~107 bytes)."""
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="skc"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+async def host(short_dir: Path) -> AsyncIterator[ProcessorHost]:
+    config = HostConfig.model_validate(
+        {
+            "db": str(short_dir / "c.db"),
+            "lease": {"ttl": 5.0, "heartbeat": 0.1},
+            "retry": {"initial_delay": 0.01, "max_delay": 0.02, "stall_after": 2},
+        }
+    )
+    running = ProcessorHost(config, processors=[Tally(), Pinged(), Fragile()])
+    await running.start()
+    try:
+        yield running
+    finally:
+        await running.stop(grace=0.0)
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def cli(*argv: str) -> tuple[int, str]:
+    """Run the CLI in a worker thread (it runs its own event loop) against the host's loop."""
+    return await asyncio.to_thread(run, *argv)
+
+
+def test_status_snapshot_without_a_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With no host, status and snapshot read the database; a missing checkpoint is refused."""
+    db = str(tmp_path / "a.db")
+    assert run("append", "--db", db, "item")[0] == 0
+    assert run("status", "--db", db) == (0, "host: not running (from the database)\n")
+    assert run("status", "--db", db, "--json") == (0, '{"host":null,"hosts":[],"processors":[]}\n')
+    assert run("snapshot", "tally", "--db", db) == (1, "")
+    assert "has no checkpoint" in capsys.readouterr().err
+
+
+def test_status_and_snapshot_after_a_host_ran(tmp_path: Path) -> None:
+    """After a host stopped, status shows its checkpoint and released lease; snapshot its state."""
+    db = tmp_path / "a.db"
+
+    async def session() -> None:
+        config = HostConfig.model_validate({"db": str(db)})
+        async with ProcessorHost(config, processors=[Tally()], serve_control=False) as host:
+            committed = await host.append("/", [{"type": "item"}, {"type": "item"}])
+            await host.wait_until_processed("tally", committed[-1].offset)
+
+    asyncio.run(session())
+    code, out = run("status", "--db", str(db))
+    assert code == 0
+    assert out.splitlines()[1].startswith("tally  v1  path=/  cursor=")
+    assert "lease=released (gen 1)  claim=-" in out
+    code, out = run("snapshot", "tally", "--db", str(db), "--json")
+    snapshot = json.loads(out)
+    assert (snapshot["state"]["offsets"], snapshot["source"]) == ([1, 2], "checkpoint")
+
+
+def test_offline_status_lag_never_negative(tmp_path: Path) -> None:
+    """A checkpoint reduced past the durable head (through ephemeral offsets) shows the head, lag 0."""
+    db = tmp_path / "a.db"
+
+    async def session() -> None:
+        config = HostConfig.model_validate({"db": str(db)})
+        async with ProcessorHost(config, processors=[Tally()], serve_control=False) as host:
+            committed = await host.append("/", [{"type": "item"}])
+            await host.wait_until_processed("tally", committed[-1].offset)
+
+    asyncio.run(session())
+    conn = sqlite3.connect(db)
+    try:
+        ReduceCheckpointTable(conn, create_table=False).write(
+            "tally", reducer_version="1", reduced_through_offset=9, state_json=None
+        )
+    finally:
+        conn.close()
+    code, out = run("status", "--db", str(db), "--json")
+    assert code == 0
+    (row,) = json.loads(out)["processors"]
+    assert (row["cursor"], row["head"], row["lag"]) == (1, 1, 0)
+
+
+def test_lag_counts_durable_events_not_offsets(tmp_path: Path) -> None:
+    """Offsets that went to live-state deltas are holes, not lag: lag counts durable events."""
+    db = tmp_path / "a.db"
+
+    async def session() -> list[int]:
+        config = HostConfig.model_validate({"db": str(db)})
+        async with ProcessorHost(config, processors=[Tally()], serve_control=False) as host:
+            offsets = []
+            for _ in range(3):
+                (event,) = await host.append("/", [{"type": "item"}])
+                await host.wait_until_processed("tally", event.offset)
+                offsets.append(event.offset)
+            return offsets
+
+    offsets = asyncio.run(session())
+    assert offsets[-1] - offsets[0] > 2  # deltas took offsets in between
+    conn = sqlite3.connect(db)
+    try:
+        ReduceCheckpointTable(conn, create_table=False).write(
+            "tally", reducer_version="1", reduced_through_offset=offsets[0], state_json=None
+        )
+    finally:
+        conn.close()
+    code, out = run("status", "--db", str(db), "--json")
+    assert code == 0
+    (row,) = json.loads(out)["processors"]
+    assert (row["cursor"], row["head"], row["lag"]) == (offsets[0], offsets[-1], 2)
+
+
+def test_skip_without_a_host_records_once(tmp_path: Path) -> None:
+    """skip writes one durable skip event with who and why; running it again adds nothing."""
+    db = str(tmp_path / "a.db")
+    assert run("append", "--db", db, "item")[0] == 0
+    # The processor ran here once (its checkpoint, through nothing yet): skips name it.
+    with closing(sqlite3.connect(db)) as conn, conn:
+        ReduceCheckpointTable(conn).write(
+            "tally", reducer_version="1", reduced_through_offset=0, state_json=None
+        )
+    argv = ("skip", "tally", "--db", db, "--offset", "1", "--by", "ops", "--reason", "bad")
+    expected = (0, "skipped offset 1 for tally (recorded at offset 2)\n")
+    assert run(*argv) == expected
+    assert run(*argv) == expected
+    _, out = run("read", "--db", db, "--json")
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["type"] for e in events] == ["item", "streamkit.event-skipped"]
+    assert events[1]["payload"] == {"slug": "tally", "offset": 1, "by": "ops", "reason": "bad"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["host", "--db", "{db}"], "no processors to run"),
+        (["host", "--db", "{db}", "--processor", "nowhere_at_all:X"], "could not be found"),
+        (["host", "--db", "{db}", "--processor", "not a class"], "is not of the form"),
+        (["append", "--db", "{db}", "ping", "--ephemeral"], "--ephemeral needs a running host"),
+        (["watch", "tally", "--db", "{db}"], "[CONTROL_UNAVAILABLE]"),
+        (["skip", "tally", "--db", "{db}", "--offset", "5"], "no durable event at offset 5"),
+    ],
+)
+def test_refusals_exit_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    """Refused host commands print `Error: ...`, exit 1 and start or write nothing."""
+    db = tmp_path / "a.db"
+    assert run("append", "--db", str(db), "seed")[0] == 0
+    assert run(*[a.replace("{db}", str(db)) for a in argv]) == (1, "")
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ")
+    assert message in err
+    assert run("read", "--db", str(db)) == (0, "1  seed  {}\n")
+
+
+async def test_commands_go_through_a_running_host(host: ProcessorHost) -> None:
+    """append (ephemerals too), read --follow, status, snapshot, watch and skip use the socket."""
+    db = str(host.config.db)
+    code, out = await cli("append", "--db", db, "ping", "--ephemeral")
+    assert code == 0
+    assert out.endswith("  ping (ephemeral)  {}\n")
+    await host.wait_until_processed("pinged", int(out.split()[0]))
+    code, out = await cli("snapshot", "pinged", "--db", db, "--json")
+    assert json.loads(out)["state"]["pings"] == 1
+    code, out = await cli("append", "--db", db, "item")
+    item = int(out.split()[0])
+    code, out = await cli("read", "--db", db, "--follow", "--limit", "1")
+    assert f"{item}  item  {{}}" in out.splitlines()
+    code, out = await cli("status", "--db", db)
+    assert out.startswith(f"host: {host.owner} ")
+    assert any(line.startswith("tally  v1  path=/  state=running") for line in out.splitlines())
+    code, out = await cli("watch", "tally", "--db", db, "--limit", "1")
+    assert out.startswith("seed rev=")
+    assert out.endswith(f'{{"offsets":[{item}],"pings":0}}\n')
+    code, out = await cli("append", "--db", db, "item", "--payload", '{"boom": true}')
+    poison = int(out.split()[0])
+    runner = host.runner("fragile")
+    await until(lambda: runner.stalled)
+    code, out = await cli("status", "--db", db)
+    assert f"STALLED at offset {poison}" in out
+    code, out = await cli("skip", "fragile", "--db", db, "--offset", str(poison), "--by", "me")
+    assert (code, out.startswith(f"skipped offset {poison} for fragile")) == (0, True)
+    await until(lambda: not runner.stalled)
+    assert poison in runner.skipped
+
+
+async def test_expect_head_works_while_a_host_publishes_live_state(
+    host: ProcessorHost, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--expect-head through a running host passes though deltas take offsets; a stale one fails."""
+    db = str(host.config.db)
+    code, out = await cli("append", "--db", db, "item", "--json")
+    seen = json.loads(out)["offset"]
+    await host.wait_until_processed("tally", seen)  # live-state deltas took offsets after it
+    code, out = await cli("append", "--db", db, "item", "--expect-head", str(seen), "--json")
+    assert code == 0
+    later = json.loads(out)["offset"]
+    assert later > seen + 1  # the deltas' offsets lie between
+    code, out = await cli("append", "--db", db, "item", "--expect-head", str(seen))
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "[OFFSET_CONFLICT]" in err
+    assert f"retry with expect_head={later}" in err

@@ -1,0 +1,373 @@
+"""`streamkit host` as a real daemon process: CLI clients, SIGTERM, kill -9, two hosts and takeover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import SUPPORT
+from support.daemon import DaemonRig, eventually
+
+from streamkit import open_log
+
+pytestmark = pytest.mark.slow
+
+
+class Rig(DaemonRig):
+    """Spawns hosts and CLI commands against one database; kills every child at the end."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        shutil.copy(SUPPORT / "host.py", tmp_path / "hostprocs.py")
+        super().__init__(tmp_path, socket_prefix="skd", tmp_on_pythonpath=True)
+        self.db = str(tmp_path / "d.db")
+
+    def host(self, name: str, *processors: str, ttl: str = "5") -> subprocess.Popen[bytes]:
+        argv = ["--db", self.db, "--lease-ttl", ttl, "--log-format", "json"]
+        for processor in processors or ("hostprocs:Tally",):
+            argv += ["--processor", processor]
+        return self.start_host(name, *argv)
+
+    def cli(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "streamkit", *argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def status(self, name: str) -> dict[str, Any]:
+        out = self.cli("status", "--db", self.db, "--socket", self.socket(name), "--json").stdout
+        status: dict[str, Any] = json.loads(out)
+        return status
+
+    def row(self, name: str, slug: str = "tally") -> dict[str, Any]:
+        return next(r for r in self.status(name)["processors"] if r["slug"] == slug)
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    with closing(Rig(tmp_path)) as made:
+        yield made
+
+
+def append_items(db: str, count: int) -> list[int]:
+    async def run() -> list[int]:
+        async with open_log(db) as log:
+            done = await log.stream("/").append(*({"type": "item"} for _ in range(count)))
+        return [e.offset for e in done]
+
+    return asyncio.run(run())
+
+
+def log_items(db: str) -> list[int]:
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(
+            "SELECT \"offset\" FROM streamkit_events WHERE path = '/' AND type = 'item'"
+            ' ORDER BY "offset"'
+        ).fetchall()
+    finally:
+        conn.close()
+    return [int(r[0]) for r in rows]
+
+
+def checkpoint(db: str, slug: str = "tally") -> tuple[int, list[int]]:
+    conn = sqlite3.connect(db)
+    try:
+        row = conn.execute(
+            "SELECT reduced_through_offset, state FROM streamkit_checkpoints WHERE slug = ?",
+            (slug,),
+        ).fetchone()
+        head = conn.execute('SELECT MAX("offset") FROM streamkit_events').fetchone()[0]
+    finally:
+        conn.close()
+    if row is None:
+        return 0, []
+    cursor, state = int(row[0]), row[1]
+    offsets = [] if state is None else list(json.loads(state)["offsets"])
+    # No checkpoint is ahead of its events: nothing past the durable head.
+    assert not offsets or offsets[-1] <= (head or 0)
+    return cursor, offsets
+
+
+def test_daemon_serves_cli_clients_and_stops_on_sigterm(rig: Rig) -> None:
+    """Appends from other processes are reduced; status, snapshot, watch work; SIGTERM exits 0."""
+    daemon = rig.host("a")
+    sock = rig.socket("a")
+    offsets = []
+    for n in range(2):
+        out = rig.cli("append", "--db", rig.db, "item", "--payload", f'{{"n":{n}}}', "--json")
+        offsets.append(json.loads(out.stdout)["offset"])
+    eventually(lambda: rig.row("a")["cursor"] >= offsets[-1])
+    row = rig.row("a")
+    assert (row["state"], row["lag"], row["lease_held_here"]) == ("running", 0, True)
+    snapshot = json.loads(rig.cli("snapshot", "tally", "--db", rig.db, "--json").stdout)
+    assert snapshot["state"]["offsets"] == offsets
+    argv = [sys.executable, "-m", "streamkit", "watch", "tally", "--db", rig.db, "--json"]
+    watcher = subprocess.Popen(
+        [*argv, "--socket", sock, "--limit", "2"],
+        env=rig.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    rig.track(watcher)
+    assert watcher.stdout is not None
+    seed = json.loads(watcher.stdout.readline())
+    assert (seed["kind"], seed["state"]["offsets"]) == ("seed", offsets)
+    rig.cli("append", "--db", rig.db, "item")
+    delta = json.loads(watcher.stdout.readline())
+    assert (delta["kind"], delta["from"]) == ("delta", seed["rev"])
+    assert watcher.wait(timeout=30) == 0
+    watcher.stdout.close()
+    assert watcher.stderr is not None
+    watcher.stderr.close()
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=30) == 0
+    assert not os.path.exists(sock)
+    lines = [json.loads(line) for line in rig.host_log("a").splitlines() if line.startswith("{")]
+    names = [line["event"] for line in lines]
+    for expected in ("lease.acquired", "catch_up.done", "host.started", "lease.released"):
+        assert expected in names
+    assert names[-1] == "host.stopped"
+    # With no host, status reads the database: the lease is released, the cursor kept.
+    offline = json.loads(rig.cli("status", "--db", rig.db, "--json").stdout)
+    (row,) = offline["processors"]
+    assert row["lease"]["released"] is True
+    assert row["cursor"] == checkpoint(rig.db)[0]
+    assert checkpoint(rig.db)[1] == log_items(rig.db)
+
+
+def test_second_host_takes_over_after_kill_9(rig: Rig) -> None:
+    """Kill -9 the lease holder: the waiting host takes over after the lease expires, no event twice."""
+    first = rig.host("a", ttl="1")
+    eventually(lambda: rig.row("a")["state"] == "running")
+    rig.host("b", ttl="1")
+    assert rig.row("b")["state"] == "waiting"
+    before = append_items(rig.db, 20)
+    eventually(lambda: rig.row("a")["cursor"] >= before[-1])
+    first.kill()
+    first.wait()
+    eventually(lambda: rig.row("b")["state"] == "running")
+    after = append_items(rig.db, 20)
+    eventually(lambda: rig.row("b")["cursor"] >= after[-1])
+    assert rig.row("b")["lease"]["generation"] == 2
+    assert checkpoint(rig.db)[1] == before + after == log_items(rig.db)
+
+
+APPENDER = """
+import asyncio, os, sys
+from streamkit import open_log
+
+async def main(db, stop):
+    async with open_log(db) as log:
+        stream = log.stream("/")
+        while not os.path.exists(stop):
+            await stream.append({"type": "item"}, {"type": "item"})
+            await asyncio.sleep(0.002)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_kill_9_at_random_moments_loses_nothing(rig: Rig) -> None:
+    """Killed repeatedly under load, every durable event ends up reduced exactly once."""
+    stop = rig.tmp / "stop"
+    appender = rig.track(
+        subprocess.Popen([sys.executable, "-c", APPENDER, rig.db, str(stop)], env=rig.env)
+    )
+    chooser = random.Random(4)
+    try:
+        for round_ in range(4):
+            daemon = rig.host(f"k{round_}", ttl="1")
+            time.sleep(chooser.uniform(0.1, 0.6))
+            daemon.kill()
+            daemon.wait()
+            cursor, offsets = checkpoint(rig.db)
+            assert len(offsets) == len(set(offsets))
+            assert offsets == [o for o in log_items(rig.db) if o <= cursor]
+    finally:
+        stop.touch()
+        appender.wait(timeout=30)
+    assert appender.returncode == 0
+    final = rig.host("final", ttl="1")
+    head = log_items(rig.db)[-1]
+    eventually(lambda: (rig.row("final")["cursor"] or 0) >= head)
+    final.send_signal(signal.SIGTERM)
+    assert final.wait(timeout=30) == 0
+    cursor, offsets = checkpoint(rig.db)
+    assert offsets == log_items(rig.db)
+    assert cursor >= head
+
+
+def test_second_signal_exits_at_once(rig: Rig) -> None:
+    """SIGTERM waits for background work within the grace; a second signal exits at once."""
+    daemon = rig.start_host(
+        "g", "--db", rig.db, "--grace", "60", "--processor", "hostprocs:Lingering"
+    )
+    append_items(rig.db, 1)
+    eventually(lambda: rig.row("g", "lingering")["claim_due"] is not None)
+    daemon.send_signal(signal.SIGTERM)
+    eventually(lambda: "host.stopping" in rig.host_log("g"))
+    assert daemon.poll() is None  # still giving the background work its grace
+    daemon.send_signal(signal.SIGINT)
+    assert daemon.wait(timeout=30) == 128 + signal.SIGINT
+    assert "host.exit_now" in rig.host_log("g")
+
+
+def test_a_cli_retry_after_a_frozen_host_never_duplicates(rig: Rig) -> None:
+    """An append to a SIGSTOPped host times out with a retry command; re-running it appends once."""
+    daemon = rig.host("a")
+    daemon.send_signal(signal.SIGSTOP)
+    try:
+        done = rig.cli(
+            "append", "--db", rig.db, "--socket", rig.socket("a"), "item",
+            "--payload", '{"n": 7}', "--timeout", "1", check=False,
+        )  # fmt: skip
+    finally:
+        daemon.send_signal(signal.SIGCONT)
+    assert done.returncode == 1, done.stderr
+    assert "the append may still land" in done.stderr
+    assert "idempotency key 'cli/" in done.stderr
+    retry = done.stderr.split("once and prints the committed event: ", 1)[1].split("; to check")[0]
+    argv = shlex.split(retry)
+    assert argv[0] == "streamkit"
+    assert "--idempotency-key" in argv
+    # The frozen host applies the first request once it runs again.
+    eventually(lambda: len(log_items(rig.db)) == 1)
+    again = rig.cli(*argv[1:], "--json")
+    (offset,) = log_items(rig.db)
+    assert json.loads(again.stdout)["offset"] == offset
+    assert log_items(rig.db) == [offset]
+
+
+MARKER = """
+from pathlib import Path
+from pydantic import BaseModel
+from streamkit import StreamProcessor, define_processor_contract
+
+class Empty(BaseModel):
+    pass
+
+class Marker(StreamProcessor[Empty]):
+    contract = define_processor_contract(
+        slug="marker", version="1", description="writes a file where its path says",
+        state_schema=Empty, consumes=["never"], emits=[],
+    )
+
+    def __init__(self, path: str) -> None:
+        Path(path).write_text("here")
+"""
+
+
+def test_relative_paths_in_processor_settings_follow_the_config_file(tmp_path: Path) -> None:
+    """Started elsewhere, a host resolves a processor's relative path against its config file."""
+    config_dir, elsewhere = tmp_path / "conf", tmp_path / "elsewhere"
+    config_dir.mkdir()
+    elsewhere.mkdir()
+    (config_dir / "markerproc.py").write_text(MARKER)
+    sockets = Path(tempfile.mkdtemp(dir="/tmp", prefix="skrel"))
+    try:
+        (config_dir / "streamkit.toml").write_text(
+            'db = "app.db"\n'
+            f'socket = "{sockets}/h.sock"\n'
+            "[[processors]]\n"
+            'class = "markerproc:Marker"\n'
+            '[processors.kwargs]\npath = "marker.txt"\n'
+        )
+        env = {**os.environ, "PYTHONPATH": str(config_dir)}
+        child = subprocess.Popen(
+            [sys.executable, "-m", "streamkit", "host", "--config", "../conf/streamkit.toml"],
+            cwd=elsewhere,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            eventually(lambda: (sockets / "h.sock").exists() or child.poll() is not None)
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        finally:
+            child.send_signal(signal.SIGTERM)
+            child.wait(timeout=30)
+            if child.stderr is not None:
+                child.stderr.close()
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    assert (config_dir / "marker.txt").read_text() == "here"
+    assert (config_dir / "app.db").exists()
+    assert not (elsewhere / "marker.txt").exists()
+
+
+def test_standby_hosts_need_no_flags_and_commands_find_the_lease_holder(tmp_path: Path) -> None:
+    """Two hosts on one file with default settings; after kill -9, status finds the new holder."""
+    shutil.copy(SUPPORT / "host.py", tmp_path / "hostprocs.py")
+    db = tmp_path / "s.db"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    argv = [sys.executable, "-m", "streamkit", "host", "--db", str(db), "--lease-ttl", "1"]
+    argv += ["--processor", "hostprocs:Tally"]
+    children = []
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "streamkit", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def status() -> dict[str, Any]:
+        done = cli("status", "--db", str(db), "--json")
+        assert done.returncode == 0, done.stderr
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    try:
+        first = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+        children.append(first)
+        eventually(lambda: Path(f"{db}.sock").exists())
+        eventually(lambda: len(status()["hosts"]) == 1)
+        second = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
+        children.append(second)
+        eventually(lambda: len(status()["hosts"]) == 2)
+        assert second.poll() is None  # not refused for the taken default socket
+        (row,) = status()["processors"]
+        holder = row["host"]
+        assert row["state"] == "running"
+        assert str(first.pid) in holder
+        first.kill()
+        first.wait()
+        # The default socket is dead now; status and snapshot find the host that took over.
+        eventually(lambda: status()["processors"][0]["host"] != holder, timeout=30)
+        eventually(lambda: status()["processors"][0]["state"] == "running", timeout=30)
+        assert str(second.pid) in status()["processors"][0]["host"]
+        offsets = append_items(str(db), 2)
+        eventually(lambda: (status()["processors"][0]["cursor"] or 0) >= offsets[-1])
+        snapshot = cli("snapshot", "tally", "--db", str(db), "--json")
+        assert snapshot.returncode == 0, snapshot.stderr
+        assert json.loads(snapshot.stdout)["source"] == "engine"
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()

@@ -1,0 +1,725 @@
+"""The tasks processor: durable background tasks with retries, timeouts, cancel and the DLQ."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from streamkit.processors.dlq import (
+    DEAD_LETTERED,
+    RECORD_SUCCEEDED,
+    REPLAY_COMPLETED,
+    DlqProcessor,
+    replay_requested_event,
+)
+from streamkit.processors.tasks import (
+    TASK_ATTEMPT_FAILED,
+    TASK_ATTEMPT_STARTED,
+    TASK_CANCELLED,
+    TASK_DEAD_LETTERED,
+    TASK_REJECTED,
+    TASK_SUCCEEDED,
+    TaskContext,
+    TasksProcessor,
+    TasksState,
+    cancel_requested_event,
+    task_requested_event,
+)
+from streamkit.testing import (
+    ManualClock,
+    MemoryStorage,
+    MemoryStream,
+    memory_storage,
+    memory_stream,
+    reduce_processor,
+    settle,
+)
+from support.daemon import DaemonRig
+
+from streamkit import InvalidEvent, ProcessorEngine, ProcessorHost, open_log
+from streamkit.cli import main
+from streamkit.config import HostConfig
+
+T0 = 1_700_000_000.0
+
+
+class Rig:
+    """A memory stream, a storage and a clock shared by the engines a test builds."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(T0)
+        self.stream: MemoryStream = memory_stream(clock=self.clock)
+        self.storage: MemoryStorage = memory_storage()
+        self.engine: ProcessorEngine[TasksState] | None = None
+
+    def start(self, processor: TasksProcessor) -> ProcessorEngine[TasksState]:
+        """Build an engine for ``processor`` (replacing the previous one) and feed it pushes."""
+        self.stream.engines.clear()
+        self.engine = ProcessorEngine(
+            processor, stream=self.stream, storage=self.storage, clock=self.clock
+        )
+        self.stream.engines.append(self.engine)
+        return self.engine
+
+    def types(self, task_id: str | None = None) -> list[str]:
+        """Event types in the log (for one task id, when given)."""
+        return [
+            e.type
+            for e in self.stream.events
+            if task_id is None
+            or (isinstance(e.payload, dict) and e.payload.get("task_id") == task_id)
+        ]
+
+    def of_type(self, etype: str) -> list[Any]:
+        """Payloads of ``etype`` in the log."""
+        return [e.payload for e in self.stream.events if e.type == etype]
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    """A fresh rig, its storage closed afterwards."""
+    made = Rig()
+    try:
+        yield made
+    finally:
+        made.storage.close()
+
+
+async def until(predicate: Any, rounds: int = 200) -> None:
+    """Let the loop run until ``predicate()`` holds (fails after ``rounds`` short settles)."""
+    for _ in range(rounds):
+        if predicate():
+            return
+        await settle(0.005)
+    raise AssertionError("condition never held")
+
+
+async def test_task_runs_and_succeeds_then_leaves_state(rig: Rig) -> None:
+    """A requested task runs its handler once, records success, and leaves the state."""
+    seen: list[tuple[dict[str, Any], TaskContext]] = []
+
+    async def send(args: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        seen.append((args, ctx))
+        return {"sent": args["to"]}
+
+    engine = rig.start(TasksProcessor(handlers={"send": send}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t1", name="send", args={"to": "a@b"}))
+    await until(lambda: TASK_SUCCEEDED in rig.types())
+    await settle()
+    _, state = await engine.snapshot()
+    assert state.tasks == {}
+    assert state.counts.requested == 1
+    assert state.counts.succeeded == 1
+    assert rig.types("t1") == ["task.requested", TASK_ATTEMPT_STARTED, TASK_SUCCEEDED]
+    assert rig.of_type(TASK_SUCCEEDED)[0]["result"] == {"sent": "a@b"}
+    ((args, ctx),) = seen
+    assert args == {"to": "a@b"}
+    assert ctx.attempt == 1
+    assert ctx.idempotency_key == "tasks/run/t1@1"
+
+
+async def test_failures_retry_with_backoff_through_wakeups(rig: Rig) -> None:
+    """A failing attempt schedules its retry as a wakeup; advancing the clock and reviving runs it."""
+    calls: list[int] = []
+
+    async def flaky(args: dict[str, Any], ctx: TaskContext) -> str:
+        calls.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise RuntimeError(f"boom {ctx.attempt}")
+        return "ok"
+
+    processor = TasksProcessor(handlers={"flaky": flaky}, backoff_base=10.0, clock=rig.clock)
+    engine = rig.start(processor)
+    await rig.stream.append(task_requested_event(task_id="t", name="flaky"))
+    await until(lambda: len(rig.of_type(TASK_ATTEMPT_FAILED)) == 1)
+    await settle()
+    (failed,) = rig.of_type(TASK_ATTEMPT_FAILED)
+    assert failed["error"] == "RuntimeError: boom 1"
+    delay = processor.retry_delay("t", 1, 1)
+    assert 10.0 <= delay <= 12.5
+    assert failed["retry_at"] == pytest.approx(T0 + delay)
+    await until(lambda: engine.claimed_at == failed["retry_at"])
+    # Not due yet: a revive now starts nothing.
+    await engine.revive()
+    await settle()
+    assert calls == [1]
+    rig.clock.now = failed["retry_at"]
+    await engine.revive()
+    await until(lambda: len(rig.of_type(TASK_ATTEMPT_FAILED)) == 2)
+    await settle()
+    second = rig.of_type(TASK_ATTEMPT_FAILED)[1]
+    # Exponential: the second wait is about twice the first.
+    assert second["retry_at"] - failed["retry_at"] == pytest.approx(
+        processor.retry_delay("t", 1, 2)
+    )
+    assert 20.0 <= processor.retry_delay("t", 1, 2) <= 25.0
+    rig.clock.now = second["retry_at"]
+    await engine.revive()
+    await until(lambda: TASK_SUCCEEDED in rig.types())
+    assert calls == [1, 2, 3]
+    await settle()
+    _, state = await engine.snapshot()
+    assert state.tasks == {}
+    assert state.counts.failed_attempts == 2
+    assert state.counts.attempts == 3
+
+
+async def test_not_before_waits_for_its_wakeup(rig: Rig) -> None:
+    """A task with not_before in the future asks for a wakeup then and runs only after it."""
+    ran: list[int] = []
+
+    async def job(args: dict[str, Any], ctx: TaskContext) -> None:
+        ran.append(ctx.attempt)
+
+    engine = rig.start(TasksProcessor(handlers={"job": job}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="later", name="job", not_before=T0 + 60))
+    await until(lambda: engine.claimed_at == T0 + 60)
+    assert ran == []
+    rig.clock.now = T0 + 60
+    await engine.revive()
+    await until(lambda: TASK_SUCCEEDED in rig.types())
+    assert ran == [1]
+
+
+async def test_timeout_fails_the_attempt(rig: Rig) -> None:
+    """A handler that outlives timeout_s is cancelled and its attempt recorded as timed out."""
+    cancelled = asyncio.Event()
+
+    async def slow(args: dict[str, Any], ctx: TaskContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    rig.start(TasksProcessor(handlers={"slow": slow}, clock=rig.clock))
+    await rig.stream.append(
+        task_requested_event(task_id="t", name="slow", timeout_s=0.05, max_attempts=2)
+    )
+    await until(lambda: bool(rig.of_type(TASK_ATTEMPT_FAILED)))
+    assert cancelled.is_set()
+    assert rig.of_type(TASK_ATTEMPT_FAILED)[0]["error"] == "timed out after 0.05 s"
+
+
+async def test_a_handler_that_blocks_the_loop_past_its_timeout_is_failed_and_retried(
+    rig: Rig,
+) -> None:
+    """An async handler holding the loop past timeout_s: its attempt fails as timed out, retried."""
+    runs: list[int] = []
+
+    async def blocking(args: dict[str, Any], ctx: TaskContext) -> str:
+        runs.append(ctx.attempt)
+        if ctx.attempt == 1:
+            time.sleep(0.2)  # noqa: ASYNC251 - the blocking handler this test is about
+        return "done"
+
+    engine = rig.start(TasksProcessor(handlers={"blocking": blocking}, clock=rig.clock))
+    await rig.stream.append(
+        task_requested_event(task_id="t", name="blocking", timeout_s=0.05, max_attempts=3)
+    )
+    await until(lambda: bool(rig.of_type(TASK_ATTEMPT_FAILED)))
+    assert rig.of_type(TASK_ATTEMPT_FAILED)[0]["error"] == "timed out after 0.05 s"
+    rig.clock.now += 3600  # past any backoff: the retry is due, and the alarm revives
+    await engine.revive()
+    await until(lambda: TASK_SUCCEEDED in rig.types())
+    assert runs[:2] == [1, 2]
+
+
+async def test_last_failure_dead_letters_into_the_dlq(rig: Rig) -> None:
+    """Failing every attempt dead-letters the task and appends a dlq.dead-lettered record."""
+
+    async def broken(args: dict[str, Any], ctx: TaskContext) -> None:
+        raise ValueError("bad input")
+
+    engine = rig.start(TasksProcessor(handlers={"broken": broken}, clock=rig.clock))
+    await rig.stream.append(
+        task_requested_event(task_id="t", name="broken", args={"x": 1}, max_attempts=1)
+    )
+    await until(lambda: TASK_DEAD_LETTERED in rig.types())
+    (dead,) = rig.of_type(TASK_DEAD_LETTERED)
+    assert dead["attempts"] == 1
+    assert "ValueError: bad input" in dead["error"]
+    (record,) = rig.of_type(DEAD_LETTERED)
+    assert record["record_id"] == "tasks/t@1"
+    assert record["origin"] == "tasks"
+    assert record["operation"] == "broken"
+    assert record["request_type"] == "task.requested"
+    assert record["payload"]["args"] == {"x": 1}
+    assert record["payload"]["task_id"] == "t"
+    await settle()
+    _, state = await engine.snapshot()
+    assert state.tasks == {}
+    assert state.counts.dead_lettered == 1
+
+
+async def test_unknown_handler_dead_letters_without_an_attempt(rig: Rig) -> None:
+    """A task naming no registered handler is dead-lettered at once, never retried."""
+    rig.start(TasksProcessor(handlers={}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t", name="nope", max_attempts=5))
+    await until(lambda: TASK_DEAD_LETTERED in rig.types())
+    await settle()
+    assert rig.types() == ["task.requested", TASK_DEAD_LETTERED, DEAD_LETTERED]
+    (dead,) = rig.of_type(TASK_DEAD_LETTERED)
+    assert dead["attempts"] == 0
+    assert 'no handler is registered for task name "nope"' in dead["error"]
+
+
+async def test_crash_mid_attempt_is_counted_failed_and_retried(rig: Rig) -> None:
+    """An attempt started by a host that died is failed by the next engine's revive, then retried."""
+    hang = asyncio.Event()
+
+    async def stuck(args: dict[str, Any], ctx: TaskContext) -> None:
+        await hang.wait()
+
+    first = rig.start(TasksProcessor(handlers={"job": stuck}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t", name="job"))
+    await until(lambda: TASK_ATTEMPT_STARTED in rig.types())
+    await settle()
+    assert first.claimed_at is not None  # the in-flight attempt holds a revive claim
+    # The host dies: its engine stops getting pushes and its attempt is abandoned.
+    rig.stream.engines.clear()
+    await first.aclose(grace=0)
+
+    runs: list[int] = []
+
+    async def works(args: dict[str, Any], ctx: TaskContext) -> str:
+        runs.append(ctx.attempt)
+        return "done"
+
+    second = rig.start(TasksProcessor(handlers={"job": works}, clock=rig.clock))
+    await second.revive()
+    await until(lambda: bool(rig.of_type(TASK_ATTEMPT_FAILED)))
+    (failed,) = rig.of_type(TASK_ATTEMPT_FAILED)
+    assert failed["attempt"] == 1
+    assert "interrupted" in failed["error"]
+    await settle()
+    assert runs == []
+    rig.clock.now = failed["retry_at"]
+    await second.revive()
+    await until(lambda: TASK_SUCCEEDED in rig.types())
+    assert runs == [2]
+    assert rig.types("t") == [
+        "task.requested",
+        TASK_ATTEMPT_STARTED,
+        TASK_ATTEMPT_FAILED,
+        TASK_ATTEMPT_STARTED,
+        TASK_SUCCEEDED,
+    ]
+
+
+async def test_cancel_stops_an_attempt_in_flight(rig: Rig) -> None:
+    """Cancelling a running task cancels its handler and records task.cancelled once."""
+    stopped = asyncio.Event()
+
+    async def long(args: dict[str, Any], ctx: TaskContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    engine = rig.start(TasksProcessor(handlers={"long": long}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t", name="long"))
+    await until(lambda: TASK_ATTEMPT_STARTED in rig.types())
+    await rig.stream.append(cancel_requested_event("t", reason="user asked", requested_by="ann"))
+    await until(lambda: TASK_CANCELLED in rig.types())
+    await settle()
+    assert stopped.is_set()
+    (cancelled,) = rig.of_type(TASK_CANCELLED)
+    assert cancelled["reason"] == "user asked"
+    assert cancelled["attempts"] == 1
+    assert TASK_ATTEMPT_FAILED not in rig.types()
+    _, state = await engine.snapshot()
+    assert state.tasks == {}
+    assert state.counts.cancelled == 1
+
+
+async def test_cancel_of_waiting_task_and_of_unknown_task(rig: Rig) -> None:
+    """A scheduled task is cancelled without running; cancelling an unknown id is rejected."""
+    ran: list[int] = []
+
+    async def job(args: dict[str, Any], ctx: TaskContext) -> None:
+        ran.append(1)
+
+    rig.start(TasksProcessor(handlers={"job": job}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t", name="job", not_before=T0 + 100))
+    await rig.stream.append(cancel_requested_event("t"))
+    await rig.stream.append(cancel_requested_event("ghost"))
+    await until(lambda: TASK_CANCELLED in rig.types() and TASK_REJECTED in rig.types())
+    rig.clock.now = T0 + 200
+    await settle()
+    assert ran == []
+    (rejected,) = rig.of_type(TASK_REJECTED)
+    assert rejected["task_id"] == "ghost"
+    assert "no live task" in rejected["reason"]
+
+
+async def test_duplicate_live_id_is_rejected_and_the_live_run_untouched(rig: Rig) -> None:
+    """A second request for a live task id is rejected; the first run goes on unchanged."""
+    release = asyncio.Event()
+
+    async def job(args: dict[str, Any], ctx: TaskContext) -> int:
+        await release.wait()
+        return args["n"]
+
+    engine = rig.start(TasksProcessor(handlers={"job": job}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t", name="job", args={"n": 1}))
+    await rig.stream.append(
+        task_requested_event(task_id="t", name="job", args={"n": 2}, idempotency_key="again")
+    )
+    await until(lambda: TASK_REJECTED in rig.types())
+    release.set()
+    await until(lambda: TASK_SUCCEEDED in rig.types())
+    assert rig.of_type(TASK_SUCCEEDED)[0]["result"] == 1
+    await settle()
+    _, state = await engine.snapshot()
+    assert state.counts.rejected == 1
+    assert state.counts.requested == 1
+
+
+async def test_outcomes_are_idempotent_under_redelivery(rig: Rig) -> None:
+    """Re-delivering the events to a fresh engine from offset 0 appends no second outcome."""
+
+    async def job(args: dict[str, Any], ctx: TaskContext) -> str:
+        return "ok"
+
+    rig.start(TasksProcessor(handlers={"job": job}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t", name="job"))
+    await until(lambda: TASK_SUCCEEDED in rig.types())
+    await settle()
+    before = list(rig.stream.events)
+    # A new engine over fresh storage re-reduces everything and runs the at-head
+    # pass: the task is already settled in the log, so nothing is appended.
+    with memory_storage() as storage:
+        again = ProcessorEngine(
+            TasksProcessor(handlers={"job": job}, clock=rig.clock),
+            stream=rig.stream,
+            storage=storage,
+            clock=rig.clock,
+        )
+        await again.catch_up_from_log()
+        await settle()
+        assert rig.stream.events == before
+        # The same outcome appended again by a retried batch returns the first event.
+        (succeeded,) = [e for e in before if e.type == TASK_SUCCEEDED]
+        (same,) = await rig.stream.append(
+            {
+                "type": TASK_SUCCEEDED,
+                "payload": succeeded.payload,
+                "idempotency_key": "tasks/t@1/1/outcome",
+            }
+        )
+        assert same.offset == succeeded.offset
+        # A different outcome for the same attempt is refused by the log.
+        with pytest.raises(Exception, match="idempotency key"):
+            await rig.stream.append(
+                {
+                    "type": TASK_ATTEMPT_FAILED,
+                    "payload": {
+                        "task_id": "t",
+                        "request_offset": 1,
+                        "attempt": 1,
+                        "error": "late",
+                        "retry_at": T0,
+                    },
+                    "idempotency_key": "tasks/t@1/1/outcome",
+                }
+            )
+
+
+def test_reduce_keeps_only_live_tasks_and_counters() -> None:
+    """The pure reduce drops a task when it settles and never keeps its history."""
+    events = [
+        task_requested_event(task_id="a", name="job"),
+        task_requested_event(task_id="b", name="job"),
+        {
+            "type": TASK_ATTEMPT_STARTED,
+            "payload": {"task_id": "a", "request_offset": 1, "attempt": 1, "started_at": T0},
+        },
+        {
+            "type": TASK_SUCCEEDED,
+            "payload": {"task_id": "a", "request_offset": 1, "attempt": 1, "result": None},
+        },
+        # An outcome of a run that is not live changes nothing.
+        {
+            "type": TASK_SUCCEEDED,
+            "payload": {"task_id": "b", "request_offset": 99, "attempt": 1, "result": None},
+        },
+    ]
+    state = reduce_processor(TasksProcessor(), events)
+    assert list(state.tasks) == ["b"]
+    assert state.counts.requested == 2
+    assert state.counts.succeeded == 1
+    assert state.counts.attempts == 1
+
+
+def test_bad_requests_are_refused_by_the_helper_and_skipped_by_the_reduce() -> None:
+    """Unknown fields or a bad max_attempts are refused at the helper and skipped by the engine."""
+    with pytest.raises(InvalidEvent, match="max_attempts"):
+        task_requested_event(task_id="t", name="job", max_attempts=0)
+    state = reduce_processor(
+        TasksProcessor(),
+        [
+            {"type": "task.requested", "payload": {"task_id": "t", "name": "j", "colour": "red"}},
+            {
+                "type": "task.requested",
+                "payload": {"task_id": "u", "name": "j", "max_attempts": -1},
+            },
+            task_requested_event(task_id="ok", name="j"),
+        ],
+    )
+    assert list(state.tasks) == ["ok"]
+
+
+async def _wait(predicate: Any, within: float = 10.0) -> None:
+    """Poll the async ``predicate`` until it holds."""
+    for _ in range(int(within / 0.01)):
+        if await predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+async def test_tasks_and_dlq_over_a_real_log_through_the_host(tmp_path: Path) -> None:
+    """Through ProcessorHost on SQLite: tasks settle, a failure is replayed, and a restart keeps it."""
+    db = tmp_path / "tasks.db"
+    config = HostConfig.model_validate(
+        {"db": str(db), "lease": {"ttl": 5.0, "heartbeat": 0.05}, "shutdown_grace": 1.0}
+    )
+    healed = {"yes": False}
+
+    async def charge(args: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+        if args["amount"] < 0 and not healed["yes"]:
+            raise ValueError("negative amount")
+        return {"charged": args["amount"]}
+
+    def build() -> ProcessorHost:
+        return ProcessorHost(
+            config,
+            processors=[
+                TasksProcessor(handlers={"charge": charge}),
+                DlqProcessor(db=str(db)),
+            ],
+            serve_control=False,
+        )
+
+    async def events_of(etype: str) -> list[Any]:
+        async with open_log(db) as log:
+            page = await log.stream("/").read(0, 1000)
+        return [e.payload for e in page.events if e.type == etype]
+
+    async def has(etype: str) -> bool:
+        return bool(await events_of(etype))
+
+    host = build()
+    await host.start()
+    try:
+        async with open_log(db) as log:
+            await log.stream("/").append(
+                task_requested_event(task_id="ok", name="charge", args={"amount": 5}),
+                task_requested_event(
+                    task_id="bad", name="charge", args={"amount": -1}, max_attempts=1
+                ),
+            )
+        await _wait(lambda: has(TASK_SUCCEEDED))
+        await _wait(lambda: has(DEAD_LETTERED))
+    finally:
+        await host.stop()
+
+    healed["yes"] = True
+    host = build()
+    await host.start()
+    try:
+        async with open_log(db) as log:
+            await log.stream("/").append(replay_requested_event(requested_by="test"))
+        await _wait(lambda: has(REPLAY_COMPLETED))
+        await _wait(lambda: has(RECORD_SUCCEEDED))
+        # The log has the outcome; let each processor reduce through it before reading.
+        async with open_log(db) as log:
+            head = await log.stream("/").head()
+        await host.wait_until_processed("tasks", head)
+        await host.wait_until_processed("dlq", head)
+        snapshot = await host.snapshot("tasks")
+        assert snapshot["state"]["tasks"] == {}
+        assert snapshot["state"]["counts"]["succeeded"] == 2
+        assert snapshot["state"]["counts"]["dead_lettered"] == 1
+        dlq = await host.snapshot("dlq")
+        assert dlq["state"]["counts"]["succeeded"] == 1
+        (completed,) = await events_of(REPLAY_COMPLETED)
+        assert completed["report"]["replayed"] == ["tasks/bad@2"]
+    finally:
+        await host.stop()
+
+
+def _cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+async def test_cli_tasks_and_dlq_through_a_running_host() -> None:
+    """`streamkit tasks list|show|cancel` and `dlq list|show|replay` work through the host's socket."""
+    short = Path(tempfile.mkdtemp(dir="/tmp", prefix="skt"))
+    db = str(short / "t.db")
+    config = HostConfig.model_validate(
+        {"db": db, "lease": {"ttl": 5.0, "heartbeat": 0.05}, "shutdown_grace": 0.5}
+    )
+    gate = asyncio.Event()
+
+    async def wait_for_gate(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+
+    async def explode(args: dict[str, Any], ctx: TaskContext) -> None:
+        raise RuntimeError("kaboom")
+
+    host = ProcessorHost(
+        config,
+        processors=[
+            TasksProcessor(handlers={"wait": wait_for_gate, "explode": explode}),
+            DlqProcessor(db=db),
+        ],
+    )
+    await host.start()
+    try:
+        await host.append(
+            "/",
+            [
+                task_requested_event(task_id="slow", name="wait"),
+                task_requested_event(task_id="boom", name="explode", max_attempts=1),
+            ],
+        )
+
+        async def listed() -> dict[str, Any]:
+            code, text = await asyncio.to_thread(_cli, "tasks", "list", "--db", db, "--json")
+            assert code == 0
+            return dict(json.loads(text))
+
+        async def slow_running() -> bool:
+            tasks = (await listed())["tasks"]
+            return [t["task_id"] for t in tasks] == ["slow"] and tasks[0]["running"]
+
+        await _wait(slow_running)
+        code, text = await asyncio.to_thread(_cli, "tasks", "list", "--db", db)
+        assert code == 0
+        assert "1 live task(s)" in text
+        assert "slow  wait  attempt 1/5  running" in text
+
+        code, text = await asyncio.to_thread(
+            _cli, "tasks", "cancel", "slow", "--db", db, "--reason", "no longer needed"
+        )
+        assert code == 0
+        assert text.startswith("cancel requested for task slow")
+
+        async def slow_gone() -> bool:
+            return (await listed())["tasks"] == []
+
+        await _wait(slow_gone)
+        code, text = await asyncio.to_thread(_cli, "tasks", "show", "slow", "--db", db)
+        assert code == 0
+        assert text.splitlines()[0] == "task slow: not live"
+        assert "task.cancelled" in text
+
+        code, text = await asyncio.to_thread(_cli, "dlq", "list", "--db", db, "--json")
+        assert code == 0
+        (record,) = [json.loads(line) for line in text.splitlines()]
+        assert record["record_id"] == "tasks/boom@2"
+        assert record["status"] == "pending"
+        code, text = await asyncio.to_thread(_cli, "dlq", "show", "tasks/boom@2", "--db", db)
+        assert code == 0
+        assert "RuntimeError: kaboom" in text
+
+        code, text = await asyncio.to_thread(
+            _cli, "dlq", "replay", "--db", db, "--operation", "explode", "--wait", "--json"
+        )
+        assert code == 0
+        report = json.loads(text)["report"]
+        assert report["replayed"] == ["tasks/boom@2"]
+    finally:
+        gate.set()
+        await host.stop(grace=0.0)
+        shutil.rmtree(short, ignore_errors=True)
+
+
+_TASK_MODULE = """
+import asyncio
+import os
+from pathlib import Path
+
+
+async def job(args, ctx):
+    Path(os.environ["TASKS_MARKS"], f"attempt-{ctx.attempt}").write_text(ctx.idempotency_key)
+    if ctx.attempt == 1:
+        await asyncio.sleep(3600)  # the host is killed while this runs
+    return {"done": args["n"]}
+"""
+
+
+def _start_host(rig: DaemonRig, db: Path) -> subprocess.Popen[bytes]:
+    processor = (
+        "streamkit.processors.tasks:TasksProcessor"
+        '{"handlers": {"job": "taskjobs:job"}, "backoff_base": 0.2}'
+    )
+    argv = ["--db", str(db), "--lease-ttl", "1", "--log-format", "json", "--processor", processor]
+    return rig.start_host("h", *argv, log="host")
+
+
+@pytest.mark.slow
+async def test_kill_9_mid_attempt_then_restart_retries_the_task(tmp_path: Path) -> None:
+    """A `streamkit host` killed with SIGKILL mid-attempt: the next host fails that attempt, retries."""
+    (tmp_path / "taskjobs.py").write_text(_TASK_MODULE)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    rig = DaemonRig(
+        tmp_path, socket_prefix="skk", tmp_on_pythonpath=True, extra_env={"TASKS_MARKS": str(marks)}
+    )
+    db = tmp_path / "k.db"
+    try:
+        first = _start_host(rig, db)
+        async with open_log(db) as log:
+            await log.stream("/").append(
+                task_requested_event(task_id="k1", name="job", args={"n": 7})
+            )
+        for _ in range(3000):
+            if (marks / "attempt-1").exists():
+                break
+            await asyncio.sleep(0.01)
+        assert (marks / "attempt-1").exists(), (tmp_path / "host.log").read_text()
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+
+        _start_host(rig, db)
+
+        async def settled() -> bool:
+            async with open_log(db) as log:
+                page = await log.stream("/").read(0, 1000)
+            return any(e.type == TASK_SUCCEEDED for e in page.events)
+
+        await _wait(settled, within=30)
+        async with open_log(db) as log:
+            page = await log.stream("/").read(0, 1000)
+        story = [
+            (e.type, e.to_dict()["payload"]) for e in page.events if e.type.startswith("task.")
+        ]
+        assert [t for t, _ in story] == [
+            "task.requested",
+            TASK_ATTEMPT_STARTED,
+            TASK_ATTEMPT_FAILED,
+            TASK_ATTEMPT_STARTED,
+            TASK_SUCCEEDED,
+        ]
+        assert "attempt 1 was interrupted" in story[2][1]["error"]
+        assert story[4][1]["result"] == {"done": 7}
+        # Both attempts saw the same idempotency key: the handler can dedupe its side effect.
+        assert (marks / "attempt-1").read_text() == (marks / "attempt-2").read_text()
+    finally:
+        rig.close()
