@@ -45,8 +45,8 @@ from streamkit import (
     StreamEvent,
     StreamProcessor,
     define_processor_contract,
+    open_log,
 )
-from streamkit.log import open_log
 from streamkit.processor import ProcessEventArgs
 
 PATH = "/bench"

@@ -4,6 +4,7 @@ The public names live here; everything else is an implementation detail.
 """
 
 from streamkit._json_diff import diff_json
+from streamkit.backends import open_log
 from streamkit.checkpoint import CheckpointStorage, ReduceCheckpoint, ReduceCheckpointTable
 from streamkit.config import HostConfig
 from streamkit.contract import EventDefinition, ProcessorContract, define_processor_contract
@@ -40,7 +41,7 @@ from streamkit.errors import (
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.host import ProcessorHost
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot, LiveState, apply_delta
-from streamkit.log import Log, Stream, open_log
+from streamkit.log import Log, Stream
 from streamkit.processor import Delivery, ProcessEventArgs, StreamProcessor, consumes_event
 from streamkit.protocols import Clock, ProcessorStream
 

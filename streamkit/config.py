@@ -78,8 +78,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from streamkit._targets import sqlite_target
 from streamkit.control._control import MAX_SOCKET_PATH_BYTES
-from streamkit.errors import InvalidConfig, InvalidRequest
+from streamkit.errors import InvalidConfig, InvalidRequest, LogOpenError
 from streamkit.events import validate_path
 from streamkit.processor import StreamProcessor
 
@@ -250,6 +251,16 @@ class HostConfig(_Section):
     """The control socket; ``None`` means ``<db>.sock`` (see :attr:`socket_path`)."""
     shared_socket_dir: bool = False
     """Start even though other users may replace files in the socket's directory."""
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _db_target(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return sqlite_target(value)
+        except LogOpenError as exc:
+            raise _refusal(exc.message, "give a SQLite file path or sqlite://PATH") from exc
 
     @field_validator("db")
     @classmethod
@@ -456,6 +467,10 @@ def config_from_namespace(args: argparse.Namespace, *, cwd: Path | None = None) 
 
 
 def _resolve(base: Path, value: str | os.PathLike[str]) -> str:
+    try:
+        value = sqlite_target(value)
+    except LogOpenError:
+        return str(value)  # another backend's target: the db validator refuses it by name
     path = Path(value).expanduser()
     return str(path if path.is_absolute() else base / path)
 

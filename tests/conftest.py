@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from streamkit.log import Log, open_log
+from streamkit import open_log
+from streamkit.log import Log
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None, print_blob=True)

@@ -1,1 +1,75 @@
-"""Storage backends: each package implements the protocols of :mod:`streamkit.protocols`."""
+"""Storage backends, one package each, and :func:`open_log`, which picks one from a target.
+
+A backend implements :class:`~streamkit.protocols.LogBackend` (and what a
+host keeps beside the log); the layers above it never import a storage
+driver. What a target names is the rule of :mod:`streamkit._targets`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Literal
+
+from streamkit._targets import sqlite_target
+from streamkit.backends.sqlite._backend import SqliteLogBackend
+from streamkit.log import Log
+from streamkit.log._follow import MAX_BUFFERED_BYTES
+from streamkit.protocols import Clock
+
+__all__ = ["open_log"]
+
+
+def open_log(
+    target: str | os.PathLike[str],
+    *,
+    synchronous: Literal["FULL", "NORMAL"] = "FULL",
+    clock: Clock = time.time,
+    busy_timeout: float = 5.0,
+    inline_commits: bool = True,
+    follower_bytes: int = MAX_BUFFERED_BYTES,
+    read_only: bool = False,
+) -> Log:
+    """Open (or create) the log ``target`` names; ``":memory:"`` gives a private in-memory log.
+
+    Use it as ``async with open_log(...) as log:`` or close it with
+    :meth:`Log.aclose`. A file that is not a streamkit log is refused with
+    :class:`~streamkit.errors.LogOpenError` and left untouched; so is a target
+    no installed backend serves.
+
+    ``inline_commits``: appends that become ready in the same event-loop turn
+    share one group commit; when the writer is idle and the loop has nothing
+    else to run, that commit runs on the caller's thread (the event loop),
+    skipping the hand-off to the writer thread and back. It never waits for
+    another process's write lock (the writer thread takes the group then).
+    Pass False to keep every commit, and its fsync, off the event loop.
+
+    ``follower_bytes``: how much of the events' stored JSON one follower
+    (``Stream.follow``) may leave unread before its buffer is dropped and it
+    re-reads the log (its missed ephemerals are then gone).
+
+    ``read_only=True`` opens an existing log for reading only (a file, a
+    directory or a file system this process may not write): ``read``,
+    ``head``, ``follow`` and queries work; every write is refused with
+    :class:`~streamkit.errors.InvalidRequest` and nothing is written.
+
+    ``synchronous`` and ``busy_timeout`` are SQLite's: ``PRAGMA synchronous``
+    and how long a write waits for another process's write lock.
+    """
+    path = sqlite_target(target)
+    backend = functools.partial(
+        SqliteLogBackend,
+        path,
+        synchronous=synchronous,
+        clock=clock,
+        busy_timeout=busy_timeout,
+        read_only=read_only,
+    )
+    return Log(
+        path,
+        backend,
+        inline_commits=inline_commits,
+        follower_bytes=follower_bytes,
+        read_only=read_only,
+    )

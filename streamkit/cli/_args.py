@@ -20,12 +20,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from streamkit.backends import open_log
 from streamkit.backends.sqlite.registry import registered_sockets
 from streamkit.backends.sqlite.status import checkpoint_snapshot
 from streamkit.control._control import host_socket
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import MAX_OFFSET
-from streamkit.log._log import Log, open_log
+from streamkit.log._log import Log
 
 __all__ = [
     "existing_log",

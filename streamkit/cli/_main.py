@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from streamkit import __version__
+from streamkit._targets import sqlite_target
+from streamkit.backends import open_log
 from streamkit.backends.sqlite.skips import record_skip
 from streamkit.backends.sqlite.status import checkpoint_snapshot, durable_status
 from streamkit.cli._args import (
@@ -62,7 +64,6 @@ from streamkit.events import StreamEvent, format_timestamp
 from streamkit.host._host import ProcessorHost
 from streamkit.host._logging import configure_logging
 from streamkit.live_state import LIVE_STATE_CHANGED
-from streamkit.log._log import open_log
 
 __all__ = ["build_parser", "main"]
 
@@ -707,6 +708,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     try:
         if getattr(args, "db", "") is None and args.command != "host":
             args.db = _db_from_config()
+        if isinstance(getattr(args, "db", None), str):
+            args.db = sqlite_target(args.db)  # every --db takes a target: sqlite://PATH too
         return handler(args, out or sys.stdout)
     except StreamkitError as exc:
         sys.stderr.write(refusal_line(exc.message, exc.code))

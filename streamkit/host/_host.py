@@ -58,6 +58,7 @@ from typing import Any
 
 import structlog
 
+from streamkit.backends import open_log
 from streamkit.backends.sqlite.fenced import ensure_host_tables
 from streamkit.backends.sqlite.leases import read_lease, release, try_acquire
 from streamkit.backends.sqlite.registry import deregister, ensure_hosts_table, register
@@ -91,7 +92,7 @@ from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
 from streamkit.host._runner import ProcessorRunner
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot
 from streamkit.log._follow import Follow
-from streamkit.log._log import Log, open_log
+from streamkit.log._log import Log
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import Clock
 

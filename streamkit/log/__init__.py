@@ -7,7 +7,6 @@ from streamkit.log._log import (
     LogStats,
     ProcessorStreamView,
     Stream,
-    open_log,
 )
 
 __all__ = [
@@ -17,5 +16,4 @@ __all__ = [
     "LogStats",
     "ProcessorStreamView",
     "Stream",
-    "open_log",
 ]

@@ -1,6 +1,8 @@
-"""The durable log: an append-only SQLite file of events, partitioned by stream path.
+"""The log: append-only streams of events, partitioned by path, over a backend.
 
-Guarantees (SPEC section 2; ``docs/log.md`` explains each):
+Guarantees (SPEC section 2; ``docs/log.md`` explains each), kept by every
+backend (:class:`~streamkit.protocols.LogBackend`; the contract suites of
+``tests/contract`` hold each backend to them):
 
 - An append is atomic: all of its events land, or none does.
 - Offsets of a path start at 1 and strictly increase in commit order; an offset
@@ -13,11 +15,12 @@ Guarantees (SPEC section 2; ``docs/log.md`` explains each):
 - An append acknowledged at ``synchronous="FULL"`` survives a crash of the
   process and of the machine; refusals leave the log serving.
 
-One :class:`Log` per process and file: it owns one writer connection, driven
-by a writer thread or, when that thread is idle and the event loop has nothing
-else to run, inline on the loop (appends from many tasks share its
-transactions either way), and one reader connection, so reads never wait for
-a commit.
+What this module adds above the backend: argument checks and event
+validation (nothing malformed reaches storage), the gathering of the appends
+that become ready in one event-loop turn into one group commit, and the
+fan-out of new events to followers. One :class:`Log` per process and target;
+``open_log`` (in :mod:`streamkit.backends`) builds it over the backend the
+target names.
 """
 
 from __future__ import annotations
@@ -25,27 +28,19 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
-import os
-import secrets
-import sqlite3
-import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from streamkit.backends.sqlite._read import durable_head, read_page, read_page_sized, stream_paths
-from streamkit.backends.sqlite._schema import (
-    MEMORY,
-    connect_read_only,
-    connect_reader,
-    connect_writer,
-    storage_error,
+from streamkit._requests import (
+    AppendCall,
+    ClaimCall,
+    Connection,
+    Fence,
+    Seal,
+    TransactionJob,
 )
-from streamkit.backends.sqlite._wal_guard import WalIdentity
-from streamkit.backends.sqlite._writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed
 from streamkit.events import (
     MAX_OFFSET,
@@ -57,16 +52,7 @@ from streamkit.events import (
     validate_path,
 )
 from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
-from streamkit.log._jobs import (
-    AppendCall,
-    ClaimCall,
-    Fence,
-    FollowJob,
-    QueryJob,
-    Seal,
-    TransactionJob,
-)
-from streamkit.protocols import Clock
+from streamkit.protocols import LogBackend, LogStats
 
 __all__ = [
     "MAX_READ_LIMIT",
@@ -75,71 +61,11 @@ __all__ = [
     "LogStats",
     "ProcessorStreamView",
     "Stream",
-    "open_log",
 ]
 
 T = TypeVar("T")
 
 MAX_READ_LIMIT = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class LogStats:
-    """Counters of this :class:`Log` since it was opened (this process only)."""
-
-    transactions: int
-    """Write transactions committed (a group of appends counts once)."""
-    appended: int
-    """Durable events written (idempotent retries excluded)."""
-    ephemeral: int
-    """Offsets handed to ephemeral events."""
-    ephemeral_reservations: int
-    """Writes that reserved a block of offsets for ephemerals."""
-    refused: int
-    """Append and claim calls refused (their effects rolled back)."""
-
-
-def open_log(
-    path: str | os.PathLike[str],
-    *,
-    synchronous: Literal["FULL", "NORMAL"] = "FULL",
-    clock: Clock = time.time,
-    busy_timeout: float = 5.0,
-    inline_commits: bool = True,
-    follower_bytes: int = MAX_BUFFERED_BYTES,
-    read_only: bool = False,
-) -> Log:
-    """Open (or create) the log at ``path``; ``":memory:"`` gives a private in-memory log.
-
-    Use it as ``async with open_log(...) as log:`` or close it with
-    :meth:`Log.aclose`. A file that is not a streamkit log is refused with
-    :class:`~streamkit.errors.LogOpenError` and left untouched.
-
-    ``inline_commits``: appends that become ready in the same event-loop turn
-    share one group commit; when the writer is idle and the loop has nothing
-    else to run, that commit runs on the caller's thread (the event loop),
-    skipping the hand-off to the writer thread and back. It never waits for another process's write lock (the
-    writer thread takes the group then). Pass False to keep every commit, and
-    its fsync, off the event loop.
-
-    ``follower_bytes``: how much of the events' stored JSON one follower
-    (``Stream.follow``) may leave unread before its buffer is dropped and it
-    re-reads the log (its missed ephemerals are then gone).
-
-    ``read_only=True`` opens an existing log for reading only (a file, a
-    directory or a file system this process may not write): ``read``,
-    ``head``, ``follow`` and queries work; every write is refused with
-    :class:`~streamkit.errors.InvalidRequest` and nothing is written.
-    """
-    return Log(
-        path,
-        synchronous=synchronous,
-        clock=clock,
-        busy_timeout=busy_timeout,
-        inline_commits=inline_commits,
-        follower_bytes=follower_bytes,
-        read_only=read_only,
-    )
 
 
 def _nothing_else_ready(loop: asyncio.AbstractEventLoop) -> bool:
@@ -173,83 +99,36 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
 
 
 class Log:
-    """An open log file. Cheap to share between tasks; close it once, when done."""
+    """An open log. Cheap to share between tasks; close it once, when done.
+
+    Build one with :func:`streamkit.open_log`, which opens the backend the
+    target names and hands it here.
+    """
 
     path: str
-    """The file path, or ``":memory:"``."""
+    """What the log was opened on: a file path, ``":memory:"`` or a URL."""
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str,
+        backend: Callable[[Feed], LogBackend],
         *,
-        synchronous: Literal["FULL", "NORMAL"] = "FULL",
-        clock: Clock = time.time,
-        busy_timeout: float = 5.0,
         inline_commits: bool = True,
         follower_bytes: int = MAX_BUFFERED_BYTES,
         read_only: bool = False,
     ) -> None:
+        """Open ``backend(feed)`` under this log (``open_log`` does this; prefer it)."""
         self._read_only = read_only
         self._inline_commits = inline_commits and not read_only
         _check_int("follower_bytes", follower_bytes, 1)
         self._pending: list[AppendCall] = []
-        if synchronous not in ("FULL", "NORMAL"):
-            raise InvalidRequest(
-                f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}; nothing was opened",
-                details={"synchronous": repr(synchronous)},
-            )
-        if (
-            isinstance(busy_timeout, bool)
-            or not isinstance(busy_timeout, int | float)
-            or not math.isfinite(busy_timeout)
-            or busy_timeout < 0
-        ):
-            raise InvalidRequest(
-                f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}; "
-                "nothing was opened",
-                details={"busy_timeout": repr(busy_timeout)},
-            )
-        self.path = MEMORY if path == MEMORY else os.fspath(path)
-        self._memory = self.path == MEMORY
-        if read_only:
-            if self._memory:
-                raise InvalidRequest(
-                    "an in-memory log cannot be opened read-only (it would be empty); nothing "
-                    "was opened"
-                )
-            conn = connect_read_only(self.path, busy_timeout=busy_timeout)
-        else:
-            conn = connect_writer(self.path, synchronous=synchronous, busy_timeout=busy_timeout)
-        reader: sqlite3.Connection | None = None
-        if not self._memory:
-            try:
-                reader = (
-                    connect_read_only(self.path, busy_timeout=busy_timeout)
-                    if read_only
-                    else connect_reader(self.path, busy_timeout=busy_timeout)
-                )
-            except BaseException:
-                conn.close()
-                raise
-        # Reads use their own connection so they never queue behind a commit. An
-        # in-memory database cannot be shared that way (a shared-cache reader would
-        # get SQLITE_LOCKED during every write), so there reads go through the writer.
-        self._reader = reader
-        self._reader_lock = threading.Lock()
+        self.path = path
         self._feed = Feed(follower_bytes)
-        self._writer = Writer(
-            conn,
-            token=secrets.token_hex(8),
-            clock=clock,
-            feed=self._feed,
-            persistent=not self._memory,
-            busy_timeout=busy_timeout,
-            wal=None if self._memory or read_only else WalIdentity(self.path),
-        )
+        self._backend = backend(self._feed)
         self._streams: dict[str, Stream] = {}
         self._closed = False
-        # Closes the thread and connections if the Log is dropped unclosed (or at exit).
-        self._finalizer = weakref.finalize(self, _shutdown, self._writer, reader, self._feed)
+        # Closes the backend if the Log is dropped unclosed (or at exit).
+        self._finalizer = weakref.finalize(self, _shutdown, self._backend, self._feed)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -296,7 +175,7 @@ class Log:
         wake(self._feed.close_all())
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        self._writer.request_close((loop, done))
+        self._backend.request_close((loop, done))
         await done
         self._finalizer()
 
@@ -307,15 +186,13 @@ class Log:
 
     @property
     def stats(self) -> LogStats:
-        """A snapshot of this log's counters (see :class:`LogStats`)."""
-        w = self._writer
-        return LogStats(
-            transactions=w.transactions,
-            appended=w.appended,
-            ephemeral=w.ephemeral,
-            ephemeral_reservations=w.ephemeral_reservations,
-            refused=w.refused,
-        )
+        """A snapshot of this log's counters (see :class:`~streamkit.protocols.LogStats`)."""
+        return self._backend.stats()
+
+    @property
+    def backend(self) -> LogBackend:
+        """The storage under this log (for streamkit's own layers; users need not touch it)."""
+        return self._backend
 
     def _check_writable(self) -> None:
         self._check_open()
@@ -345,17 +222,17 @@ class Log:
 
     async def paths(self) -> list[str]:
         """Every stream path that holds at least one durable event, sorted."""
-        return await self.query(stream_paths)
+        self._check_open()
+        return await self._backend.paths()
 
     # -- the writer connection ------------------------------------------------------------
 
-    async def write_transaction(
-        self, fn: Callable[[sqlite3.Connection], T], *, inline: bool = False
-    ) -> T:
-        """Run ``fn(conn)`` on the writer connection in its own ``BEGIN IMMEDIATE`` transaction.
+    async def write_transaction(self, fn: Callable[[Connection], T], *, inline: bool = False) -> T:
+        """Run ``fn(conn)`` on the backend's writer connection in its own write transaction.
 
-        It runs on the writer thread, in order with appends, so a process keeps
-        one writer connection. The transaction commits when ``fn`` returns and
+        ``conn`` is the backend's connection (a ``sqlite3.Connection`` for
+        SQLite, in ``BEGIN IMMEDIATE``). It runs on the writer, in order with
+        appends, so a process keeps one writer connection. The transaction commits when ``fn`` returns and
         rolls back if it raises (the exception is re-raised; a ``sqlite3`` error
         as :class:`~streamkit.errors.StorageError`). ``fn`` must not begin or
         end transactions nor write the ``streamkit_*`` tables. Cancelling the
@@ -378,54 +255,32 @@ class Log:
             and self._inline_commits
             and not self._pending
             and _nothing_else_ready(loop)
-            and self._writer.try_inline([job])
+            and self._backend.try_inline([job])
         ):
-            self._writer.submit(job)
+            self._backend.submit(job)
         result: T = await job.future
         return result
 
-    async def query(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run read-only ``fn(conn)`` on the reader connection and return its result.
+    async def query(self, fn: Callable[[Connection], T]) -> T:
+        """Run read-only ``fn(conn)`` on the backend's reader connection and return its result.
 
         The reader sees every committed transaction and never waits for the
         writer. ``fn`` runs on the event loop's thread, so keep it short and
-        exhaust the cursors it opens. (An in-memory log has one connection:
-        there ``fn`` runs on the writer thread.)
+        exhaust the cursors it opens. (An in-memory SQLite log has one
+        connection: there ``fn`` runs on the writer thread.)
         """
         self._check_open()
-        if self._reader is None:
-            loop = asyncio.get_running_loop()
-            job = QueryJob(loop, loop.create_future(), fn)
-            self._writer.submit(job)
-            result: T = await job.future
-            return result
-        with self._reader_lock:
-            try:
-                return fn(self._reader)
-            except sqlite3.Error as exc:
-                raise storage_error(exc, "reading the log") from exc
+        return await self._backend.query(fn)
 
     async def _read_sized(
         self, path: str, after: int, limit: int, upto: int | None
     ) -> tuple[ReadPage, int]:
         self._check_open()
-        if self._reader is None:
-            return await self.query(lambda conn: read_page_sized(conn, path, after, limit, upto))
-        with self._reader_lock:
-            try:
-                return read_page_sized(self._reader, path, after, limit, upto)
-            except sqlite3.Error as exc:
-                raise storage_error(exc, f"reading {path!r}") from exc
+        return await self._backend.read_sized(path, after, limit, upto)
 
     async def _read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
         self._check_open()
-        if self._reader is None:
-            return await self.query(lambda conn: read_page(conn, path, after, limit, upto))
-        with self._reader_lock:
-            try:
-                return read_page(self._reader, path, after, limit, upto)
-            except sqlite3.Error as exc:
-                raise storage_error(exc, f"reading {path!r}") from exc
+        return await self._backend.read(path, after, limit, upto)
 
     async def append_control(self, path: str, event: Mapping[str, Any], seal: Seal) -> StreamEvent:
         """(For streamkit's operator verbs.) Append one control event and ``seal`` it.
@@ -471,11 +326,11 @@ class Log:
         the loop.
         """
         if not self._inline_commits or (self._pending and self._pending[0].loop is not job.loop):
-            self._writer.submit(job)
+            self._backend.submit(job)
             return
         if not self._pending and _nothing_else_ready(job.loop):
-            if not self._writer.try_inline([job]):
-                self._writer.submit(job)
+            if not self._backend.try_inline([job]):
+                self._backend.submit(job)
             return
         self._pending.append(job)
         if len(self._pending) == 1:
@@ -486,7 +341,7 @@ class Log:
         jobs, self._pending = self._pending, []
         for job in jobs:
             try:
-                self._writer.submit(job)
+                self._backend.submit(job)
             except LogClosed as exc:  # closed already: it fails like any late call
                 if not job.future.done():
                     job.loop.call_soon_threadsafe(_fail, job.future, exc)
@@ -498,10 +353,10 @@ class Log:
         try:
             # Inline only when the loop has nothing else to run: otherwise the thread's
             # fsync overlaps that work instead of holding it up.
-            if _nothing_else_ready(jobs[0].loop) and self._writer.try_inline(jobs):
+            if _nothing_else_ready(jobs[0].loop) and self._backend.try_inline(jobs):
                 return
             for job in jobs:
-                self._writer.submit(job)
+                self._backend.submit(job)
         except LogClosed as exc:
             for job in jobs:
                 if not job.future.done():
@@ -511,7 +366,7 @@ class Log:
         self._check_writable()
         loop = asyncio.get_running_loop()
         call = ClaimCall(loop, loop.create_future(), path, slug, due_at)
-        self._writer.submit(call)
+        self._backend.submit(call)
         await call.future
 
     def _follow(self, path: str, after_offset: int) -> Follow:
@@ -521,16 +376,13 @@ class Log:
             path,
             after_offset,
             self._read_sized,
-            lambda followed: self._writer.submit(FollowJob(followed)),
+            self._backend.follow,
         )
 
 
-def _shutdown(writer: Writer, reader: sqlite3.Connection | None, feed: Feed) -> None:
+def _shutdown(backend: LogBackend, feed: Feed) -> None:
     wake(feed.close_all())
-    writer.request_close()
-    writer.join()
-    if reader is not None:
-        reader.close()
+    backend.shutdown()
 
 
 class Stream:
@@ -608,8 +460,8 @@ class Stream:
                 and not log._closed
                 and _nothing_else_ready(loop := asyncio.get_running_loop())
             ):
-                # The commonest call, committed at once on an idle loop: see Writer.commit_lone.
-                committed = log._writer.commit_lone(self.path, event, loop)
+                # The commonest call, committed at once on an idle loop (LogBackend.commit_lone).
+                committed = log._backend.commit_lone(self.path, event, loop)
                 if committed is not None:
                     return committed
             return await log._submit_append(self.path, [event])
@@ -626,8 +478,8 @@ class Stream:
 
     async def head(self) -> int:
         """The durable head: the highest committed offset of this path (0 if it is empty)."""
-        path = self.path
-        return await self.log.query(lambda conn: durable_head(conn, path))
+        self.log._check_open()
+        return await self.log._backend.head(self.path)
 
     def follow(self, after_offset: int = 0) -> Follow:
         """Yield ``(events, ScannedRange(after, through))`` from ``after_offset`` on, forever.
@@ -661,15 +513,8 @@ class Stream:
 
     async def claims(self) -> dict[str, float]:
         """Every claim on this path: claimant -> due epoch second."""
-        path = self.path
-        return await self.log.query(
-            lambda conn: dict(
-                conn.execute(
-                    "SELECT slug, due_at FROM streamkit_claims WHERE path = ? ORDER BY slug",
-                    (path,),
-                ).fetchall()
-            )
-        )
+        self.log._check_open()
+        return await self.log._backend.claims(self.path)
 
 
 def _has_durable(events: list[Any]) -> bool:

@@ -38,7 +38,7 @@ async def stream(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         return
     if not HAVE_LOG:
         pytest.skip("streamkit/log.py (the SQLite log) is not in this tree yet")
-    from streamkit.log import open_log
+    from streamkit import open_log
 
     log = open_log(tmp_path / "contract.db")
     try:

@@ -23,11 +23,12 @@ from streamkit import (
     ProcessorStream,
     StorageBusy,
     StorageError,
+    open_log,
 )
 from streamkit.backends.sqlite._read import make_event
 from streamkit.errors import LeaseLost, LogTampered
 from streamkit.events import EventInput, StreamEvent, format_timestamp
-from streamkit.log import Log, open_log
+from streamkit.log import Log
 
 
 def order(n: int, **extra: Any) -> dict[str, Any]:
@@ -736,7 +737,7 @@ async def test_a_lone_append_commits_inline_only_when_asked(log_file: Path, inli
     log = open_log(log_file, inline_commits=inline)
     try:
         threads: set[int] = set()
-        log._writer._conn.set_trace_callback(
+        log._backend.writer._conn.set_trace_callback(
             lambda sql: threads.add(threading.get_ident()) if sql.startswith("INSERT") else None
         )
         await log.stream().append(order(1))
@@ -805,7 +806,7 @@ async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
     stream = log.stream()
     await stream.append(order(1))
     statements: list[str] = []
-    log._writer._conn.set_trace_callback(statements.append)
+    log._backend.writer._conn.set_trace_callback(statements.append)
     before = log.stats
     (appended,) = await stream.append(
         {
@@ -815,7 +816,7 @@ async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
             "source": {"tool": "cli"},
         }
     )
-    log._writer._conn.set_trace_callback(None)
+    log._backend.writer._conn.set_trace_callback(None)
     assert [statement.split()[0] for statement in statements] == [
         "BEGIN",
         "PRAGMA",
@@ -900,7 +901,7 @@ async def test_a_lone_append_after_a_close_from_another_thread_is_refused(log: L
     """A close begun on another thread (the writer stops accepting) refuses the append."""
     stream = log.stream()
     await stream.append(order(1))
-    await asyncio.to_thread(log._writer.request_close)
+    await asyncio.to_thread(log._backend.writer.request_close)
     with pytest.raises(LogClosed):
         await stream.append(order(2))
 
@@ -910,7 +911,7 @@ async def test_an_inline_commit_waits_out_a_follow_poll_instead_of_handing_over(
 ) -> None:
     """The writer thread polling for a follower holds the connection briefly: wait, stay inline."""
     stream = log.stream()
-    writer = log._writer
+    writer = log._backend.writer
     polling = threading.Event()
     poll = writer._poll
 
@@ -951,7 +952,7 @@ async def test_an_inline_group_refuses_one_call_alone(log_file: Path) -> None:
         stream = log.stream()
         await stream.append(order(0, idempotency_key="taken"))
         threads: set[int] = set()
-        log._writer._conn.set_trace_callback(
+        log._backend.writer._conn.set_trace_callback(
             lambda sql: threads.add(threading.get_ident()) if sql.startswith("INSERT") else None
         )
         before = log.stats.transactions
@@ -976,7 +977,7 @@ async def test_a_group_that_cannot_be_refused_needs_no_savepoint(log_file: Path)
     async with open_log(log_file) as log:
         stream = log.stream()
         statements: list[str] = []
-        log._writer._conn.set_trace_callback(statements.append)
+        log._backend.writer._conn.set_trace_callback(statements.append)
         await asyncio.gather(
             stream.append(order(1)),
             stream.append({"type": "tick", "ephemeral": True}),
@@ -992,7 +993,7 @@ async def test_a_group_that_cannot_be_refused_needs_no_savepoint(log_file: Path)
 async def test_the_writer_polls_only_when_no_transaction_looked_lately(log_file: Path) -> None:
     """Every commit looks for other processes' commits, so the follow poll waits behind the latest."""
     async with open_log(log_file) as log:
-        writer = log._writer
+        writer = log._backend.writer
         polls: list[float] = []
         poll = writer._poll
 
@@ -1021,7 +1022,7 @@ async def test_a_group_commits_on_the_thread_while_the_loop_has_other_work(log_f
     async with open_log(log_file) as log:
         stream = log.stream()
         threads: set[int] = set()
-        log._writer._conn.set_trace_callback(
+        log._backend.writer._conn.set_trace_callback(
             lambda sql: threads.add(threading.get_ident()) if sql.startswith("INSERT") else None
         )
         loop = asyncio.get_running_loop()

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from streamkit import OffsetConflict
+from streamkit import OffsetConflict, open_log
 from streamkit.backends.sqlite._writer import BLOCK_MIN
-from streamkit.log import Log, open_log
+from streamkit.log import Log
 
 
 def durable(n: int, **extra: Any) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from streamkit import InvalidRequest, ScannedRange, StreamEvent
-from streamkit.log import Log, open_log
+from streamkit import InvalidRequest, ScannedRange, StreamEvent, open_log
+from streamkit.log import Log
 from streamkit.log import _follow as follow_internals
 
 Push = tuple[list[StreamEvent], ScannedRange]

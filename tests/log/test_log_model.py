@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from streamkit import IdempotencyConflict, OffsetConflict, StreamEvent
-from streamkit.log import Log, open_log
+from streamkit import IdempotencyConflict, OffsetConflict, StreamEvent, open_log
+from streamkit.log import Log
 
 PATHS = ("/", "/b")
 

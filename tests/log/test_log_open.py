@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from streamkit import InvalidRequest, LogOpenError, open_log
+from streamkit import InvalidConfig, InvalidRequest, LogOpenError, open_log
 from streamkit.checkpoint import ReduceCheckpointTable
 from streamkit.cli import main
+from streamkit.config import load_config
 
 
 def run(*argv: str) -> tuple[int, str]:
@@ -106,3 +107,56 @@ def test_a_log_that_cannot_be_written_says_so_and_still_reads(read_only_dir: Pat
     assert json.loads(out)["state"] == {"n": 3}
     code, out = run("append", "--db", str(path), "item")
     assert code == 1
+
+
+async def test_a_sqlite_url_opens_the_file_it_names(tmp_path: Path) -> None:
+    """sqlite:///abs/path and a plain path open the same log; sqlite://:memory: is in memory."""
+    path = tmp_path / "url.db"
+    async with open_log(f"sqlite://{path}") as log:
+        assert log.path == str(path)
+        await log.stream("/").append({"type": "a"})
+    async with open_log(path) as log:
+        assert await log.stream("/").head() == 1
+    async with open_log("sqlite://:memory:") as log:
+        assert log.path == ":memory:"
+        assert await log.stream("/").head() == 0
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        ("postgresql://app@localhost/app", "postgresql://"),
+        ("redis://localhost", "redis://"),
+        ("sqlite://", "names no file"),
+    ],
+)
+def test_a_target_no_backend_serves_is_refused_and_nothing_is_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, said: str
+) -> None:
+    """An unknown scheme (or an empty sqlite:// target) is LOG_OPEN_REFUSED; no file appears."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LogOpenError, match=said) as caught:
+        open_log(target)
+    assert "nothing was opened" in caught.value.message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_db_option_takes_a_sqlite_url(tmp_path: Path) -> None:
+    """--db sqlite://PATH appends and reads the file; another scheme is refused with its code."""
+    db = tmp_path / "cli.db"
+    assert run("append", "--db", f"sqlite://{db}", "item", "--payload", '{"n": 1}')[0] == 0
+    code, out = run("read", "--db", f"sqlite://{db}", "--json")
+    assert code == 0
+    assert json.loads(out.splitlines()[0])["payload"] == {"n": 1}
+    assert run("read", "--db", "postgresql://x/y")[0] == 1
+
+
+def test_a_config_db_may_be_a_sqlite_url_and_another_scheme_is_refused(tmp_path: Path) -> None:
+    """db = "sqlite://..." in streamkit.toml is the file; db = "postgresql://..." is INVALID_CONFIG."""
+    good = tmp_path / "good.toml"
+    good.write_text(f'db = "sqlite://{tmp_path}/h.db"\n')
+    assert load_config(good).db == tmp_path / "h.db"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('db = "postgresql://x/y"\n')
+    with pytest.raises(InvalidConfig, match=r"db: no installed backend serves postgresql://"):
+        load_config(bad)

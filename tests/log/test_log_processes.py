@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support import SUPPORT
 
-from streamkit.log import open_log
+from streamkit import open_log
 
 CHILD = SUPPORT / "log_child.py"
 

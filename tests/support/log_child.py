@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from streamkit.log import open_log
+from streamkit import open_log
 
 
 def wait_for(go: str) -> None:

@@ -56,6 +56,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamkit._requests import (
+    AppendCall,
+    ClaimCall,
+    CloseJob,
+    FollowJob,
+    Job,
+    QueryJob,
+    TransactionJob,
+    WriteCall,
+    resolve_close,
+    settle,
+)
 from streamkit.backends.sqlite._read import (
     decode_json,
     durable_head,
@@ -81,18 +93,6 @@ from streamkit.events import (
     same_body,
 )
 from streamkit.log._follow import Feed, Push, WakeList
-from streamkit.log._jobs import (
-    AppendCall,
-    ClaimCall,
-    CloseJob,
-    FollowJob,
-    Job,
-    QueryJob,
-    TransactionJob,
-    WriteCall,
-    resolve_close,
-    settle,
-)
 from streamkit.protocols import Clock
 
 __all__ = ["Writer"]

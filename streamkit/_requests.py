@@ -1,7 +1,9 @@
-"""What callers hand the log's writer thread, and how their futures are settled.
+"""The requests a :class:`~streamkit.log.Log` hands its backend, and how their futures settle.
 
-Each job carries the caller's event loop and an asyncio future; the writer
-fills in ``result`` or ``error`` and settles every job of a group with one
+They are the vocabulary of the backend boundary (:class:`~streamkit.protocols.LogBackend`):
+the log validates and prepares, the backend executes. Each job carries the
+caller's event loop and an asyncio future; the backend fills in ``result`` or
+``error`` and settles every job of a group with one
 ``call_soon_threadsafe`` per loop (:func:`settle`). A caller that cancelled its
 wait is skipped: the outcome stands regardless (an append may still commit).
 """
@@ -9,23 +11,29 @@ wait is skipped: the outcome stands regardless (an append may still commit).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from streamkit.events import PreparedEvent, StreamEvent
 
-Fence = Callable[[sqlite3.Connection], None]
+Connection = Any
+"""The backend's own connection inside a transaction (a ``sqlite3.Connection`` for SQLite).
+
+Fences, seals and ``write_transaction`` functions are written for one backend;
+the log passes the handle through without looking at it."""
+
+Fence = Callable[[Connection], None]
 """Run inside an append's transaction before any row is written; a StreamkitError refuses it."""
 
-Seal = Callable[[sqlite3.Connection, list[StreamEvent]], None]
+Seal = Callable[[Connection, list[StreamEvent]], None]
 """Run inside an append's transaction after its rows are written (a control record's own row)."""
 
 __all__ = [
     "AppendCall",
     "ClaimCall",
     "CloseJob",
+    "Connection",
     "Fence",
     "FollowJob",
     "Job",
@@ -136,7 +144,7 @@ class TransactionJob(Job):
         self,
         loop: asyncio.AbstractEventLoop,
         future: asyncio.Future[Any],
-        fn: Callable[[sqlite3.Connection], Any],
+        fn: Callable[[Connection], Any],
     ) -> None:
         super().__init__(loop, future)
         self.fn = fn
@@ -151,7 +159,7 @@ class QueryJob(Job):
         self,
         loop: asyncio.AbstractEventLoop,
         future: asyncio.Future[Any],
-        fn: Callable[[sqlite3.Connection], Any],
+        fn: Callable[[Connection], Any],
     ) -> None:
         super().__init__(loop, future)
         self.fn = fn

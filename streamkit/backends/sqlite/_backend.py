@@ -1,0 +1,200 @@
+"""The SQLite backend of a log: one file, one writer connection, one reader connection.
+
+:class:`SqliteLogBackend` implements :class:`~streamkit.protocols.LogBackend`.
+The writer connection belongs to the writer thread (:mod:`._writer`), which
+runs every write request in order (group commits, claims, transactions); the
+reader connection serves reads on the caller's thread, so a read never queues
+behind a commit (WAL gives it a snapshot of the committed log). An in-memory
+database cannot be shared between two connections without the writer's
+commits making the reader fail (SQLITE_LOCKED under a shared cache), so there
+every read is a request to the writer thread instead.
+
+Every ``sqlite3`` failure of a read leaves here as a
+:class:`~streamkit.errors.StorageError` (or ``StorageBusy``), never raw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from streamkit._requests import AppendCall, FollowJob, Job, QueryJob, TransactionJob
+from streamkit.backends.sqlite._read import durable_head, read_page, read_page_sized, stream_paths
+from streamkit.backends.sqlite._schema import (
+    MEMORY,
+    connect_read_only,
+    connect_reader,
+    connect_writer,
+    storage_error,
+)
+from streamkit.backends.sqlite._wal_guard import WalIdentity
+from streamkit.backends.sqlite._writer import Writer
+from streamkit.errors import InvalidRequest
+from streamkit.events import PreparedEvent, ReadPage, StreamEvent
+from streamkit.log._follow import Feed
+from streamkit.protocols import Clock, LogStats
+
+__all__ = ["SqliteLogBackend"]
+
+T = TypeVar("T")
+
+_CLAIMS = "SELECT slug, due_at FROM streamkit_claims WHERE path = ? ORDER BY slug"
+
+
+class SqliteLogBackend:
+    """A log's storage in one SQLite file (or ``":memory:"``)."""
+
+    def __init__(
+        self,
+        path: str,
+        feed: Feed,
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        clock: Clock = time.time,
+        busy_timeout: float = 5.0,
+        read_only: bool = False,
+    ) -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise InvalidRequest(
+                f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}; nothing was opened",
+                details={"synchronous": repr(synchronous)},
+            )
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, int | float)
+            or not math.isfinite(busy_timeout)
+            or busy_timeout < 0
+        ):
+            raise InvalidRequest(
+                f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}; "
+                "nothing was opened",
+                details={"busy_timeout": repr(busy_timeout)},
+            )
+        memory = path == MEMORY
+        if read_only:
+            if memory:
+                raise InvalidRequest(
+                    "an in-memory log cannot be opened read-only (it would be empty); nothing "
+                    "was opened"
+                )
+            conn = connect_read_only(path, busy_timeout=busy_timeout)
+        else:
+            conn = connect_writer(path, synchronous=synchronous, busy_timeout=busy_timeout)
+        reader: sqlite3.Connection | None = None
+        if not memory:
+            try:
+                reader = (
+                    connect_read_only(path, busy_timeout=busy_timeout)
+                    if read_only
+                    else connect_reader(path, busy_timeout=busy_timeout)
+                )
+            except BaseException:
+                conn.close()
+                raise
+        self.path = path
+        self._reader = reader
+        self._reader_lock = threading.Lock()
+        self.writer = Writer(
+            conn,
+            token=secrets.token_hex(8),
+            clock=clock,
+            feed=feed,
+            persistent=not memory,
+            busy_timeout=busy_timeout,
+            wal=None if memory or read_only else WalIdentity(path),
+        )
+
+    # -- writes: requests to the writer thread ------------------------------------------
+
+    def submit(self, job: Job | FollowJob) -> None:
+        """Queue ``job`` for the writer thread (raises LogClosed once closing)."""
+        self.writer.submit(job)
+
+    def try_inline(self, jobs: list[AppendCall] | list[TransactionJob]) -> bool:
+        """Run ``jobs`` now on this thread if the writer is idle; False to queue them."""
+        return self.writer.try_inline(jobs)
+
+    def commit_lone(
+        self, path: str, event: PreparedEvent, loop: asyncio.AbstractEventLoop
+    ) -> list[StreamEvent] | None:
+        """Commit one plain event now if the writer is idle; None to queue it."""
+        return self.writer.commit_lone(path, event, loop)
+
+    def follow(self, path: str) -> None:
+        """Start pushing other processes' commits on ``path`` to the feed."""
+        self.writer.submit(FollowJob(path))
+
+    def request_close(
+        self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
+    ) -> None:
+        """Stop taking requests; queued ones finish, then the connections close."""
+        self.writer.request_close(waiter)
+
+    def shutdown(self) -> None:
+        """Close and wait for the writer thread (blocking), then close the reader."""
+        self.writer.request_close()
+        self.writer.join()
+        if self._reader is not None:
+            self._reader.close()
+
+    def stats(self) -> LogStats:
+        """The writer's counters since the log was opened."""
+        w = self.writer
+        return LogStats(
+            transactions=w.transactions,
+            appended=w.appended,
+            ephemeral=w.ephemeral,
+            ephemeral_reservations=w.ephemeral_reservations,
+            refused=w.refused,
+        )
+
+    # -- reads: the reader connection -----------------------------------------------------
+
+    async def query(
+        self, fn: Callable[[sqlite3.Connection], T], what: str = "reading the log"
+    ) -> T:
+        """Run read-only ``fn(conn)`` on the reader connection (the writer's, in memory)."""
+        if self._reader is None:
+            loop = asyncio.get_running_loop()
+            job = QueryJob(loop, loop.create_future(), fn)
+            self.writer.submit(job)
+            result: T = await job.future
+            return result
+        with self._reader_lock:
+            try:
+                return fn(self._reader)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, what) from exc
+
+    async def read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
+        """Durable events of ``path`` after ``after``, with the scanned-range proof."""
+        return await self.query(
+            lambda conn: read_page(conn, path, after, limit, upto), f"reading {path!r}"
+        )
+
+    async def read_sized(
+        self, path: str, after: int, limit: int, upto: int | None
+    ) -> tuple[ReadPage, int]:
+        """:meth:`read`, with the bytes of stored JSON the page holds (for follow budgets)."""
+        return await self.query(
+            lambda conn: read_page_sized(conn, path, after, limit, upto), f"reading {path!r}"
+        )
+
+    async def head(self, path: str) -> int:
+        """The durable head of ``path`` (0 if empty)."""
+        return await self.query(lambda conn: durable_head(conn, path))
+
+    async def paths(self) -> list[str]:
+        """Every path holding a durable event, sorted."""
+        return await self.query(stream_paths)
+
+    async def claims(self, path: str) -> dict[str, float]:
+        """Every claim on ``path``: claimant -> due epoch second."""
+        rows: list[Any] = await self.query(lambda conn: conn.execute(_CLAIMS, (path,)).fetchall())
+        return dict(rows)
