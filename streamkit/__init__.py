@@ -5,7 +5,8 @@ The public names live here; everything else is an implementation detail.
 
 from streamkit._json_diff import diff_json
 from streamkit.backends import open_log
-from streamkit.checkpoint import CheckpointStorage, ReduceCheckpoint, ReduceCheckpointTable
+from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
+from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.config import HostConfig
 from streamkit.contract import EventDefinition, ProcessorContract, define_processor_contract
 from streamkit.control import ControlClient
@@ -43,7 +44,7 @@ from streamkit.host import ProcessorHost
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot, LiveState, apply_delta
 from streamkit.log import Log, Stream
 from streamkit.processor import Delivery, ProcessEventArgs, StreamProcessor, consumes_event
-from streamkit.protocols import Clock, ProcessorStream
+from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream
 
 __version__ = "0.1.0"
 

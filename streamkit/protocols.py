@@ -16,14 +16,27 @@ nothing needs to inherit from streamkit classes.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from streamkit._requests import AppendCall, Connection, FollowJob, Job, TransactionJob
+from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import EventInput, PreparedEvent, ReadPage, StreamEvent
 
-__all__ = ["Clock", "LogBackend", "LogStats", "ProcessorStream"]
+__all__ = [
+    "RELEASED",
+    "CheckpointStorage",
+    "Clock",
+    "HostStore",
+    "Lease",
+    "LeaseGuard",
+    "LeaseRenewer",
+    "LogBackend",
+    "LogStats",
+    "ProcessorStream",
+]
 
 T = TypeVar("T")
 
@@ -138,4 +151,191 @@ class LogBackend(Protocol):
 
     async def claims(self, path: str) -> dict[str, float]:
         """Every claim on ``path``: claimant -> due epoch second."""
+        ...
+
+
+@runtime_checkable
+class CheckpointStorage(Protocol):
+    """Where a :class:`~streamkit.engine.ProcessorEngine` keeps its checkpoints.
+
+    Async so that a host may run the write off the event loop (in its writer
+    thread, say). :class:`~streamkit.ReduceCheckpointTable` is the SQLite implementation.
+    """
+
+    async def load(self, slug: str) -> ReduceCheckpoint | None:
+        """The checkpoint of ``slug``, or ``None`` if it never wrote one."""
+        ...
+
+    async def save(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+    ) -> None:
+        """Write the checkpoint of ``slug`` in one statement.
+
+        ``state_json=None`` keeps the stored state. A state over
+        :data:`~streamkit.checkpoint.MAX_CHECKPOINT_STATE_BYTES` raises
+        :class:`~streamkit.errors.CheckpointTooLarge` and writes nothing.
+        """
+        ...
+
+
+RELEASED = -math.inf
+"""The ``expires_at`` of a lease its holder gave up: expired at every instant, and
+telling "given up" apart from "timed out"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A lease as stored: who holds ``(path, slug)``, under which generation, until when."""
+
+    path: str
+    slug: str
+    owner: str
+    generation: int
+    expires_at: float
+    """Epoch seconds by the holder's clock; ``-inf`` once the holder released it."""
+    beat: int = 0
+    """Renewals under this generation: a taker watches it to see the holder is alive."""
+
+    def same_row(self, other: Lease) -> bool:
+        """Whether ``other`` is this row unchanged: same owner, generation and beat."""
+        return (self.owner, self.generation, self.beat, self.expires_at) == (
+            other.owner,
+            other.generation,
+            other.beat,
+            other.expires_at,
+        )
+
+    @property
+    def released(self) -> bool:
+        """Whether the holder gave the lease up (rather than letting it expire)."""
+        return self.expires_at == RELEASED
+
+    def held_at(self, now: float) -> bool:
+        """Whether the lease is still in force at epoch second ``now``."""
+        return now < self.expires_at
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data for status output (``expires_at`` is ``None`` once released)."""
+        return {
+            "path": self.path,
+            "slug": self.slug,
+            "owner": self.owner,
+            "generation": self.generation,
+            "expires_at": None if self.released else self.expires_at,
+            "beat": self.beat,
+            "released": self.released,
+        }
+
+
+class LeaseGuard(Protocol):
+    """A lease a host holds, as a write asks of it: may this host still write under it?"""
+
+    def check(self) -> None:
+        """Raise :class:`~streamkit.errors.LeaseLost` unless the lease is in force locally."""
+        ...
+
+    def fence(self, conn: Connection) -> None:
+        """Inside a write transaction: the local check, then the stored lease row."""
+        ...
+
+
+class LeaseRenewer(Protocol):
+    """A connection of its own that renews leases off the event loop (the host's keeper thread).
+
+    Blocking by design: it runs on a thread, so renewals go on while the
+    loop is busy with a long batch.
+    """
+
+    def renew(self, lease: Lease, now: float, ttl: float) -> Lease:
+        """Renew ``lease`` in its own transaction; LeaseLost if another holds it now."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection (a later :meth:`renew` reconnects)."""
+        ...
+
+
+class HostStore(Protocol):
+    """What a host keeps beside the log, in the log's own storage: the host half of a backend.
+
+    Leases (one holder per ``(path, slug)``, fencing generations, takeover
+    only of a row watched unrenewed), fenced checkpoints, operator skips with
+    their records, the host registry and the durable status. Every write
+    that a lease guards runs its fence inside the same transaction.
+    """
+
+    async def prepare(self) -> None:
+        """Create what the host keeps (idempotent, safe when several hosts start at once)."""
+        ...
+
+    async def read_lease(self, path: str, slug: str) -> Lease | None:
+        """The stored lease of ``(path, slug)``, or None if none was ever taken."""
+        ...
+
+    async def try_acquire(
+        self,
+        path: str,
+        slug: str,
+        owner: str,
+        now: float,
+        ttl: float,
+        *,
+        stale: Lease | None = None,
+    ) -> Lease | None:
+        """Take a free (or released, or ``stale`` and unchanged) lease; None if another holds it."""
+        ...
+
+    async def release(self, lease: Lease) -> bool:
+        """Give ``lease`` up, keeping its generation; False if it was no longer held."""
+        ...
+
+    def check_fence(self, conn: Connection, lease: Lease, now: float) -> None:
+        """Inside a write transaction: LeaseLost unless ``lease`` is the stored, unexpired row."""
+        ...
+
+    def lease_renewer(self, timeout: float) -> LeaseRenewer:
+        """A renewer with a connection of its own (waits at most ``timeout`` for a lock)."""
+        ...
+
+    def checkpoints(self, guard: LeaseGuard) -> CheckpointStorage:
+        """Checkpoint storage whose every save is fenced by ``guard`` in its transaction."""
+        ...
+
+    async def stored_snapshot(self, slug: str) -> dict[str, Any]:
+        """``{offset, state, version, source}`` of ``slug``'s checkpoint; InvalidRequest if none."""
+        ...
+
+    async def load_skips(self) -> dict[tuple[str, str], set[int]]:
+        """Every recorded skip: ``(path, slug) -> {offsets}``."""
+        ...
+
+    async def verified_skip(self, event: StreamEvent) -> tuple[str, int] | None:
+        """``(slug, offset)`` of a skip event the verb wrote (its record beside it), else None."""
+        ...
+
+    async def record_skip(
+        self, path: str, slug: str, offset: int, *, by: str, reason: str
+    ) -> StreamEvent:
+        """Skip ``offset`` for ``slug``: the skip event and its record in one transaction."""
+        ...
+
+    async def register(self, owner: str, socket: str, pid: int, now: float) -> None:
+        """Enter this host in the registry (where its control socket is)."""
+        ...
+
+    async def deregister(self, owner: str) -> None:
+        """Remove this host from the registry."""
+        ...
+
+    async def durable_status(self, now: float | None = None) -> list[dict[str, Any]]:
+        """One row per known ``(path, slug)``: version, cursor, head, lag, lease and claim."""
+        ...
+
+    async def durable_lag(self, path: str, cursor: int) -> int:
+        """Durable events of ``path`` after ``cursor``."""
         ...

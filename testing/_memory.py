@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
-from streamkit.checkpoint import ReduceCheckpointTable
+from streamkit import ReduceCheckpointTable
 from streamkit.errors import IdempotencyConflict, InvalidRequest, OffsetConflict
 from streamkit.events import (
     MAX_OFFSET,

@@ -14,11 +14,14 @@ from typing import Literal
 
 from streamkit._targets import sqlite_target
 from streamkit.backends.sqlite._backend import SqliteLogBackend
+from streamkit.backends.sqlite.host_store import SqliteHostStore
+from streamkit.backends.sqlite.registry import registered_sockets as _sqlite_sockets
+from streamkit.errors import InvalidRequest
 from streamkit.log import Log
 from streamkit.log._follow import MAX_BUFFERED_BYTES
-from streamkit.protocols import Clock
+from streamkit.protocols import Clock, HostStore
 
-__all__ = ["open_log"]
+__all__ = ["host_store", "open_log", "registered_sockets"]
 
 
 def open_log(
@@ -73,3 +76,23 @@ def open_log(
         follower_bytes=follower_bytes,
         read_only=read_only,
     )
+
+
+def host_store(log: Log) -> HostStore:
+    """What a host keeps beside ``log``, in the log's own backend."""
+    if isinstance(log.backend, SqliteLogBackend):
+        return SqliteHostStore(log)
+    raise InvalidRequest(
+        f"the log {log.path!r} has no host store (its backend, {type(log.backend).__name__}, "
+        "keeps no leases or checkpoints); nothing was done; run hosts on a SQLite log",
+        details={"path": log.path},
+    )
+
+
+def registered_sockets(target: str, slug: str | None = None) -> list[str]:
+    """The control sockets of the hosts registered on ``target``, the holder of ``slug`` first.
+
+    Reads without opening a log (a client asking where to send a request);
+    empty when nothing is registered yet.
+    """
+    return _sqlite_sockets(sqlite_target(target), slug)

@@ -20,9 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from streamkit.backends import open_log
-from streamkit.backends.sqlite.registry import registered_sockets
-from streamkit.backends.sqlite.status import checkpoint_snapshot
+from streamkit.backends import host_store, open_log, registered_sockets
 from streamkit.control._control import host_socket
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import MAX_OFFSET
@@ -153,4 +151,4 @@ async def stored_snapshot(log: Log, slug: str) -> dict[str, Any]:
     checkpoint in the log is refused with
     :class:`~streamkit.errors.InvalidRequest`; nothing is written either way.
     """
-    return await checkpoint_snapshot(log, slug)
+    return await host_store(log).stored_snapshot(slug)

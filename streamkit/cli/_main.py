@@ -38,9 +38,7 @@ from typing import Any, TextIO
 
 from streamkit import __version__
 from streamkit._targets import sqlite_target
-from streamkit.backends import open_log
-from streamkit.backends.sqlite.skips import record_skip
-from streamkit.backends.sqlite.status import checkpoint_snapshot, durable_status
+from streamkit.backends import host_store, open_log
 from streamkit.cli._args import (
     existing_log,
     host_socket_for,
@@ -407,7 +405,7 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
 
         async def run() -> list[dict[str, Any]]:
             async with existing_log(args.db) as log:
-                return await durable_status(log)
+                return await host_store(log).durable_status()
 
         status = {"host": None, "hosts": [], "processors": asyncio.run(run())}
     if args.json:
@@ -533,7 +531,7 @@ def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
 
         async def run() -> dict[str, Any]:
             async with existing_log(args.db) as log:
-                return await checkpoint_snapshot(log, args.slug)
+                return await host_store(log).stored_snapshot(args.slug)
 
         snapshot = asyncio.run(run())
     if args.json:
@@ -643,8 +641,8 @@ def _cmd_skip(args: argparse.Namespace, out: TextIO) -> int:
 
         async def run() -> StreamEvent:
             async with existing_log(args.db) as log:
-                return await record_skip(
-                    log, args.path or "/", args.slug, args.offset, by=by, reason=args.reason
+                return await host_store(log).record_skip(
+                    args.path or "/", args.slug, args.offset, by=by, reason=args.reason
                 )
 
         event = asyncio.run(run())

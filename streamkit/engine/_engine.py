@@ -41,7 +41,6 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel
 
-from streamkit.checkpoint import CheckpointStorage
 from streamkit.contract import ProcessorContract
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
 from streamkit.engine._fold import Fold, report
@@ -58,7 +57,7 @@ from streamkit.errors import (
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.live_state import LiveSnapshot, LiveState
 from streamkit.processor import ProcessEventArgs, StreamProcessor, Work
-from streamkit.protocols import Clock, ProcessorStream
+from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream
 
 __all__ = [
     "PAGE_SIZE",

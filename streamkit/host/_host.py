@@ -58,23 +58,8 @@ from typing import Any
 
 import structlog
 
-from streamkit.backends import open_log
-from streamkit.backends.sqlite.fenced import ensure_host_tables
-from streamkit.backends.sqlite.leases import read_lease, release, try_acquire
-from streamkit.backends.sqlite.registry import deregister, ensure_hosts_table, register
-from streamkit.backends.sqlite.skips import (
-    SKIP_EVENT,
-    ensure_skip_table,
-    load_skips,
-    record_skip,
-    verified_skip,
-)
-from streamkit.backends.sqlite.status import (
-    checkpoint_snapshot,
-    durable_lag,
-    durable_status,
-    shown_cursor,
-)
+from streamkit.backends import host_store, open_log
+from streamkit.checkpoint import shown_cursor
 from streamkit.config import HostConfig, resolve_processors
 from streamkit.control._control import ControlServer
 from streamkit.control._socket import check_private_directory
@@ -94,7 +79,8 @@ from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot
 from streamkit.log._follow import Follow
 from streamkit.log._log import Log
 from streamkit.processor import StreamProcessor
-from streamkit.protocols import Clock
+from streamkit.protocols import Clock, HostStore
+from streamkit.skips import SKIP_EVENT
 
 __all__ = ["ProcessorHost", "Subscription"]
 
@@ -195,6 +181,7 @@ class ProcessorHost:
         _check_entries(entries)
         self._entries = entries
         self.log: Log | None = None
+        self.store: HostStore | None = None
         self.runners: list[ProcessorRunner] = []
         self._alarm: Alarm | None = None
         self._keeper: LeaseKeeper | None = None
@@ -242,8 +229,9 @@ class ProcessorHost:
         )
         self.log = log
         try:
-            await log.write_transaction(_create_tables)
-            skips = await load_skips(log)
+            store = self.store = host_store(log)
+            await store.prepare()
+            skips = await store.load_skips()
             self._alarm = Alarm(self.runners, clock=self.clock)
             for entry in self._entries:
                 slug = entry.processor.contract.slug
@@ -253,6 +241,7 @@ class ProcessorHost:
                         path=entry.path,
                         label=entry.label,
                         log=log,
+                        store=store,
                         retry=config.retry,
                         clock=self.clock,
                         skipped=skips.get((entry.path, slug), set()),
@@ -261,9 +250,9 @@ class ProcessorHost:
                     )
                 )
             loop = asyncio.get_running_loop()
-            # HostConfig refuses ":memory:", so the keeper can always open the file.
+            # HostConfig refuses ":memory:", so the keeper can always reach the file.
             self._keeper = LeaseKeeper(
-                str(config.db),
+                store.lease_renewer(min(5.0, config.lease.heartbeat_interval)),
                 interval=config.lease.heartbeat_interval,
                 ttl=config.lease.ttl,
                 clock=self.clock,
@@ -313,11 +302,7 @@ class ProcessorHost:
                 "host.default_socket_taken", default=str(config.socket_path), socket=str(path)
             )
         self.socket_path = path
-        await log.write_transaction(
-            functools.partial(
-                register, owner=self.owner, socket=str(path), pid=os.getpid(), now=self.clock()
-            )
-        )
+        await self._require_store().register(self.owner, str(path), os.getpid(), self.clock())
 
     async def stop(self, grace: float | None = None) -> None:
         """Finish in-flight batches, settle background work, release leases, close. Idempotent."""
@@ -355,14 +340,14 @@ class ProcessorHost:
             if lease is None:
                 continue
             try:
-                if await log.write_transaction(functools.partial(release, lease=lease)):
+                if await self._require_store().release(lease):
                     _log.info("lease.released", slug=runner.slug, path=runner.path)
             except StreamkitError as exc:
                 _log.warning("lease.release_failed", slug=runner.slug, error=exc.message)
             runner.held = None
         if self.socket_path is not None:
             try:
-                await log.write_transaction(functools.partial(deregister, owner=self.owner))
+                await self._require_store().deregister(self.owner)
             except StreamkitError as exc:
                 _log.warning("host.deregister_failed", error=exc.message)
         await log.aclose()
@@ -422,7 +407,8 @@ class ProcessorHost:
         ttl = self.config.lease.ttl
         if runner.held is not None and runner.engine is not None:
             return  # the lease keeper renews it, off the loop
-        row = await log.query(functools.partial(read_lease, path=runner.path, slug=runner.slug))
+        store = self._require_store()
+        row = await store.read_lease(runner.path, runner.slug)
         stale = None
         if row is not None and not row.released and row.owner != self.owner:
             # Another owner's lease: taken only once this host has watched the very
@@ -438,22 +424,16 @@ class ProcessorHost:
             stale = row
         started = time.monotonic()
         try:
-            taken = await log.write_transaction(
-                functools.partial(
-                    try_acquire,
-                    path=runner.path,
-                    slug=runner.slug,
-                    owner=self.owner,
-                    now=self.clock(),
-                    ttl=ttl,
-                    stale=stale,
-                )
+            taken = await store.try_acquire(
+                runner.path, runner.slug, self.owner, self.clock(), ttl, stale=stale
             )
         finally:
             runner.observed = None
         if taken is None:
             return
-        held = HeldLease(taken, ttl=ttl, renewal_started=started, clock=self.clock)
+        held = HeldLease(
+            taken, store.check_fence, ttl=ttl, renewal_started=started, clock=self.clock
+        )
         try:
             claims = await log.stream(runner.path).claims()
         except StreamkitError as exc:
@@ -523,7 +503,7 @@ class ProcessorHost:
         self, runners: Sequence[ProcessorRunner], event: StreamEvent
     ) -> None:
         try:
-            found = await verified_skip(self._require_log(), event)
+            found = await self._require_store().verified_skip(event)
         except StreamkitError as exc:
             _log.warning("skip.check_failed", offset=event.offset, error=exc.message)
             return
@@ -617,7 +597,7 @@ class ProcessorHost:
                 "source": "engine",
             }
 
-        return await checkpoint_snapshot(self._require_log(), slug)
+        return await self._require_store().stored_snapshot(slug)
 
     async def live_snapshot(self, slug: str, path: str | None = None) -> LiveSnapshot:
         """``(rev, projection)`` of a processor this host runs (the watch seed)."""
@@ -666,8 +646,8 @@ class ProcessorHost:
     ) -> StreamEvent:
         """Move ``slug`` past the event at ``offset``; the decision is a durable skip event."""
         runner = self.runner(slug, path)
-        event = await record_skip(
-            self._require_log(), runner.path, slug, offset, by=by, reason=reason
+        event = await self._require_store().record_skip(
+            runner.path, slug, offset, by=by, reason=reason
         )
         if offset not in runner.skipped:
             runner.skip(offset)
@@ -685,7 +665,8 @@ class ProcessorHost:
     async def status(self) -> dict[str, Any]:
         """The host and each processor: cursor, head, lag, lease, claim, stalled, rates."""
         log = self._require_log()
-        durable = {(row["path"], row["slug"]): row for row in await durable_status(log)}
+        store = self._require_store()
+        durable = {(row["path"], row["slug"]): row for row in await store.durable_status()}
         now_mono = time.monotonic()
         processors = []
         for runner in self.runners:
@@ -696,9 +677,7 @@ class ProcessorHost:
             cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
             lag = None
             if cursor is not None:
-                lag = await log.query(
-                    functools.partial(durable_lag, path=runner.path, cursor=cursor)
-                )
+                lag = await store.durable_lag(runner.path, cursor)
             lease = row.get("lease")
             incidents = runner.engine.incidents if runner.engine is not None else {}
             processors.append(
@@ -763,11 +742,10 @@ class ProcessorHost:
             raise InvalidRequest("the host is not started; call start() first")
         return self.log
 
-
-def _create_tables(conn: Any) -> None:
-    ensure_host_tables(conn)
-    ensure_skip_table(conn)
-    ensure_hosts_table(conn)
+    def _require_store(self) -> HostStore:
+        if self.store is None:
+            raise InvalidRequest("the host is not started; call start() first")
+        return self.store
 
 
 def _own_socket(db: Path, owner: str) -> Path:

@@ -10,7 +10,7 @@ past its ttl stops acting the moment it runs again, before it has even heard
 that another host took over.
 
 The :class:`LeaseKeeper` renews every held lease every heartbeat on a thread
-of its own, over a SQLite connection of its own. A batch that holds the event
+of its own, over a connection of its own (the backend's ``LeaseRenewer``). A batch that holds the event
 loop for longer than the ttl (CPU-bound work in ``reduce`` or an effect) does
 not starve the renewal, so the host's own checkpoint is not fenced out from
 under it; the price is that a host whose loop is wedged but whose process
@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 
 import structlog
 
-from streamkit.backends.sqlite.leases import Lease, check_fence, renew
+from streamkit._requests import Connection
 from streamkit.errors import LeaseLost
-from streamkit.protocols import Clock
+from streamkit.protocols import Clock, Lease, LeaseRenewer
 
 __all__ = ["HeldLease", "LeaseKeeper"]
 
@@ -44,11 +43,12 @@ Monotonic = Callable[[], float]
 class HeldLease:
     """A lease this host holds, and the monotonic instant it stops trusting it."""
 
-    __slots__ = ("_clock", "_monotonic", "lease", "lost", "trusted_until", "ttl")
+    __slots__ = ("_check_stored", "_clock", "_monotonic", "lease", "lost", "trusted_until", "ttl")
 
     def __init__(
         self,
         lease: Lease,
+        check_stored: Callable[[Connection, Lease, float], None],
         *,
         ttl: float,
         renewal_started: float,
@@ -56,6 +56,8 @@ class HeldLease:
         monotonic: Monotonic = time.monotonic,
     ) -> None:
         self.lease = lease
+        # The backend's stored half of the fence (HostStore.check_fence).
+        self._check_stored = check_stored
         self.ttl = ttl
         # From when the taking statement was sent, not when it answered: the row
         # may have been written at any instant in between.
@@ -95,10 +97,10 @@ class HeldLease:
                 },
             )
 
-    def fence(self, conn: sqlite3.Connection) -> None:
+    def fence(self, conn: Connection) -> None:
         """The fence of a write transaction: the local check, then the stored row."""
         self.check()
-        check_fence(conn, self.lease, self._clock())
+        self._check_stored(conn, self.lease, self._clock())
 
 
 class LeaseKeeper:
@@ -106,7 +108,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        db: str,
+        renewer: LeaseRenewer,
         *,
         interval: float,
         ttl: float,
@@ -114,7 +116,7 @@ class LeaseKeeper:
         loop: asyncio.AbstractEventLoop,
         monotonic: Monotonic = time.monotonic,
     ) -> None:
-        self._db = db
+        self._renewer = renewer
         self._interval = interval
         self._ttl = ttl
         self._clock = clock
@@ -151,29 +153,18 @@ class LeaseKeeper:
             thread.join()
 
     def _run(self) -> None:
-        # The busy timeout stays well inside the ttl, so one stuck renewal cannot
-        # outlast the lease it is meant to keep.
-        timeout = min(5.0, self._interval)
-        conn: sqlite3.Connection | None = None
         try:
             while not self._stop.wait(self._interval):
                 try:
-                    if conn is None:
-                        conn = sqlite3.connect(self._db, isolation_level=None, timeout=timeout)
-                        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-                    self.renew_all(conn)
+                    self.renew_all()
                 except Exception as exc:
                     # Never die: without renewals every lease lapses. Reconnect next beat.
                     _log.error("lease.keeper_failed", error=repr(exc))
-                    if conn is not None:
-                        with contextlib.suppress(sqlite3.Error):
-                            conn.close()
-                        conn = None
+                    self._renewer.close()
         finally:
-            if conn is not None:
-                conn.close()
+            self._renewer.close()
 
-    def renew_all(self, conn: sqlite3.Connection) -> None:
+    def renew_all(self) -> None:
         """Renew each held lease once, in its own transaction (the thread's one job)."""
         with self._lock:
             items = list(self._held.items())
@@ -182,14 +173,7 @@ class LeaseKeeper:
                 return
             started = self._monotonic()
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    lease = renew(conn, held.lease, self._clock(), self._ttl)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                    raise
+                lease = self._renewer.renew(held.lease, self._clock(), self._ttl)
             except LeaseLost as exc:
                 held.lost = exc
                 self.drop(held)

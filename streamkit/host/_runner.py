@@ -32,9 +32,6 @@ from typing import Any
 
 import structlog
 
-from streamkit.backends.sqlite.fenced import FencedCheckpointStorage
-from streamkit.backends.sqlite.leases import Lease
-from streamkit.backends.sqlite.skips import filter_page, without_skipped
 from streamkit.config import RetrySettings
 from streamkit.engine._engine import BatchInfo, ProcessorEngine
 from streamkit.errors import LeaseLost, StreamkitError
@@ -43,7 +40,8 @@ from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
 from streamkit.log._log import Log, ProcessorStreamView
 from streamkit.processor import StreamProcessor
-from streamkit.protocols import Clock
+from streamkit.protocols import Clock, HostStore, Lease
+from streamkit.skips import filter_page, without_skipped
 
 __all__ = ["ProcessorRunner"]
 
@@ -113,6 +111,7 @@ class ProcessorRunner:
         path: str,
         label: str,
         log: Log,
+        store: HostStore,
         retry: RetrySettings,
         clock: Clock,
         skipped: set[int],
@@ -138,6 +137,7 @@ class ProcessorRunner:
         self.metrics = ProcessorMetrics()
         self.caught_up = False
         self._log = log
+        self._store = store
         self._retry = retry
         self._clock = clock
         self._on_claim = on_claim
@@ -196,7 +196,7 @@ class ProcessorRunner:
         self.engine = ProcessorEngine(
             self.processor,
             stream=self._engine_stream,
-            storage=FencedCheckpointStorage(self._log, held),
+            storage=self._store.checkpoints(held),
             fed_by_pushes=True,
             clock=self._clock,
             on_batch=self._on_batch,

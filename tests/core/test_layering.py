@@ -41,6 +41,7 @@ BASE = {
     "streamkit.protocols",
     "streamkit._requests",
     "streamkit._targets",
+    "streamkit.skips",
     "streamkit.checkpoint",
     "streamkit._json",
     "streamkit._json_diff",
@@ -67,33 +68,6 @@ STRING_IMPORTS_ALLOWED = {
     "streamkit.config",  # processor classes named in streamkit.toml or --processor
     "streamkit.processors._handlers",  # task and replay handlers named by "module:attr"
 }
-
-
-# Crossings of the backend boundary that are still in the code: the log and the host
-# reach SQLite directly until the boundary of streamkit/protocols.py is drawn. The
-# tests below assert this list is exact, so it can only shrink.
-PENDING_BOUNDARY = {
-    ("streamkit.backends.sqlite.fenced", "streamkit.host._lease_keeper"),
-}
-# The host's own tables (leases, checkpoints, skips, the host registry, status reads)
-# are still reached in the SQLite backend's modules by name: the host-store protocol
-# replaces these next. Exact, so it can only shrink.
-PENDING_BACKEND_IMPORTS = {
-    ("streamkit.cli._args", "streamkit.backends.sqlite.registry"),
-    ("streamkit.cli._args", "streamkit.backends.sqlite.status"),
-    ("streamkit.cli._main", "streamkit.backends.sqlite.skips"),
-    ("streamkit.cli._main", "streamkit.backends.sqlite.status"),
-    ("streamkit.host._host", "streamkit.backends.sqlite.fenced"),
-    ("streamkit.host._host", "streamkit.backends.sqlite.leases"),
-    ("streamkit.host._host", "streamkit.backends.sqlite.registry"),
-    ("streamkit.host._host", "streamkit.backends.sqlite.skips"),
-    ("streamkit.host._host", "streamkit.backends.sqlite.status"),
-    ("streamkit.host._lease_keeper", "streamkit.backends.sqlite.leases"),
-    ("streamkit.host._runner", "streamkit.backends.sqlite.fenced"),
-    ("streamkit.host._runner", "streamkit.backends.sqlite.leases"),
-    ("streamkit.host._runner", "streamkit.backends.sqlite.skips"),
-}
-PENDING_DRIVER = {"streamkit.host._lease_keeper"}
 
 
 @dataclass
@@ -176,11 +150,7 @@ def test_a_layer_imports_only_the_layers_below_it(name: str) -> None:
     """No import runs back up: events never reach the log, the log never the host, and so on."""
     layer = _layer(name)
     allowed = MAY_IMPORT[layer] | {layer}
-    wrong = sorted(
-        d
-        for d in _deps(MODULES[name])
-        if _layer(d) not in allowed and (name, d) not in PENDING_BOUNDARY
-    )
+    wrong = sorted(d for d in _deps(MODULES[name]) if _layer(d) not in allowed)
     assert wrong == [], f"{name} ({layer}) imports {wrong}"
 
 
@@ -189,16 +159,11 @@ def test_a_backend_package_is_imported_only_through_open_log() -> None:
     found = {
         (name, dep)
         for name, module in MODULES.items()
-        if _layer(name) not in {"backends", "processors", "testing"}
+        if _layer(name) not in {"backends", "processors", "testing", "face"}
         for dep in _deps(module)
         if dep.startswith("streamkit.backends.")
     }
-    assert found == PENDING_BACKEND_IMPORTS
-
-
-def test_the_pending_boundary_crossings_are_exactly_those_listed() -> None:
-    """Each listed crossing still exists (a fixed one must leave the list)."""
-    assert {(a, b) for a, b in PENDING_BOUNDARY if b in _deps(MODULES[a])} == PENDING_BOUNDARY
+    assert found == set()
 
 
 @pytest.mark.parametrize(
@@ -270,4 +235,4 @@ def test_no_layer_but_the_backends_imports_a_storage_driver(layer: str) -> None:
         if _layer(name) == layer
         and {"sqlite3", "psycopg"} & {i.split(".")[0] for i in module.imports}
     )
-    assert [w for w in wrong if w not in PENDING_DRIVER] == []
+    assert wrong == []

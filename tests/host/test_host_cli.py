@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support.host import Fragile, Pinged, Tally
 
-from streamkit.checkpoint import ReduceCheckpointTable
+from streamkit import ReduceCheckpointTable
 from streamkit.cli import main
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from streamkit.backends.sqlite.leases import ensure_lease_table, leases, read_lease, try_acquire
+from streamkit.backends.sqlite.host_store import SqliteLeaseRenewer
+from streamkit.backends.sqlite.leases import (
+    check_fence,
+    ensure_lease_table,
+    leases,
+    read_lease,
+    try_acquire,
+)
 from streamkit.errors import LeaseLost
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
 
@@ -40,7 +47,9 @@ def take(path: str, owner: str, now: float = 100.0) -> HeldLease:
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         lease = try_acquire(conn, "/", "board", owner, now, TTL)
     assert lease is not None
-    return HeldLease(lease, ttl=TTL, renewal_started=time.monotonic(), clock=lambda: now)
+    return HeldLease(
+        lease, check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=lambda: now
+    )
 
 
 def test_a_lease_is_trusted_for_one_ttl_of_monotonic_time(db: str) -> None:
@@ -49,7 +58,9 @@ def test_a_lease_is_trusted_for_one_ttl_of_monotonic_time(db: str) -> None:
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
         lease = try_acquire(conn, "/", "board", "a", 100.0, TTL)
     assert lease is not None
-    held = HeldLease(lease, ttl=TTL, renewal_started=clock(), clock=lambda: 100.0, monotonic=clock)
+    held = HeldLease(
+        lease, check_fence, ttl=TTL, renewal_started=clock(), clock=lambda: 100.0, monotonic=clock
+    )
     clock.now += TTL - 0.01
     held.check()
     clock.now += 0.01
@@ -78,17 +89,19 @@ def test_the_fence_refuses_once_another_owner_took_the_row(db: str) -> None:
 async def test_the_keeper_renews_and_reports_a_taken_lease_on_the_loop(db: str) -> None:
     """One renew_all: a held lease gets a new beat; a taken one is marked lost and reported."""
     loop = asyncio.get_running_loop()
-    keeper = LeaseKeeper(db, interval=60, ttl=TTL, clock=lambda: 100.0, loop=loop)
+    keeper = LeaseKeeper(
+        SqliteLeaseRenewer(db, 5.0), interval=60, ttl=TTL, clock=lambda: 100.0, loop=loop
+    )
     mine = take(db, "a")
     lost: list[LeaseLost] = []
     keeper.hold(mine, lost.append)
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        keeper.renew_all(conn)
+        keeper.renew_all()
         assert mine.lease.beat == 1
         assert [row.beat for row in leases(conn)] == [1]
         stale = read_lease(conn, "/", "board")
         assert try_acquire(conn, "/", "board", "b", 100.0, TTL, stale=stale) is not None
-        keeper.renew_all(conn)
+        keeper.renew_all()
     await asyncio.sleep(0.01)  # the report arrives through call_soon_threadsafe
     assert len(lost) == 1
     assert mine.lost is lost[0]
@@ -96,6 +109,6 @@ async def test_the_keeper_renews_and_reports_a_taken_lease_on_the_loop(db: str) 
         mine.check()
     # Dropped once lost: the next beat does not try again.
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        keeper.renew_all(conn)
+        keeper.renew_all()
     await asyncio.sleep(0.01)
     assert len(lost) == 1

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streamkit import InvalidConfig, InvalidRequest, LogOpenError, open_log
-from streamkit.checkpoint import ReduceCheckpointTable
+from streamkit import InvalidConfig, InvalidRequest, LogOpenError, ReduceCheckpointTable, open_log
 from streamkit.cli import main
 from streamkit.config import load_config
 

@@ -9,27 +9,18 @@ at all. A host whose lease was taken over (or expired)
 therefore writes nothing: the save raises
 :class:`~streamkit.errors.LeaseLost`, which is not retryable, so the engine
 latches it and the host stops that engine.
-
-:func:`ensure_host_tables` creates the tables the host keeps beside the log's
-(checkpoints, leases), idempotently, in one transaction.
 """
 
 from __future__ import annotations
 
 import sqlite3
 
-from streamkit.backends.sqlite.leases import ensure_lease_table
-from streamkit.checkpoint import ReduceCheckpoint, ReduceCheckpointTable
-from streamkit.host._lease_keeper import HeldLease
+from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
+from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.log._log import Log
+from streamkit.protocols import LeaseGuard
 
-__all__ = ["FencedCheckpointStorage", "ensure_host_tables"]
-
-
-def ensure_host_tables(conn: sqlite3.Connection) -> None:
-    """Create the checkpoint and lease tables if missing (run inside ``log.write_transaction``)."""
-    ReduceCheckpointTable(conn)
-    ensure_lease_table(conn)
+__all__ = ["FencedCheckpointStorage"]
 
 
 class FencedCheckpointStorage:
@@ -41,7 +32,7 @@ class FencedCheckpointStorage:
 
     __slots__ = ("_log", "held")
 
-    def __init__(self, log: Log, held: HeldLease) -> None:
+    def __init__(self, log: Log, held: LeaseGuard) -> None:
         self._log = log
         self.held = held
 

@@ -51,14 +51,13 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from dataclasses import dataclass
 from typing import Any
 
 from streamkit.errors import InvalidRequest, LeaseLost, StorageBusy, StorageError
+from streamkit.protocols import RELEASED, Lease
 
 __all__ = [
     "LEASE_TABLE",
-    "Lease",
     "check_fence",
     "ensure_lease_table",
     "leases",
@@ -72,53 +71,9 @@ LEASE_TABLE = "streamkit_leases"
 
 # A released lease keeps its row (and so its generation) with this expiry: it
 # is expired at every ``now``, and it tells "given up" apart from "timed out".
-_RELEASED = -math.inf
+_RELEASED = RELEASED
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A lease as stored: who holds ``(path, slug)``, under which generation, until when."""
-
-    path: str
-    slug: str
-    owner: str
-    generation: int
-    expires_at: float
-    """Epoch seconds by the holder's clock; ``-inf`` once the holder released it."""
-    beat: int = 0
-    """Renewals under this generation: a taker watches it to see the holder is alive."""
-
-    def same_row(self, other: Lease) -> bool:
-        """Whether ``other`` is this row unchanged: same owner, generation and beat."""
-        return (self.owner, self.generation, self.beat, self.expires_at) == (
-            other.owner,
-            other.generation,
-            other.beat,
-            other.expires_at,
-        )
-
-    @property
-    def released(self) -> bool:
-        """Whether the holder gave the lease up (rather than letting it expire)."""
-        return self.expires_at == _RELEASED
-
-    def held_at(self, now: float) -> bool:
-        """Whether the lease is still in force at epoch second ``now``."""
-        return now < self.expires_at
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data for status output (``expires_at`` is ``None`` once released)."""
-        return {
-            "path": self.path,
-            "slug": self.slug,
-            "owner": self.owner,
-            "generation": self.generation,
-            "expires_at": None if self.released else self.expires_at,
-            "beat": self.beat,
-            "released": self.released,
-        }
 
 
 def ensure_lease_table(conn: sqlite3.Connection) -> None:

@@ -22,28 +22,17 @@ cursor moves past it by the scanned range as usual.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
 from typing import Any
 
+from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, read_lease
-from streamkit.checkpoint import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.errors import InvalidRequest
-from streamkit.events import MAX_OFFSET, ReadPage, StreamEvent
+from streamkit.events import MAX_OFFSET, StreamEvent
 from streamkit.log._log import Log
+from streamkit.skips import SKIP_EVENT, skip_of
 
-__all__ = [
-    "SKIP_EVENT",
-    "SKIP_TABLE",
-    "ensure_skip_table",
-    "filter_page",
-    "load_skips",
-    "record_skip",
-    "skip_of",
-    "verified_skip",
-    "without_skipped",
-]
+__all__ = ["SKIP_TABLE", "ensure_skip_table", "load_skips", "record_skip", "verified_skip"]
 
-SKIP_EVENT = "streamkit.event-skipped"
 SKIP_TABLE = "streamkit_skips"
 
 
@@ -86,19 +75,6 @@ async def load_skips(log: Log) -> dict[tuple[str, str], set[int]]:
         return skips
 
     return await log.query(read)
-
-
-def skip_of(event: StreamEvent) -> tuple[str, int] | None:
-    """``(slug, offset)`` if ``event`` is a well-formed durable skip record, else None."""
-    if event.type != SKIP_EVENT or event.ephemeral:
-        return None
-    payload = event.payload
-    if not isinstance(payload, dict):
-        return None
-    slug, offset = payload.get("slug"), payload.get("offset")
-    if not isinstance(slug, str) or isinstance(offset, bool) or not isinstance(offset, int):
-        return None
-    return slug, offset
 
 
 async def verified_skip(log: Log, event: StreamEvent) -> tuple[str, int] | None:
@@ -218,23 +194,6 @@ async def _existing_skip(log: Log, path: str, slug: str, offset: int) -> StreamE
         return None
     page = await log.stream(path).read(at - 1, 1)
     return page.events[0] if page.events and page.events[0].offset == at else None
-
-
-def without_skipped(events: Sequence[StreamEvent], skipped: Iterable[int]) -> list[StreamEvent]:
-    """``events`` minus the durable ones at a skipped offset."""
-    skip = set(skipped)
-    return [e for e in events if e.ephemeral or e.offset not in skip]
-
-
-def filter_page(page: ReadPage, skipped: set[int]) -> ReadPage:
-    """A read page minus skipped events; the scanned range (the proof) is unchanged."""
-    if not skipped or not any(e.offset in skipped for e in page.events):
-        return page
-    return ReadPage(
-        [e for e in page.events if e.offset not in skipped],
-        page.scanned_through_offset,
-        page.at_head,
-    )
 
 
 def _recorded_at(conn: sqlite3.Connection, path: str, slug: str, offset: int) -> int | None:

@@ -13,12 +13,13 @@ import sqlite3
 import time
 from typing import Any
 
+from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, leases
-from streamkit.checkpoint import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
+from streamkit.checkpoint import shown_cursor
 from streamkit.errors import InvalidRequest
 from streamkit.log._log import Log
 
-__all__ = ["checkpoint_snapshot", "durable_lag", "durable_status", "shown_cursor"]
+__all__ = ["checkpoint_snapshot", "durable_lag", "durable_status"]
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -87,16 +88,6 @@ def durable_lag(conn: sqlite3.Connection, path: str, cursor: int) -> int:
         'SELECT count(*) FROM streamkit_events WHERE path = ? AND "offset" > ?', (path, cursor)
     ).fetchone()
     return int(row[0])
-
-
-def shown_cursor(cursor: int | None, head: int) -> int | None:
-    """The cursor as status shows it: never past the durable head.
-
-    An engine's cursor passes the head when it reduced through offsets that
-    went to ephemerals; no durable event can land below it, so "through the
-    head" is the whole truth for an operator.
-    """
-    return None if cursor is None else min(cursor, head)
 
 
 async def durable_status(log: Log, now: float | None = None) -> list[dict[str, Any]]:

@@ -1,0 +1,195 @@
+"""Checkpoints in SQLite: :class:`ReduceCheckpointTable`, one row per processor slug.
+
+Guarantees of :class:`ReduceCheckpointTable`, beyond the rules of
+:mod:`streamkit.checkpoint`:
+
+- Every write is ONE SQL statement (an UPSERT), so the cursor and the state can
+  never be half-written: either the whole row moved or nothing did.
+- A write leaves no transaction open that it opened itself. When the caller
+  already holds a transaction on the connection, the write joins it and the
+  caller's commit decides (this is how a host writes outputs and position
+  together).
+- sqlite3 failures surface as :class:`~streamkit.errors.StorageError` (or
+  :class:`~streamkit.errors.StorageBusy` when the lock was held too long).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
+from streamkit.errors import InvalidRequest, StorageBusy, StorageError
+
+__all__ = ["DEFAULT_CHECKPOINT_TABLE", "ReduceCheckpointTable"]
+
+DEFAULT_CHECKPOINT_TABLE = "streamkit_checkpoints"
+
+# The table name is interpolated into SQL (placeholders cannot name tables), so
+# only plain identifiers are accepted; quoting then also covers SQL keywords.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+
+# Primary result codes (the low byte of an extended code) that mean "someone
+# else holds the lock": worth retrying, unlike every other failure.
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+class ReduceCheckpointTable:
+    """Checkpoints in one SQLite table over a connection the caller owns.
+
+    The caller opens and closes ``conn``; this class never closes it. With
+    ``create_table=False`` the table must already exist (a host that created it
+    once skips the DDL on every later start).
+    """
+
+    __slots__ = ("_conn", "_quoted", "table", "writes")
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        table: str = DEFAULT_CHECKPOINT_TABLE,
+        create_table: bool = True,
+    ) -> None:
+        if not isinstance(table, str) or not _IDENTIFIER.match(table):
+            raise InvalidRequest(
+                f"checkpoint table name {table!r} is not a plain SQL identifier (a letter or "
+                "underscore, then letters, digits or underscores, at most 128 characters); "
+                "nothing was created",
+                details={"table": repr(table)[:200]},
+            )
+        self._conn = conn
+        self.table = table
+        self._quoted = f'"{table}"'
+        # Checkpoint rows written so far, one statement each; the DDL is not counted.
+        self.writes = 0
+        if create_table:
+            with self._statement("create the checkpoint table"):
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._quoted} ("
+                    " slug TEXT PRIMARY KEY,"
+                    " reducer_version TEXT NOT NULL,"
+                    " reduced_through_offset INTEGER NOT NULL,"
+                    " state TEXT"
+                    ")"
+                )
+
+    def read(self, slug: str) -> ReduceCheckpoint | None:
+        """The checkpoint of ``slug``, or ``None`` if none was ever written."""
+        with self._statement(f'read the checkpoint of "{slug}"'):
+            row = self._conn.execute(
+                f"SELECT reducer_version, reduced_through_offset, state"
+                f" FROM {self._quoted} WHERE slug = ?",
+                (slug,),
+            ).fetchone()
+        if row is None:
+            return None
+        version, offset, state = row
+        return ReduceCheckpoint(
+            reducer_version=str(version),
+            reduced_through_offset=int(offset),
+            state_json=None if state is None else str(state),
+        )
+
+    def write(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+    ) -> None:
+        """Write the checkpoint of ``slug`` in exactly one statement.
+
+        The version and cursor always move; the state column moves only when
+        ``state_json`` is given. Refusals (bad arguments, a state over the
+        ceiling) happen before any SQL, so the stored row is untouched.
+        """
+        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
+        with self._statement(f'write the checkpoint of "{slug}"'):
+            self._conn.execute(
+                f"INSERT INTO {self._quoted}"
+                " (slug, reducer_version, reduced_through_offset, state) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(slug) DO UPDATE SET"
+                " reducer_version = excluded.reducer_version,"
+                " reduced_through_offset = excluded.reduced_through_offset,"
+                f" state = COALESCE(excluded.state, {self._quoted}.state)",
+                (slug, reducer_version, reduced_through_offset, state_json),
+            )
+        self.writes += 1
+
+    async def load(self, slug: str) -> ReduceCheckpoint | None:
+        """Async twin of :meth:`read` (runs it directly; SQLite reads here are short)."""
+        return self.read(slug)
+
+    async def save(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+    ) -> None:
+        """Async twin of :meth:`write` (runs it directly, on the calling thread)."""
+        self.write(
+            slug,
+            reducer_version=reducer_version,
+            reduced_through_offset=reduced_through_offset,
+            state_json=state_json,
+        )
+
+    def slugs(self) -> list[str]:
+        """Every slug that has a checkpoint, sorted."""
+        with self._statement("list the checkpoint slugs"):
+            rows = self._conn.execute(f"SELECT slug FROM {self._quoted} ORDER BY slug").fetchall()
+        return [str(slug) for (slug,) in rows]
+
+    @contextmanager
+    def _statement(self, action: str) -> Iterator[None]:
+        """Run one statement as its own transaction unless the caller holds one.
+
+        A connection in Python's legacy transaction mode opens a transaction
+        implicitly before an INSERT; committing it here is what makes "one
+        statement, one transaction" hold for every connection mode. A
+        transaction the caller opened is theirs to commit or roll back.
+        """
+        conn = self._conn
+        try:
+            owned = not conn.in_transaction
+        except sqlite3.Error as exc:  # a closed connection refuses even this
+            raise _storage_error(exc, action, self.table) from exc
+        try:
+            yield
+            if owned and conn.in_transaction:
+                conn.commit()
+        except sqlite3.Error as exc:
+            if owned:
+                _rollback_quietly(conn)
+            raise _storage_error(exc, action, self.table) from exc
+
+
+def _rollback_quietly(conn: sqlite3.Connection) -> None:
+    # The statement already failed; a failing rollback must not hide that error.
+    try:
+        if conn.in_transaction:
+            conn.rollback()
+    except sqlite3.Error:
+        pass
+
+
+def _storage_error(exc: sqlite3.Error, action: str, table: str) -> StorageError:
+    code = getattr(exc, "sqlite_errorcode", None)
+    details = {"table": table, "sqlite_error": getattr(exc, "sqlite_errorname", None)}
+    if isinstance(code, int) and code & 0xFF in _BUSY_CODES:
+        return StorageBusy(
+            f"could not {action}: the database stayed locked by another connection past the "
+            f"busy timeout ({exc}); the database was not changed; retry later",
+            details=details,
+        )
+    return StorageError(
+        f"could not {action} in table {table!r}: SQLite said {exc}; the statement was rolled "
+        "back, so the database was not changed",
+        details=details,
+    )

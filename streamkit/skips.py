@@ -1,0 +1,51 @@
+"""Operator skips: what a skip record is, and how it hides one event from one processor.
+
+A skip is the durable event :data:`SKIP_EVENT` (payload ``{slug, offset, by,
+reason}``) on the processor's stream path, written only by the operator verb
+(``ProcessorHost.skip``, ``streamkit skip``) together with its backend record
+in one transaction; the backend's host store writes and verifies both. A
+skipped event is hidden from that one processor only: its reads and pushes
+never contain it (:func:`filter_page`, :func:`without_skipped`), and its
+cursor moves past it by the scanned range as usual, so the proof of a read is
+never changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from streamkit.events import ReadPage, StreamEvent
+
+__all__ = ["SKIP_EVENT", "filter_page", "skip_of", "without_skipped"]
+
+SKIP_EVENT = "streamkit.event-skipped"
+
+
+def skip_of(event: StreamEvent) -> tuple[str, int] | None:
+    """``(slug, offset)`` if ``event`` is a well-formed durable skip record, else None."""
+    if event.type != SKIP_EVENT or event.ephemeral:
+        return None
+    payload = event.payload
+    if not isinstance(payload, dict):
+        return None
+    slug, offset = payload.get("slug"), payload.get("offset")
+    if not isinstance(slug, str) or isinstance(offset, bool) or not isinstance(offset, int):
+        return None
+    return slug, offset
+
+
+def without_skipped(events: Sequence[StreamEvent], skipped: Iterable[int]) -> list[StreamEvent]:
+    """``events`` minus the durable ones at a skipped offset."""
+    skip = set(skipped)
+    return [e for e in events if e.ephemeral or e.offset not in skip]
+
+
+def filter_page(page: ReadPage, skipped: set[int]) -> ReadPage:
+    """A read page minus skipped events; the scanned range (the proof) is unchanged."""
+    if not skipped or not any(e.offset in skipped for e in page.events):
+        return page
+    return ReadPage(
+        [e for e in page.events if e.offset not in skipped],
+        page.scanned_through_offset,
+        page.at_head,
+    )
