@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
+from streamkit._json import encode_object, encode_object_plain
 from streamkit.errors import InvalidEvent, InvalidRequest
 
 __all__ = [
@@ -56,32 +57,6 @@ _INPUT_FIELDS = frozenset(
 _PATH_RE = re.compile(r"^/(?:[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*)?$")
 _MAX_PATH_LENGTH = 512
 _MAX_KEY_LENGTH = 1024
-# One shared encoder: json.dumps with options would build a new one for every event.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-_ENCODE = _ENCODER.encode
-
-
-def _c_dict_encoder() -> Callable[[Any, int], Sequence[str]] | None:
-    """The C encoder ``_ENCODE`` ends in, built once; it returns the text's chunks.
-
-    The same separators, ASCII escaping and NaN refusal as ``_ENCODE``, minus
-    the Python setup ``JSONEncoder.encode`` repeats per call, and no
-    circular-reference memo: with no state it can be shared by every call and
-    thread, and a value that contains itself ends in ``RecursionError``
-    (refused by the caller) instead of the memo's ``ValueError``. None where
-    the C accelerator is missing.
-    """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    escape = getattr(json.encoder, "c_encode_basestring_ascii", None)
-    if make is None or escape is None:
-        return None
-    encoder: Callable[[Any, int], Sequence[str]] = make(
-        None, _ENCODER.default, escape, None, ":", ",", False, False, False
-    )
-    return encoder
-
-
-_C_ENCODE_DICT = _c_dict_encoder()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -216,17 +191,17 @@ def _refuse(index: int, field_name: str, why: str, **details: Any) -> InvalidEve
 
 def _dump_object(index: int, field_name: str, value: object) -> str:
     """``value`` (a JSON object) as compact JSON, or refuse it; runs for every event."""
-    encode = _C_ENCODE_DICT
-    if type(value) is not dict or encode is None:  # a plain dict skips the ABC checks
+    encode: Callable[[Any], str] = encode_object
+    if type(value) is not dict:  # a plain dict skips the ABC checks
         if isinstance(value, BaseModel):
             value = value.model_dump(mode="json")
         if not isinstance(value, Mapping):
             raise _refuse(
                 index, field_name, f"must be a JSON object (a dict), got {type(value).__name__}"
             )
-        encode = None
+        encode = encode_object_plain
     try:
-        text = _ENCODE(value) if encode is None else "".join(encode(value, 0))
+        text = encode(value)
     except (TypeError, ValueError) as exc:
         raise _refuse(index, field_name, f"is not JSON serializable ({exc})") from exc
     except RecursionError as exc:

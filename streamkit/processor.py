@@ -6,8 +6,8 @@ holds no stream and no storage, so a unit test builds it with no arguments and
 folds events through it (``streamkit.testing.reduce_processor``). A
 :class:`~streamkit.engine.ProcessorEngine` drives one instance over a stream.
 
-:func:`consumes_event` is the one consumes rule, used by the engine, the test
-harness and subscriptions alike:
+:func:`consumes_predicate` is the one consumes rule (:func:`consumes_event` asks it
+about one event), used by the engine, the test harness and subscriptions alike:
 
 - ``consumes`` None, or containing ``"*"``: every DURABLE event;
 - a type named in ``consumes``: that type, ephemeral or not;
@@ -38,12 +38,39 @@ __all__ = [
     "StreamProcessor",
     "check_work",
     "consumes_event",
+    "consumes_predicate",
 ]
 
 State = TypeVar("State")
 
 Work = Callable[[], Awaitable[object]]
 """What ``block_processor_while`` and ``run_in_background`` take: ``fn() -> awaitable``."""
+
+
+def consumes_predicate(
+    consumes: Collection[str] | None, *, never: Collection[str] = ()
+) -> Callable[[StreamEvent], bool]:
+    """The consumes rule for one ``consumes`` list, compiled: ``event -> bool``.
+
+    ``never`` names types refused whatever ``consumes`` says (the engine passes
+    the live-state delta type). Built once per processor; it runs once per
+    event on the catch-up path, so the named-only case checks the type alone.
+    """
+    refused = frozenset(never)
+    named = frozenset(consumes or ()) - refused
+    if consumes is not None and "*" not in named:
+
+        def consumes_named(event: StreamEvent) -> bool:
+            return event.type in named
+
+        return consumes_named
+
+    def consumes_durable(event: StreamEvent) -> bool:
+        if event.ephemeral:
+            return event.type in named
+        return event.type not in refused
+
+    return consumes_durable
 
 
 def consumes_event(
@@ -55,14 +82,13 @@ def consumes_event(
     ``type`` and, optionally, ``ephemeral``.
     """
     if isinstance(event, Mapping):
-        etype = event.get("type")
-        ephemeral = bool(event.get("ephemeral", False))
-    else:
-        etype = event.type
-        ephemeral = event.ephemeral
-    if ephemeral:
-        return consumes is not None and etype in consumes
-    return consumes is None or "*" in consumes or etype in consumes
+        event = StreamEvent(
+            path="/",
+            offset=0,
+            type=str(event.get("type")),
+            ephemeral=bool(event.get("ephemeral", False)),
+        )
+    return consumes_predicate(consumes)(event)
 
 
 def check_work(work: object, verb: str) -> None:

@@ -44,6 +44,7 @@ BASE = {
     "streamkit.skips",
     "streamkit.checkpoint",
     "streamkit._json",
+    "streamkit._fast",
     "streamkit._json_diff",
 }
 

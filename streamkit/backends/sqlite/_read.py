@@ -12,22 +12,19 @@ nothing past its last row, that head is the last row (or at most ``after``).
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import operator
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from streamkit._fast import make_event
+from streamkit._json import decode, decode_many
 from streamkit.events import ReadPage, StreamEvent
 
 __all__ = [
     "MAX_PAGE_BYTES",
-    "decode_json",
     "decode_rows",
     "durable_head",
-    "loads_many",
-    "make_event",
     "read_page",
     "read_page_sized",
     "select_key",
@@ -57,126 +54,13 @@ SELECT x FROM p WHERE x IS NOT NULL
 
 _Row = tuple[int, str, str, str, str | None, str | None, str]
 
-_FIELDS = (
-    "path",
-    "offset",
-    "type",
-    "payload",
-    "metadata",
-    "source",
-    "idempotency_key",
-    "created_at",
-    "ephemeral",
-)
-EventMaker = Callable[
-    [str, int, str, Any, dict[str, Any], dict[str, Any] | None, str | None, str, bool], StreamEvent
-]
-
-
-def _event_maker() -> EventMaker:
-    """A positional StreamEvent constructor, several times cheaper than the dataclass's.
-
-    A frozen dataclass's ``__init__`` assigns each field through
-    ``object.__setattr__``; filling the slots through their descriptors gives
-    the identical object in a third of the time, which matters when a catch-up
-    decodes a whole stream. Used only if StreamEvent still has exactly these
-    fields as slots; otherwise the ordinary constructor.
-    """
-    names = tuple(f.name for f in dataclasses.fields(StreamEvent))
-    if names != _FIELDS or tuple(getattr(StreamEvent, "__slots__", ())) != _FIELDS:
-
-        def make_plain(
-            path: str,
-            offset: int,
-            etype: str,
-            payload: Any,
-            metadata: dict[str, Any],
-            source: dict[str, Any] | None,
-            key: str | None,
-            created_at: str,
-            ephemeral: bool,
-        ) -> StreamEvent:
-            return StreamEvent(
-                path=path,
-                offset=offset,
-                type=etype,
-                payload=payload,
-                metadata=metadata,
-                source=source,
-                idempotency_key=key,
-                created_at=created_at,
-                ephemeral=ephemeral,
-            )
-
-        return make_plain
-    (s_path, s_offset, s_type, s_payload, s_metadata, s_source, s_key, s_created, s_eph) = (
-        StreamEvent.__dict__[name].__set__ for name in _FIELDS
-    )
-    new = object.__new__
-
-    def make(
-        path: str,
-        offset: int,
-        etype: str,
-        payload: Any,
-        metadata: dict[str, Any],
-        source: dict[str, Any] | None,
-        key: str | None,
-        created_at: str,
-        ephemeral: bool,
-    ) -> StreamEvent:
-        event: StreamEvent = new(StreamEvent)
-        s_path(event, path)
-        s_offset(event, offset)
-        s_type(event, etype)
-        s_payload(event, payload)
-        s_metadata(event, metadata)
-        s_source(event, source)
-        s_key(event, key)
-        s_created(event, created_at)
-        s_eph(event, ephemeral)
-        return event
-
-    return make
-
-
-make_event = _event_maker()
-"""``make_event(path, offset, type, payload, metadata, source, key, created_at, ephemeral)``."""
-
-
-# The C scanner json.loads itself ends in; calling it directly skips three Python layers.
-_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def decode_json(text: str) -> Any:
-    """``json.loads`` without its per-call Python layers, for the compact JSON the log stores."""
-    if text == "{}":
-        return {}
-    try:
-        value, end = _scan_once(text, 0)
-    except StopIteration:
-        end = -1
-    if end != len(text):
-        return json.loads(text)  # leading or trailing text: let json say what is wrong
-    return value
-
-
-def loads_many(texts: Sequence[str]) -> list[Any]:
-    """Parse many JSON texts with one parser call (a page decodes several times faster)."""
-    if len(texts) == 1:
-        return [decode_json(texts[0])]
-    if all(text == "{}" for text in texts):
-        return [{} for _ in texts]
-    parsed: list[Any] = json.loads("[" + ",".join(texts) + "]")
-    return parsed
-
 
 def decode_rows(path: str, rows: Sequence[_Row]) -> list[StreamEvent]:
     """Committed events from stored rows (no validation: they were validated when written)."""
     if not rows:
         return []
-    payloads = loads_many([row[2] for row in rows])
-    metadatas = loads_many([row[3] for row in rows])
+    payloads = decode_many([row[2] for row in rows])
+    metadatas = decode_many([row[3] for row in rows])
     make = make_event
     return [
         make(
@@ -185,7 +69,7 @@ def decode_rows(path: str, rows: Sequence[_Row]) -> list[StreamEvent]:
             etype,
             payload,
             metadata,
-            None if source is None else decode_json(source),
+            None if source is None else decode(source),
             key,
             created_at,
             False,

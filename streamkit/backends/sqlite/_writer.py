@@ -56,6 +56,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamkit._fast import make_event
+from streamkit._json import decode, decode_many
 from streamkit._requests import (
     AppendCall,
     ClaimCall,
@@ -69,10 +71,7 @@ from streamkit._requests import (
     settle,
 )
 from streamkit.backends.sqlite._read import (
-    decode_json,
     durable_head,
-    loads_many,
-    make_event,
     read_page_sized,
     select_key,
 )
@@ -400,9 +399,9 @@ class Writer:
                     path,
                     offset,
                     event.type,
-                    decode_json(event.payload_json),
-                    decode_json(event.metadata_json),
-                    None if event.source_json is None else decode_json(event.source_json),
+                    decode(event.payload_json),
+                    decode(event.metadata_json),
+                    None if event.source_json is None else decode(event.source_json),
                     None,
                     now,
                     False,
@@ -1159,17 +1158,17 @@ def _decode(
                 path,
                 offsets[0],
                 event.type,
-                decode_json(event.payload_json),
-                decode_json(event.metadata_json),
-                None if event.source_json is None else decode_json(event.source_json),
+                decode(event.payload_json),
+                decode(event.metadata_json),
+                None if event.source_json is None else decode(event.source_json),
                 event.idempotency_key,
                 now,
                 event.ephemeral,
             )
         ]
     # One parser call for all payloads (and one for all metadata) of the call.
-    payloads = loads_many([event.payload_json for event in events])
-    metadatas = loads_many([event.metadata_json for event in events])
+    payloads = decode_many([event.payload_json for event in events])
+    metadatas = decode_many([event.metadata_json for event in events])
     return [
         make(
             path,
@@ -1177,7 +1176,7 @@ def _decode(
             event.type,
             payload,
             metadata,
-            None if event.source_json is None else decode_json(event.source_json),
+            None if event.source_json is None else decode(event.source_json),
             event.idempotency_key,
             now,
             event.ephemeral,

@@ -1,0 +1,148 @@
+"""Each fast path gives what its plain twin gives, for any input (the faust rule)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
+from streamkit import _fast, _json
+from streamkit.events import StreamEvent
+
+# JSON values as the log stores them: no NaN or infinities (the log refuses them).
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+objects = st.dictionaries(st.text(max_size=8), values, max_size=5)
+
+
+def test_the_fast_paths_are_in_use_on_this_python() -> None:
+    """On CPython with its C accelerators the fast twins are the ones exported."""
+    assert _json.FAST
+    assert _fast.FAST
+    assert _json.decode is not _json.decode_plain
+    assert _json.encode_object is not _json.encode_object_plain
+    assert _fast.make_event is not _fast.make_event_plain
+    assert _fast.with_payload is not _fast.with_payload_plain
+
+
+@given(objects)
+def test_encode_object_is_the_plain_encoder(value: dict[str, Any]) -> None:
+    """The C encoder writes exactly the text JSONEncoder.encode writes."""
+    assert _json.encode_object(value) == _json.encode_object_plain(value)
+
+
+def test_encode_object_refuses_nan_like_the_plain_encoder() -> None:
+    """NaN is refused by both (ValueError), so no input that cannot be read back is written."""
+    for encode in (_json.encode_object, _json.encode_object_plain):
+        with pytest.raises(ValueError, match="JSON compliant"):
+            encode({"x": math.nan})
+
+
+@given(values)
+def test_decode_is_json_loads(value: Any) -> None:
+    """The scanner reads back what json.loads reads, for compact and spaced texts alike."""
+    for text in (json.dumps(value, separators=(",", ":")), json.dumps(value)):
+        assert _json.decode(text) == _json.decode_plain(text)
+
+
+@pytest.mark.parametrize("text", ["", " ", "{} x", "[1,", "nul", '{"a":1} {"b":2}', "1 2"])
+def test_decode_refuses_what_json_loads_refuses(text: str) -> None:
+    """Malformed or trailing text is refused by both with json's own error."""
+    with pytest.raises(json.JSONDecodeError):
+        _json.decode_plain(text)
+    with pytest.raises(json.JSONDecodeError):
+        _json.decode(text)
+
+
+@given(st.lists(objects, max_size=6))
+def test_decode_many_is_one_loads_per_text(items: list[dict[str, Any]]) -> None:
+    """One parser call over many texts gives each text's own value."""
+    texts = [json.dumps(item, separators=(",", ":")) for item in items]
+    assert _json.decode_many(texts) == [json.loads(text) for text in texts]
+
+
+events = st.builds(
+    StreamEvent,
+    path=st.sampled_from(["/", "/a", "/a/b"]),
+    offset=st.integers(min_value=1, max_value=2**63 - 1),
+    type=st.text(min_size=1, max_size=10),
+    payload=objects,
+    metadata=objects,
+    source=st.none() | objects,
+    idempotency_key=st.none() | st.text(min_size=1, max_size=10),
+    created_at=st.text(max_size=30),
+    ephemeral=st.booleans(),
+)
+
+
+@given(events)
+def test_make_event_is_the_dataclass_constructor(event: StreamEvent) -> None:
+    """The slot-filling constructor builds an event equal to the dataclass's, field by field."""
+    args = (
+        event.path,
+        event.offset,
+        event.type,
+        event.payload,
+        event.metadata,
+        event.source,
+        event.idempotency_key,
+        event.created_at,
+        event.ephemeral,
+    )
+    fast, plain = _fast.make_event(*args), _fast.make_event_plain(*args)
+    assert fast == plain == event
+    assert type(fast) is StreamEvent
+
+
+@given(events, objects)
+def test_with_payload_is_replace(event: StreamEvent, payload: dict[str, Any]) -> None:
+    """A copy with another payload equals dataclasses.replace and leaves the original alone."""
+    before = _fast.make_event_plain(
+        event.path,
+        event.offset,
+        event.type,
+        event.payload,
+        event.metadata,
+        event.source,
+        event.idempotency_key,
+        event.created_at,
+        event.ephemeral,
+    )
+    assert _fast.with_payload(event, payload) == _fast.with_payload_plain(event, payload)
+    assert event == before
+
+
+class Order(BaseModel):
+    order: int
+    note: str = ""
+
+
+@given(st.dictionaries(st.sampled_from(["order", "note", "extra"]), values, max_size=3))
+def test_payload_validator_is_model_validate(payload: dict[str, Any]) -> None:
+    """The core validator accepts and refuses exactly what model_validate does, with equal models."""
+    fast, plain = _fast.payload_validator(Order), _fast.payload_validator_plain(Order)
+    assert fast is not plain
+    try:
+        expected = plain(payload)
+    except ValidationError:
+        with pytest.raises(ValidationError):
+            fast(payload)
+        return
+    assert fast(payload) == expected
