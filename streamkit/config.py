@@ -99,6 +99,7 @@ __all__ = [
     "find_config",
     "load_config",
     "resolve_processors",
+    "shared_slug",
 ]
 
 DEFAULT_CONFIG_NAME = "streamkit.toml"
@@ -685,8 +686,8 @@ def resolve_processors(config: HostConfig) -> list[ResolvedProcessor]:
 
     Each class must import, be a class, subclass
     :class:`~streamkit.processor.StreamProcessor` and construct from its
-    kwargs; no two processors may share one slug on one path (one slug on two
-    paths is fine: those are separate streams). Every problem found is listed
+    kwargs; no two processors may share one slug, on one path or on two (see
+    :func:`shared_slug`). Every problem found is listed
     in one :class:`InvalidConfig`; nothing is started either way, though the
     modules named have been imported and the processors that could be built
     were built (constructors must not start work).
@@ -694,7 +695,7 @@ def resolve_processors(config: HostConfig) -> list[ResolvedProcessor]:
     base = StreamProcessor
     problems: list[tuple[str | None, str, str]] = []
     resolved: list[ResolvedProcessor] = []
-    claimed: dict[tuple[str, str], int] = {}
+    claimed: dict[str, int] = {}
     for index, spec in enumerate(config.processors):
         key = f"processors[{index}]"
         try:
@@ -704,22 +705,38 @@ def resolve_processors(config: HostConfig) -> list[ResolvedProcessor]:
         except _Refused as refused:
             problems.append((f"{key}.{refused.field}", refused.problem, refused.fix))
             continue
-        first = claimed.get((spec.path, slug))
+        first = claimed.get(slug)
         if first is not None:
+            earlier = config.processors[first]
             problems.append(
                 (
                     key,
-                    f"slug {slug!r} on path {spec.path!r} is already run by processors[{first}] "
-                    f"({config.processors[first].label}); one processor runs once per stream",
-                    "remove one of them, or run one on another path",
+                    shared_slug(slug, earlier.path, spec.path)
+                    + f" (processors[{first}], {earlier.label}, has it)",
+                    "give one of them another slug (its contract's slug), or remove one",
                 )
             )
             continue
-        claimed[(spec.path, slug)] = index
+        claimed[slug] = index
         resolved.append(ResolvedProcessor(spec, instance))
     if problems:
         raise _invalid("the processor list", problems)
     return resolved
+
+
+def shared_slug(slug: str, first_path: str, path: str) -> str:
+    """The one rule of slugs in one host, as the refusal states it.
+
+    A processor's slug keys its checkpoint and its lease, and checkpoints are
+    kept per slug, not per path: two processors with one slug, on one path or
+    on two, would write the same checkpoint row. So a slug runs once per host,
+    on one path only.
+    """
+    where = f"on {first_path!r}" if first_path == path else f"on {first_path!r} and {path!r}"
+    return (
+        f"processor slug {slug!r} is configured twice, {where}; checkpoints are kept per slug, "
+        "so a slug may run on one path only"
+    )
 
 
 class _Refused(Exception):

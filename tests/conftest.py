@@ -1,4 +1,5 @@
-"""Shared fixtures (a log file under the test's temporary directory, an open log on it)
+"""Shared fixtures (a log file under the test's temporary directory, an open log on it,
+a short private directory for Unix sockets, an engine rig)
 and the hypothesis profile: CI runs derandomized, so a landing never hinges on a lucky draw;
 local runs explore new examples each time (and replay saved failures).
 """
@@ -6,11 +7,14 @@ local runs explore new examples each time (and replay saved failures).
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from support.engine import Rig
 
 from streamkit import open_log
 from streamkit.log import Log
@@ -34,3 +38,23 @@ async def log(log_file: Path) -> AsyncIterator[Log]:
         yield opened
     finally:
         await opened.aclose()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A private directory under /tmp: tmp_path can be too long for AF_UNIX's ~107 bytes."""
+    directory = Path(tempfile.mkdtemp(prefix="sk-", dir="/tmp"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    """A fresh engine rig (memory stream, storage, clock); its engines are closed afterwards."""
+    made = Rig()
+    try:
+        yield made
+    finally:
+        await made.close()

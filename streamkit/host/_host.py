@@ -60,7 +60,7 @@ import structlog
 
 from streamkit.backends import host_store, open_log
 from streamkit.checkpoint import shown_cursor
-from streamkit.config import HostConfig, resolve_processors
+from streamkit.config import HostConfig, resolve_processors, shared_slug
 from streamkit.control._control import ControlServer
 from streamkit.control._socket import check_private_directory
 from streamkit.errors import (
@@ -755,16 +755,13 @@ def _own_socket(db: Path, owner: str) -> Path:
 
 
 def _check_entries(entries: Sequence[_Entry]) -> None:
-    # Checkpoints are keyed by slug alone, so one slug on two paths would share
-    # (and corrupt) one checkpoint row.
     seen: dict[str, str] = {}
     for entry in entries:
         slug = entry.processor.contract.slug
         if slug in seen:
             raise InvalidConfig(
-                f"processor slug {slug!r} is configured on {seen[slug]!r} and {entry.path!r}; "
-                "checkpoints are kept per slug, so a slug may run on one path only; give one "
-                "of them another slug; nothing was started",
+                shared_slug(slug, seen[slug], entry.path)
+                + "; give one of them another slug; nothing was started",
                 details={"slug": slug, "paths": [seen[slug], entry.path]},
             )
         seen[slug] = entry.path

@@ -6,11 +6,9 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import socket
 import stat
-import tempfile
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,14 +124,6 @@ class Handler:
     async def _broken(self) -> AsyncIterator[Any]:
         yield {"rev": 0}
         raise ValueError("the live state went away")
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    # tmp_path can be too long for AF_UNIX's ~107 bytes.
-    directory = Path(tempfile.mkdtemp(prefix="skc-", dir="/tmp"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -7,9 +7,7 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,18 +57,6 @@ class PlantedServer:
         self._stop.set()
         self._thread.join()
         self._sock.close()
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A private directory with a short path (Unix socket paths are short)."""
-    directory = Path(tempfile.mkdtemp(dir="/tmp", prefix="sktrust"))
-    try:
-        yield directory
-    finally:
-        for child in directory.iterdir():
-            child.unlink()
-        directory.rmdir()
 
 
 def cli(*argv: str) -> subprocess.CompletedProcess[str]:

@@ -506,12 +506,17 @@ def test_resolve_builds_each_processor_with_its_kwargs(tmp_path: Path, procs: st
     assert type(board).__name__ == "Board"
 
 
-def test_same_slug_on_two_paths_is_allowed(tmp_path: Path, procs: str) -> None:
-    """One slug on two different stream paths is two separate processors."""
+def test_same_slug_on_two_paths_is_refused_as_the_host_refuses_it(
+    tmp_path: Path, procs: str
+) -> None:
+    """Checkpoints are per slug: one slug on two paths is refused by the config as by the host."""
     config = config_from_args(
         db=str(tmp_path / "a.db"), processors=[f"{procs}:Board@/a", f"{procs}:BoardTwin@/b"]
     )
-    assert [r.slug for r in resolve_processors(config)] == ["board", "board"]
+    error = refusal(lambda: resolve_processors(config))
+    assert keys(error) == ["processors[1]"]
+    assert "slug 'board' is configured twice, on '/a' and '/b'" in str(error)
+    assert "may run on one path only" in str(error)
 
 
 def test_same_slug_on_one_path_is_refused(tmp_path: Path, procs: str) -> None:
@@ -522,7 +527,8 @@ def test_same_slug_on_one_path_is_refused(tmp_path: Path, procs: str) -> None:
     )
     error = refusal(lambda: resolve_processors(config))
     assert keys(error) == ["processors[2]"]
-    assert "slug 'board' on path '/a' is already run by processors[0]" in str(error)
+    assert "slug 'board' is configured twice, on '/a'; checkpoints are kept per slug" in str(error)
+    assert "(processors[0]" in str(error)
 
 
 @pytest.mark.parametrize(

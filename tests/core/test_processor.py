@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -23,15 +22,6 @@ from streamkit import (
 )
 from streamkit.engine import Fold
 from streamkit.processor import Delivery, ProcessEventArgs
-
-
-@pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
-    rig = Rig()
-    try:
-        yield rig
-    finally:
-        await rig.close()
 
 
 class _Nothing(BaseModel):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,15 +12,6 @@ from support.engine import Recorder, Rig, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
 from streamkit.processor import ProcessEventArgs
-
-
-@pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
-    rig = Rig()
-    try:
-        yield rig
-    finally:
-        await rig.close()
 
 
 def _event(

@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 import structlog
 from streamkit.testing import settle
 from support.engine import Recorder, Rig, item
 
 from streamkit.engine import REVIVE_AFTER, REVIVE_AFTER_MAX
 from streamkit.processor import ProcessEventArgs
-
-
-@pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
-    rig = Rig()
-    try:
-        yield rig
-    finally:
-        await rig.close()
 
 
 def background_on_first(gate: asyncio.Event, done: list[int]) -> Any:

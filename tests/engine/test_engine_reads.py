@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from streamkit.testing import settle
 from support.engine import Recorder, Rig, item, ping
 
 from streamkit import ProcessorTimeout, ReadPage, ScannedRange, StorageError
-
-
-@pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
-    rig = Rig()
-    try:
-        yield rig
-    finally:
-        await rig.close()
 
 
 async def test_snapshot_skips_the_log_once_the_pushed_head_is_reduced(rig: Rig) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,16 +23,6 @@ from streamkit import (
     define_processor_contract,
 )
 from streamkit.processor import ProcessEventArgs
-
-
-@pytest.fixture
-async def rig() -> AsyncIterator[Rig]:
-    rig = Rig()
-    try:
-        yield rig
-    finally:
-        await rig.close()
-
 
 # -- payloads ---------------------------------------------------------------------------
 

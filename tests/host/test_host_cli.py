@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import shutil
 import sqlite3
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -26,16 +24,6 @@ def run(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     code = main(list(argv), out=out)
     return code, out.getvalue()
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short directory for sockets (AF_UNIX paths are limited to ~107 bytes)."""
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="skc"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import stat
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +26,6 @@ from streamkit.errors import (
     UnknownOperation,
 )
 from streamkit.host import ProcessorHost
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A short directory for the socket (AF_UNIX paths are limited to ~107 bytes)."""
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="skh"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

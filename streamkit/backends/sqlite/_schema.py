@@ -76,20 +76,36 @@ def is_busy(exc: BaseException) -> bool:
     return code is not None and (code & 0xFF) in _BUSY_CODES
 
 
-def storage_error(exc: sqlite3.Error, doing: str) -> StorageError:
-    """The coded error for a ``sqlite3`` failure while ``doing`` something (raise it ``from exc``)."""
+def storage_error(
+    exc: sqlite3.Error,
+    doing: str,
+    *,
+    table: str | None = None,
+    outcome: str = "the transaction was rolled back and nothing was written",
+) -> StorageError:
+    """The coded error for a ``sqlite3`` failure while ``doing`` something (raise it ``from exc``).
+
+    The one conversion of the SQLite backend: busy (another connection held
+    the lock past the busy timeout) is :class:`~streamkit.errors.StorageBusy`,
+    retryable; anything else is :class:`~streamkit.errors.StorageError`.
+    ``outcome`` says what became of the write (a statement inside a caller's
+    transaction changes nothing, and the caller's rollback decides the rest).
+    """
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
+    details: dict[str, str | None] = {"sqlite_error": name}
+    where = ""
+    if table is not None:
+        details["table"] = table
+        where = f" (table {table!r})"
     if is_busy(exc):
         return StorageBusy(
-            f"{doing} was refused: the database stayed locked by another connection past the "
-            f"busy timeout ({exc}); the transaction was rolled back and nothing was written; "
-            "retry, or raise busy_timeout",
-            details={"sqlite_error": name},
+            f"{doing}{where} was refused: the database stayed locked by another connection "
+            f"past the busy timeout ({exc}); {outcome}; retry, or raise busy_timeout",
+            details=details,
         )
     return StorageError(
-        f"{doing} failed in SQLite ({name}: {exc}); the transaction was rolled back and "
-        "nothing was written",
-        details={"sqlite_error": name},
+        f"{doing}{where} failed in SQLite ({name}: {exc}); {outcome}",
+        details=details,
     )
 
 

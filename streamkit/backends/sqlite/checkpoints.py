@@ -20,8 +20,9 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from streamkit.backends.sqlite._schema import storage_error
 from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
-from streamkit.errors import InvalidRequest, StorageBusy, StorageError
+from streamkit.errors import InvalidRequest, StorageError
 
 __all__ = ["DEFAULT_CHECKPOINT_TABLE", "ReduceCheckpointTable"]
 
@@ -30,10 +31,6 @@ DEFAULT_CHECKPOINT_TABLE = "streamkit_checkpoints"
 # The table name is interpolated into SQL (placeholders cannot name tables), so
 # only plain identifiers are accepted; quoting then also covers SQL keywords.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-
-# Primary result codes (the low byte of an extended code) that mean "someone
-# else holds the lock": worth retrying, unlike every other failure.
-_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
 class ReduceCheckpointTable:
@@ -180,16 +177,6 @@ def _rollback_quietly(conn: sqlite3.Connection) -> None:
 
 
 def _storage_error(exc: sqlite3.Error, action: str, table: str) -> StorageError:
-    code = getattr(exc, "sqlite_errorcode", None)
-    details = {"table": table, "sqlite_error": getattr(exc, "sqlite_errorname", None)}
-    if isinstance(code, int) and code & 0xFF in _BUSY_CODES:
-        return StorageBusy(
-            f"could not {action}: the database stayed locked by another connection past the "
-            f"busy timeout ({exc}); the database was not changed; retry later",
-            details=details,
-        )
-    return StorageError(
-        f"could not {action} in table {table!r}: SQLite said {exc}; the statement was rolled "
-        "back, so the database was not changed",
-        details=details,
+    return storage_error(
+        exc, action, table=table, outcome="the statement was rolled back, so nothing was written"
     )

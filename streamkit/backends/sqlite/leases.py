@@ -53,7 +53,8 @@ import math
 import sqlite3
 from typing import Any
 
-from streamkit.errors import InvalidRequest, LeaseLost, StorageBusy, StorageError
+from streamkit.backends.sqlite._schema import storage_error
+from streamkit.errors import InvalidRequest, LeaseLost
 from streamkit.protocols import RELEASED, Lease
 
 __all__ = [
@@ -72,8 +73,6 @@ LEASE_TABLE = "streamkit_leases"
 # A released lease keeps its row (and so its generation) with this expiry: it
 # is expired at every ``now``, and it tells "given up" apart from "timed out".
 _RELEASED = RELEASED
-
-_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
 def ensure_lease_table(conn: sqlite3.Connection) -> None:
@@ -335,18 +334,10 @@ class _storage:
         return None
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if not isinstance(exc, sqlite3.Error):
-            return
-        code = getattr(exc, "sqlite_errorcode", None)
-        details = {"table": LEASE_TABLE, "sqlite_error": getattr(exc, "sqlite_errorname", None)}
-        if isinstance(code, int) and code & 0xFF in _BUSY_CODES:
-            raise StorageBusy(
-                f"could not {self._action}: the database stayed locked by another connection "
-                f"past the busy timeout ({exc}); this statement changed nothing; retry later",
-                details=details,
+        if isinstance(exc, sqlite3.Error):
+            raise storage_error(
+                exc,
+                self._action,
+                table=LEASE_TABLE,
+                outcome="this statement changed nothing (roll back the surrounding transaction)",
             ) from exc
-        raise StorageError(
-            f"could not {self._action} in table {LEASE_TABLE!r}: SQLite said {exc}; this "
-            "statement changed nothing (roll back the surrounding transaction)",
-            details=details,
-        ) from exc
