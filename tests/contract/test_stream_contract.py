@@ -1,4 +1,4 @@
-"""The stream contract every ProcessorStream must keep, run over the memory stream and SQLite.
+"""The stream contract every ProcessorStream must keep, over the memory stream and every backend.
 
 One suite, parametrized over ``streamkit.testing.memory_stream`` and the real
 log's processor view (``log.stream(path).for_processor(slug)``), so the test
@@ -7,13 +7,12 @@ double cannot drift from the log it stands in for.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from streamkit.testing import memory_storage, memory_stream
+from support.backends import BACKENDS
 
 from streamkit import (
     IdempotencyConflict,
@@ -28,23 +27,21 @@ from streamkit.contract import ProcessorContract
 from streamkit.events import StreamEvent
 
 PATH = "/orders"
-HAVE_LOG = importlib.util.find_spec("streamkit.log") is not None
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-async def stream(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+@pytest.fixture(params=["memory", *sorted(BACKENDS)])
+async def stream(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The memory stream, then a processor's view of a log of each backend."""
     if request.param == "memory":
         yield memory_stream(PATH)
         return
-    if not HAVE_LOG:
-        pytest.skip("streamkit/log.py (the SQLite log) is not in this tree yet")
-    from streamkit import open_log
-
-    log = open_log(tmp_path / "contract.db")
+    target = BACKENDS[request.param].fresh()
+    log = target.open()
     try:
         yield log.stream(PATH).for_processor("contract-suite")
     finally:
         await log.aclose()
+        target.remove()
 
 
 def order(n: int, **extra: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The log's offset and idempotency rules against a simple model, under random schedules.
 
-Two writers share one file: A stays open (and is sometimes reopened), B opens,
+It runs over every backend of ``support.backends``. Two writers share one
+log: A stays open (and is sometimes reopened), B opens,
 appends and closes within one step, as another process would. The model
 predicts every offset exactly, except the first one B takes while A holds an
 ephemeral block that B must skip: that one need only be above everything
@@ -10,17 +11,15 @@ handed out before (a hole, by design).
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support.backends import BACKENDS, Backend
 
-from streamkit import IdempotencyConflict, OffsetConflict, StreamEvent, open_log
+from streamkit import IdempotencyConflict, OffsetConflict, StreamEvent
 from streamkit.log import Log
 
 PATHS = ("/", "/b")
@@ -34,12 +33,13 @@ item = st.tuples(
 
 
 class LogModel(RuleBasedStateMachine):
+    backend: Backend
+
     def __init__(self) -> None:
         super().__init__()
-        self.dir = Path(tempfile.mkdtemp(prefix="streamkit-model-"))
-        self.file = self.dir / "log.db"
+        self.target = self.backend.fresh()
         self.loop = asyncio.new_event_loop()
-        self.a: Log = open_log(self.file, synchronous="NORMAL")
+        self.a: Log = self.target.open(synchronous="NORMAL")
         self.durable: dict[str, list[tuple[int, str, dict[str, Any], str | None]]] = {
             p: [] for p in PATHS
         }
@@ -54,7 +54,7 @@ class LogModel(RuleBasedStateMachine):
     def teardown(self) -> None:
         self.a.close()
         self.loop.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.target.remove()
 
     def _events(
         self, spec: list[tuple[str, int, bool, bool]], path: str, exact: bool
@@ -106,7 +106,7 @@ class LogModel(RuleBasedStateMachine):
         events, keys = self._events(spec, path, exact=exact)
 
         async def append() -> list[StreamEvent]:
-            async with open_log(self.file, synchronous="NORMAL") as b:
+            async with self.target.open(synchronous="NORMAL") as b:
                 return await b.stream(path).append(*events)
 
         got = self.run(append())
@@ -116,7 +116,7 @@ class LogModel(RuleBasedStateMachine):
     @rule()
     def a_reopens(self) -> None:
         self.run(self.a.aclose())
-        self.a = open_log(self.file, synchronous="NORMAL")
+        self.a = self.target.open(synchronous="NORMAL")
         self.a_block = dict.fromkeys(PATHS, False)
 
     @precondition(lambda self: any(self.keys.values()))
@@ -132,7 +132,7 @@ class LogModel(RuleBasedStateMachine):
         async def append() -> list[StreamEvent]:
             if not use_b:
                 return await self.a.stream(path).append(event)
-            async with open_log(self.file, synchronous="NORMAL") as b:
+            async with self.target.open(synchronous="NORMAL") as b:
                 return await b.stream(path).append(event)
 
         (got,) = self.run(append())
@@ -176,10 +176,19 @@ class LogModel(RuleBasedStateMachine):
             assert self.run(self.a.stream(path).head()) == head
 
 
-TestLogModel = LogModel.TestCase
-TestLogModel.settings = settings(
+MODEL_SETTINGS = settings(
     max_examples=60,
     stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+# One test case per backend: the same model, every storage engine.
+def _case_for(backend: Backend) -> type:
+    case = type(f"LogModel_{backend.name}", (LogModel,), {"backend": backend}).TestCase
+    case.settings = MODEL_SETTINGS
+    return case
+
+
+globals().update({f"TestLogModel_{name}": _case_for(b) for name, b in BACKENDS.items()})
