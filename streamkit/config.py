@@ -79,7 +79,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from streamkit._targets import sqlite_target
-from streamkit.control._control import MAX_SOCKET_PATH_BYTES
+from streamkit.control._socket import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidConfig, InvalidRequest, LogOpenError
 from streamkit.events import validate_path
 from streamkit.processor import StreamProcessor

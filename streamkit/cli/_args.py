@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamkit.backends import host_store, open_log, registered_sockets
-from streamkit.control._control import host_socket
+from streamkit.control._client import host_socket
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import MAX_OFFSET
 from streamkit.log._log import Log

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,6 +24,9 @@ from streamkit.errors import (
 )
 
 __all__ = [
+    "MAX_REPLY_BYTES",
+    "MAX_REQUEST_BYTES",
+    "READ_CHUNK",
     "decode_reply",
     "encode",
     "encode_request",
@@ -35,6 +38,16 @@ __all__ = [
     "result_of",
     "unavailable",
 ]
+
+
+MAX_REQUEST_BYTES: Final = 2 * 1024 * 1024
+"""The longest request line a server reads (without its newline)."""
+
+MAX_REPLY_BYTES: Final = 1024 * 1024 * 1024
+"""The longest reply line a client buffers: far above any real reply, so only a broken peer hits it."""
+
+READ_CHUNK = 64 * 1024
+"""How much a peer reads from the socket at a time."""
 
 
 def malformed(why: str) -> MalformedRequest:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from streamkit.control._control import NoArgs, Operation
+from streamkit.control._server import NoArgs, Operation
 from streamkit.errors import InvalidRequest, SlowConsumer, UnknownOperation
 from streamkit.events import MAX_OFFSET, EventInput, ReadPage, StreamEvent
 from streamkit.log._log import Log

@@ -61,7 +61,7 @@ import structlog
 from streamkit.backends import host_store, open_log
 from streamkit.checkpoint import shown_cursor
 from streamkit.config import HostConfig, resolve_processors, shared_slug
-from streamkit.control._control import ControlServer
+from streamkit.control._server import ControlServer
 from streamkit.control._socket import check_private_directory
 from streamkit.errors import (
     ControlSocketInUse,

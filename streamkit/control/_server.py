@@ -1,9 +1,9 @@
-"""The control socket: newline-delimited JSON requests to a running host, and its clients.
+"""The control socket's server: newline-delimited JSON requests answered by a handler.
 
-This module is the protocol only: a :class:`ControlServer` that frames,
-validates and answers requests on a Unix domain socket, and the clients that
-speak to it (:class:`ControlClient`, :func:`request_sync`). What the requests
-*do* is up to a :class:`ControlHandler` the host supplies.
+:class:`ControlServer` frames, validates and answers requests on a Unix domain
+socket; what the requests *do* is up to a :class:`ControlHandler` the host
+supplies. The clients are in :mod:`._client`; the wire format is in
+:mod:`._wire`.
 
 The wire, one JSON object per line (UTF-8, ``\\n``-terminated):
 
@@ -20,7 +20,7 @@ Requests on one connection are answered in order; many connections are served
 at once. Refusals, each a coded error reply that leaves the connection usable:
 ``MALFORMED_REQUEST`` (not UTF-8 JSON, not an object, no string ``op``),
 ``UNKNOWN_OP``, ``INVALID_REQUEST`` (arguments that do not fit the op's model),
-``REQUEST_TOO_LARGE`` (a line over :data:`MAX_REQUEST_BYTES`; it is discarded
+``REQUEST_TOO_LARGE`` (a line over ``MAX_REQUEST_BYTES``; it is discarded
 unread), and ``INTERNAL`` (the handler raised something other than a
 :class:`~streamkit.errors.StreamkitError`; logged with its traceback). A
 handler's own ``StreamkitError`` is sent as it is. Nothing a client sends can
@@ -36,12 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import os
 import socket
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -50,25 +48,18 @@ import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamkit.control._socket import (
-    MAX_SOCKET_PATH_BYTES,
     bind_private_socket,
-    check_trusted_socket,
-    live_server_at,
 )
 from streamkit.control._wire import (
-    decode_reply,
+    MAX_REQUEST_BYTES,
+    READ_CHUNK,
     encode,
-    encode_request,
-    error_from_reply,
     error_line,
     invalid_args,
     malformed,
     reject_constant,
-    result_of,
-    unavailable,
 )
 from streamkit.errors import (
-    ControlUnavailable,
     InternalError,
     InvalidRequest,
     RequestTooLarge,
@@ -76,27 +67,8 @@ from streamkit.errors import (
     UnknownOperation,
 )
 
-__all__ = [
-    "MAX_REQUEST_BYTES",
-    "MAX_SOCKET_PATH_BYTES",
-    "ControlClient",
-    "ControlHandler",
-    "ControlServer",
-    "NoArgs",
-    "Operation",
-    "error_from_reply",
-    "host_socket",
-    "live_server_at",
-    "request_sync",
-]
+__all__ = ["ControlHandler", "ControlServer", "NoArgs", "Operation"]
 
-MAX_REQUEST_BYTES: Final = 2 * 1024 * 1024
-"""The longest request line a server reads (without its newline)."""
-
-MAX_REPLY_BYTES: Final = 1024 * 1024 * 1024
-"""The longest reply line a client buffers: far above any real reply, so only a broken peer hits it."""
-
-_READ_CHUNK = 64 * 1024
 _SETTLE_TURNS = 3
 
 _log = structlog.get_logger("streamkit.control")
@@ -213,7 +185,7 @@ class _Connection:
                 self._discarding = True
                 self._buffer.clear()
             self._scanned = len(self._buffer)
-            chunk = await self._reader.read(_READ_CHUNK)
+            chunk = await self._reader.read(READ_CHUNK)
             if not chunk:
                 if self._buffer and not self._discarding:
                     # A last request without its newline is still a request.
@@ -287,7 +259,7 @@ class ControlServer:
             self._identity = (info.st_dev, info.st_ino)
             self._socket = sock
             self._server = await asyncio.start_unix_server(
-                self._accept, sock=sock, limit=_READ_CHUNK
+                self._accept, sock=sock, limit=READ_CHUNK
             )
         except BaseException:
             sock.close()
@@ -526,224 +498,3 @@ class ControlServer:
 
 # ---------------------------------------------------------------------------
 # Clients
-
-
-async def _open(path: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    try:
-        return await asyncio.open_unix_connection(os.fspath(path), limit=MAX_REPLY_BYTES)
-    except OSError as exc:
-        raise ControlUnavailable(
-            f"no control server answers at {str(path)!r} ({exc.strerror or exc}); is the host "
-            "running? nothing was sent",
-            details={"path": str(path)},
-        ) from exc
-
-
-async def _read_reply(reader: asyncio.StreamReader, path: Path, op: str) -> dict[str, Any]:
-    try:
-        raw = await reader.readuntil(b"\n")
-    except asyncio.IncompleteReadError as exc:
-        closed = ConnectionResetError(errno.ECONNRESET, "the server closed the connection")
-        raise unavailable(path, closed, f"waiting for the reply to {op!r}") from exc
-    except asyncio.LimitOverrunError as exc:
-        raise ControlUnavailable(
-            f"the reply to op {op!r} is longer than {MAX_REPLY_BYTES} bytes; it was not read",
-            retryable=False,
-        ) from exc
-    except OSError as exc:
-        raise unavailable(path, exc, f"waiting for the reply to {op!r}") from exc
-    return decode_reply(raw, op)
-
-
-class ControlClient:
-    """An async client of a control socket.
-
-    :meth:`request` sends one-shot ops over one connection, one at a time (it
-    connects on first use and reconnects after a failure). :meth:`watch` opens
-    its own connection per subscription, so requests and watches run side by
-    side. An error reply raises the rebuilt error (see :func:`error_from_reply`);
-    an unreachable server, a dropped connection or a timeout raises
-    :class:`~streamkit.errors.ControlUnavailable`.
-    """
-
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float | None = None) -> None:
-        self.path = Path(path)
-        self.timeout = timeout
-        """Seconds to wait for each reply; None waits as long as the connection lives."""
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._lock = asyncio.Lock()
-        self._next_id = 0
-
-    async def connect(self) -> None:
-        """Open the request connection now (otherwise the first request does)."""
-        if self._writer is None:
-            self._reader, self._writer = await _open(self.path)
-
-    async def close(self) -> None:
-        """Close the request connection (watches close their own)."""
-        writer, self._writer, self._reader = self._writer, None, None
-        if writer is not None:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    async def __aenter__(self) -> ControlClient:
-        await self.connect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def request(self, op: str, /, **args: Any) -> Any:
-        """Send ``op`` with ``args`` and return the reply's ``result``.
-
-        On cancellation or timeout the connection is closed (the reply may still
-        be on its way), and the request may or may not have been applied.
-        """
-        self._next_id += 1
-        request_id = self._next_id
-        line = encode_request(request_id, op, args)
-        async with self._lock:
-            await self.connect()
-            reader, writer = self._reader, self._writer
-            assert reader is not None
-            assert writer is not None
-            try:
-                async with asyncio.timeout(self.timeout):
-                    try:
-                        writer.write(line)
-                        await writer.drain()
-                    except OSError as exc:
-                        raise unavailable(self.path, exc, f"sending {op!r}") from exc
-                    reply = await _read_reply(reader, self.path, op)
-            except TimeoutError as exc:
-                await self.close()
-                raise ControlUnavailable(
-                    f"no reply to op {op!r} within {self.timeout} s; the connection was closed "
-                    "and the request may or may not have been applied",
-                    details={"path": str(self.path), "op": op},
-                ) from exc
-            except BaseException:
-                # Dropped, cancelled or unreadable: the connection's state is
-                # unknown, so the next request starts on a fresh one.
-                await self.close()
-                raise
-            if reply.get("id") != request_id:
-                await self.close()
-                raise ControlUnavailable(
-                    f"the reply to op {op!r} carries id {reply.get('id')!r}, not {request_id}; "
-                    "the connection was out of step and was closed",
-                    details={"path": str(self.path), "op": op},
-                )
-            if "event" in reply or "end" in reply:
-                await self.close()  # the server keeps streaming on that connection
-            return result_of(reply, op)
-
-    async def watch(self, op: str, /, **args: Any) -> AsyncGenerator[Any, None]:
-        """Yield the events of streaming ``op`` until the server ends it.
-
-        Stop early by closing the iterator (``contextlib.aclosing``, or
-        ``break`` then ``aclose()``): its connection closes and the server
-        releases the subscription. A connection that drops raises
-        :class:`~streamkit.errors.ControlUnavailable` (retryable): a live-state
-        client then re-seeds with a fresh watch.
-        """
-        line = encode_request(1, op, args)
-        reader, writer = await _open(self.path)
-        try:
-            try:
-                writer.write(line)
-                await writer.drain()
-            except OSError as exc:
-                raise unavailable(self.path, exc, f"sending {op!r}") from exc
-            while True:
-                reply = await _read_reply(reader, self.path, op)
-                if reply.get("ok") is not True:
-                    raise error_from_reply(reply.get("error"))
-                if reply.get("end") is True:
-                    return
-                if "event" not in reply:
-                    raise InvalidRequest(
-                        f"op {op!r} is not a streaming op; use request() for it",
-                        details={"op": op},
-                    )
-                yield reply["event"]
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-
-def request_sync(
-    path: str | os.PathLike[str], op: str, /, *, timeout: float = 10.0, **args: Any
-) -> Any:
-    """Blocking one-shot request (for the CLI): connect, send ``op``, return its result.
-
-    Raises the rebuilt error of an error reply, or
-    :class:`~streamkit.errors.ControlUnavailable` if nothing answers within
-    ``timeout`` seconds (the request may then have been applied or not).
-    """
-    line = encode_request(1, op, args)
-    name = os.fspath(path)
-    deadline = time.monotonic() + timeout
-    buffer = bytearray()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.settimeout(timeout)
-            sock.connect(name)
-        except OSError as exc:
-            raise ControlUnavailable(
-                f"no control server answers at {name!r} ({exc.strerror or exc}); is the host "
-                "running? nothing was sent",
-                details={"path": name},
-            ) from exc
-        try:
-            sock.sendall(line)
-            while b"\n" not in buffer:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError
-                sock.settimeout(remaining)
-                chunk = sock.recv(_READ_CHUNK)
-                if not chunk:
-                    raise ConnectionResetError(errno.ECONNRESET, "closed before replying")
-                buffer += chunk
-                if len(buffer) > MAX_REPLY_BYTES:
-                    raise ControlUnavailable(
-                        f"the reply to op {op!r} is longer than {MAX_REPLY_BYTES} bytes",
-                        retryable=False,
-                    )
-        except ControlUnavailable:
-            raise
-        except TimeoutError as exc:
-            raise ControlUnavailable(
-                f"no reply to op {op!r} from {name!r} within {timeout} s; the request may or "
-                "may not have been applied",
-                details={"path": name, "op": op},
-            ) from exc
-        except OSError as exc:
-            raise unavailable(name, exc, f"waiting for the reply to {op!r}") from exc
-    raw = bytes(buffer[: buffer.index(b"\n")])
-    return result_of(decode_reply(raw, op), op)
-
-
-def host_socket(db: str | os.PathLike[str], socket: str | os.PathLike[str] | None) -> str | None:
-    """The control socket of a host on ``db``, checked; None if no server answers there.
-
-    ``socket`` defaults to ``<db>.sock``. Before anything is sent the socket
-    must be a mode-0600 socket owned by the owner of ``db`` (the current user
-    while ``db`` does not exist), else :class:`~streamkit.errors.UntrustedSocket`.
-    Send every request with ``db=os.path.realpath(db)``: a host refuses a
-    request meant for another database (``INVALID_REQUEST``, nothing done), so
-    a ``--socket`` pointing at another database's host is never written through.
-    """
-    name = os.fspath(socket) if socket is not None else os.fspath(db) + ".sock"
-    if not os.path.lexists(name):
-        return None
-    try:
-        owner = os.stat(db).st_uid
-    except FileNotFoundError:
-        owner = os.geteuid()
-    check_trusted_socket(name, owner=owner)
-    return name if live_server_at(name) else None

@@ -1,0 +1,84 @@
+"""What the core commands share: where the host's socket is, the db from the config, output.
+
+A command finds a live host on ``--db`` (``--socket`` to name one), falls
+back to ``./streamkit.toml`` for the db, and prints events one line each (or
+as JSON with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from streamkit.cli._args import (
+    host_socket_for,
+)
+from streamkit.config import find_config, load_config
+from streamkit.errors import (
+    InvalidRequest,
+)
+from streamkit.events import StreamEvent
+
+__all__ = [
+    "Handler",
+    "add_socket_flag",
+    "db_from_config",
+    "emit",
+    "format_event",
+    "live_socket",
+    "served",
+    "socket_of",
+]
+
+Handler = Callable[[argparse.Namespace, TextIO], int]
+
+
+def socket_of(args: argparse.Namespace) -> str:
+    socket: str | None = getattr(args, "socket", None)
+    return socket if socket is not None else args.db + ".sock"
+
+
+def db_from_config() -> str:
+    """The ``db`` of ``./streamkit.toml`` (as the host reads it), for a command given no --db."""
+    found = find_config(Path.cwd())
+    if found is None:
+        raise InvalidRequest(
+            "no --db was given and there is no streamkit.toml in this directory to name one; "
+            "pass --db FILE; nothing was done"
+        )
+    return str(load_config(found).db)
+
+
+def served(args: argparse.Namespace) -> str:
+    """The database a request to a host means: a host on another one refuses it."""
+    return os.path.realpath(str(args.db))
+
+
+def live_socket(args: argparse.Namespace, slug: str | None = None) -> str | None:
+    """The checked control socket of a host running on ``--db`` (the one running ``slug``)."""
+    return host_socket_for(args.db, getattr(args, "socket", None), slug)
+
+
+def add_socket_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--socket",
+        help="the host's control socket (default: the db path + .sock)",
+    )
+
+
+def format_event(event: StreamEvent) -> str:
+    payload = event.to_dict()["payload"]
+    tag = " (ephemeral)" if event.ephemeral else ""
+    return f"{event.offset}  {event.type}{tag}  {json.dumps(payload, separators=(',', ':'))}"
+
+
+def emit(event: StreamEvent, args: argparse.Namespace, out: TextIO) -> None:
+    if args.json:
+        out.write(json.dumps(event.to_dict(), separators=(",", ":")) + "\n")
+    else:
+        out.write(format_event(event) + "\n")
+    out.flush()

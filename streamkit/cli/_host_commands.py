@@ -1,0 +1,360 @@
+"""``streamkit host``, ``status``, ``snapshot``, ``watch`` and ``skip``: the host's commands.
+
+Each talks to the running host over its control socket when one answers,
+else reads (or, for ``skip``, writes) the log's file through its backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from streamkit.backends import host_store
+from streamkit.cli._args import (
+    existing_log,
+    live_host_sockets,
+    positive_int,
+)
+from streamkit.cli._common import (
+    add_socket_flag,
+    emit,
+    live_socket,
+    served,
+    socket_of,
+)
+from streamkit.config import add_host_arguments, config_from_namespace, find_config
+from streamkit.control._client import ControlClient, request_sync
+from streamkit.errors import (
+    InvalidConfig,
+)
+from streamkit.events import StreamEvent, format_timestamp
+from streamkit.host._host import ProcessorHost
+from streamkit.host._logging import configure_logging
+
+__all__ = ["add_host", "add_skip", "add_snapshot", "add_status", "add_watch"]
+
+
+# -- host -------------------------------------------------------------------
+
+
+def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "host",
+        help="run processors over a log file (the daemon)",
+        description="Run the processors named in a streamkit.toml or by --processor over a log "
+        "file until SIGTERM or SIGINT (a second signal exits at once). The current directory "
+        "is importable, so --processor mymodule:MyProcessor finds ./mymodule.py.",
+    )
+    add_host_arguments(p)
+    p.set_defaults(handler=_cmd_host)
+
+
+def _cmd_host(args: argparse.Namespace, out: TextIO) -> int:
+
+    config = config_from_namespace(args)
+    if not config.processors:
+        raise InvalidConfig(
+            "no processors to run: name them with --processor MODULE:CLASS or in the "
+            "[[processors]] list of streamkit.toml; nothing was started"
+        )
+    # Like other Python app servers: the directory you start in is importable.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    file = args.config if args.config is not None else find_config(Path.cwd())
+    if file is not None:
+        # One rule for every relative path in the file: db and socket are resolved
+        # against its directory already, and running there makes the processors'
+        # own settings (an outbox path, say) follow the same rule.
+        os.chdir(Path(file).resolve().parent)
+    # Build the host (import and check every processor) before logging is set up, so a
+    # refused configuration leaves no trace but its error line.
+    host = ProcessorHost(config)
+    configure_logging(config.resolved_log_format())
+    asyncio.run(host.run())
+    return 0
+
+
+# -- status -----------------------------------------------------------------
+
+
+def add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "status",
+        help="where each processor is",
+        description="Print each processor's slug, version, path, state, cursor, head, lag, "
+        "lease, claim and errors. Asks the running host (which adds stalled processors, "
+        "rates and latencies); with no host, reads what the database says.",
+    )
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
+    add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print the status as one JSON object")
+    p.set_defaults(handler=_cmd_status)
+
+
+def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
+    answers = [
+        request_sync(socket, "status", db=served(args))
+        for socket in live_host_sockets(args.db, getattr(args, "socket", None))
+    ]
+    if answers:
+        status = _merged_status(answers)
+    else:
+
+        async def run() -> list[dict[str, Any]]:
+            async with existing_log(args.db) as log:
+                return await host_store(log).durable_status()
+
+        status = {"host": None, "hosts": [], "processors": asyncio.run(run())}
+    if args.json:
+        out.write(json.dumps(status, separators=(",", ":")) + "\n")
+        return 0
+    hosts = status["hosts"]
+    if not hosts:
+        out.write("host: not running (from the database)\n")
+    for host in hosts:
+        out.write(f"host: {host['owner']} (pid {host['pid']}), up {host['uptime']:.0f} s\n")
+    for row in status["processors"]:
+        out.write(_status_line(row, bool(hosts)) + "\n")
+    return 0
+
+
+def _merged_status(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One status from every live host: each processor's row from the host holding its lease.
+
+    ``host`` is the host holding the most leases (first when none does);
+    ``hosts`` lists every one that answered.
+    """
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    held: dict[str, int] = {}
+    for answer in answers:
+        owner = answer["host"]["owner"]
+        for row in answer["processors"]:
+            key = (row["path"], row["slug"])
+            if row.get("lease_held_here"):
+                held[owner] = held.get(owner, 0) + 1
+                rows[key] = {**row, "host": owner}
+            else:
+                rows.setdefault(key, {**row, "host": owner})
+    hosts = sorted((a["host"] for a in answers), key=lambda h: -held.get(h["owner"], 0))
+    ordered = sorted(rows.values(), key=lambda r: (r["path"], r["slug"]))
+    return {"host": hosts[0], "hosts": hosts, "processors": ordered}
+
+
+def _status_line(row: dict[str, Any], live: bool) -> str:
+    lease = row.get("lease")
+    if lease is None:
+        lease_text = "none"
+    elif lease.get("released"):
+        lease_text = f"released (gen {lease['generation']})"
+    elif lease.get("held"):
+        here = " here" if row.get("lease_held_here") else f" by {lease['owner']}"
+        lease_text = f"held{here} (gen {lease['generation']})"
+    else:
+        lease_text = f"expired (gen {lease['generation']})"
+    due = row.get("claim_due")
+    parts = [
+        f"{row['slug']}",
+        f"v{row['version']}" if row.get("version") is not None else "v?",
+        f"path={row['path']}",
+    ]
+    if live:
+        parts.append(f"state={row['state']}")
+    parts += [
+        f"cursor={row['cursor']}",
+        f"head={row['head']}",
+        f"lag={row['lag']}",
+        f"lease={lease_text}",
+        f"claim={'-' if due is None else _format_time(due)}",
+    ]
+    if live:
+        latency = row.get("latency_ms") or {}
+        parts.append(f"rate={row.get('events_per_second', 0)}/s")
+        if latency.get("samples"):
+            parts.append(f"p50={latency['p50']}ms p99={latency['p99']}ms")
+        if row.get("stalled"):
+            parts.append(f"STALLED at offset {row['stalled_at']}")
+        for count, last, label in (
+            ("malformed_payloads", "last_malformed", "malformed payloads skipped"),
+            ("reduce_failures", "last_reduce_failure", "reduce failures"),
+        ):
+            if row.get(count):
+                seen = row.get(last) or {}
+                parts.append(
+                    f"{label}={row[count]} (last at offset {seen.get('offset')}, "
+                    f"{seen.get('type')}: {seen.get('error')})"
+                )
+        error = row.get("last_error")
+        if error is not None and row.get("failures"):
+            parts.append(f"failures={row['failures']} error={error['error']}")
+        elif error is not None and error.get("code") == "LEASE_LOST" and row["state"] == "waiting":
+            # Why a processor that ran here stopped: the lease went to another host
+            # (or this one was frozen past its ttl).
+            parts.append(f"lease lost: {error['error']}")
+    return "  ".join(parts)
+
+
+def _format_time(epoch: float) -> str:
+
+    return format_timestamp(epoch)
+
+
+# -- snapshot ---------------------------------------------------------------
+
+
+def add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "snapshot",
+        help="a processor's reduced state",
+        description="Print a processor's reduced state and the offset it is reduced through: "
+        "live from the running host, else from its checkpoint in the database.",
+    )
+    p.add_argument("slug", help="the processor's contract slug")
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
+    p.add_argument("--path", help="the stream path, if the host runs the slug on several")
+    add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print {offset, state, source} as JSON")
+    p.set_defaults(handler=_cmd_snapshot)
+
+
+def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
+    socket = live_socket(args, args.slug)
+    if socket is not None:
+        snapshot = request_sync(socket, "snapshot", slug=args.slug, path=args.path, db=served(args))
+    else:
+
+        async def run() -> dict[str, Any]:
+            async with existing_log(args.db) as log:
+                return await host_store(log).stored_snapshot(args.slug)
+
+        snapshot = asyncio.run(run())
+    if args.json:
+        out.write(json.dumps(snapshot, separators=(",", ":")) + "\n")
+    else:
+        out.write(f"offset {snapshot['offset']} ({snapshot['source']})\n")
+        out.write(json.dumps(snapshot["state"], indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+# -- watch ------------------------------------------------------------------
+
+
+def add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="follow a processor's live state",
+        description="Print a processor's live state from the running host: a seed "
+        "(revision and state), then each JSON patch as it happens, until interrupted. A "
+        "gap in the revisions prints a fresh seed.",
+    )
+    p.add_argument("slug", help="the processor's contract slug")
+    p.add_argument(
+        "--db", help="the SQLite log file the host runs on; default: the db of ./streamkit.toml"
+    )
+    p.add_argument("--path", help="the stream path, if the host runs the slug on several")
+    p.add_argument(
+        "--limit", type=positive_int, default=None, help="stop after N lines (seeds and patches)"
+    )
+    add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object per line")
+    p.set_defaults(handler=_cmd_watch)
+
+
+def _cmd_watch(args: argparse.Namespace, out: TextIO) -> int:
+    # Checked like every other command; with no host there the client says so.
+    socket = live_socket(args, args.slug) or socket_of(args)
+
+    async def run() -> None:
+        printed = 0
+        watch = ControlClient(socket).watch(
+            "watch", slug=args.slug, path=args.path, db=served(args)
+        )
+        try:
+            async for item in watch:
+                if args.json:
+                    out.write(json.dumps(item, separators=(",", ":")) + "\n")
+                elif item.get("kind") == "seed":
+                    state = json.dumps(item["state"], separators=(",", ":"), sort_keys=True)
+                    out.write(f"seed rev={item['rev']}  {state}\n")
+                else:
+                    patch = json.dumps(item["patch"], separators=(",", ":"))
+                    out.write(f"patch {item['from']}->{item['to']}  {patch}\n")
+                out.flush()
+                printed += 1
+                if args.limit is not None and printed >= args.limit:
+                    return
+        finally:
+            await watch.aclose()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+# -- skip -------------------------------------------------------------------
+
+
+def add_skip(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "skip",
+        help="move a stalled processor past one event",
+        description="Hide the event at --offset from one processor, so a processor stalled on "
+        "it moves on. The decision is recorded as a durable streamkit.event-skipped event "
+        "(who, why) on the stream. Through the running host if there is one, else written "
+        "to the database for the next host to apply.",
+    )
+    p.add_argument("slug", help="the processor's contract slug")
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
+    p.add_argument("--offset", type=positive_int, required=True, help="the event to skip")
+    p.add_argument("--path", help="the stream path (default: the host's; / without a host)")
+    p.add_argument("--by", help="who decided (default: user@hostname)")
+    p.add_argument("--reason", default="", help="why, for the record")
+    add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print the skip event as JSON")
+    p.set_defaults(handler=_cmd_skip)
+
+
+def _cmd_skip(args: argparse.Namespace, out: TextIO) -> int:
+    by = args.by or f"{getpass.getuser()}@{platform.node()}"
+    socket = live_socket(args, args.slug)
+    if socket is not None:
+        data = request_sync(
+            socket,
+            "skip",
+            slug=args.slug,
+            offset=args.offset,
+            by=by,
+            reason=args.reason,
+            path=args.path,
+            db=served(args),
+        )
+        event = StreamEvent(**data)
+    else:
+
+        async def run() -> StreamEvent:
+            async with existing_log(args.db) as log:
+                return await host_store(log).record_skip(
+                    args.path or "/", args.slug, args.offset, by=by, reason=args.reason
+                )
+
+        event = asyncio.run(run())
+    if args.json:
+        emit(event, args, out)
+    else:
+        out.write(
+            f"skipped offset {args.offset} for {args.slug} (recorded at offset {event.offset})\n"
+        )
+    return 0

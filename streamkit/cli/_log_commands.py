@@ -1,0 +1,256 @@
+"""``streamkit append`` and ``streamkit read``: the log's own commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shlex
+import sys
+import uuid
+from typing import Any, TextIO
+
+from streamkit.backends import open_log
+from streamkit.cli._args import (
+    existing_log,
+    json_object,
+    non_negative_int,
+    positive_int,
+    positive_seconds,
+)
+from streamkit.cli._common import (
+    add_socket_flag,
+    emit,
+    live_socket,
+    served,
+    socket_of,
+)
+from streamkit.control._client import ControlClient, request_sync
+from streamkit.errors import (
+    ControlUnavailable,
+    SlowConsumer,
+)
+from streamkit.events import StreamEvent
+from streamkit.live_state import LIVE_STATE_CHANGED
+
+__all__ = ["add_append", "add_read"]
+
+
+# -- append -----------------------------------------------------------------
+
+
+def add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "append",
+        help="append one event to a stream",
+        description="Append one durable event to a stream of a log file (created if missing). "
+        "Prints the committed event; an idempotent retry prints the event already committed.",
+    )
+    p.add_argument("type", help="the event type, e.g. task.requested")
+    p.add_argument("--db", help="the SQLite log file; default: the db of ./streamkit.toml")
+    p.add_argument("--path", default="/", help="the stream path (default: /)")
+    p.add_argument("--payload", type=json_object("--payload"), help="the payload, a JSON object")
+    p.add_argument("--metadata", type=json_object("--metadata"), help="the metadata, a JSON object")
+    p.add_argument("--idempotency-key", help="retry-safe key: same key + same body appends once")
+    p.add_argument(
+        "--expect-offset",
+        type=positive_int,
+        help="refuse unless the event lands at exactly this offset (a stale-view guard)",
+    )
+    p.add_argument(
+        "--expect-head",
+        type=non_negative_int,
+        help="refuse unless the last durable offset is exactly N (nothing appended since)",
+    )
+    p.add_argument(
+        "--ephemeral",
+        action="store_true",
+        help="push to live subscribers without writing (needs a running host)",
+    )
+    add_socket_flag(p)
+    p.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=10.0,
+        help="seconds to wait for a running host's reply (default 10)",
+    )
+    p.add_argument("--json", action="store_true", help="print the committed event as JSON")
+    p.set_defaults(handler=_cmd_append)
+
+
+def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
+    event: dict[str, Any] = {"type": args.type}
+    if args.payload is not None:
+        event["payload"] = args.payload
+    if args.metadata is not None:
+        event["metadata"] = args.metadata
+    if args.idempotency_key is not None:
+        event["idempotency_key"] = args.idempotency_key
+    if args.expect_offset is not None:
+        event["offset"] = args.expect_offset
+    if args.ephemeral:
+        event["ephemeral"] = True
+    socket = live_socket(args)
+    if socket is not None:
+        if not args.ephemeral and "idempotency_key" not in event:
+            # A host frozen past the timeout may still apply the request later, so a
+            # plain retry could append it twice: this invocation's own key makes the
+            # printed retry command append it at most once.
+            event["idempotency_key"] = f"cli/{uuid.uuid4().hex}"
+        try:
+            (data,) = request_sync(
+                socket,
+                "append",
+                path=args.path,
+                events=[event],
+                timeout=args.timeout,
+                db=served(args),
+                **({} if args.expect_head is None else {"expect_head": args.expect_head}),
+            )
+        except ControlUnavailable as exc:
+            raise _append_in_doubt(args, event, exc) from exc
+        emit(StreamEvent(**data), args, out)
+        return 0
+    if args.ephemeral:
+        raise ControlUnavailable(
+            f"--ephemeral needs a running host on {args.db!r} (no control socket answers at "
+            f"{socket_of(args)!r}): an ephemeral event reaches only the subscribers of the "
+            "process that appends it; nothing was appended; start `streamkit host` first"
+        )
+
+    async def run() -> StreamEvent:
+        async with open_log(args.db) as log:
+            (committed,) = await log.stream(args.path).append(event, expect_head=args.expect_head)
+            return committed
+
+    emit(asyncio.run(run()), args, out)
+    return 0
+
+
+def _append_in_doubt(
+    args: argparse.Namespace, event: dict[str, Any], exc: ControlUnavailable
+) -> ControlUnavailable:
+    """The refusal of an append whose outcome is unknown: how to retry it safely, how to check."""
+    key = event.get("idempotency_key")
+    if key is None:  # ephemeral: never stored, nothing to retry safely or to look up
+        return ControlUnavailable(
+            f"{exc.message}; the ephemeral event may or may not have been pushed",
+            details=dict(exc.details),
+        )
+    argv: list[str] = list(getattr(args, "argv", None) or [])
+    if argv and "--idempotency-key" not in argv:
+        argv += ["--idempotency-key", key]
+    retry = shlex.join(["streamkit", *argv]) if argv else None
+    return ControlUnavailable(
+        f"{exc.message}; the append may still land (the host may be frozen or overloaded). It "
+        f"carries idempotency key {key!r}, so running it again with that key appends it at most "
+        "once and prints the committed event"
+        + (f": {retry}" if retry else "")
+        + f"; to check without appending: streamkit read --db {shlex.quote(args.db)} --path "
+        f"{shlex.quote(args.path)} --json (look for that idempotency_key)",
+        details={**exc.details, "idempotency_key": key},
+    )
+
+
+# -- read -------------------------------------------------------------------
+
+
+def add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "read",
+        help="read a stream's events",
+        description="Print the durable events of a stream after an offset. With --follow, "
+        "keep printing new events as they are committed (by any process) until interrupted.",
+    )
+    p.add_argument(
+        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+    )
+    p.add_argument("--path", default="/", help="the stream path (default: /)")
+    p.add_argument(
+        "--after", type=non_negative_int, default=0, help="start after this offset (default: 0)"
+    )
+    p.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        help="print at most this many events (default: all; with --follow, stop after N)",
+    )
+    p.add_argument("--follow", action="store_true", help="keep following new events")
+    add_socket_flag(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object per line")
+    p.set_defaults(handler=_cmd_read)
+
+
+def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
+    socket = live_socket(args) if args.follow else None
+    if socket is not None:
+        return _read_follow_through(socket, args, out)
+
+    async def run() -> None:
+        printed = 0
+        limit: int | None = args.limit
+        async with existing_log(args.db) as log:
+            stream = log.stream(args.path)
+            if args.follow:
+                async for events, _range in stream.follow(args.after):
+                    for event in events:
+                        if event.ephemeral:
+                            continue
+                        emit(event, args, out)
+                        printed += 1
+                        if limit is not None and printed >= limit:
+                            return
+                return
+            after = args.after
+            while limit is None or printed < limit:
+                page_size = 500 if limit is None else min(500, limit - printed)
+                page = await stream.read(after, page_size)
+                for event in page.events:
+                    emit(event, args, out)
+                printed += len(page.events)
+                after = page.scanned_through_offset
+                if page.at_head:
+                    return
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
+def _read_follow_through(socket: str, args: argparse.Namespace, out: TextIO) -> int:
+    """``read --follow`` through a running host: its ephemerals are printed too.
+
+    Live-state deltas are left out: every processor emits one per batch, and
+    ``streamkit watch`` is the way to follow them.
+    """
+
+    async def run() -> None:
+        printed = 0
+        after = args.after
+        while True:
+            watch = ControlClient(socket).watch(
+                "follow", path=args.path, after=after, db=served(args)
+            )
+            try:
+                async for data in watch:
+                    if not data.get("ephemeral"):
+                        after = max(after, int(data["offset"]))
+                    if data.get("type") == LIVE_STATE_CHANGED:
+                        continue  # one per processor per batch: `streamkit watch` shows them
+                    emit(StreamEvent(**data), args, out)
+                    if not data.get("ephemeral"):
+                        printed += 1
+                    if args.limit is not None and printed >= args.limit:
+                        return
+                return
+            except SlowConsumer as exc:
+                # Fell too far behind the host: resume from the last durable event
+                # printed (the ephemerals meanwhile are gone, and we say so).
+                after = int(exc.details.get("resume_after", after))
+                sys.stderr.write(f"note: {exc.message}\n")
+            finally:
+                await watch.aclose()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
