@@ -36,23 +36,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import fields
 from typing import Any, Generic, NamedTuple, TypeVar
-
-from pydantic import BaseModel
 
 from streamkit.contract import ProcessorContract
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
+from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
 from streamkit.errors import (
-    IdempotencyConflict,
     InvalidContract,
-    InvalidEvent,
     InvalidRequest,
     ProcessorTimeout,
     StateNotSerializable,
     StreamkitError,
-    UndeclaredEmit,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.live_state import LiveSnapshot, LiveState
@@ -75,8 +70,6 @@ PAGE_SIZE = 500
 
 PUSH_GRACE = 0.05
 """Seconds a waiter on an engine fed by pushes gives the push before reading the log itself."""
-
-_INPUT_FIELDS = tuple(f.name for f in fields(EventInput))
 
 
 class ProcessorSnapshot(NamedTuple, Generic[S]):
@@ -180,6 +173,7 @@ class ProcessorEngine(Generic[S]):
         self._last_batch_at_head = False
 
         self._claims = ClaimKeeper(stream, clock, self._swallowed)
+        self._effects = EffectAppender(contract, stream, self._swallowed)
 
         self._events_reduced = 0
         self._batches = 0
@@ -861,120 +855,7 @@ class ProcessorEngine(Generic[S]):
     ) -> asyncio.Task[list[StreamEvent]]:
         """Check, stamp and start an append made by ``process_event`` (see ``args.append``)."""
         self.guard()
-        processor_source: dict[str, Any] = {"slug": self._slug, "version": self._version}
-        if during is not None:
-            processor_source["while_processing"] = {"offset": during.offset, "type": during.type}
-        stamped = [self._stamp(raw, index, processor_source) for index, raw in enumerate(events)]
-        task = asyncio.get_running_loop().create_task(self._append_effect(during, stamped))
-
-        def appended(done: asyncio.Task[list[StreamEvent]]) -> None:
-            error = None if done.cancelled() else done.exception()
-            if error is not None:
-                self._swallowed("processor.append_failed", error, during)
-
-        task.add_done_callback(appended)
-        return task
-
-    async def _append_effect(
-        self, during: StreamEvent | None, events: list[dict[str, Any]]
-    ) -> list[StreamEvent]:
-        """Append an effect's events; on a rerun of the same effect, keep what the first run wrote.
-
-        A batch that failed, or ran before a crash, runs its effects again. An
-        effect whose body is not deterministic (a timestamp in its payload)
-        then meets its own earlier event under the same idempotency key with a
-        different body, and a plain append would refuse it on every retry,
-        wedging the processor. The rule: when the event a key already names was
-        written by THIS processor while processing THIS same event, it is the
-        first run's output of this very effect, and the rerun returns it (the
-        first run's body stands). Any other conflict is raised as it is.
-        """
-        pending = events
-        for _ in range(len(events)):
-            try:
-                return await self._stream.append(*pending)
-            except IdempotencyConflict as exc:
-                earlier = await self._earlier_run_of(during, exc)
-                key = exc.details.get("key")
-                if earlier is None or not any(e.get("idempotency_key") == key for e in pending):
-                    raise
-                report(
-                    "processor.effect_rerun_kept_first",
-                    None,
-                    slug=self._slug,
-                    offset=None if during is None else during.offset,
-                    key=key,
-                    recorded_at=earlier.offset,
-                    detail="a rerun's body differed; the event the first run wrote stands",
-                )
-                pending = [
-                    {**e, "payload": earlier.payload, "metadata": earlier.metadata}
-                    if e.get("idempotency_key") == key
-                    else e
-                    for e in pending
-                ]
-        return await self._stream.append(*pending)
-
-    async def _earlier_run_of(
-        self, during: StreamEvent | None, conflict: IdempotencyConflict
-    ) -> StreamEvent | None:
-        """The event ``conflict`` names, if this processor wrote it while processing ``during``."""
-        offset = conflict.details.get("offset")
-        if during is None or not isinstance(offset, int) or offset < 1:
-            return None
-        page = await self._stream.read(offset - 1, 1)
-        if not page.events or page.events[0].offset != offset:
-            return None
-        existing = page.events[0]
-        source = existing.source if isinstance(existing.source, Mapping) else {}
-        stamp = source.get("processor")
-        if not isinstance(stamp, Mapping) or stamp.get("slug") != self._slug:
-            return None
-        seen = stamp.get("while_processing")
-        if not isinstance(seen, Mapping) or seen.get("offset") != during.offset:
-            return None
-        return existing
-
-    def _stamp(
-        self, raw: EventInput | Mapping[str, Any], index: int, processor_source: dict[str, Any]
-    ) -> dict[str, Any]:
-        if isinstance(raw, EventInput):
-            data = {name: getattr(raw, name) for name in _INPUT_FIELDS}
-        elif isinstance(raw, Mapping):
-            data = dict(raw)
-        else:
-            raise InvalidEvent(
-                f"event #{index}: expected an EventInput or a mapping, got "
-                f"{type(raw).__name__}; nothing was appended",
-                details={"index": index},
-            )
-        etype = data.get("type")
-        if not isinstance(etype, str) or etype not in self._emits:
-            raise UndeclaredEmit(
-                f'processor "{self._slug}" tried to append {etype!r}, which its contract does '
-                f"not list in emits ({sorted(self._emits)}); nothing was appended; add it to "
-                "emits (and define it in events or a dependency)",
-                details={"slug": self._slug, "type": repr(etype)[:300]},
-            )
-        schema = self._contract.payload_schema_for(etype)
-        payload = data.get("payload")
-        if schema is not None and not isinstance(payload, schema):
-            try:
-                schema.model_validate(
-                    payload.model_dump(mode="json")
-                    if isinstance(payload, BaseModel)
-                    else payload or {}
-                )
-            except Exception as exc:
-                raise InvalidEvent(
-                    f'event #{index}: the payload of "{etype}" does not match its declared '
-                    f"schema {schema.__name__} ({exc}); nothing was appended",
-                    details={"index": index, "field": "payload", "type": etype},
-                ) from exc
-        source = data.get("source")
-        if source is None or isinstance(source, Mapping):
-            data["source"] = {**(source or {}), "processor": processor_source}
-        return data
+        return self._effects.emit(during, events)
 
     def start_background(self, during: StreamEvent | None, work: Work) -> None:
         """Start one ``run_in_background`` attempt (see ``args.run_in_background``)."""
