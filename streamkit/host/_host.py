@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import secrets
 import signal
@@ -59,7 +58,6 @@ from typing import Any
 import structlog
 
 from streamkit.backends import host_store, open_log
-from streamkit.checkpoint import shown_cursor
 from streamkit.config import HostConfig, resolve_processors, shared_slug
 from streamkit.control._server import ControlServer
 from streamkit.control._socket import check_private_directory
@@ -70,70 +68,23 @@ from streamkit.errors import (
     LeaseLost,
     StreamkitError,
 )
-from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
+from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.host._alarm import Alarm
 from streamkit.host._control import HostControlHandler
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
 from streamkit.host._runner import ProcessorRunner
-from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot
+from streamkit.host._status import runner_status
+from streamkit.host._watch import Subscription, jsonable, watch_messages
+from streamkit.live_state import LiveSnapshot
 from streamkit.log._follow import Follow
 from streamkit.log._log import Log
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import Clock, HostStore
 from streamkit.skips import SKIP_EVENT
 
-__all__ = ["ProcessorHost", "Subscription"]
+__all__ = ["ProcessorHost"]
 
 _log = structlog.get_logger("streamkit.host")
-
-
-class Subscription:
-    """A watcher's mailbox: one processor's live-state deltas, bounded by bytes.
-
-    Only the deltas of the watched key are kept (everything else a commit
-    carries is dropped as it arrives), each counted by the size of its patch.
-    A watcher that falls more than ``max_bytes`` behind has its mailbox
-    emptied and :attr:`overflowed` set: it must re-seed from a snapshot.
-    """
-
-    def __init__(self, path: str, key: str, max_bytes: int) -> None:
-        self.path = path
-        self.key = key
-        self.max_bytes = max_bytes
-        self._deltas: list[dict[str, Any]] = []
-        self._bytes = 0
-        self._event = asyncio.Event()
-        self.overflowed = False
-
-    @property
-    def buffered_bytes(self) -> int:
-        """The patch bytes waiting to be taken."""
-        return self._bytes
-
-    def offer(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
-        for event in events:
-            delta = _delta_of(event, self.key)
-            if delta is None:
-                continue
-            patch = delta["patch"]
-            size = 64 if patch is None else len(json.dumps(patch, separators=(",", ":")))
-            if self._deltas and self._bytes + size > self.max_bytes:
-                # A slow watcher: its chain breaks by design; it re-seeds.
-                self._deltas.clear()
-                self._bytes = 0
-                self.overflowed = True
-            self._deltas.append(delta)
-            self._bytes += size
-            self._event.set()
-
-    async def get(self) -> list[dict[str, Any]]:
-        """Wait for deltas (or an overflow) and take all buffered ones."""
-        while not self._deltas and not self.overflowed:
-            self._event.clear()
-            await self._event.wait()
-        deltas, self._deltas = self._deltas, []
-        self._bytes = 0
-        return deltas
 
 
 @dataclass(frozen=True, slots=True)
@@ -591,9 +542,9 @@ class ProcessorHost:
             rev, projection = await engine.live_snapshot()
             return {
                 "offset": offset,
-                "state": _jsonable(state),
+                "state": jsonable(state),
                 "rev": rev,
-                "live": _jsonable(projection),
+                "live": jsonable(projection),
                 "source": "engine",
             }
 
@@ -620,24 +571,10 @@ class ProcessorHost:
         runner = self.runner(slug, path)
         subscription = self.subscribe(runner.path, slug)
         try:
-            rev, state = await self.live_snapshot(slug, runner.path)
-            yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
-            while True:
-                deltas = await subscription.get()
-                if subscription.overflowed:
-                    subscription.overflowed = False
-                    rev, state = await self.live_snapshot(slug, runner.path)
-                    yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
-                    continue
-                for delta in deltas:
-                    if delta["to"] <= rev:
-                        continue
-                    if delta["from"] != rev or delta["patch"] is None:
-                        rev, state = await self.live_snapshot(slug, runner.path)
-                        yield {"kind": "seed", "rev": rev, "state": _jsonable(state)}
-                        continue
-                    rev = delta["to"]
-                    yield {"kind": "delta", **delta}
+            async for message in watch_messages(
+                subscription, lambda: self.live_snapshot(slug, runner.path)
+            ):
+                yield message
         finally:
             self.unsubscribe(subscription)
 
@@ -678,34 +615,7 @@ class ProcessorHost:
             lag = None
             if cursor is not None:
                 lag = await store.durable_lag(runner.path, cursor)
-            lease = row.get("lease")
-            incidents = runner.engine.incidents if runner.engine is not None else {}
-            processors.append(
-                {
-                    "slug": runner.slug,
-                    "version": runner.version,
-                    "path": runner.path,
-                    "label": runner.label,
-                    "state": "stalled" if runner.stalled else runner.state,
-                    "cursor": shown_cursor(cursor, head),
-                    "head": head,
-                    "lag": lag,
-                    "lease": lease,
-                    "lease_held_here": runner.lease is not None,
-                    "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
-                    "stalled": runner.stalled,
-                    "stalled_at": runner.stalled_at,
-                    "failures": runner.failures,
-                    "last_error": runner.last_error,
-                    "skipped": sorted(runner.skipped),
-                    "queued": runner.queued,
-                    "malformed_payloads": incidents.get("malformed_payloads", 0),
-                    "last_malformed": incidents.get("last_malformed"),
-                    "reduce_failures": incidents.get("reduce_failures", 0),
-                    "last_reduce_failure": incidents.get("last_reduce_failure"),
-                    **runner.metrics.to_dict(now_mono),
-                }
-            )
+            processors.append(runner_status(runner, row, cursor, head, lag, now_mono))
         started = self._started_at
         return {
             "host": {
@@ -765,22 +675,3 @@ def _check_entries(entries: Sequence[_Entry]) -> None:
                 details={"slug": slug, "paths": [seen[slug], entry.path]},
             )
         seen[slug] = entry.path
-
-
-def _delta_of(event: StreamEvent, slug: str) -> dict[str, Any] | None:
-    if event.type != LIVE_STATE_CHANGED or not isinstance(event.payload, dict):
-        return None
-    payload = event.payload
-    if payload.get("key") != slug:
-        return None
-    start, end = payload.get("from"), payload.get("to")
-    if not isinstance(start, int) or not isinstance(end, int):
-        return None
-    return {"from": start, "to": end, "patch": payload.get("patch")}
-
-
-def _jsonable(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    return value

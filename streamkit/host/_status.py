@@ -1,0 +1,52 @@
+"""What ``status`` shows of one processor this host runs: the durable row merged with the runtime.
+
+The durable row (what the database alone says: version, cursor, head, lease,
+claim) is overlaid with what only the running host knows: its state,
+stalled and why, failures, skips, the queue, the fold's incidents and the
+runner's rates. The cursor shown never passes the durable head.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamkit.checkpoint import shown_cursor
+from streamkit.host._runner import ProcessorRunner
+
+__all__ = ["runner_status"]
+
+
+def runner_status(
+    runner: ProcessorRunner,
+    row: dict[str, Any],
+    cursor: int | None,
+    head: int,
+    lag: int | None,
+    now_mono: float,
+) -> dict[str, Any]:
+    """One processor's status entry (``streamkit status --json`` shows a list of them)."""
+    incidents = runner.engine.incidents if runner.engine is not None else {}
+    return {
+        "slug": runner.slug,
+        "version": runner.version,
+        "path": runner.path,
+        "label": runner.label,
+        "state": "stalled" if runner.stalled else runner.state,
+        "cursor": shown_cursor(cursor, head),
+        "head": head,
+        "lag": lag,
+        "lease": row.get("lease"),
+        "lease_held_here": runner.lease is not None,
+        "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
+        "stalled": runner.stalled,
+        "stalled_at": runner.stalled_at,
+        "failures": runner.failures,
+        "last_error": runner.last_error,
+        "skipped": sorted(runner.skipped),
+        "queued": runner.queued,
+        "malformed_payloads": incidents.get("malformed_payloads", 0),
+        "last_malformed": incidents.get("last_malformed"),
+        "reduce_failures": incidents.get("reduce_failures", 0),
+        "last_reduce_failure": incidents.get("last_reduce_failure"),
+        **runner.metrics.to_dict(now_mono),
+    }
