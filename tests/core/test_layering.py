@@ -66,7 +66,7 @@ MAY_IMPORT = {
 LOCAL_IMPORTS_ALLOWED = {("streamkit.processors.notifications.channels", "httpx")}
 # String imports allowed, each where the user names what to load.
 STRING_IMPORTS_ALLOWED = {
-    "streamkit.config",  # processor classes named in streamkit.toml or --processor
+    "streamkit.config._processors",  # processor classes named in streamkit.toml or --processor
     "streamkit.processors._handlers",  # task and replay handlers named by "module:attr"
 }
 

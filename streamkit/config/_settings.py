@@ -1,0 +1,283 @@
+"""The settings models of a host: every key of streamkit.toml, typed and checked.
+
+Each section is a frozen pydantic model that refuses unknown keys and
+booleans for numbers; a refusal carries its key, the problem and the fix,
+which :mod:`._sources` turns into one :class:`~streamkit.errors.InvalidConfig`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, TextIO
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from streamkit._targets import sqlite_target
+from streamkit.control._socket import MAX_SOCKET_PATH_BYTES
+from streamkit.errors import InvalidRequest, LogOpenError
+from streamkit.events import validate_path
+
+__all__ = [
+    "DEFAULT_CONFIG_NAME",
+    "HostConfig",
+    "LeaseSettings",
+    "LimitSettings",
+    "ProcessorSpec",
+    "ResolvedProcessor",
+    "RetrySettings",
+]
+
+DEFAULT_CONFIG_NAME = "streamkit.toml"
+
+_CLASS_PATH_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\Z")
+
+# The PydanticCustomError type our own validators raise: its context carries the
+# fix, so one formatter turns every refusal into "key: problem; fix: ...".
+_OWN_ERROR = "streamkit_config"
+
+
+def _refusal(problem: str, fix: str, *, key: str | None = None) -> PydanticCustomError:
+    # Braces in a user's value would be read as template fields by pydantic.
+    safe = problem.replace("{", "(").replace("}", ")")
+    context = {"fix": fix} if key is None else {"fix": fix, "key": key}
+    return PydanticCustomError(_OWN_ERROR, safe, context)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic would read `ttl = true` as 1: a boolean is never a number here.
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and field.annotation is not bool:
+            raise _refusal(
+                f"{str(value).lower()} is a boolean, not a number",
+                "write a number (e.g. ttl = 10)",
+            )
+        return value
+
+
+class LeaseSettings(_Section):
+    """How long a processor lease lasts and how often the host renews it (seconds)."""
+
+    ttl: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    heartbeat: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Seconds between renewals; ``None`` means ``ttl / 3`` (see :attr:`heartbeat_interval`)."""
+
+    @field_validator("heartbeat")
+    @classmethod
+    def _heartbeat_below_ttl(cls, value: float | None, info: ValidationInfo) -> float | None:
+        ttl = info.data.get("ttl")
+        if value is not None and isinstance(ttl, float) and value >= ttl:
+            raise _refusal(
+                f"heartbeat {value:g} s is not shorter than the lease ttl {ttl:g} s, so the lease "
+                "would expire between renewals",
+                f"set heartbeat below ttl (ttl / 3 = {ttl / 3:g} is the default) or raise ttl",
+            )
+        return value
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between renewals: ``heartbeat`` if set, else a third of ``ttl``."""
+        return self.ttl / 3 if self.heartbeat is None else self.heartbeat
+
+
+class RetrySettings(_Section):
+    """Backoff for a failing batch: doubling from ``initial_delay`` up to ``max_delay``."""
+
+    initial_delay: float = Field(default=0.5, gt=0, allow_inf_nan=False)
+    max_delay: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    stall_after: int = Field(default=10, ge=1)
+    """Consecutive failures of one processor after which status reports it stalled."""
+
+    @field_validator("max_delay")
+    @classmethod
+    def _max_not_below_initial(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("initial_delay")
+        if isinstance(initial, float) and value < initial:
+            raise _refusal(
+                f"max_delay {value:g} s is below initial_delay {initial:g} s",
+                "set max_delay to at least initial_delay",
+            )
+        return value
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` consecutive failures (1 -> ``initial_delay``)."""
+        if failures < 1:
+            return 0.0
+        # Cap the exponent: past ~64 doublings every sane max_delay is reached anyway.
+        return min(self.max_delay, self.initial_delay * 2.0 ** min(failures - 1, 64))
+
+
+class ProcessorSpec(_Section):
+    """One processor to run: its class as ``module:Class``, its stream path and kwargs."""
+
+    # "class" is a keyword in Python, so the field is class_path and the file's
+    # key is its alias; by-name validation keeps ProcessorSpec(class_path=...)
+    # working from code (and tells pydantic's mypy plugin the alias is not dynamic).
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True)
+
+    class_path: str = Field(
+        validation_alias=AliasChoices("class", "class_path"), serialization_alias="class"
+    )
+    path: str = "/"
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    name: str | None = Field(default=None, min_length=1)
+
+    @field_validator("class_path")
+    @classmethod
+    def _class_path_shape(cls, value: str) -> str:
+        if not _CLASS_PATH_RE.match(value):
+            raise _refusal(
+                f"{value!r} is not of the form 'module:Class'",
+                'write it as "package.module:ClassName" (a colon between the importable '
+                "module and the class name)",
+            )
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _stream_path(cls, value: str) -> str:
+        try:
+            return validate_path(value)
+        except InvalidRequest:
+            raise _refusal(
+                f"{value!r} is not a stream path",
+                "use '/' or '/a/b': segments of letters, digits, '-', '_' and '.', "
+                "each not '.' or '..' alone",
+            ) from None
+
+    @property
+    def label(self) -> str:
+        """How logs and errors name this processor: its ``name``, else its class path."""
+        return self.name or self.class_path
+
+
+class LimitSettings(_Section):
+    """What the host holds for each client at most (bytes)."""
+
+    subscriber_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024, le=1024**3)
+    """Unread data one watcher or follower may have queued before the slow-reader policy acts."""
+
+
+class HostConfig(_Section):
+    """Everything ``streamkit host`` needs, validated; see the module docstring for the file."""
+
+    db: Path
+    processors: tuple[ProcessorSpec, ...] = ()
+    lease: LeaseSettings = Field(default_factory=LeaseSettings)
+    retry: RetrySettings = Field(default_factory=RetrySettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    shutdown_grace: float = Field(default=10.0, ge=0, allow_inf_nan=False)
+    log_format: Literal["auto", "json", "console"] = "auto"
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    socket: Path | None = Field(default=None, validate_default=True)
+    """The control socket; ``None`` means ``<db>.sock`` (see :attr:`socket_path`)."""
+    shared_socket_dir: bool = False
+    """Start even though other users may replace files in the socket's directory."""
+
+    @field_validator("db", mode="before")
+    @classmethod
+    def _db_target(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return sqlite_target(value)
+        except LogOpenError as exc:
+            raise _refusal(exc.message, "give a SQLite file path or sqlite://PATH") from exc
+
+    @field_validator("db")
+    @classmethod
+    def _db_is_a_file(cls, value: Path) -> Path:
+        if str(value) == ":memory:" or value.name in ("", ".", ".."):
+            raise _refusal(
+                f"{str(value)!r} is not a database file a host can share with other processes",
+                'name a file, e.g. db = "app.db"',
+            )
+        return value
+
+    @field_validator("socket")
+    @classmethod
+    def _socket_fits(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        db = info.data.get("db")
+        if value is not None:
+            path = value
+        elif isinstance(db, Path):
+            path = _default_socket(db)
+        else:
+            return value  # the db error is reported on its own
+        size = len(os.fsencode(path))
+        if size > MAX_SOCKET_PATH_BYTES:
+            origin = "the default socket path (the db path + '.sock')" if value is None else "it"
+            raise _refusal(
+                f"{origin} {str(path)!r} is {size} bytes long, over the {MAX_SOCKET_PATH_BYTES} "
+                "bytes a Unix socket path may have",
+                'set a shorter path with socket = "/tmp/myapp.sock" in the file or --socket',
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> HostConfig:
+        seen: dict[str, int] = {}
+        for index, spec in enumerate(self.processors):
+            if spec.name is None:
+                continue
+            if spec.name in seen:
+                raise _refusal(
+                    f"the name {spec.name!r} is already used by processors[{seen[spec.name]}]",
+                    "give each processor its own name, or leave name out",
+                    key=f"processors[{index}].name",
+                )
+            seen[spec.name] = index
+        return self
+
+    @property
+    def socket_path(self) -> Path:
+        """The control socket: ``socket`` if set, else ``<db>.sock`` beside the database."""
+        return _default_socket(self.db) if self.socket is None else self.socket
+
+    def resolved_log_format(self, stream: TextIO | None = None) -> Literal["json", "console"]:
+        """``log_format`` with ``auto`` decided: console on a TTY (stderr by default), else JSON."""
+        if self.log_format != "auto":
+            return self.log_format
+        target = sys.stderr if stream is None else stream
+        try:
+            return "console" if target.isatty() else "json"
+        except (AttributeError, ValueError):  # a closed or fake stream is not a terminal
+            return "json"
+
+
+def _default_socket(db: Path) -> Path:
+    return db.with_name(db.name + ".sock")
+
+
+class ResolvedProcessor(NamedTuple):
+    """A processor spec with its constructed instance (a ``StreamProcessor``)."""
+
+    spec: ProcessorSpec
+    # Typed loosely so this module never imports the processor layer at import
+    # time; resolve_processors has proven it is a StreamProcessor instance.
+    processor: Any
+
+    @property
+    def slug(self) -> str:
+        """The processor's contract slug."""
+        return str(self.processor.contract.slug)
+
+
+# ---------------------------------------------------------------------------
+# Loading
