@@ -348,13 +348,8 @@ class Writer:
                 cur.execute("BEGIN IMMEDIATE")
                 if self._wal is not None:
                     self._wal.check()
-                # _sync_foreign and _state, written out: this path is all per-call overhead.
                 following = self._feed.has_subscribers()
-                if following:  # the thread's next follow poll is due POLL_SECONDS after this
-                    self._synced_at = monotonic()
-                version = cur.execute("PRAGMA data_version").fetchone()[0]
-                if version != self._data_version:
-                    self._take_foreign(version)
+                self._sync_foreign()
                 # After the look at other commits: the stamp is no earlier than theirs.
                 now = self._now = self._stamp_commit()
                 state = self._states.get(path)
@@ -392,21 +387,7 @@ class Writer:
             state.head = offset
             self.transactions += 1
             self.appended += 1
-            # _decode for one event, written out (measured: the general call costs 1-2 us
-            # after an fsync, on the path where that is most of the overhead).
-            committed = [
-                make_event(
-                    path,
-                    offset,
-                    event.type,
-                    decode(event.payload_json),
-                    decode(event.metadata_json),
-                    None if event.source_json is None else decode(event.source_json),
-                    None,
-                    now,
-                    False,
-                )
-            ]
+            committed = _decode(path, (event,), (offset,), now)
             if inflight:
                 self._push_own({path: committed}, {path: _json_bytes((event,))})
             return committed
@@ -927,7 +908,7 @@ class Writer:
                 if head != expected:
                     raise OffsetConflict.of_head(path, expected, head)
                 expected = None
-            offset = (head if head > floor else floor) + 1
+            offset = _next_offset(head, floor)
             if event.offset is not None and event.offset != offset:
                 raise _offset_conflict(path, event, offset)
             head = offset
@@ -1141,6 +1122,11 @@ def _next_plain(state: _PathState) -> int:
     floor = state.last_ephemeral if state.mine else state.reserved_through
     assert head is not None
     assert floor is not None
+    return _next_offset(head, floor)
+
+
+def _next_offset(head: int, floor: int) -> int:
+    """The offset rule, in one place: one past the durable head and past the ephemeral floor."""
     return (head if head > floor else floor) + 1
 
 
