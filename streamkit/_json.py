@@ -57,13 +57,17 @@ def _c_encoder() -> Callable[[Any, int], Sequence[str]] | None:
 _C_ENCODE = _c_encoder() if FAST else None
 
 
-def _encode_object_fast(value: dict[str, Any]) -> str:
-    assert _C_ENCODE is not None
-    return "".join(_C_ENCODE(value, 0))
+def _fast_encoder(c_encode: Callable[[Any, int], Sequence[str]]) -> Callable[[dict[str, Any]], str]:
+    join = "".join  # bound once: this runs for the payload and metadata of every event
+
+    def encode_object_fast(value: dict[str, Any]) -> str:
+        return join(c_encode(value, 0))
+
+    return encode_object_fast
 
 
 encode_object: Callable[[dict[str, Any]], str] = (
-    encode_object_plain if _C_ENCODE is None else _encode_object_fast
+    encode_object_plain if _C_ENCODE is None else _fast_encoder(_C_ENCODE)
 )
 """Compact JSON of a plain ``dict`` (the C encoder when available)."""
 
@@ -77,20 +81,22 @@ def decode_plain(text: str) -> Any:
     return json.loads(text)
 
 
-def _decode_fast(text: str) -> Any:
-    if text == "{}":
-        return {}
-    assert _SCAN_ONCE is not None
-    try:
-        value, end = _SCAN_ONCE(text, 0)
-    except StopIteration:
-        end = -1
-    if end != len(text):
-        return json.loads(text)  # leading or trailing text: let json say what is wrong
-    return value
+def _fast_decoder(scan_once: Callable[[str, int], tuple[Any, int]]) -> Callable[[str], Any]:
+    def decode_fast(text: str) -> Any:
+        if text == "{}":
+            return {}
+        try:
+            value, end = scan_once(text, 0)
+        except StopIteration:
+            end = -1
+        if end != len(text):
+            return json.loads(text)  # leading or trailing text: let json say what is wrong
+        return value
+
+    return decode_fast
 
 
-decode: Callable[[str], Any] = decode_plain if _SCAN_ONCE is None else _decode_fast
+decode: Callable[[str], Any] = decode_plain if _SCAN_ONCE is None else _fast_decoder(_SCAN_ONCE)
 """``json.loads`` of one text, minus its per-call Python layers when the scanner is there."""
 
 

@@ -174,17 +174,28 @@ class SqliteLogBackend:
 
     async def read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
         """Durable events of ``path`` after ``after``, with the scanned-range proof."""
-        return await self.query(
-            lambda conn: read_page(conn, path, after, limit, upto), f"reading {path!r}"
-        )
+        reader = self._reader
+        if reader is None:
+            return await self.query(lambda conn: read_page(conn, path, after, limit, upto))
+        # The reader directly, not through query(): reads are the catch-up's hot path.
+        with self._reader_lock:
+            try:
+                return read_page(reader, path, after, limit, upto)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, f"reading {path!r}") from exc
 
     async def read_sized(
         self, path: str, after: int, limit: int, upto: int | None
     ) -> tuple[ReadPage, int]:
         """:meth:`read`, with the bytes of stored JSON the page holds (for follow budgets)."""
-        return await self.query(
-            lambda conn: read_page_sized(conn, path, after, limit, upto), f"reading {path!r}"
-        )
+        reader = self._reader
+        if reader is None:
+            return await self.query(lambda conn: read_page_sized(conn, path, after, limit, upto))
+        with self._reader_lock:
+            try:
+                return read_page_sized(reader, path, after, limit, upto)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, f"reading {path!r}") from exc
 
     async def head(self, path: str) -> int:
         """The durable head of ``path`` (0 if empty)."""
