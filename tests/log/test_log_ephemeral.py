@@ -7,21 +7,12 @@ import itertools
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any
 
-import pytest
+from support.log import durable, tick
 
 from streamkit import OffsetConflict, open_log
 from streamkit.backends.sqlite._writer import BLOCK_MIN
 from streamkit.log import Log
-
-
-def durable(n: int, **extra: Any) -> dict[str, Any]:
-    return {"type": "order.placed", "payload": {"n": n}, **extra}
-
-
-def tick(n: int = 0, **extra: Any) -> dict[str, Any]:
-    return {"type": "tick", "payload": {"n": n}, "ephemeral": True, **extra}
 
 
 def reservation(path: Path, stream: str = "/") -> tuple[int, str] | None:
@@ -35,17 +26,6 @@ def reservation(path: Path, stream: str = "/") -> tuple[int, str] | None:
         conn.close()
 
 
-async def test_durable_ephemeral_durable_is_1_2_3(log: Log) -> None:
-    """In one process, an ephemeral between two durables takes the offset between them."""
-    stream = log.stream()
-    (a,) = await stream.append(durable(1))
-    (e,) = await stream.append(tick())
-    (b,) = await stream.append(durable(2))
-    assert (a.offset, e.offset, b.offset) == (1, 2, 3)
-    assert e.ephemeral
-    assert not a.ephemeral
-
-
 async def test_an_ephemeral_is_returned_but_never_written(log: Log) -> None:
     """An ephemeral comes back with its offset and ephemeral=True, and no read returns it."""
     stream = log.stream()
@@ -55,40 +35,6 @@ async def test_an_ephemeral_is_returned_but_never_written(log: Log) -> None:
     assert (d1.offset, d2.offset) == (1, 3)
     count = await log.query(lambda c: c.execute("SELECT count(*) FROM streamkit_events").fetchone())
     assert count == (2,)
-
-
-async def test_many_ephemerals_cost_amortized_zero_writes(log: Log) -> None:
-    """A thousand ephemerals take a thousand offsets with a handful of reservation writes."""
-    stream = log.stream()
-    offsets = []
-    for n in range(1000):
-        (e,) = await stream.append(tick(n))
-        offsets.append(e.offset)
-    assert offsets == list(range(1, 1001))
-    stats = log.stats
-    assert stats.ephemeral == 1000
-    assert stats.ephemeral_reservations <= 3
-    assert stats.transactions == stats.ephemeral_reservations
-    assert await stream.head() == 0
-
-
-async def test_a_large_ephemeral_batch_reserves_once(log: Log) -> None:
-    """One call with more ephemerals than a block reserves a block big enough for all of them."""
-    events = await log.stream().append(*(tick(n) for n in range(1000)))
-    assert [e.offset for e in events] == list(range(1, 1001))
-    assert log.stats.ephemeral_reservations == 1
-
-
-async def test_an_ephemeral_offset_precondition(log: Log) -> None:
-    """An ephemeral may carry an offset precondition; a refused one uses up no offset."""
-    stream = log.stream()
-    await stream.append(durable(1))
-    with pytest.raises(OffsetConflict):
-        await stream.append(tick(offset=5))
-    (e,) = await stream.append(tick(offset=2))
-    assert e.offset == 2
-    (d,) = await stream.append(durable(2))
-    assert d.offset == 3
 
 
 async def test_a_clean_reopen_leaves_no_hole(log_file: Path) -> None:
