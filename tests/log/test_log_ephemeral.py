@@ -11,7 +11,7 @@ from pathlib import Path
 from support.log import durable, tick
 
 from streamkit import OffsetConflict, open_log
-from streamkit.backends.sqlite._writer import BLOCK_MIN
+from streamkit.backends.sqlite._offsets import BLOCK_MIN
 from streamkit.log import Log
 
 

@@ -19,10 +19,11 @@ from typing import Any
 
 from streamkit._fast import make_event
 from streamkit._json import decode, decode_many
-from streamkit.events import ReadPage, StreamEvent
+from streamkit.events import PreparedEvent, ReadPage, StreamEvent
 
 __all__ = [
     "MAX_PAGE_BYTES",
+    "decode_prepared",
     "decode_rows",
     "durable_head",
     "read_page",
@@ -186,3 +187,46 @@ def select_key(conn: sqlite3.Connection, path: str, key: str) -> StreamEvent | N
 def stream_paths(conn: sqlite3.Connection) -> list[str]:
     """Every stream path that holds at least one durable event, sorted."""
     return [row[0] for row in conn.execute(_PATHS).fetchall()]
+
+
+def decode_prepared(
+    path: str, events: Sequence[PreparedEvent], offsets: Sequence[int], now: str
+) -> list[StreamEvent]:
+    """The committed form of new events, decoded from their JSON so each equals a later read."""
+    if not events:
+        return []
+    make = make_event
+    if len(events) == 1:
+        event = events[0]
+        return [
+            make(
+                path,
+                offsets[0],
+                event.type,
+                decode(event.payload_json),
+                decode(event.metadata_json),
+                None if event.source_json is None else decode(event.source_json),
+                event.idempotency_key,
+                now,
+                event.ephemeral,
+            )
+        ]
+    # One parser call for all payloads (and one for all metadata) of the call.
+    payloads = decode_many([event.payload_json for event in events])
+    metadatas = decode_many([event.metadata_json for event in events])
+    return [
+        make(
+            path,
+            offset,
+            event.type,
+            payload,
+            metadata,
+            None if event.source_json is None else decode(event.source_json),
+            event.idempotency_key,
+            now,
+            event.ephemeral,
+        )
+        for offset, event, payload, metadata in zip(
+            offsets, events, payloads, metadatas, strict=True
+        )
+    ]

@@ -12,27 +12,8 @@ became ready in one loop turn may instead run as one group on the loop itself
 (:meth:`Writer.try_inline`) when the thread is idle: the same code under the
 same lock, so both paths give the same outcomes.
 
-Offsets (per stream path):
-
-- The durable head is ``max(offset)`` of the path, read inside the transaction
-  (cached while ``PRAGMA data_version`` says no other connection committed).
-- Ephemerals draw offsets from a block reserved with one write to
-  ``streamkit_heads(path, reserved_through, reserved_by)``; ``reserved_by`` is
-  this writer's random token. A durable append lands at
-  ``max(head, last own ephemeral)`` + 1 while the block is this writer's, else
-  at ``max(head, reserved_through)`` + 1, so no durable event ever lands at or
-  below an offset another process may have handed to an ephemeral, and this
-  process's durable-ephemeral-durable gets 1, 2, 3. The heads row is written
-  only to reserve (and, on a clean close, to give back the unused rest).
-- A block is void once another process reserved (``reserved_by`` changed) or
-  the head passed its end; the next ephemeral reserves a new block above
-  everything. Blocks double (256 up to 4096) while one writer keeps using them
-  up (one reservation write per thousands of ephemerals) and shrink back to 256
-  when another writer takes the row or its durable append skips past the block:
-  such a skip is the hole another live process leaves, so it must stay small. A group of ephemerals that fits
-  the current block runs with no transaction at all, and a clean close gives
-  the unused rest of the block back, so only a crash or another live process
-  leaves a hole.
+Offsets and ephemeral reservations are the rules of :mod:`._offsets`; the
+group commit itself is :mod:`._group_commit`.
 
 Other processes' commits: the writer connection's ``PRAGMA data_version``
 changes exactly when another connection committed, so the writer checks it at
@@ -47,17 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from streamkit._fast import make_event
-from streamkit._json import decode, decode_many
 from streamkit._requests import (
     AppendCall,
     ClaimCall,
@@ -70,26 +47,28 @@ from streamkit._requests import (
     resolve_close,
     settle,
 )
+from streamkit.backends.sqlite._group_commit import (
+    _INSERT,
+    GroupCommit,
+    _json_bytes,
+    _TakenElsewhere,
+)
+from streamkit.backends.sqlite._offsets import PathState, next_plain
 from streamkit.backends.sqlite._read import (
+    decode_prepared,
     durable_head,
     read_page_sized,
-    select_key,
 )
 from streamkit.backends.sqlite._schema import is_busy, storage_error
 from streamkit.backends.sqlite._wal_guard import WalIdentity
 from streamkit.errors import (
-    IdempotencyConflict,
     LogClosed,
-    OffsetConflict,
-    StorageError,
-    StreamkitError,
 )
 from streamkit.events import (
     PreparedEvent,
     StreamEvent,
     format_timestamp,
     now_timestamp,
-    same_body,
 )
 from streamkit.log._follow import Feed, Push, WakeList
 from streamkit.protocols import Clock
@@ -104,8 +83,6 @@ POLL_SECONDS = 0.002
 """How often the idle writer looks for other processes' commits while anyone follows."""
 POLL_WAIT_SECONDS = 0.002
 """How long an inline commit waits for a follow poll to hand the connection back."""
-BLOCK_MIN = 256
-BLOCK_MAX = 4096
 FOREIGN_PAGE = 1000
 """Rows of other processes' commits read per path per poll (bounds one push's size)."""
 
@@ -122,80 +99,8 @@ SELECT max((SELECT created_at FROM streamkit_events WHERE path = x ORDER BY "off
 FROM p WHERE x IS NOT NULL
 """
 
-_INSERT = (
-    'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, source, '
-    "idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?)"
-)
-"""Source and key go in as ``''`` for NULL: neither can be empty (a source is a JSON object,
-a key is refused if empty), and ``sqlite3`` binds ``None`` only after a failed adapter
-lookup that formats an AttributeError: two per event, some 3% of an append's instructions."""
-_RESERVE = (
-    "INSERT INTO streamkit_heads (path, reserved_through, reserved_by) VALUES (?, ?, ?) "
-    "ON CONFLICT (path) DO UPDATE SET reserved_through = excluded.reserved_through, "
-    "reserved_by = excluded.reserved_by"
-)
-_RESERVATION = "SELECT reserved_through, reserved_by FROM streamkit_heads WHERE path = ?"
-_RELEASE = (
-    "UPDATE streamkit_heads SET reserved_through = ?, reserved_by = '' "
-    "WHERE path = ? AND reserved_by = ?"
-)
-_CLAIM = (
-    "INSERT INTO streamkit_claims (path, slug, due_at) VALUES (?, ?, ?) "
-    "ON CONFLICT (path, slug) DO UPDATE SET due_at = excluded.due_at"
-)
-_UNCLAIM = "DELETE FROM streamkit_claims WHERE path = ? AND slug = ?"
 
-
-@dataclass(slots=True)
-class _PathState:
-    """What the writer knows of one path; ``None`` means re-read it in the next transaction."""
-
-    head: int | None = None
-    reserved_through: int | None = None
-    mine: bool = False
-    last_ephemeral: int = 0
-    block: int = BLOCK_MIN
-
-    def snapshot(self) -> tuple[int | None, int | None, bool, int, int]:
-        return (self.head, self.reserved_through, self.mine, self.last_ephemeral, self.block)
-
-    def restore(self, saved: tuple[int | None, int | None, bool, int, int]) -> None:
-        (self.head, self.reserved_through, self.mine, self.last_ephemeral, self.block) = saved
-
-
-class _BusyWait:
-    """The thread's wait for another connection's write lock, in place of SQLite's busy handler.
-
-    Sleeps 1, 2, 4 ... ms (at most 50 ms at a time) until ``timeout`` seconds
-    have passed since the first busy answer; the sleep releases the GIL, so the
-    event loop runs on meanwhile.
-    """
-
-    __slots__ = ("_deadline", "_delay", "_timeout")
-
-    def __init__(self, timeout: float) -> None:
-        self._timeout = timeout
-        self._deadline: float | None = None
-        self._delay = 0.001
-
-    def another(self) -> bool:
-        """Sleep before another attempt; False once the timeout has run out (give up)."""
-        now = time.monotonic()
-        if self._deadline is None:
-            self._deadline = now + self._timeout
-        left = self._deadline - now
-        if left <= 0:
-            return False
-        time.sleep(min(self._delay, left))
-        self._delay = min(self._delay * 2, 0.05)
-        return True
-
-
-class _TakenElsewhere(Exception):
-    """An inline group met another connection's write lock: nothing ran; the thread takes it."""
-
-
-class Writer:
+class Writer(GroupCommit):
     """The writer thread and the state it alone touches."""
 
     def __init__(
@@ -240,7 +145,7 @@ class Writer:
         self._accepting = True
         self._finished = threading.Event()
         self._close_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        self._states: dict[str, _PathState] = {}
+        self._states: dict[str, PathState] = {}
         self._data_version: int | None = None
         self._fed: dict[str, int] = {}
         self._pending_follows: set[str] = set()
@@ -356,7 +261,7 @@ class Writer:
                 if state is None or state.head is None or state.reserved_through is None:
                     state = self._state(path)
                 before = state.head
-                offset = _next_plain(state)
+                offset = next_plain(state)
                 cur.execute(
                     _INSERT,
                     (
@@ -387,7 +292,7 @@ class Writer:
             state.head = offset
             self.transactions += 1
             self.appended += 1
-            committed = _decode(path, (event,), (offset,), now)
+            committed = decode_prepared(path, (event,), (offset,), now)
             if inflight:
                 self._push_own({path: committed}, {path: _json_bytes((event,))})
             return committed
@@ -542,41 +447,12 @@ class Writer:
 
     # -- reading and caching what other connections committed ----------------------------
 
-    def _invalidate(self) -> None:
-        for state in self._states.values():
-            state.head = None
-            state.reserved_through = None
-
-    def _state(self, path: str) -> _PathState:
-        state = self._states.get(path)
-        if state is None:
-            state = self._states[path] = _PathState()
-        if state.head is None:
-            state.head = durable_head(self._conn, path)
-        if state.reserved_through is None:
-            row = self._conn.execute(_RESERVATION, (path,)).fetchone()
-            mine = row is not None and row[1] == self._token
-            if state.mine and not mine:
-                state.block = BLOCK_MIN  # another writer took the row: keep holes small
-            state.reserved_through = 0 if row is None else int(row[0])
-            state.mine = mine
-        return state
-
     def _sync_foreign(self) -> None:
         """Notice other connections' commits: drop cached heads and push their rows to followers."""
         self._synced_at = monotonic()
         version = self._cur.execute("PRAGMA data_version").fetchone()[0]
         if version != self._data_version:
             self._take_foreign(version)
-
-    def _stamp_commit(self) -> str:
-        """``created_at`` for the commit about to be made: now, or the latest stamp if later."""
-        now = self._timestamp()
-        # Fixed-width ISO stamps compare in time order as strings.
-        if now < self._last_stamp:
-            return self._last_stamp
-        self._last_stamp = now
-        return now
 
     def _take_foreign(self, version: int) -> None:
         """Other connections committed (``data_version`` is now ``version``): see to it."""
@@ -624,406 +500,6 @@ class Writer:
         self._feed.publish(pushes, self._wakes)
         self._pending_follows.clear()
 
-    # -- group commit ---------------------------------------------------------------------
-
-    def _run_group(self, calls: list[WriteCall]) -> None:
-        states = self._states
-        if len(calls) == 1:
-            path = calls[0].path
-            state = states.get(path) or states.setdefault(path, _PathState())
-            saved = {path: state.snapshot()}
-        else:
-            paths = {call.path for call in calls}
-            saved = {path: states.setdefault(path, _PathState()).snapshot() for path in paths}
-        waited: _BusyWait | None = None
-        while True:
-            self._group_before = {}
-            try:
-                if not self._run_without_transaction(calls):
-                    self._run_in_transaction(calls)
-                break
-            except Exception as exc:
-                for path, snapshot in saved.items():
-                    self._states[path].restore(snapshot)
-                self._invalidate()
-                for call in calls:
-                    call.error = call.result = None
-                    if isinstance(call, AppendCall):
-                        call.fresh = []
-                        call.inserted = call.reserved = 0
-                if is_busy(exc):
-                    # Nothing was written: the thread waits the lock out and runs the group
-                    # again; an inline group never waits, it goes to the thread instead.
-                    if self._inline:
-                        raise _TakenElsewhere from exc
-                    waited = waited or _BusyWait(self._busy_timeout)
-                    if waited.another():
-                        continue
-                for call in calls:
-                    if isinstance(exc, sqlite3.Error):
-                        call.error = storage_error(exc, f"appending to {call.path!r}")
-                        call.error.__cause__ = exc
-                    else:
-                        call.error = exc
-                break
-            finally:
-                self._in_transaction = False
-        self._settle.extend(calls)
-        following = self._feed.has_subscribers()
-        pushes: dict[str, list[StreamEvent]] = {}
-        sizes: dict[str, int] = {}
-        for call in calls:
-            if isinstance(call.error, StreamkitError) and not isinstance(call.error, StorageError):
-                self.refused += 1
-            if call.error is not None or not isinstance(call, AppendCall):
-                continue
-            self.appended += call.inserted
-            self.ephemeral += call.ephemerals
-            self.ephemeral_reservations += call.reserved
-            if following and call.fresh:
-                pushes.setdefault(call.path, []).extend(call.fresh)
-                sizes[call.path] = sizes.get(call.path, 0) + _json_bytes(call.events)
-        if pushes:
-            self._push_own(pushes, sizes)
-
-    def _push_own(self, pushes: dict[str, list[StreamEvent]], sizes: dict[str, int]) -> None:
-        """Publish a group's new events: one push per path, from the path's head before the group."""
-        published: list[tuple[str, Push]] = []
-        for path, events in pushes.items():
-            before = self._group_before[path]
-            published.append((path, Push(before, events[-1].offset, events, sizes.get(path, 0))))
-            fed = self._fed.get(path)
-            durable = [event.offset for event in events if not event.ephemeral]
-            if fed is not None and durable:
-                self._fed[path] = max(fed, durable[-1])
-        self._feed.publish(published, self._wakes)
-
-    def _run_without_transaction(self, calls: list[WriteCall]) -> bool:
-        """Hand out ephemerals from own blocks with no transaction; False if one must be reserved."""
-        need: dict[str, int] = {}
-        for call in calls:
-            if (
-                not isinstance(call, AppendCall)
-                or call.ephemerals != len(call.events)
-                or call.expect_head is not None
-            ):
-                return False
-            need[call.path] = need.get(call.path, 0) + call.ephemerals
-        self._sync_foreign()
-        self._now = self._stamp_commit()
-        for path, count in need.items():
-            state = self._state(path)
-            assert state.head is not None
-            assert state.reserved_through is not None
-            if not state.mine or max(state.head, state.last_ephemeral) + count > (
-                state.reserved_through
-            ):
-                return False
-        for call in calls:
-            self._apply(call)
-        return True
-
-    def _run_in_transaction(self, calls: list[WriteCall]) -> None:
-        cur = self._cur
-        cur.execute("BEGIN IMMEDIATE")  # busy: _run_group waits and runs the group again
-        self._in_transaction = True
-        inflight = False
-        try:
-            if self._wal is not None:
-                self._wal.check()
-            self._sync_foreign()
-            # Stamped under the write lock and after the look at other commits, so
-            # created_at follows commit order across processes.
-            self._now = self._stamp_commit()
-            wrote = self._apply(calls[0]) if len(calls) == 1 else self._apply_group(calls)
-            if wrote:
-                self._feed.set_inflight(self._group_before)
-                inflight = True
-                cur.execute("COMMIT")
-                self.transactions += 1
-            else:
-                cur.execute("ROLLBACK")
-        except BaseException:
-            self._roll_back(inflight)
-            raise
-
-    def _roll_back(self, inflight: bool) -> None:
-        """End a failed transaction: drop its in-flight marks, roll back what is left of it."""
-        if inflight:
-            self._feed.clear_inflight(set(self._group_before))
-        if self._conn.in_transaction:
-            # SQLite may have rolled back already (it does on I/O and full-disk errors).
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.execute("ROLLBACK")
-
-    def _apply_group(self, calls: list[WriteCall]) -> bool:
-        """Apply several calls in the open transaction; a refused one must roll back alone.
-
-        A group of calls that cannot be refused needs no savepoint at all. Else,
-        refusals being rare, the calls first run without a savepoint each (two
-        statements per call saved); on the first refusal the whole attempt is
-        rolled back to the group's savepoint and replayed with one savepoint
-        per call. Replaying gives the same outcome: the calls are deterministic
-        given the log, which the write lock keeps still.
-        """
-        if all(isinstance(call, ClaimCall) or call.certain for call in calls):
-            # Nothing here can be refused (no key, no offset precondition), so there
-            # is nothing to roll back alone: no savepoints. Nor does any call look up
-            # rows, so the plain appends' rows can wait and go in one executemany.
-            self._deferred_rows = []
-            try:
-                for call in calls:
-                    if not self._apply(call):
-                        raise AssertionError(
-                            f"a call without preconditions was refused: {call.error!r}"
-                        )
-                rows, self._deferred_rows = self._deferred_rows, None
-                if rows:
-                    self._conn.executemany(_INSERT, rows)
-            finally:
-                self._deferred_rows = None
-            return True
-        conn = self._conn
-        start = {call.path: self._state(call.path).snapshot() for call in calls}
-        conn.execute("SAVEPOINT streamkit_group")
-        if all(self._apply(call) for call in calls):
-            conn.execute("RELEASE streamkit_group")
-            return True
-        conn.execute("ROLLBACK TO streamkit_group")
-        conn.execute("RELEASE streamkit_group")
-        for path, snapshot in start.items():
-            self._states[path].restore(snapshot)
-        self._group_before = {}
-        wrote = False
-        for call in calls:
-            call.error = call.result = None
-            conn.execute("SAVEPOINT streamkit_call")
-            if self._apply(call):
-                wrote = True
-                conn.execute("RELEASE streamkit_call")
-            else:
-                conn.execute("ROLLBACK TO streamkit_call")
-                conn.execute("RELEASE streamkit_call")
-        return wrote
-
-    def _apply(self, call: WriteCall) -> bool:
-        """Run one call; on refusal undo its effect on the cached state and keep its error."""
-        state = self._state(call.path)
-        self._group_before.setdefault(call.path, state.head or 0)
-        if isinstance(call, AppendCall) and call.plain:
-            call.result = self._append_plain(call, state)  # cannot be refused: nothing to undo
-            return True
-        saved = state.snapshot()
-        try:
-            if isinstance(call, AppendCall):
-                call.result = self._append(call, state)
-            else:
-                self._claim(call)
-            return True
-        except StreamkitError as exc:
-            state.restore(saved)
-            call.error = exc
-            call.result = None
-            if isinstance(call, AppendCall):
-                call.inserted = call.reserved = 0
-                call.fresh = []
-            return False
-
-    def _claim(self, call: ClaimCall) -> None:
-        if call.due_at is None:
-            self._conn.execute(_UNCLAIM, (call.path, call.slug))
-        else:
-            self._conn.execute(_CLAIM, (call.path, call.slug, call.due_at))
-
-    def _append(self, call: AppendCall, state: _PathState) -> list[StreamEvent]:
-        """Place the events of a call that is not plain (see :meth:`_append_plain`).
-
-        Returns the committed events in input order.
-
-        ``call.fresh`` gets the events this call adds (what followers are pushed);
-        an idempotent hit returns the event committed earlier and is not pushed again.
-        """
-        path = call.path
-        if call.fence is not None:
-            # Inside the transaction, before any row: a fence that refuses (a lease
-            # taken over, say) leaves this call with nothing written.
-            call.fence(self._conn)
-        # New events as (input, offset), decoded together at the end in one parser call;
-        # ``placed`` maps each input to an index into them or to an earlier committed event.
-        fresh: list[tuple[PreparedEvent, int]] = []
-        placed: list[int | StreamEvent] = []
-        hits = False
-        rows: list[tuple[Any, ...]] = []
-        keyed: dict[str, int] = {}
-        ephemerals_left = call.ephemerals
-        call.inserted = call.reserved = 0
-        now = self._now
-        # The next durable offset is one above the head or the floor below which
-        # offsets may have gone to ephemerals; both live in locals while the loop runs.
-        head = state.head
-        floor = state.last_ephemeral if state.mine else state.reserved_through
-        assert head is not None
-        assert floor is not None
-        # expect_head is judged at the first NEW event: a call whose events are all
-        # idempotent hits (the retry of one that landed) returns them, head or not.
-        expected = call.expect_head
-        for event in call.events:
-            if expected is not None and not (event.idempotency_key and not event.ephemeral):
-                if head != expected:
-                    raise OffsetConflict.of_head(path, expected, head)
-                expected = None
-            if event.ephemeral:
-                state.head = head
-                offset = self._next_ephemeral(call, state, ephemerals_left)
-                floor = state.last_ephemeral
-                ephemerals_left -= 1
-                if event.offset is not None and event.offset != offset:
-                    raise _offset_conflict(path, event, offset)
-                placed.append(len(fresh))
-                fresh.append((event, offset))
-                continue
-            key = event.idempotency_key
-            if key is not None:
-                index = keyed.get(key)
-                if index is not None:
-                    first, offset = fresh[index]
-                    if not _same_input_body(event, first):
-                        raise _key_conflict(path, key, offset)
-                    if event.offset is not None and event.offset != offset:
-                        raise _offset_conflict(path, event, offset)
-                    placed.append(index)
-                    hits = True
-                    continue
-                existing = select_key(self._conn, path, key)
-                if existing is not None:
-                    if not same_body(event, existing):
-                        raise _key_conflict(path, key, existing.offset)
-                    if event.offset is not None and event.offset != existing.offset:
-                        raise _offset_conflict(path, event, existing.offset)
-                    placed.append(existing)
-                    hits = True
-                    continue
-                keyed[key] = len(fresh)
-            if expected is not None:
-                if head != expected:
-                    raise OffsetConflict.of_head(path, expected, head)
-                expected = None
-            offset = _next_offset(head, floor)
-            if event.offset is not None and event.offset != offset:
-                raise _offset_conflict(path, event, offset)
-            head = offset
-            rows.append(
-                (
-                    path,
-                    offset,
-                    event.type,
-                    event.payload_json,
-                    event.metadata_json,
-                    event.source_json or "",
-                    key or "",
-                    now,
-                )
-            )
-            placed.append(len(fresh))
-            fresh.append((event, offset))
-        state.head = head
-        if len(rows) == 1:
-            self._cur.execute(_INSERT, rows[0])
-        elif rows:
-            self._conn.executemany(_INSERT, rows)
-        call.inserted = len(rows)
-        new = call.fresh = _decode(
-            path, [event for event, _ in fresh], [offset for _, offset in fresh], now
-        )
-        result = new if not hits else [new[i] if isinstance(i, int) else i for i in placed]
-        if call.seal is not None:
-            # Same transaction as the rows: a control record and its event land together.
-            call.seal(self._conn, result)
-        return result
-
-    def _append_plain(self, call: AppendCall, state: _PathState) -> list[StreamEvent]:
-        """:meth:`_append` for a call of durable events with no key and no offset precondition.
-
-        Nothing in such a call can be refused or already be in the log: its
-        events take the next offsets in order, so the rows and the committed
-        events are built in one pass each.
-        """
-        path = call.path
-        events = call.events
-        first = _next_plain(state)
-        offsets = range(first, first + len(events))
-        now = self._now
-        deferred = self._deferred_rows
-        if len(events) == 1:  # the calls of a group, mostly: no comprehension or zip to set up
-            e = events[0]
-            row = (
-                path,
-                first,
-                e.type,
-                e.payload_json,
-                e.metadata_json,
-                e.source_json or "",
-                "",
-                now,
-            )
-            if deferred is not None:
-                deferred.append(row)
-            else:
-                self._cur.execute(_INSERT, row)
-        else:
-            rows = [
-                (
-                    path,
-                    offset,
-                    e.type,
-                    e.payload_json,
-                    e.metadata_json,
-                    e.source_json or "",
-                    "",
-                    now,
-                )
-                for offset, e in zip(offsets, events, strict=True)
-            ]
-            if deferred is not None:
-                deferred.extend(rows)
-            else:
-                self._conn.executemany(_INSERT, rows)
-        state.head = offsets[-1]
-        call.inserted = len(events)
-        call.reserved = 0
-        new = call.fresh = _decode(path, events, offsets, now)
-        return new
-
-    def _next_ephemeral(self, call: AppendCall, state: _PathState, wanted: int) -> int:
-        assert state.head is not None
-        assert state.reserved_through is not None
-        if state.mine:
-            offset = max(state.head, state.last_ephemeral) + 1
-            if offset <= state.reserved_through:
-                state.last_ephemeral = offset
-                return offset
-            if state.head > state.reserved_through:
-                # Another writer's durable landed past the block (it had to skip it
-                # whole): the block was voided, not used up, so do not grow it; under
-                # contention small blocks keep the skipped holes small.
-                block = BLOCK_MIN
-            else:
-                block = min(state.block * 2, BLOCK_MAX)  # used up by this writer alone: grow
-        else:
-            block = BLOCK_MIN
-        if not self._in_transaction:
-            raise AssertionError("an ephemeral reservation needs the write transaction")
-        start = max(state.head, state.reserved_through, state.last_ephemeral) + 1
-        block = max(block, wanted)
-        through = start + block - 1
-        self._conn.execute(_RESERVE, (call.path, through, self._token))
-        state.block = block
-        state.reserved_through = through
-        state.mine = True
-        state.last_ephemeral = start
-        call.reserved += 1
-        return start
-
     # -- other jobs -----------------------------------------------------------------------
 
     def _run_transaction(self, job: TransactionJob) -> None:
@@ -1062,17 +538,6 @@ class Writer:
             # The function may have touched any table: trust nothing cached.
             self._invalidate()
 
-    def _begin_waiting(self) -> None:
-        """``BEGIN IMMEDIATE``, waiting out another connection's write lock up to the busy timeout."""
-        waited = _BusyWait(self._busy_timeout)
-        while True:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc) or not waited.another():
-                    raise
-
     def _run_query(self, job: QueryJob) -> None:
         self._settle.append(job)
         try:
@@ -1082,124 +547,3 @@ class Writer:
             job.error.__cause__ = exc
         except BaseException as exc:  # whatever fn raises goes back to its caller
             job.error = exc
-
-    def _release_reservations(self) -> None:
-        """Give back the unused rest of own blocks so a clean restart leaves no hole."""
-        if not self._persistent:
-            return
-        own = [
-            (state.last_ephemeral, path)
-            for path, state in self._states.items()
-            if state.mine and state.last_ephemeral
-        ]
-        if not own:
-            return
-        try:
-            self._begin_waiting()
-            for last, path in own:
-                # Still at or above every offset this writer handed out, so nothing is reused.
-                self._conn.execute(_RELEASE, (last, path, self._token))
-            self._conn.execute("COMMIT")
-        except sqlite3.Error:
-            if self._conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    self._conn.execute("ROLLBACK")
-            # Keeping the block only costs a hole in the offsets; nothing is lost.
-
-
-def _json_bytes(events: Sequence[PreparedEvent]) -> int:
-    """The payload and metadata JSON of prepared events: what a push costs a follower to hold."""
-    return sum(len(e.payload_json) + len(e.metadata_json) for e in events)
-
-
-def _next_plain(state: _PathState) -> int:
-    """The offset a durable event takes next: past the head and past any ephemeral handed out.
-
-    Ephemerals of this writer come from its reserved block (past the last one
-    given); another writer's block is skipped whole, so no offset is used twice.
-    """
-    head = state.head
-    floor = state.last_ephemeral if state.mine else state.reserved_through
-    assert head is not None
-    assert floor is not None
-    return _next_offset(head, floor)
-
-
-def _next_offset(head: int, floor: int) -> int:
-    """The offset rule, in one place: one past the durable head and past the ephemeral floor."""
-    return (head if head > floor else floor) + 1
-
-
-def _decode(
-    path: str, events: Sequence[PreparedEvent], offsets: Sequence[int], now: str
-) -> list[StreamEvent]:
-    """The committed form of new events, decoded from their JSON so each equals a later read."""
-    if not events:
-        return []
-    make = make_event
-    if len(events) == 1:
-        event = events[0]
-        return [
-            make(
-                path,
-                offsets[0],
-                event.type,
-                decode(event.payload_json),
-                decode(event.metadata_json),
-                None if event.source_json is None else decode(event.source_json),
-                event.idempotency_key,
-                now,
-                event.ephemeral,
-            )
-        ]
-    # One parser call for all payloads (and one for all metadata) of the call.
-    payloads = decode_many([event.payload_json for event in events])
-    metadatas = decode_many([event.metadata_json for event in events])
-    return [
-        make(
-            path,
-            offset,
-            event.type,
-            payload,
-            metadata,
-            None if event.source_json is None else decode(event.source_json),
-            event.idempotency_key,
-            now,
-            event.ephemeral,
-        )
-        for offset, event, payload, metadata in zip(
-            offsets, events, payloads, metadatas, strict=True
-        )
-    ]
-
-
-def _same_input_body(a: PreparedEvent, b: PreparedEvent) -> bool:
-    """Two inputs of one call have the same body (type, payload, metadata as JSON)."""
-    return (
-        a.type == b.type
-        and (
-            a.payload_json == b.payload_json
-            or json.loads(a.payload_json) == json.loads(b.payload_json)
-        )
-        and (
-            a.metadata_json == b.metadata_json
-            or json.loads(a.metadata_json) == json.loads(b.metadata_json)
-        )
-    )
-
-
-def _key_conflict(path: str, key: str, offset: int) -> IdempotencyConflict:
-    return IdempotencyConflict(
-        f'idempotency key "{key}" already names a different event at offset {offset}; '
-        f"nothing was appended (stream {path!r}: retry with the original body, or use a new key)",
-        details={"key": key, "offset": offset, "path": path},
-    )
-
-
-def _offset_conflict(path: str, event: PreparedEvent, actual: int) -> OffsetConflict:
-    return OffsetConflict(
-        f"event #{event.index} expected offset {event.offset} of {path!r} but would land at "
-        f"offset {actual}; nothing was appended (read the stream again and retry with the "
-        "offset it shows)",
-        details={"path": path, "index": event.index, "expected": event.offset, "actual": actual},
-    )
