@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamkit.contract import ProcessorContract
+from streamkit.engine._checkpointed import PAGE_SIZE, CheckpointedState
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
 from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
@@ -46,7 +47,6 @@ from streamkit.errors import (
     InvalidContract,
     InvalidRequest,
     ProcessorTimeout,
-    StateNotSerializable,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
@@ -65,8 +65,6 @@ __all__ = [
 
 S = TypeVar("S")
 
-PAGE_SIZE = 500
-"""Events per read when the engine catches up or repairs a gap."""
 
 PUSH_GRACE = 0.05
 """Seconds a waiter on an engine fed by pushes gives the push before reading the log itself."""
@@ -94,7 +92,7 @@ class BatchInfo(NamedTuple):
     finished: float
 
 
-class ProcessorEngine(Generic[S]):
+class ProcessorEngine(CheckpointedState[S], Generic[S]):
     """Drives ``processor`` over ``stream``, checkpointing into ``storage``.
 
     ``fed_by_pushes=True`` is the host's word that every commit the processor
@@ -499,80 +497,6 @@ class ProcessorEngine(Generic[S]):
             if not future.done():
                 future.set_exception(error)
 
-    async def _load(self) -> None:
-        if self._loaded:
-            return
-        contract = self._contract
-        checkpoint = await self._storage.load(self._slug)
-        state: Any = self._state
-        seed_state: Any = state
-        if checkpoint is not None:
-            current = checkpoint.reducer_version == self._version
-            restored: Any = state
-            if checkpoint.state_json is not None:
-                try:
-                    restored = contract.load_state(checkpoint.state_json)
-                except Exception as exc:
-                    # A state of this version that no longer restores means the
-                    # schema changed without a version bump: rebuild it as if
-                    # it had been bumped rather than refuse to start.
-                    if current:
-                        report(
-                            "processor.checkpoint_unreadable",
-                            exc,
-                            slug=self._slug,
-                            offset=checkpoint.reduced_through_offset,
-                            type=None,
-                            detail="re-reducing from offset 0 as for a version bump",
-                        )
-                    current = False
-            if current:
-                state = restored
-                self._cursor = checkpoint.reduced_through_offset
-            else:
-                self._stale_through = checkpoint.reduced_through_offset
-            seed_state = restored
-        self._state = state
-        self._persisted_state = state
-        # Seeded with the projection this incarnation starts from (after a
-        # version bump, the old version's), so the re-reduce publishes the one
-        # delta that heals clients of the old projection.
-        try:
-            seed = self._processor.project_live_state(seed_state)
-        except Exception as exc:
-            self._swallowed("processor.projection_failed", exc, None)
-            seed = None
-        self._live = LiveState(self._stream, self._slug, seed)
-        self._loaded = True
-        self._resolve_waiters()
-
-    async def _rereduce_if_stale(self) -> None:
-        """Re-reduce the durable log up to the old cursor: reduce only, then checkpoint.
-
-        Never past the old cursor: a push queued behind this work would
-        otherwise look stale and lose its effects.
-        """
-        target = self._stale_through
-        if target is None:
-            return
-        state = self._contract.initial_state()
-        position = 0
-        while position < target:
-            page = await self._stream.read(position, PAGE_SIZE)
-            below = [event for event in page.events if event.offset <= target]
-            state, folded = self._fold.fold_all(below, state)
-            self._events_reduced += folded
-            if page.scanned_through_offset <= position:
-                break  # the log holds nothing more below the old cursor
-            position = min(page.scanned_through_offset, target)
-        await self._save(target, self._encode(state))
-        self._state = state
-        self._persisted_state = state
-        self._cursor = target
-        self._stale_through = None
-        self.publish_live_state()
-        self._resolve_waiters()
-
     async def _push(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
         # Gap repair: heal the durable prefix up to the push's start from the
         # log, and no further; the push carries ephemerals the log cannot
@@ -730,30 +654,6 @@ class ProcessorEngine(Generic[S]):
                 report("processor.on_batch_failed", exc, slug=self._slug, offset=new_cursor)
         return ahead
 
-    async def _save_reading_ahead(self, cursor: int, state_json: str | None) -> ReadPage | None:
-        """Write the checkpoint and, while it commits, read the page after ``cursor``.
-
-        The write is the batch's outcome: its error is raised as from
-        :meth:`_save`, whatever the read did. The read is only a head start
-        for the next batch, so its own failure is dropped here.
-        """
-        saving = asyncio.ensure_future(self._save(cursor, state_json))
-        ahead: ReadPage | None = None
-        try:
-            # Let the write task take its first step (hand the write to the
-            # storage) before reading: the log's read does not yield, so it
-            # would otherwise run first and overlap nothing.
-            await asyncio.sleep(0)
-            ahead = await self._stream.read(cursor, PAGE_SIZE)
-        except asyncio.CancelledError:
-            saving.cancel()
-            await asyncio.gather(saving, return_exceptions=True)
-            raise
-        except Exception:
-            ahead = None
-        await saving
-        return ahead
-
     @staticmethod
     def _fresh(
         events: Sequence[StreamEvent], cursor: int, through: int
@@ -789,36 +689,6 @@ class ProcessorEngine(Generic[S]):
         await ProcessEventArgs(self, event, state, previous, caught_up)._deliver_to(self._processor)
         if caught_up:
             self._claims.sync()
-
-    def _encode(self, state: S) -> str:
-        try:
-            return self._contract.dump_state(state)
-        except Exception as exc:
-            error = StateNotSerializable(
-                f'processor "{self._slug}": the reduced state cannot be written as JSON '
-                f"({exc!r}), so it cannot be checkpointed; nothing was written; return only "
-                "JSON-serializable values (or a pydantic model) from reduce",
-                details={"slug": self._slug, "error": repr(exc)[:500]},
-                retryable=False,
-            )
-            self._latch(error)
-            raise error from exc
-
-    async def _save(self, cursor: int, state_json: str | None) -> None:
-        try:
-            await self._storage.save(
-                self._slug,
-                reducer_version=self._version,
-                reduced_through_offset=cursor,
-                state_json=state_json,
-            )
-        except StreamkitError as exc:
-            # A refusal that can only repeat (the same state, the same size):
-            # fail everything at once until a new engine is built, rather than
-            # re-reduce into the same wall on every push.
-            if not exc.retryable:
-                self._latch(exc)
-            raise
 
     def _resolve_waiters(self) -> None:
         if not self._waiters:
