@@ -51,7 +51,8 @@ class Job:
 
     __slots__ = ("error", "future", "loop", "result")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any] | None) -> None:
+        # ``None``: a call run inline at once, whose caller reads the outcome off the job.
         self.loop = loop
         self.future = future
         self.result: Any = None
@@ -78,7 +79,7 @@ class AppendCall(Job):
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
+        future: asyncio.Future[Any] | None,
         path: str,
         events: list[PreparedEvent],
         fence: Fence | None = None,
@@ -92,34 +93,37 @@ class AppendCall(Job):
         self.error = None
         self.path = path
         self.events = events
-        # ``certain``: no idempotency key and no offset precondition, so the call cannot
-        # be refused. ``plain``: certain and durable only; its events take the next
-        # offsets in order, whatever the log holds (the writer's fast path).
-        if len(events) == 1:
-            (event,) = events
-            self.ephemerals = 1 if event.ephemeral else 0
-            self.certain = event.idempotency_key is None and event.offset is None
-        else:
-            self.ephemerals = sum(1 for event in events if event.ephemeral)
-            self.certain = all(
-                event.idempotency_key is None and event.offset is None for event in events
-            )
-        # A fenced, sealed or head-expecting call can be refused, so it is never certain.
         self.fence = fence
         self.seal = seal
         self.expect_head = expect_head
-        if fence is not None or seal is not None or expect_head is not None:
-            self.certain = False
-        self.plain = self.certain and not self.ephemerals
-        self.inserted = 0
-        self.reserved = 0
+        self.inserted = self.reserved = 0
         self.fresh: list[StreamEvent] = []
+        # ``certain``: no idempotency key and no offset precondition, so the call cannot
+        # be refused; a fenced, sealed or head-expecting call can be, so it never is.
+        # ``plain``: certain and durable only; its events take the next offsets in
+        # order, whatever the log holds (the writer's fast path).
+        certain = fence is None and seal is None and expect_head is None
+        if len(events) == 1:
+            event = events[0]
+            certain = certain and event.idempotency_key is None and event.offset is None
+            self.ephemerals = 1 if event.ephemeral else 0
+        else:
+            certain = certain and all(
+                event.idempotency_key is None and event.offset is None for event in events
+            )
+            self.ephemerals = sum(1 for event in events if event.ephemeral)
+        self.certain = certain
+        self.plain = certain and not self.ephemerals
 
 
 class ClaimCall(Job):
     """Set (``due_at`` a number) or release (``None``) one claimant's claim on a path."""
 
     __slots__ = ("due_at", "path", "slug")
+
+    # What a group commit asks of each call, answered for a claim once here.
+    ephemerals = 0
+    plain = False
 
     def __init__(
         self,
@@ -187,8 +191,10 @@ def settle(jobs: list[Job], events: list[asyncio.Event]) -> None:
     """Settle the jobs' futures and set the followers' events (runs on their loop)."""
     for job in jobs:
         future = job.future
-        if future.done():
-            continue  # the caller cancelled its wait; the outcome stands regardless
+        if future is None or future.done():
+            # No future: the caller reads the outcome off the job. Done: the caller
+            # cancelled its wait; the outcome stands regardless.
+            continue
         if job.error is not None:
             future.set_exception(job.error)
         else:

@@ -37,6 +37,7 @@ __all__ = [
     "StreamEvent",
     "format_timestamp",
     "prepare_event",
+    "prepare_event_plain",
     "prepare_events",
     "same_body",
     "validate_path",
@@ -291,7 +292,34 @@ def prepare_event(
 
     ``control=True`` is for streamkit's own operator verbs (a skip), which alone
     may write a durable event in the reserved ``streamkit.`` namespace.
+
+    The commonest input by far, a dict of an ASCII type and a dict payload,
+    is prepared here with only the checks such an input can fail; anything
+    else, and any input that fails one, goes to :func:`prepare_event_plain`,
+    which checks every field (the fast path's twin: the same event or the
+    same refusal for every input).
     """
+    if type(raw) is dict and len(raw) == 2 and not control:
+        etype = raw.get("type")
+        payload = raw.get("payload")
+        if (
+            type(etype) is str
+            and type(payload) is dict
+            and 0 < len(etype) <= MAX_TYPE_LENGTH
+            and etype.isascii()  # so encodable, and its length is its size in bytes
+            and not etype.isspace()
+            and not etype.startswith(RESERVED_PREFIX)
+        ):
+            payload_json = _dump_object(index, "payload", payload)
+            if len(etype) + len(payload_json) + 2 <= MAX_EVENT_BYTES:  # 2: metadata "{}"
+                return PreparedEvent(etype, payload_json, "{}", None, None, None, False, index)
+    return prepare_event_plain(raw, index, control=control)
+
+
+def prepare_event_plain(
+    raw: EventInput | Mapping[str, Any], index: int = 0, *, control: bool = False
+) -> PreparedEvent:
+    """:func:`prepare_event` with every field checked, whatever the input."""
     if isinstance(raw, EventInput):
         etype: object = raw.type
         payload: object = raw.payload
@@ -300,12 +328,6 @@ def prepare_event(
         key: object = raw.idempotency_key
         offset: object = raw.offset
         ephemeral: object = raw.ephemeral
-    elif type(raw) is dict and len(raw) == 2 and "payload" in raw and "type" in raw:
-        # The commonest input by far, a type and a payload: no other field to look up.
-        etype = raw["type"]
-        payload = raw["payload"]
-        metadata = source = key = offset = None
-        ephemeral = False
     elif type(raw) is dict or isinstance(raw, Mapping):
         if not raw.keys() <= _INPUT_FIELDS:
             unknown = set(raw) - _INPUT_FIELDS
@@ -477,4 +499,7 @@ def now_timestamp() -> str:
     if not 0 <= ns < _LAST_SECOND_NS:
         return format_timestamp(ns / 1e9)
     second, micros = divmod((ns + 500) // 1000, 1_000_000)
+    cached_second, prefix = _second_prefix
+    if cached_second == second:  # _stamp's cache hit, without the call: once per commit
+        return prefix + str(1_000_000 + micros)[1:] + "Z"
     return _stamp(second, micros)

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from streamkit._requests import AppendCall, Connection, FollowJob, Job, TransactionJob
 from streamkit.checkpoint import ReduceCheckpoint
-from streamkit.events import EventInput, PreparedEvent, ReadPage, StreamEvent
+from streamkit.events import EventInput, ReadPage, StreamEvent
 
 __all__ = [
     "RELEASED",
@@ -101,12 +101,6 @@ class LogBackend(Protocol):
 
     def try_inline(self, jobs: list[AppendCall] | list[TransactionJob]) -> bool:
         """Execute ``jobs`` now on the calling thread if that costs no wait; False if not run."""
-        ...
-
-    def commit_lone(
-        self, path: str, event: PreparedEvent, loop: asyncio.AbstractEventLoop
-    ) -> list[StreamEvent] | None:
-        """Commit one event nothing can refuse, now, if that costs no wait; None if not run."""
         ...
 
     def follow(self, path: str) -> None:

@@ -261,13 +261,13 @@ class Log:
         """
         self._check_writable()
         loop = asyncio.get_running_loop()
-        job = TransactionJob(loop, loop.create_future(), fn)
+        future: asyncio.Future[T] = loop.create_future()
+        job = TransactionJob(loop, future, fn)
         # ``fn`` is the caller's code: only on request may it hold the event loop, and
         # only when nothing else is waiting to run (see ``_submit``).
         if not (inline and self._commits_now(loop) and self._backend.try_inline([job])):
             self._backend.submit(job)
-        result: T = await job.future
-        return result
+        return await future
 
     async def query(self, fn: Callable[[Connection], T]) -> T:
         """Run read-only ``fn(conn)`` on the backend's reader connection and return its result.
@@ -300,11 +300,11 @@ class Log:
         honours a control event only with its record beside it.
         """
         path = self.stream(path).path
-        prepared = [prepare_event(event, control=True)]
-        (committed,) = await self._submit_append(path, prepared, seal=seal)
+        outcome = self._append(path, [prepare_event(event, control=True)], seal=seal)
+        (committed,) = outcome if isinstance(outcome, list) else await outcome
         return committed
 
-    async def _submit_append(
+    def _append(
         self,
         path: str,
         events: list[Any],
@@ -312,13 +312,32 @@ class Log:
         *,
         seal: Seal | None = None,
         expect_head: int | None = None,
-    ) -> list[StreamEvent]:
-        self._check_writable()
+    ) -> list[StreamEvent] | asyncio.Future[list[StreamEvent]]:
+        """Commit one append call: its committed events, or a future of them.
+
+        When the log commits now (:meth:`_commits_now`) the call is a group of
+        one, run on the loop at once: its outcome is on the call when the
+        backend's ``try_inline`` returns, so there is no future to settle and
+        no coroutine to wait on (the caller awaits only a future). Else, or if
+        the backend declines, it is handed over and the future comes back.
+        """
+        if self._closed or self._read_only:
+            self._check_writable()
         loop = asyncio.get_running_loop()
-        call = AppendCall(loop, loop.create_future(), path, events, fence, seal, expect_head)
-        self._submit(call)
-        result: list[StreamEvent] = await call.future
-        return result
+        future: asyncio.Future[list[StreamEvent]]
+        if self._commits_now(loop):
+            call = AppendCall(loop, None, path, events, fence, seal, expect_head)
+            if self._backend.try_inline([call]):
+                if call.error is not None:
+                    raise call.error
+                committed: list[StreamEvent] = call.result
+                return committed
+            call.future = future = loop.create_future()
+            self._backend.submit(call)
+            return future
+        future = loop.create_future()
+        self._submit(AppendCall(loop, future, path, events, fence, seal, expect_head))
+        return future
 
     def _submit(self, job: AppendCall) -> None:
         """Hand ``job`` to the writer at the end of this loop turn, with its turn's peers.
@@ -351,7 +370,7 @@ class Log:
             try:
                 self._backend.submit(job)
             except LogClosed as exc:  # closed already: it fails like any late call
-                if not job.future.done():
+                if job.future is not None and not job.future.done():
                     job.loop.call_soon_threadsafe(_fail, job.future, exc)
 
     def _hand_over(self) -> None:
@@ -367,15 +386,15 @@ class Log:
                 self._backend.submit(job)
         except LogClosed as exc:
             for job in jobs:
-                if not job.future.done():
+                if job.future is not None and not job.future.done():
                     job.future.set_exception(exc)
 
     async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None:
         self._check_writable()
         loop = asyncio.get_running_loop()
-        call = ClaimCall(loop, loop.create_future(), path, slug, due_at)
-        self._backend.submit(call)
-        await call.future
+        future: asyncio.Future[None] = loop.create_future()
+        self._backend.submit(ClaimCall(loop, future, path, slug, due_at))
+        await future
 
     def _follow(self, path: str, after_offset: int) -> Follow:
         self._check_open()
@@ -436,45 +455,19 @@ class Stream:
         log = self.log
         if log._read_only:
             log._check_writable()
-        if expect_head is not None:
-            _check_int("expect_head", expect_head, 0, MAX_OFFSET)
+        if len(events) == 1 and fence is None and expect_head is None:  # the commonest call
+            outcome = log._append(self.path, [prepare_event(events[0])])
+        else:
+            if expect_head is not None:
+                _check_int("expect_head", expect_head, 0, MAX_OFFSET)
             prepared = prepare_events(events) if events else []
             if not prepared:
                 log._check_open()
                 return []
-            return await log._submit_append(
-                self.path,
-                prepared,
-                fence if _has_durable(prepared) else None,
-                expect_head=expect_head,
-            )
-        if fence is not None:
-            prepared = prepare_events(events) if events else []
-            if _has_durable(prepared):
-                return await log._submit_append(self.path, prepared, fence)
-            if not prepared:
-                log._check_open()
-                return []
-            return await log._submit_append(self.path, prepared)
-        if len(events) == 1:
-            event = prepare_event(events[0])
-            if (
-                # A plain event (durable, no key, no offset precondition): nothing can refuse it.
-                event.idempotency_key is None
-                and event.offset is None
-                and not event.ephemeral
-                and not log._closed
-                and log._commits_now(loop := asyncio.get_running_loop())
-            ):
-                # The commonest call, committed at once on an idle loop (LogBackend.commit_lone).
-                committed = log._backend.commit_lone(self.path, event, loop)
-                if committed is not None:
-                    return committed
-            return await log._submit_append(self.path, [event])
-        if not events:
-            log._check_open()
-            return []
-        return await log._submit_append(self.path, prepare_events(events))
+            if fence is not None and not _has_durable(prepared):
+                fence = None  # ephemerals never reach a transaction: nothing to fence
+            outcome = log._append(self.path, prepared, fence, expect_head=expect_head)
+        return outcome if isinstance(outcome, list) else await outcome
 
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof."""

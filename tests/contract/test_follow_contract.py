@@ -94,3 +94,27 @@ async def test_follow_arguments_are_checked(log: Log) -> None:
     for bad in (-1, True, "0"):
         with pytest.raises(InvalidRequest):
             log.stream().follow(bad)  # type: ignore[arg-type]
+
+
+async def test_a_path_followed_again_gets_what_came_between_at_once(log: Log) -> None:
+    """A path followed, left, appended to unfollowed, then followed again: nothing waits.
+
+    A regression: the writer kept the position it had published the path
+    through while nobody followed it, so a new follower was told that the
+    events appended meanwhile had been pushed, and it saw them only when
+    the next commit's push made it repair the gap.
+    """
+    stream = log.stream()
+    await stream.append(durable(1))
+    first = stream.follow()
+    assert (await next_push(first))[1] == ScannedRange(0, 1)
+    await first.aclose()  # type: ignore[attr-defined]
+    await stream.append(durable(2))
+    await stream.append(durable(3))
+    second = stream.follow()
+    # Queued behind the new follower's start on the writer, so that start is published
+    # before the follower's first read: the order in which the stall showed.
+    await log.write_transaction(lambda conn: None)
+    pushes = await collect_until(second, 3)
+    check_contiguous(pushes, 0)
+    assert [e.offset for events, _ in pushes for e in events] == [1, 2, 3]

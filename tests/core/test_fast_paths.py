@@ -11,8 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from streamkit import _fast, _json
-from streamkit.events import StreamEvent
+from streamkit import StreamkitError, _fast, _json
+from streamkit.events import (
+    MAX_EVENT_BYTES,
+    MAX_TYPE_LENGTH,
+    StreamEvent,
+    prepare_event,
+    prepare_event_plain,
+)
 
 # JSON values as the log stores them: no NaN or infinities (the log refuses them).
 scalars = (
@@ -146,3 +152,46 @@ def test_payload_validator_is_model_validate(payload: dict[str, Any]) -> None:
             fast(payload)
         return
     assert fast(payload) == expected
+
+
+# Types as callers write them, and the ones the fast path must hand on: empty, blank,
+# reserved, non-ASCII, a lone surrogate, at and over the length limit, not a string.
+event_types = (
+    st.text(max_size=12)
+    | st.sampled_from(
+        ["", " ", "\t", "streamkit.skip", "order.placed", "é", "\ud800", "x" * MAX_TYPE_LENGTH]
+    )
+    | st.just("y" * (MAX_TYPE_LENGTH + 1))
+    | st.integers()
+    | st.none()
+)
+payloads = (
+    objects
+    | st.none()
+    | st.just({"x": math.nan})
+    | st.just({"s": "\ud800"})
+    | st.just({"big": "z" * MAX_EVENT_BYTES})
+    | values
+    | st.builds(Order, order=st.integers(), note=st.text(max_size=4))
+)
+inputs = (
+    st.fixed_dictionaries({"type": event_types, "payload": payloads})
+    | st.fixed_dictionaries({"type": event_types, "metadata": objects})
+    | st.fixed_dictionaries(
+        {"type": event_types, "payload": payloads},
+        optional={"metadata": objects, "idempotency_key": st.text(max_size=4)},
+    )
+)
+
+
+def _outcome(prepare: Any, raw: Any, control: bool) -> Any:
+    try:
+        return prepare(raw, 3, control=control)
+    except StreamkitError as exc:
+        return type(exc), str(exc), exc.code, exc.details
+
+
+@given(inputs, st.booleans())
+def test_prepare_event_is_its_plain_twin(raw: dict[str, Any], control: bool) -> None:
+    """The common-input shortcut prepares the same event, or refuses with the same error."""
+    assert _outcome(prepare_event, raw, control) == _outcome(prepare_event_plain, raw, control)

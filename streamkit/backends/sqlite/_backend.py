@@ -36,7 +36,7 @@ from streamkit.backends.sqlite._schema import (
 from streamkit.backends.sqlite._wal_guard import WalIdentity
 from streamkit.backends.sqlite._writer import Writer
 from streamkit.errors import InvalidRequest
-from streamkit.events import PreparedEvent, ReadPage, StreamEvent
+from streamkit.events import ReadPage
 from streamkit.log._follow import Feed
 from streamkit.protocols import Clock, LogStats
 
@@ -109,22 +109,16 @@ class SqliteLogBackend:
             busy_timeout=busy_timeout,
             wal=None if memory or read_only else WalIdentity(path),
         )
+        # The writer's own methods, bound here: every append passes one of them, and a
+        # delegating method would be one call more each time.
+        self.submit: Callable[[Job | FollowJob], None] = self.writer.submit
+        """Queue a job for the writer thread (raises LogClosed once closing)."""
+        self.try_inline: Callable[[list[AppendCall] | list[TransactionJob]], bool] = (
+            self.writer.try_inline
+        )
+        """Run jobs now on this thread if the writer is idle; False to queue them."""
 
     # -- writes: requests to the writer thread ------------------------------------------
-
-    def submit(self, job: Job | FollowJob) -> None:
-        """Queue ``job`` for the writer thread (raises LogClosed once closing)."""
-        self.writer.submit(job)
-
-    def try_inline(self, jobs: list[AppendCall] | list[TransactionJob]) -> bool:
-        """Run ``jobs`` now on this thread if the writer is idle; False to queue them."""
-        return self.writer.try_inline(jobs)
-
-    def commit_lone(
-        self, path: str, event: PreparedEvent, loop: asyncio.AbstractEventLoop
-    ) -> list[StreamEvent] | None:
-        """Commit one plain event now if the writer is idle; None to queue it."""
-        return self.writer.commit_lone(path, event, loop)
 
     def follow(self, path: str) -> None:
         """Start pushing other processes' commits on ``path`` to the feed."""
@@ -162,10 +156,9 @@ class SqliteLogBackend:
         """Run read-only ``fn(conn)`` on the reader connection (the writer's, in memory)."""
         if self._reader is None:
             loop = asyncio.get_running_loop()
-            job = QueryJob(loop, loop.create_future(), fn)
-            self.writer.submit(job)
-            result: T = await job.future
-            return result
+            future: asyncio.Future[T] = loop.create_future()
+            self.writer.submit(QueryJob(loop, future, fn))
+            return await future
         with self._reader_lock:
             try:
                 return fn(self._reader)

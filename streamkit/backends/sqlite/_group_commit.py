@@ -29,6 +29,7 @@ from streamkit.backends.sqlite._offsets import (
     RESERVATION,
     RESERVE,
     PathState,
+    Snapshot,
     next_offset,
     next_plain,
 )
@@ -102,6 +103,7 @@ class GroupCommit:
     _persistent: bool
     _inline: bool
     _in_transaction: bool
+    _following: bool
     _deferred_rows: list[tuple[Any, ...]] | None
     _states: dict[str, PathState]
     _group_before: dict[str, int]
@@ -153,25 +155,33 @@ class GroupCommit:
 
     # -- group commit ---------------------------------------------------------------------
 
-    def _run_group(self, calls: list[WriteCall]) -> None:
+    def _run_group(self, calls: Sequence[WriteCall]) -> None:
         states = self._states
-        if len(calls) == 1:
+        # What a failed attempt must put back: a failure forgets every cached head and
+        # reservation (_invalidate), so only the block bookkeeping of ephemerals is left,
+        # and a group without ephemerals (the commonest: a lone append) saves nothing.
+        saved: Sequence[tuple[str, Snapshot]] = ()
+        if len(calls) > 1:
+            paths = {call.path: None for call in calls if call.ephemerals}
+            saved = [(path, states.setdefault(path, PathState()).snapshot()) for path in paths]
+        elif calls[0].ephemerals:
             path = calls[0].path
-            state = states.get(path) or states.setdefault(path, PathState())
-            saved = {path: state.snapshot()}
-        else:
-            paths = {call.path for call in calls}
-            saved = {path: states.setdefault(path, PathState()).snapshot() for path in paths}
+            saved = ((path, states.setdefault(path, PathState()).snapshot()),)
+        # One look at the followers per group: a follower that subscribes while the group
+        # runs starts from the head after it (_start_following), so it misses nothing.
+        following = self._following = self._feed.has_subscribers()
         waited: _BusyWait | None = None
         while True:
-            self._group_before = {}
+            if following:  # (the heads before the group: what its pushes start from)
+                self._group_before = {}
             try:
-                if not self._run_without_transaction(calls):
+                # Ephemerals only may fit this writer's blocks: then no transaction at all.
+                if not (calls[0].ephemerals and self._run_without_transaction(calls)):
                     self._run_in_transaction(calls)
                 break
             except Exception as exc:
-                for path, snapshot in saved.items():
-                    self._states[path].restore(snapshot)
+                for path, snapshot in saved:
+                    states[path].restore(snapshot)
                 self._invalidate()
                 for call in calls:
                     call.error = call.result = None
@@ -195,37 +205,45 @@ class GroupCommit:
                 break
             finally:
                 self._in_transaction = False
-        self._settle.extend(calls)
-        following = self._feed.has_subscribers()
+        if calls[0].future is not None or len(calls) > 1:
+            self._settle.extend(calls)  # (a lone call without a future is read off by its caller)
+        for call in calls:
+            error = call.error
+            if error is None:
+                if type(call) is AppendCall:
+                    self.appended += call.inserted
+                    if call.ephemerals:
+                        self.ephemeral += call.ephemerals
+                        self.ephemeral_reservations += call.reserved
+            elif isinstance(error, StreamkitError) and not isinstance(error, StorageError):
+                self.refused += 1
+        if following:
+            self._push_fresh(calls)
+        elif self._fed:
+            # Pushed to nobody, so no path is published through its head any more: a
+            # path followed again starts from the head it has then (_start_following).
+            self._fed.clear()
+
+    def _push_fresh(self, calls: Sequence[WriteCall]) -> None:
+        """Publish a group's new events: one push per path, from the path's head before the group."""
         pushes: dict[str, list[StreamEvent]] = {}
         sizes: dict[str, int] = {}
         for call in calls:
-            if isinstance(call.error, StreamkitError) and not isinstance(call.error, StorageError):
-                self.refused += 1
-            if call.error is not None or not isinstance(call, AppendCall):
-                continue
-            self.appended += call.inserted
-            self.ephemeral += call.ephemerals
-            self.ephemeral_reservations += call.reserved
-            if following and call.fresh:
+            if call.error is None and isinstance(call, AppendCall) and call.fresh:
                 pushes.setdefault(call.path, []).extend(call.fresh)
                 sizes[call.path] = sizes.get(call.path, 0) + _json_bytes(call.events)
-        if pushes:
-            self._push_own(pushes, sizes)
-
-    def _push_own(self, pushes: dict[str, list[StreamEvent]], sizes: dict[str, int]) -> None:
-        """Publish a group's new events: one push per path, from the path's head before the group."""
         published: list[tuple[str, Push]] = []
         for path, events in pushes.items():
             before = self._group_before[path]
-            published.append((path, Push(before, events[-1].offset, events, sizes.get(path, 0))))
+            published.append((path, Push(before, events[-1].offset, events, sizes[path])))
             fed = self._fed.get(path)
             durable = [event.offset for event in events if not event.ephemeral]
             if fed is not None and durable:
                 self._fed[path] = max(fed, durable[-1])
-        self._feed.publish(published, self._wakes)
+        if published:
+            self._feed.publish(published, self._wakes)
 
-    def _run_without_transaction(self, calls: list[WriteCall]) -> bool:
+    def _run_without_transaction(self, calls: Sequence[WriteCall]) -> bool:
         """Hand out ephemerals from own blocks with no transaction; False if one must be reserved."""
         need: dict[str, int] = {}
         for call in calls:
@@ -250,7 +268,7 @@ class GroupCommit:
             self._apply(call)
         return True
 
-    def _run_in_transaction(self, calls: list[WriteCall]) -> None:
+    def _run_in_transaction(self, calls: Sequence[WriteCall]) -> None:
         cur = self._cur
         cur.execute("BEGIN IMMEDIATE")  # busy: _run_group waits and runs the group again
         self._in_transaction = True
@@ -264,8 +282,9 @@ class GroupCommit:
             self._now = self._stamp_commit()
             wrote = self._apply(calls[0]) if len(calls) == 1 else self._apply_group(calls)
             if wrote:
-                self._feed.set_inflight(self._group_before)
-                inflight = True
+                if self._following:
+                    self._feed.set_inflight(self._group_before)
+                    inflight = True
                 cur.execute("COMMIT")
                 self.transactions += 1
             else:
@@ -283,7 +302,7 @@ class GroupCommit:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.execute("ROLLBACK")
 
-    def _apply_group(self, calls: list[WriteCall]) -> bool:
+    def _apply_group(self, calls: Sequence[WriteCall]) -> bool:
         """Apply several calls in the open transaction; a refused one must roll back alone.
 
         A group of calls that cannot be refused needs no savepoint at all. Else,
@@ -334,12 +353,71 @@ class GroupCommit:
         return wrote
 
     def _apply(self, call: WriteCall) -> bool:
-        """Run one call; on refusal undo its effect on the cached state and keep its error."""
-        state = self._state(call.path)
-        self._group_before.setdefault(call.path, state.head or 0)
-        if isinstance(call, AppendCall) and call.plain:
-            call.result = self._append_plain(call, state)  # cannot be refused: nothing to undo
-            return True
+        """Run one call; on refusal undo its effect on the cached state and keep its error.
+
+        A plain call (durable events, no key, no offset precondition: the
+        commonest by far) is placed here: nothing in it can be refused or be in
+        the log already, so its events take the next offsets in order and the
+        rows and the committed events are built in one pass each. Any other
+        append is placed by :meth:`_append`.
+        """
+        path = call.path
+        state = self._states.get(path)
+        if state is None or state.head is None or state.reserved_through is None:
+            state = self._state(path)
+        if self._following:
+            self._group_before.setdefault(path, state.head or 0)
+        if not call.plain:
+            return self._apply_refusable(call, state)
+        assert isinstance(call, AppendCall)
+        events = call.events
+        first = next_plain(state)
+        now = self._now
+        deferred = self._deferred_rows  # (rows held back for one executemany: _apply_group)
+        offsets: Sequence[int]
+        if len(events) == 1:  # the calls of a group, mostly: no comprehension or zip to set up
+            offsets = (first,)
+            state.head = first
+            e = events[0]
+            row = (
+                path,
+                first,
+                e.type,
+                e.payload_json,
+                e.metadata_json,
+                e.source_json or "",
+                "",
+                now,
+            )
+            if deferred is not None:
+                deferred.append(row)
+            else:
+                self._cur.execute(_INSERT, row)
+        else:
+            offsets = range(first, first + len(events))
+            rows = [
+                (
+                    path,
+                    offset,
+                    e.type,
+                    e.payload_json,
+                    e.metadata_json,
+                    e.source_json or "",
+                    "",
+                    now,
+                )
+                for offset, e in zip(offsets, events, strict=True)
+            ]
+            if deferred is not None:
+                deferred.extend(rows)
+            else:
+                self._conn.executemany(_INSERT, rows)
+            state.head = offsets[-1]
+        call.inserted = len(events)
+        call.result = call.fresh = decode_prepared(path, events, offsets, now)
+        return True
+
+    def _apply_refusable(self, call: WriteCall, state: PathState) -> bool:
         saved = state.snapshot()
         try:
             if isinstance(call, AppendCall):
@@ -363,7 +441,7 @@ class GroupCommit:
             self._conn.execute(_CLAIM, (call.path, call.slug, call.due_at))
 
     def _append(self, call: AppendCall, state: PathState) -> list[StreamEvent]:
-        """Place the events of a call that is not plain (see :meth:`_append_plain`).
+        """Place the events of a call that is not plain (see :meth:`_apply`).
 
         Returns the committed events in input order.
 
@@ -467,59 +545,6 @@ class GroupCommit:
             # Same transaction as the rows: a control record and its event land together.
             call.seal(self._conn, result)
         return result
-
-    def _append_plain(self, call: AppendCall, state: PathState) -> list[StreamEvent]:
-        """:meth:`_append` for a call of durable events with no key and no offset precondition.
-
-        Nothing in such a call can be refused or already be in the log: its
-        events take the next offsets in order, so the rows and the committed
-        events are built in one pass each.
-        """
-        path = call.path
-        events = call.events
-        first = next_plain(state)
-        offsets = range(first, first + len(events))
-        now = self._now
-        deferred = self._deferred_rows
-        if len(events) == 1:  # the calls of a group, mostly: no comprehension or zip to set up
-            e = events[0]
-            row = (
-                path,
-                first,
-                e.type,
-                e.payload_json,
-                e.metadata_json,
-                e.source_json or "",
-                "",
-                now,
-            )
-            if deferred is not None:
-                deferred.append(row)
-            else:
-                self._cur.execute(_INSERT, row)
-        else:
-            rows = [
-                (
-                    path,
-                    offset,
-                    e.type,
-                    e.payload_json,
-                    e.metadata_json,
-                    e.source_json or "",
-                    "",
-                    now,
-                )
-                for offset, e in zip(offsets, events, strict=True)
-            ]
-            if deferred is not None:
-                deferred.extend(rows)
-            else:
-                self._conn.executemany(_INSERT, rows)
-        state.head = offsets[-1]
-        call.inserted = len(events)
-        call.reserved = 0
-        new = call.fresh = decode_prepared(path, events, offsets, now)
-        return new
 
     def _next_ephemeral(self, call: AppendCall, state: PathState, wanted: int) -> int:
         assert state.head is not None

@@ -47,6 +47,10 @@ RELEASE = (
 )
 
 
+Snapshot = tuple[int | None, int | None, bool, int, int]
+"""A :class:`PathState` saved before a group, restored if the group fails."""
+
+
 @dataclass(slots=True)
 class PathState:
     """What the writer knows of one path; ``None`` means re-read it in the next transaction."""
@@ -57,10 +61,10 @@ class PathState:
     last_ephemeral: int = 0
     block: int = BLOCK_MIN
 
-    def snapshot(self) -> tuple[int | None, int | None, bool, int, int]:
+    def snapshot(self) -> Snapshot:
         return (self.head, self.reserved_through, self.mine, self.last_ephemeral, self.block)
 
-    def restore(self, saved: tuple[int | None, int | None, bool, int, int]) -> None:
+    def restore(self, saved: Snapshot) -> None:
         (self.head, self.reserved_through, self.mine, self.last_ephemeral, self.block) = saved
 
 

@@ -48,14 +48,11 @@ from streamkit._requests import (
     settle,
 )
 from streamkit.backends.sqlite._group_commit import (
-    _INSERT,
     GroupCommit,
-    _json_bytes,
     _TakenElsewhere,
 )
-from streamkit.backends.sqlite._offsets import PathState, next_plain
+from streamkit.backends.sqlite._offsets import PathState
 from streamkit.backends.sqlite._read import (
-    decode_prepared,
     durable_head,
     read_page_sized,
 )
@@ -65,8 +62,6 @@ from streamkit.errors import (
     LogClosed,
 )
 from streamkit.events import (
-    PreparedEvent,
-    StreamEvent,
     format_timestamp,
     now_timestamp,
 )
@@ -150,6 +145,7 @@ class Writer(GroupCommit):
         self._fed: dict[str, int] = {}
         self._pending_follows: set[str] = set()
         self._in_transaction = False
+        self._following = False
         self._group_before: dict[str, int] = {}
         self._now = ""
         # The latest created_at this writer used or saw committed: no commit is
@@ -188,118 +184,46 @@ class Writer(GroupCommit):
         wait: if another process holds the write lock nothing runs here and
         the thread, which waits up to the busy timeout, takes the jobs instead.
         """
-        with self._submit_lock:
-            if not self._accepting:
-                raise LogClosed(
-                    "the log is closed; nothing was read or written (open it again to use it)"
-                )
-            if len(jobs) > self._group_limit or not self._queue.empty():
-                return False
-            taken = self._conn_lock.acquire(blocking=False)
-            polling = self._polling
-        if not taken:
-            # Held for a follow poll, the connection is free again within microseconds
-            # once the thread gets the GIL back (it may be waiting for it, from us):
-            # waiting here is far cheaper than the hand-off. Held for a commit, it is not.
-            if not polling or not self._conn_lock.acquire(timeout=POLL_WAIT_SECONDS):
-                return False
-            if not self._queue.empty():  # queued while we waited: keep the order
-                self._conn_lock.release()
-                return False
-        loop = jobs[0].loop
+        if len(jobs) > self._group_limit:
+            return False
+        conn_lock = self._conn_lock
+        # Held for a follow poll, the connection is free again within microseconds once
+        # the thread gets the GIL back (it may be waiting for it, from us): waiting then
+        # is far cheaper than the hand-off. Held for a commit, it is not.
+        if not conn_lock.acquire(False) and (  # positional: cheaper than blocking=False
+            not self._polling or not conn_lock.acquire(timeout=POLL_WAIT_SECONDS)
+        ):
+            return False
         try:
-            self._inline = True
-            try:
-                if isinstance(jobs[0], TransactionJob):
-                    (job,) = jobs
-                    self._guarded(self._run_transaction, job)
-                else:
-                    self._guarded(self._run_group, jobs)
-            except _TakenElsewhere:
-                return False
-            finally:
-                self._inline = False
-            self._flush(direct=loop)
-        finally:
-            self._conn_lock.release()
-        return True
-
-    def commit_lone(
-        self, path: str, event: PreparedEvent, loop: asyncio.AbstractEventLoop
-    ) -> list[StreamEvent] | None:
-        """Commit one plain event (durable, no key, no offset precondition) now, on this thread.
-
-        The commonest call, a single event nothing can refuse, taken without a
-        job, a future or group bookkeeping: :meth:`try_inline` cut down to what
-        one such event needs. ``None`` means nothing ran, and the caller takes
-        the queued path: the writer was busy or had work queued (which must
-        commit first), or another process holds the write lock (the thread
-        waits that out). A storage failure raises; nothing was written then.
-        """
-        if not self._conn_lock.acquire(False):  # positional: cheaper than blocking=False
-            return None
-        try:
-            # Checked under the connection lock: a close queued after this check can
-            # only run once the lock is released, after this commit.
+            # Checked under the connection lock, which the thread holds for every job: a
+            # close queued after this check runs after this commit. A job the thread took
+            # off the queue but has not run yet may commit after this one: both calls were
+            # in flight at once, so either order is one the callers could have seen.
             if not self._accepting:
                 raise LogClosed(
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
             if not self._queue.empty():
-                return None
-            cur = self._cur
-            inflight = False
+                return False
+            loop = jobs[0].loop
+            self._inline = True
             try:
-                cur.execute("BEGIN IMMEDIATE")
-                if self._wal is not None:
-                    self._wal.check()
-                following = self._feed.has_subscribers()
-                self._sync_foreign()
-                # After the look at other commits: the stamp is no earlier than theirs.
-                now = self._now = self._stamp_commit()
-                state = self._states.get(path)
-                if state is None or state.head is None or state.reserved_through is None:
-                    state = self._state(path)
-                before = state.head
-                offset = next_plain(state)
-                cur.execute(
-                    _INSERT,
-                    (
-                        path,
-                        offset,
-                        event.type,
-                        event.payload_json,
-                        event.metadata_json,
-                        event.source_json or "",
-                        "",
-                        now,
-                    ),
-                )
-                if following:
-                    self._group_before = {path: before or 0}
-                    self._feed.set_inflight(self._group_before)
-                    inflight = True
-                cur.execute("COMMIT")
-            except BaseException as exc:
-                # Nothing was written; the cached heads are re-read by the next transaction.
-                self._roll_back(inflight)
-                self._invalidate()
-                if not isinstance(exc, sqlite3.Error):
-                    raise
-                if is_busy(exc):
-                    return None  # the thread waits the lock out instead
-                raise storage_error(exc, f"appending to {path!r}") from exc
-            state.head = offset
-            self.transactions += 1
-            self.appended += 1
-            committed = decode_prepared(path, (event,), (offset,), now)
-            if inflight:
-                self._push_own({path: committed}, {path: _json_bytes((event,))})
-            return committed
-        finally:
-            if self._wakes:  # followers of other processes' rows, or of this one
+                if isinstance(jobs[0], TransactionJob):
+                    (job,) = jobs
+                    self._run_transaction(job)
+                else:
+                    self._run_group(jobs)
+            except _TakenElsewhere:
+                return False
+            except Exception as exc:
+                self._fail(jobs, exc)
+            finally:
+                self._inline = False
+            if self._settle or self._wakes:
                 self._flush(direct=loop)
-            self._conn_lock.release()
+        finally:
+            conn_lock.release()
+        return True
 
     def request_close(
         self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
@@ -389,27 +313,31 @@ class Writer(GroupCommit):
         return False
 
     def _guarded(self, step: Callable[[Any], None], arg: Any) -> None:
-        # A bug must fail the calls it touched, never kill the thread and hang every caller.
         try:
             step(arg)
-        except _TakenElsewhere:
-            raise
         except Exception as exc:
-            for job in arg if isinstance(arg, list) else [arg]:
-                if isinstance(job, Job) and job not in self._settle:
-                    job.error = exc
-                    self._settle.append(job)
-            self._invalidate()
-        if not self._inline:
-            self._flush()
+            self._fail(arg if isinstance(arg, list) else [arg], exc)
+        self._flush()
+
+    def _fail(self, jobs: list[Any], exc: Exception) -> None:
+        """A bug fails the calls it touched; it never kills the thread and hangs every caller."""
+        for job in jobs:
+            if isinstance(job, Job) and job not in self._settle:
+                job.error = exc
+                self._settle.append(job)
+        self._invalidate()
 
     def _flush(self, direct: asyncio.AbstractEventLoop | None = None) -> None:
         """Settle finished jobs and wake followers; ``direct`` is the loop running this call."""
         jobs = self._settle
-        if direct is not None and not self._wakes and all(job.loop is direct for job in jobs):
-            self._settle = []
-            settle(jobs, [])
-            return
+        if direct is not None and not self._wakes:
+            for job in jobs:
+                if job.loop is not direct:
+                    break
+            else:
+                self._settle = []
+                settle(jobs, [])
+                return
         by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Job], list[asyncio.Event]]] = {}
         for job in self._settle:
             by_loop.setdefault(job.loop, ([], []))[0].append(job)
