@@ -268,7 +268,11 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
     # -- driving the reduce --------------------------------------------------------
 
     def process_event_batch(
-        self, events: Sequence[StreamEvent], range: ScannedRange | tuple[int, int]
+        self,
+        events: Sequence[StreamEvent],
+        range: ScannedRange | tuple[int, int],
+        *,
+        at_head: bool | None = None,
     ) -> asyncio.Task[None]:
         """Process the events of one commit, which ``range`` proves are all of ``(after, through]``.
 
@@ -278,6 +282,11 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
         delivered as caught up); the push itself is always processed after.
         Never await this from inside a batch of the same engine: the chain is
         serial, so that would wait for itself.
+
+        ``at_head`` says whether the range reaches the head (the at-head pass
+        runs then); by default it does when no range given so far ends
+        later. A caller that knows more (a follower with pushes queued behind
+        this one: :attr:`~streamkit.log.Follow.at_head`) says so.
         """
         after, through = range
         if (
@@ -301,7 +310,7 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
         shown = through if any(not e.ephemeral for e in batch) else after
         if self._durable_shown is None or shown > self._durable_shown:
             self._durable_shown = shown
-        return self._on_chain(lambda: self._push(batch, scanned))
+        return self._on_chain(lambda: self._push(batch, scanned, at_head))
 
     def catch_up_from_log(self) -> asyncio.Task[None]:
         """Read and process the log from the cursor to its head, page by page.
@@ -497,7 +506,9 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
             if not future.done():
                 future.set_exception(error)
 
-    async def _push(self, events: Sequence[StreamEvent], scanned: ScannedRange) -> None:
+    async def _push(
+        self, events: Sequence[StreamEvent], scanned: ScannedRange, at_head: bool | None
+    ) -> None:
         # Gap repair: heal the durable prefix up to the push's start from the
         # log, and no further; the push carries ephemerals the log cannot
         # return, so it is processed after, never replaced.
@@ -513,8 +524,9 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
                 at_head=False,
                 from_read=True,
             )
-        pushed_head = self._pushed_through or 0
-        await self._run_batch(events, scanned, at_head=scanned.through >= pushed_head)
+        if at_head is None:
+            at_head = scanned.through >= (self._pushed_through or 0)
+        await self._run_batch(events, scanned, at_head=at_head)
 
     async def _catch_up(self) -> None:
         page: ReadPage | None = None

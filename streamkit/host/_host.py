@@ -211,8 +211,9 @@ class ProcessorHost:
             )
             self._keeper.start()
             for path in sorted({runner.path for runner in self.runners}):
-                # Follow from the head as it is now: each engine's catch-up reads
-                # what lies before, and the follower has every commit after.
+                # One follower per path for the host itself, from the head as it is
+                # now: it obeys skip records and feeds watchers. Each runner follows
+                # the path for its own engine (host/_runner.py).
                 stream = log.stream(path)
                 head = await stream.head()
                 follower = stream.follow(head)
@@ -435,9 +436,6 @@ class ProcessorHost:
                     for event in events:
                         if event.type == SKIP_EVENT and not event.ephemeral:
                             await self._apply_skip_event(runners, event)
-                    size = follower.last_size
-                    for runner in runners:
-                        runner.push(events, scanned, size)
                     for subscriber in self._subscribers.get(path, ()):
                         subscriber.offer(events, scanned)
                 return  # the log closed

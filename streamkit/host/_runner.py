@@ -1,10 +1,14 @@
-"""One processor inside the host: its lease, its engine, its queue, its retries.
+"""One processor inside the host: its lease, its engine, its follower, its retries.
 
 A :class:`ProcessorRunner` owns one processor on one stream path. While it
-holds the lease it has an engine and a worker task that takes work from its
-own queue, one item at a time: the catch-up after the engine is built, each
-push the host's follower fans out, and each revive the alarm asks for. Every
-runner has its own queue, so a slow processor never stalls another.
+holds the lease it has an engine, a follower of the path of its own and a
+worker task that takes one item at a time: the revive after the engine is
+built (it catches up from the log), each range its follower yields, and each
+revive the alarm asks for. The follower's buffer is the one queue an event
+passes between its commit and the engine, bounded by bytes; a runner that
+falls so far behind that it overflows re-reads the log (the follower's
+policy), and the follower's gap repair is the only one on the way. Every
+runner has its own follower, so a slow processor never stalls another.
 
 No crash loop: an item that fails is retried whole with exponential backoff
 (``RetrySettings``), never in a hot loop; after ``stall_after`` consecutive
@@ -26,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +41,7 @@ from streamkit.errors import LeaseLost, StreamkitError
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
+from streamkit.log._follow import Follow
 from streamkit.log._log import Log, ProcessorStreamView
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import Clock, HostStore, Lease
@@ -47,23 +51,20 @@ __all__ = ["ProcessorRunner"]
 
 _log = structlog.get_logger("streamkit.host")
 
-CATCH_UP = "catch-up"
 REVIVE = "revive"
 # A new engine's first work: catch up AND run the at-head pass. The host took the
 # lease, so whatever a previous holder had in flight is gone; the pass restarts
 # what state says is owed now, not when that holder's claim falls due.
 START = "start"
-Item = str | tuple[Sequence[StreamEvent], ScannedRange, int]
-"""A named step, or a push: its events, their proof, and the bytes of stored JSON they hold."""
+Item = str | tuple[Sequence[StreamEvent], ScannedRange, bool]
+"""A named step, or a range the follower yielded: its events, their proof, and whether it
+reached the head (see :attr:`~streamkit.log.Follow.at_head`)."""
 
 MIN_BATCH_GRACE = 5.0
 """Seconds a batch in flight may take to finish at shutdown, even with a shorter grace."""
 
-MAX_QUEUED = 10_000
-"""Pushes a runner buffers at most; past that it drops them and catches up from the log."""
-
-MAX_QUEUED_BYTES = 16 * 1024 * 1024
-"""The stored JSON of the pushes a runner buffers at most; past that, the same as above."""
+FOLLOW_RETRY_SECONDS = 1.0
+"""How long a runner waits before following again after its follower failed (a read error)."""
 
 
 class _EngineStream:
@@ -142,8 +143,9 @@ class ProcessorRunner:
         self._clock = clock
         self._on_claim = on_claim
         self._on_lease_gone = on_lease_gone
-        self._queue: deque[Item] = deque()
-        self._queued_bytes = 0
+        self._follower: Follow | None = None
+        self._due: str | None = None  # START or REVIVE: a revive to run before the next range
+        self._overflows = 0
         self._wake = asyncio.Event()
         self._poke = asyncio.Event()
         self._stopping = False
@@ -169,8 +171,8 @@ class ProcessorRunner:
 
     @property
     def queued(self) -> int:
-        """Work items waiting in this runner's queue."""
-        return len(self._queue)
+        """Commits this runner's follower holds that the engine has not taken yet."""
+        return 0 if self._follower is None else self._follower.pending
 
     @property
     def cursor(self) -> int | None:
@@ -203,46 +205,33 @@ class ProcessorRunner:
             guard=held.check,
         )
         self.caught_up = False
-        self._queue.clear()
-        self._queued_bytes = 0
-        self._queue.append(START)
+        # Followed from before the revive's catch-up, so that commits made while it
+        # reads (ephemerals too) wait in the follower; the revive then moves it on.
+        self._follow()
+        self._due = START
         self._wake.set()
 
-    def push(self, events: Sequence[StreamEvent], scanned: ScannedRange, size: int = 0) -> None:
-        """Queue one commit for the engine (dropped while this host does not run it).
+    def _follow(self) -> None:
+        self._unfollow()
+        self._follower = self._log.stream(self.path).follow(0)
+        self._overflows = 0
 
-        ``size`` is the bytes of stored JSON its events hold: the queue is
-        bounded by bytes as well as by count.
-        """
-        if self.engine is None or self._stopping:
-            return
-        if len(self._queue) >= MAX_QUEUED or (
-            self._queued_bytes and self._queued_bytes + size > MAX_QUEUED_BYTES
-        ):
-            # A processor far behind: the log has every durable event, so re-read it
-            # (page by page, each bounded) rather than hold an unbounded backlog;
-            # only its missed ephemerals are gone.
-            _log.warning(
-                "processor.backlog_dropped",
-                slug=self.slug,
-                path=self.path,
-                queued=len(self._queue),
-                queued_bytes=self._queued_bytes,
-                detail="catching up from the log instead",
-            )
-            self._queue.clear()
-            self._queued_bytes = 0
-            self._queue.append(CATCH_UP)
-        self._queue.append((events, scanned, size))
-        self._queued_bytes += size
-        self._wake.set()
+    def _unfollow(self) -> None:
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
 
     def request_revive(self) -> None:
-        """Queue a revive (the alarm's call), unless one is already queued."""
-        if self.engine is None or self._stopping or REVIVE in self._queue:
+        """Run a revive (the alarm's call) before the next range, unless one is due already."""
+        if self.engine is None or self._stopping or self._due is not None:
             return
-        self._queue.append(REVIVE)
+        self._due = REVIVE
+        self._nudge()
+
+    def _nudge(self) -> None:
         self._wake.set()
+        if self._follower is not None:
+            self._follower.wake()
 
     def claim_changed(self, at: float | None) -> None:
         """The engine sent a claim: remember it and wake the alarm."""
@@ -268,8 +257,8 @@ class ProcessorRunner:
             return
         self.engine = None
         self.held = None
-        self._queue.clear()
-        self._queued_bytes = 0
+        self._due = None
+        self._unfollow()
         self._poke.set()
         if held is not None:
             self._on_lease_gone(held)
@@ -304,7 +293,7 @@ class ProcessorRunner:
         cancelled (a cancelled batch wrote nothing).
         """
         self._stopping = True
-        self._wake.set()
+        self._nudge()
         self._poke.set()
         deadline = time.monotonic() + grace
         task = self._task
@@ -317,6 +306,7 @@ class ProcessorRunner:
                 task.cancel()
                 await asyncio.wait((task,))
                 _log.warning("processor.batch_abandoned", slug=self.slug, path=self.path)
+        self._unfollow()
         engine = self.engine
         if engine is not None:
             await engine.aclose(max(0.0, deadline - time.monotonic()))
@@ -327,14 +317,52 @@ class ProcessorRunner:
 
     async def _work(self) -> None:
         while not self._stopping:
-            if not self._queue:
+            engine, follower = self.engine, self._follower
+            if engine is None or follower is None:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            item = self._queue.popleft()
-            if not isinstance(item, str):
-                self._queued_bytes -= item[2]
-            await self._until_done(item)
+            due = self._due
+            if due is not None:
+                self._due = None
+                await self._until_done(due)
+                if engine is self.engine:
+                    follower.skip_to(engine.cursor)  # what the revive read needs no push
+                continue
+            try:
+                got = await follower.next_or_woken()
+            except StopAsyncIteration:
+                if follower is self._follower:
+                    self._follower = None  # the log closed; the host is stopping
+                continue
+            except Exception as exc:
+                # A read of the follower failed: the log has every event, so follow again
+                # from the cursor after a pause (the engine skips what it has reduced).
+                _log.error(
+                    "follow.failed",
+                    slug=self.slug,
+                    path=self.path,
+                    error=repr(exc),
+                    retry_in=FOLLOW_RETRY_SECONDS,
+                )
+                await self._backoff(FOLLOW_RETRY_SECONDS)
+                if follower is self._follower and engine is self.engine:
+                    self._follow()
+                    self._follower.skip_to(engine.cursor)
+                continue
+            if got is None or follower is not self._follower:
+                continue  # woken (a revive is due, or the runner stops or lost its lease)
+            if follower.overflows != self._overflows:
+                self._overflows = follower.overflows
+                _log.warning(
+                    "processor.backlog_dropped",
+                    slug=self.slug,
+                    path=self.path,
+                    overflows=self._overflows,
+                    detail="fell too far behind to be held in memory: reading the log instead",
+                )
+            events, scanned = got
+            await self._until_done((events, scanned, follower.at_head))
 
     async def _until_done(self, item: Item) -> None:
         while not self._stopping:
@@ -400,28 +428,17 @@ class ProcessorRunner:
     async def _run(self, engine: ProcessorEngine[Any], item: Item) -> None:
         self._item_is_push = not isinstance(item, str)
         try:
-            if item == CATCH_UP:
-                await engine.catch_up_from_log()
-            elif item == START:
+            if item == START:
                 await engine.revive()
             elif item == REVIVE:
                 _log.info("processor.revive", slug=self.slug, path=self.path)
                 await engine.revive()
             else:
                 assert not isinstance(item, str)
-                events, scanned, _ = item
-                if scanned.after > engine.cursor:
-                    _log.info(
-                        "gap.repair",
-                        slug=self.slug,
-                        path=self.path,
-                        cursor=engine.cursor,
-                        push_after=scanned.after,
-                        detail="reading the missing range from the log first",
-                    )
+                events, scanned, at_head = item
                 if self.skipped:
                     events = without_skipped(events, self.skipped)
-                await engine.process_event_batch(events, scanned)
+                await engine.process_event_batch(events, scanned, at_head=at_head)
         finally:
             self._item_is_push = False
 
@@ -439,7 +456,7 @@ class ProcessorRunner:
         self.failures = 0
         self.stalled = False
         self.stalled_at = None
-        if item in (CATCH_UP, START) and not self.caught_up:
+        if item == START and not self.caught_up:
             self.caught_up = True
             seconds = time.perf_counter() - started
             reduced = engine.events_reduced - reduced_before

@@ -270,6 +270,8 @@ class Follow:
         self._pushes: deque[Push] = deque()
         self._catching_up = True
         self._done = False
+        self._woken = False
+        self._at_head = False
         self._event = asyncio.Event()
         self._size = 0
         try:
@@ -291,6 +293,47 @@ class Follow:
         return self._size
 
     @property
+    def at_head(self) -> bool:
+        """Whether nothing more was known to follow the latest yield when it was made.
+
+        True after a push with no other push buffered behind it, or after a
+        read that reached the log's head; False after a read cut short (a
+        page of a long catch-up, a gap repair). What a consumer that batches
+        needs to know to tell the end of a backlog from a stretch of it.
+        """
+        return self._at_head
+
+    @property
+    def pending(self) -> int:
+        """Pushes taken or buffered but not yet yielded (a gauge: read without the lock)."""
+        return len(self._pushes) + len(self._sub.buffer)
+
+    def skip_to(self, offset: int) -> None:
+        """Treat everything through ``offset`` as yielded: the next yield starts there.
+
+        For a consumer that read up to ``offset`` from the log itself (a
+        catch-up of its own) while this follower kept its place: pushes at
+        or below ``offset`` are dropped, the rest continue from it.
+        """
+        if offset > self._position:
+            self._position = offset
+            self._yielded = offset
+
+    def wake(self) -> None:
+        """Make a pending (or the next) :meth:`next_or_woken` return ``None`` at once."""
+        self._woken = True
+        self._event.set()
+
+    async def next_or_woken(self) -> tuple[list[StreamEvent], ScannedRange] | None:
+        """The next yield, or ``None`` once :meth:`wake` was called; nothing is lost either way.
+
+        Lets one task wait for events and for its own wake-ups (a revive to
+        run, a stop) on the same await. Raises ``StopAsyncIteration`` once
+        the follower is closed.
+        """
+        return await self._next(wakeable=True)
+
+    @property
     def overflows(self) -> int:
         """Times this follower fell so far behind that its buffer was dropped for a re-read.
 
@@ -301,9 +344,17 @@ class Follow:
         return self._sub.overflows
 
     async def __anext__(self) -> tuple[list[StreamEvent], ScannedRange]:
+        out = await self._next(wakeable=False)
+        assert out is not None  # only a wakeable wait returns without a yield
+        return out
+
+    async def _next(self, *, wakeable: bool) -> tuple[list[StreamEvent], ScannedRange] | None:
         while True:
             if self._done:
                 raise StopAsyncIteration
+            if wakeable and self._woken:
+                self._woken = False
+                return None
             closed, resync, bound = self._feed.take(self._sub, self._pushes)
             if closed:
                 await self.aclose()
@@ -326,9 +377,14 @@ class Follow:
 
     async def aclose(self) -> None:
         """Stop following; later ``__anext__`` calls raise ``StopAsyncIteration``."""
+        self.close()
+
+    def close(self) -> None:
+        """:meth:`aclose` without the await; a wait in progress ends at once."""
         self._done = True
         self._pushes.clear()
         self._unregister()
+        self._event.set()
 
     async def _catch_up(self, bound: int | None) -> tuple[list[StreamEvent], ScannedRange] | None:
         page, self._size = await self._read(self._path, self._position, PAGE_LIMIT, None)
@@ -339,12 +395,15 @@ class Follow:
         _closed, _resync, later_bound = self._feed.take(self._sub, self._pushes)
         if later_bound is not None and (bound is None or later_bound < bound):
             bound = later_bound
+        head = page.at_head
         if bound is not None and bound < through:
             through = max(self._position, bound)
             events = [event for event in events if event.offset <= through]
             done = True
+            head = False  # a push starts at the cut: it follows
         if done:
             self._catching_up = False
+        self._at_head = head and not self._more_after(through)
         return self._advance(events, through)
 
     async def _next_push(self) -> tuple[list[StreamEvent], ScannedRange] | None:
@@ -355,14 +414,20 @@ class Follow:
         if push.after > self._position:
             # Gap repair: what lies between here and the push's start comes from the log.
             page, self._size = await self._read(self._path, self._position, PAGE_LIMIT, push.after)
+            self._at_head = False
             return self._advance(list(page.events), page.scanned_through_offset)
         self._pushes.popleft()
+        self._at_head = not self._more_after(push.through)
         self._size = push.size
         if push.after == self._position:
             events = list(push.events)
         else:
             events = [event for event in push.events if event.offset > self._position]
         return self._advance(events, push.through)
+
+    def _more_after(self, through: int) -> bool:
+        """Whether a push taken already reaches past ``through`` (pushes of a path ascend)."""
+        return bool(self._pushes) and self._pushes[-1].through > through
 
     def _advance(
         self, events: list[StreamEvent], through: int

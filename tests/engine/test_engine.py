@@ -336,6 +336,17 @@ async def test_gap_repair_up_to_the_head_still_never_delivers_caught_up(rig: Rig
     assert processor.calls == [(1, False), (2, False), (3, True)]
 
 
+async def test_a_caller_that_knows_more_says_whether_a_range_reached_the_head(rig: Rig) -> None:
+    """``at_head=False`` holds the at-head pass back, ``True`` runs it; by default the last range does."""
+    processor = Recorder()
+    engine = rig.engine(processor, pushed=False)
+    await engine.process_event_batch([_event(1)], ScannedRange(0, 1), at_head=False)
+    await engine.process_event_batch([_event(2)], ScannedRange(1, 2), at_head=True)
+    await engine.process_event_batch([_event(3)], ScannedRange(2, 3))
+    await engine.process_event_batch([_event(4), _event(5)], ScannedRange(3, 5), at_head=False)
+    assert processor.calls == [(1, False), (2, True), (3, True), (4, False), (5, False)]
+
+
 async def test_a_push_is_never_discarded_even_when_behind(rig: Rig) -> None:
     """A push wholly behind the cursor still delivers its ephemerals; its durables are skipped."""
     processor = Recorder()

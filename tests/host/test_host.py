@@ -11,14 +11,20 @@ from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
-from support.host import Echo, Fragile, Hoarder, Lingering, Sleeper, Tally, Typed
+from support.host import Echo, Fragile, Hoarder, Lingering, Offsets, Sleeper, Tally, Typed
 
-from streamkit import InvalidRequest, open_log
+from streamkit import (
+    InvalidRequest,
+    StreamEvent,
+    StreamProcessor,
+    define_processor_contract,
+    open_log,
+)
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig, InvalidEvent
 from streamkit.host import ProcessorHost
 from streamkit.host._runner import ProcessorRunner
-from streamkit.processor import StreamProcessor
+from streamkit.processor import ProcessEventArgs
 
 
 def make_config(tmp_path: Path, **overrides: Any) -> HostConfig:
@@ -450,6 +456,65 @@ async def test_failing_batch_backs_off_stalls_and_skip_moves_on(
     await second.wait_until_processed("fragile", more[-1])
     assert poison not in again.attempts
     assert (await second.snapshot("fragile"))["state"]["offsets"] == [*first, *after, *more]
+
+
+class Gated(StreamProcessor[Offsets]):
+    """Records item offsets; its first delivery waits for ``gate``; counts caught-up passes."""
+
+    contract = define_processor_contract(
+        slug="gated",
+        version="1",
+        description="holds its first event until released",
+        state_schema=Offsets,
+        consumes=["item"],
+        emits=[],
+    )
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.caught_up: list[int | None] = []
+
+    def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
+        return state.model_copy(update={"offsets": [*state.offsets, event.offset]})
+
+    def process_event(self, args: ProcessEventArgs[Offsets]) -> None:
+        if args.delivery.caught_up:
+            self.caught_up.append(None if args.event is None else args.event.offset)
+        if args.event is not None and not self.gate.is_set():
+            args.block_processor_while(self.gate.wait)
+
+
+async def test_a_runner_far_behind_reads_the_log_and_passes_the_head_once(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """Commits beyond a stuck processor's byte budget are dropped and re-read: none lost.
+
+    The runner's follower is the one buffer between a commit and the engine:
+    past ``limits.subscriber_bytes`` it drops what it holds and reads the log
+    instead, page by page; the at-head pass runs at the end of that backlog,
+    not after each page.
+    """
+    db = tmp_path / "h.db"
+    gated = Gated()
+    config = make_config(tmp_path, limits={"subscriber_bytes": 64 * 1024})
+    host = hosts(gated, config=config)
+    await host.start()
+    (first,) = await items(db, 1)
+    runner = host.runner("gated")
+    await wait_for(lambda: runner.cursor is not None and gated.caught_up != [])
+    offsets = [first]
+    with capture_logs() as logs:
+        for _ in range(30):  # 1,500 events of 1 KB in 30 commits: far past 64 KiB
+            offsets += await items(db, 50, blob="x" * 1000)
+        await asyncio.sleep(0.2)  # the host's polls take the last commits in
+        passes_before = len(gated.caught_up)
+        gated.gate.set()
+        await host.wait_until_processed("gated", offsets[-1])
+    assert (await host.snapshot("gated"))["state"]["offsets"] == offsets
+    assert any(entry["event"] == "processor.backlog_dropped" for entry in logs)
+    # Three pages of 500 re-read after the drop, one pass at their end (a straggling
+    # push may add one): a pass per page would be three or more.
+    assert len(gated.caught_up) - passes_before <= 2
 
 
 async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(

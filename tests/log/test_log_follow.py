@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support.log import check_contiguous, collect_until, durable, durables, next_push, tick
 
-from streamkit import ScannedRange, open_log
+from streamkit import ScannedRange, StreamEvent, open_log
 from streamkit.log import Log
 from streamkit.log import _follow as follow_internals
 
@@ -129,3 +129,73 @@ async def test_an_in_memory_log_follows_too() -> None:
         await stream.append(tick(), durable(2))
         events, scanned = await next_push(it)
         assert ([e.offset for e in events], scanned) == ([2, 3], ScannedRange(1, 3))
+
+
+async def test_at_head_tells_a_backlog_page_from_its_end(log_file: Path) -> None:
+    """A catch-up page short of the head is not at the head; the last page and a lone push are."""
+    async with open_log(log_file) as log:
+        stream = log.stream()
+        await stream.append(*(durable(n) for n in range(follow_internals.PAGE_LIMIT + 5)))
+        it = stream.follow()
+        _, scanned = await next_push(it)
+        assert scanned.through == follow_internals.PAGE_LIMIT
+        assert not it.at_head
+        _, scanned = await next_push(it)
+        assert scanned.through == follow_internals.PAGE_LIMIT + 5
+        assert it.at_head
+        await stream.append(durable(1))
+        await next_push(it)
+        assert it.at_head
+        await it.aclose()
+
+
+async def test_at_head_is_false_while_pushes_wait_behind(log: Log) -> None:
+    """A push with another one buffered after it is not the head; the last of them is."""
+    stream = log.stream()
+    it = stream.follow()
+    await log.write_transaction(lambda conn: None)  # the follower's start is published
+    await stream.append(durable(1))
+    await stream.append(durable(2))
+    await stream.append(durable(3))
+    heads: list[bool] = []
+    pushes: list[tuple[list[StreamEvent], ScannedRange]] = []
+    while not pushes or pushes[-1][1].through < 3:
+        pushes.append(await next_push(it))
+        heads.append(it.at_head)
+    assert heads[-1] is True
+    assert heads[:-1] == [False] * (len(heads) - 1)
+    await it.aclose()
+
+
+async def test_next_or_woken_returns_none_on_wake_and_loses_nothing(log: Log) -> None:
+    """A wake ends the wait without a yield; what was appended around it comes next."""
+    stream = log.stream()
+    await stream.append(durable(1))
+    it = stream.follow()
+    assert (await asyncio.wait_for(it.next_or_woken(), 10)) is not None
+    waiting = asyncio.ensure_future(it.next_or_woken())
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    it.wake()
+    assert await asyncio.wait_for(waiting, 10) is None
+    await stream.append(durable(2))
+    got = await asyncio.wait_for(it.next_or_woken(), 10)
+    assert got is not None
+    assert ([e.offset for e in got[0]], got[1]) == ([2], ScannedRange(1, 2))
+    it.close()
+    with pytest.raises(StopAsyncIteration):
+        await it.next_or_woken()
+
+
+async def test_skip_to_starts_the_next_yield_there(log: Log) -> None:
+    """A consumer that read up to N itself moves the follower on: it yields from N, once each."""
+    stream = log.stream()
+    await stream.append(*(durable(n) for n in range(5)))
+    it = stream.follow()
+    it.skip_to(3)
+    it.skip_to(2)  # never backwards
+    await stream.append(durable(5))
+    pushes = await collect_until(it, 6)
+    check_contiguous(pushes, 3)
+    assert durables(pushes) == [4, 5, 6]
+    await it.aclose()
