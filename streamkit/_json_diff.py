@@ -26,6 +26,14 @@ from typing import Any
 
 __all__ = ["diff", "diff_json", "no_larger_than_replace"]
 
+_CONTAINERS = frozenset((dict, list))
+
+
+def _alike(x: float, y: float) -> bool:
+    """Two equal floats are the same JSON value unless they are 0.0 and -0.0."""
+    return x != 0.0 or copysign(1.0, x) == copysign(1.0, y)
+
+
 Op = dict[str, Any]
 
 
@@ -119,13 +127,7 @@ def _diff_dict(
         if x is y:
             continue
         t = type(x)
-        if (
-            t is type(y)
-            and t is not dict
-            and t is not list
-            and x == y
-            and (t is not float or x != 0.0 or copysign(1.0, x) == copysign(1.0, y))
-        ):
+        if t is type(y) and t not in _CONTAINERS and x == y and (t is not float or _alike(x, y)):
             continue
         path = _diff_child(x, y, path or _path(parent, at), key, ops)
     # Every key of a that b still holds is in b; if the sizes then agree there is
@@ -283,13 +285,7 @@ def _diff_run(
         if x is y:
             continue
         t = type(x)
-        if (
-            t is type(y)
-            and t is not dict
-            and t is not list
-            and x == y
-            and (t is not float or x != 0.0 or copysign(1.0, x) == copysign(1.0, y))
-        ):
+        if t is type(y) and t not in _CONTAINERS and x == y and (t is not float or _alike(x, y)):
             continue
         path = _diff_child(x, y, path or _path(parent, at), i, ops)
     return path

@@ -139,34 +139,31 @@ class ClaimCall(Job):
         self.due_at = due_at
 
 
-class TransactionJob(Job):
+class _FunctionJob(Job):
+    """A caller's function to run on the backend's connection."""
+
+    __slots__ = ("fn",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        fn: Callable[[Connection], Any],
+    ) -> None:
+        super().__init__(loop, future)
+        self.fn = fn
+
+
+class TransactionJob(_FunctionJob):
     """A caller's function run in its own ``BEGIN IMMEDIATE`` transaction."""
 
-    __slots__ = ("fn",)
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
-        fn: Callable[[Connection], Any],
-    ) -> None:
-        super().__init__(loop, future)
-        self.fn = fn
+    __slots__ = ()
 
 
-class QueryJob(Job):
+class QueryJob(_FunctionJob):
     """A read run on the writer connection (an in-memory log has no second connection)."""
 
-    __slots__ = ("fn",)
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        future: asyncio.Future[Any],
-        fn: Callable[[Connection], Any],
-    ) -> None:
-        super().__init__(loop, future)
-        self.fn = fn
+    __slots__ = ()
 
 
 @dataclass(slots=True)

@@ -29,15 +29,7 @@ from streamkit.control._socket import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
 
-__all__ = [
-    "DEFAULT_CONFIG_NAME",
-    "HostConfig",
-    "LeaseSettings",
-    "LimitSettings",
-    "ProcessorSpec",
-    "ResolvedProcessor",
-    "RetrySettings",
-]
+# The public names of this module are listed once, in streamkit.config's __all__.
 
 DEFAULT_CONFIG_NAME = "streamkit.toml"
 

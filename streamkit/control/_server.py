@@ -325,15 +325,7 @@ class ControlServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = _Connection(reader, writer, self._max)
         try:
-            while True:
-                line = await connection.next_line()
-                if line is None:
-                    return
-                if isinstance(line, _TooLong):
-                    await connection.send(error_line(None, self._too_long()))
-                    continue
-                if not line.strip():
-                    continue
+            async for line in self._lines(connection):
                 request = self._parse(line)
                 if not isinstance(request, _Request):
                     await connection.send(request)
@@ -460,17 +452,20 @@ class ControlServer:
                 with contextlib.suppress(Exception):
                     await closer()
 
-    async def _listen_while_streaming(self, connection: _Connection) -> None:
-        """Return when the client closes; answer anything it sends meanwhile with a refusal."""
+    async def _lines(self, connection: _Connection) -> AsyncIterator[bytes]:
+        """The client's request lines until it closes: blank ones skipped, too long ones refused."""
         while True:
             line = await connection.next_line()
             if line is None:
                 return
             if isinstance(line, _TooLong):
                 await connection.send(error_line(None, self._too_long()))
-                continue
-            if not line.strip():
-                continue
+            elif line.strip():
+                yield line
+
+    async def _listen_while_streaming(self, connection: _Connection) -> None:
+        """Return when the client closes; answer anything it sends meanwhile with a refusal."""
+        async for line in self._lines(connection):
             request_id = None
             with contextlib.suppress(Exception):
                 data = json.loads(line)

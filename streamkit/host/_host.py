@@ -52,7 +52,6 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import structlog
@@ -154,12 +153,7 @@ class ProcessorHost:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
     async def start(self) -> None:
@@ -467,16 +461,9 @@ class ProcessorHost:
             return
         slug, offset = found
         for runner in runners:
-            if runner.slug == slug and offset not in runner.skipped:
-                runner.skip(offset)
-                _log.warning(
-                    "processor.event_skipped",
-                    slug=slug,
-                    path=runner.path,
-                    offset=offset,
-                    by=event.payload.get("by") if isinstance(event.payload, dict) else None,
-                    recorded_at=event.offset,
-                )
+            if runner.slug == slug:
+                by = event.payload.get("by") if isinstance(event.payload, dict) else None
+                runner.skip(offset, by=by, recorded_at=event.offset)
 
     def subscribe(self, path: str, key: str) -> Subscription:
         """A mailbox of ``key``'s live-state deltas on ``path`` from now on (see :class:`Subscription`).
@@ -584,17 +571,7 @@ class ProcessorHost:
         event = await self._require_store().record_skip(
             runner.path, slug, offset, by=by, reason=reason
         )
-        if offset not in runner.skipped:
-            runner.skip(offset)
-            _log.warning(
-                "processor.event_skipped",
-                slug=slug,
-                path=runner.path,
-                offset=offset,
-                by=by,
-                reason=reason,
-                recorded_at=event.offset,
-            )
+        runner.skip(offset, by=by, recorded_at=event.offset, reason=reason)
         return event
 
     async def status(self) -> dict[str, Any]:

@@ -240,10 +240,25 @@ class ProcessorRunner:
             _log.info("claim.set" if at is not None else "claim.released", slug=self.slug, at=at)
         self._on_claim()
 
-    def skip(self, offset: int) -> None:
-        """Hide the event at ``offset`` from this processor and retry a failing item at once."""
+    def skip(self, offset: int, *, by: object, recorded_at: int, reason: str | None = None) -> None:
+        """Hide the event at ``offset`` from this processor and retry a failing item at once.
+
+        ``by`` and ``reason`` are the skip record's, ``recorded_at`` the offset of its
+        event; a skip this runner has already seen changes nothing.
+        """
+        if offset in self.skipped:
+            return
         self.skipped.add(offset)
         self._poke.set()
+        _log.warning(
+            "processor.event_skipped",
+            slug=self.slug,
+            path=self.path,
+            offset=offset,
+            by=by,
+            reason=reason,
+            recorded_at=recorded_at,
+        )
 
     async def lose_lease(self, error: LeaseLost | None) -> None:
         """Stop the engine at once (the batch in flight and background work cancelled), wait.

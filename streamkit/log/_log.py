@@ -30,7 +30,6 @@ import collections
 import math
 import weakref
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, TypeVar
 
 from streamkit._requests import (
@@ -54,14 +53,7 @@ from streamkit.events import (
 from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
 from streamkit.protocols import LogBackend, LogStats
 
-__all__ = [
-    "MAX_READ_LIMIT",
-    "Follow",
-    "Log",
-    "LogStats",
-    "ProcessorStreamView",
-    "Stream",
-]
+__all__ = ["MAX_READ_LIMIT", "Log", "ProcessorStreamView", "Stream"]
 
 T = TypeVar("T")
 
@@ -142,23 +134,13 @@ class Log:
     async def __aenter__(self) -> Log:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def __enter__(self) -> Log:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:

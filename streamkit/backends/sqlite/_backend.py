@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from streamkit._requests import AppendCall, FollowJob, Job, QueryJob, TransactionJob
-from streamkit.backends.sqlite._read import durable_head, read_page, read_page_sized, stream_paths
+from streamkit.backends.sqlite._read import durable_head, read_page_sized, stream_paths
 from streamkit.backends.sqlite._schema import (
     MEMORY,
     connect_read_only,
@@ -167,28 +167,16 @@ class SqliteLogBackend:
 
     async def read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
         """Durable events of ``path`` after ``after``, with the scanned-range proof."""
-        reader = self._reader
-        if reader is None:
-            return await self.query(lambda conn: read_page(conn, path, after, limit, upto))
-        # The reader directly, not through query(): reads are the catch-up's hot path.
-        with self._reader_lock:
-            try:
-                return read_page(reader, path, after, limit, upto)
-            except sqlite3.Error as exc:
-                raise storage_error(exc, f"reading {path!r}") from exc
+        page, _ = await self.read_sized(path, after, limit, upto)
+        return page
 
     async def read_sized(
         self, path: str, after: int, limit: int, upto: int | None
     ) -> tuple[ReadPage, int]:
         """:meth:`read`, with the bytes of stored JSON the page holds (for follow budgets)."""
-        reader = self._reader
-        if reader is None:
-            return await self.query(lambda conn: read_page_sized(conn, path, after, limit, upto))
-        with self._reader_lock:
-            try:
-                return read_page_sized(reader, path, after, limit, upto)
-            except sqlite3.Error as exc:
-                raise storage_error(exc, f"reading {path!r}") from exc
+        return await self.query(
+            lambda conn: read_page_sized(conn, path, after, limit, upto), f"reading {path!r}"
+        )
 
     async def head(self, path: str) -> int:
         """The durable head of ``path`` (0 if empty)."""

@@ -379,16 +379,8 @@ class GroupCommit:
             offsets = (first,)
             state.head = first
             e = events[0]
-            row = (
-                path,
-                first,
-                e.type,
-                e.payload_json,
-                e.metadata_json,
-                e.source_json or "",
-                "",
-                now,
-            )
+            source = e.source_json or ""
+            row = (path, first, e.type, e.payload_json, e.metadata_json, source, "", now)
             if deferred is not None:
                 deferred.append(row)
             else:
@@ -396,17 +388,8 @@ class GroupCommit:
         else:
             offsets = range(first, first + len(events))
             rows = [
-                (
-                    path,
-                    offset,
-                    e.type,
-                    e.payload_json,
-                    e.metadata_json,
-                    e.source_json or "",
-                    "",
-                    now,
-                )
-                for offset, e in zip(offsets, events, strict=True)
+                (path, o, e.type, e.payload_json, e.metadata_json, e.source_json or "", "", now)
+                for o, e in zip(offsets, events, strict=True)
             ]
             if deferred is not None:
                 deferred.extend(rows)

@@ -26,7 +26,6 @@ __all__ = [
     "decode_prepared",
     "decode_rows",
     "durable_head",
-    "read_page",
     "read_page_sized",
     "select_key",
     "stream_paths",
@@ -92,27 +91,6 @@ _payload = operator.itemgetter(2)
 _metadata = operator.itemgetter(3)
 
 
-def read_page(
-    conn: sqlite3.Connection,
-    path: str,
-    after: int,
-    limit: int,
-    upto: int | None = None,
-    max_bytes: int = MAX_PAGE_BYTES,
-) -> ReadPage:
-    """Durable events of ``path`` in ``(after, upto]`` (``upto=None``: no bound), at most ``limit``.
-
-    A page also stops before the event that would take its stored payload
-    and metadata JSON past ``max_bytes``; its first event is always
-    in it. A page cut short, by ``limit`` or by bytes, proves through its last
-    event with ``at_head`` False. One extra row is fetched to learn whether a
-    full page ends at the head, so a read costs one query. With ``upto`` the
-    short-page proof is ``upto`` itself: the caller already knows nothing
-    durable lies between the head and ``upto``.
-    """
-    return read_page_sized(conn, path, after, limit, upto, max_bytes)[0]
-
-
 def read_page_sized(
     conn: sqlite3.Connection,
     path: str,
@@ -121,7 +99,18 @@ def read_page_sized(
     upto: int | None = None,
     max_bytes: int = MAX_PAGE_BYTES,
 ) -> tuple[ReadPage, int]:
-    """:func:`read_page` and the bytes of stored JSON its events hold."""
+    """A page of ``path``, and the bytes of stored JSON (payload and metadata) its events hold.
+
+    The page holds the durable events in ``(after, upto]`` (``upto=None``: no
+    bound), at most ``limit``.
+    A page also stops before the event that would take its stored payload
+    and metadata JSON past ``max_bytes``; its first event is always
+    in it. A page cut short, by ``limit`` or by bytes, proves through its last
+    event with ``at_head`` False. One extra row is fetched to learn whether a
+    full page ends at the head, so a read costs one query. With ``upto`` the
+    short-page proof is ``upto`` itself: the caller already knows nothing
+    durable lies between the head and ``upto``.
+    """
     if upto is None:
         cursor = conn.execute(_PAGE, (path, after, limit + 1))
     else:
