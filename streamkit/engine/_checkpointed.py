@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streamkit.contract import ProcessorContract
 from streamkit.engine._fold import Fold, report
+from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import StateNotSerializable, StreamkitError
 from streamkit.events import ReadPage, StreamEvent
 from streamkit.live_state import LiveState
@@ -56,12 +57,11 @@ class CheckpointedState(Generic[S]):
     _stale_through: int | None
     _live: LiveState[Any] | None
     _events_reduced: int
+    _waiters: CursorWaiters
 
     if TYPE_CHECKING:
 
         def _swallowed(self, what: str, exc: BaseException, event: StreamEvent | None) -> None: ...
-
-        def _resolve_waiters(self) -> None: ...
 
         def _latch(self, error: StreamkitError) -> None: ...
 
@@ -112,7 +112,7 @@ class CheckpointedState(Generic[S]):
             seed = None
         self._live = LiveState(self._stream, self._slug, seed)
         self._loaded = True
-        self._resolve_waiters()
+        self._waiters.advanced(self._cursor)
 
     async def _rereduce_if_stale(self) -> None:
         """Re-reduce the durable log up to the old cursor: reduce only, then checkpoint.
@@ -139,7 +139,7 @@ class CheckpointedState(Generic[S]):
         self._cursor = target
         self._stale_through = None
         self.publish_live_state()
-        self._resolve_waiters()
+        self._waiters.advanced(self._cursor)
 
     async def _save_reading_ahead(self, cursor: int, state_json: str | None) -> ReadPage | None:
         """Write the checkpoint and, while it commits, read the page after ``cursor``.

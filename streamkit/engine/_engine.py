@@ -39,14 +39,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamkit.contract import ProcessorContract
-from streamkit.engine._checkpointed import PAGE_SIZE, CheckpointedState
+from streamkit.engine._batch import BatchInfo, BatchRules
+from streamkit.engine._checkpointed import PAGE_SIZE
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
 from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
+from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import (
     InvalidContract,
     InvalidRequest,
-    ProcessorTimeout,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
@@ -66,10 +67,6 @@ __all__ = [
 S = TypeVar("S")
 
 
-PUSH_GRACE = 0.05
-"""Seconds a waiter on an engine fed by pushes gives the push before reading the log itself."""
-
-
 class ProcessorSnapshot(NamedTuple, Generic[S]):
     """The reduced state and the offset it was reduced through, read together."""
 
@@ -77,22 +74,7 @@ class ProcessorSnapshot(NamedTuple, Generic[S]):
     state: S
 
 
-class BatchInfo(NamedTuple):
-    """What one committed batch did (given to the ``on_batch`` hook).
-
-    ``started`` and ``finished`` are :func:`time.perf_counter` readings.
-    """
-
-    range: ScannedRange
-    events: Sequence[StreamEvent]
-    delivered: int
-    wrote_checkpoint: bool
-    at_head: bool
-    started: float
-    finished: float
-
-
-class ProcessorEngine(CheckpointedState[S], Generic[S]):
+class ProcessorEngine(BatchRules[S], Generic[S]):
     """Drives ``processor`` over ``stream``, checkpointing into ``storage``.
 
     ``fed_by_pushes=True`` is the host's word that every commit the processor
@@ -165,7 +147,7 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
         self._durable_shown: int | None = None
         self._head_read_from_log: int | None = None
         self._latched: StreamkitError | None = None
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._waiters = CursorWaiters(self._slug, lambda: self._cursor)
         # Whether an at-head pass is owed: some batch ran without one since the last.
         self._owes_at_head_pass = True
         self._last_batch_at_head = False
@@ -371,7 +353,7 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
         Starts a catch-up; a catch-up that fails raises its own error here. An
         engine ``fed_by_pushes`` that has caught up once waits for the push
         instead, and starts the catch-up only if the wait lasts past
-        :data:`PUSH_GRACE`. On timeout raises
+        :data:`~streamkit.engine._waiters.PUSH_GRACE`. On timeout raises
         :class:`~streamkit.errors.ProcessorTimeout` and the waiter leaves the
         list. An ephemeral's offset is reached only by the push that carried it
         (the log proves nothing past the durable head).
@@ -379,45 +361,15 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
         self._raise_if_latched()
         if self._loaded and self._cursor >= offset:
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = (offset, future)
-        self._waiters.append(waiter)
-
-        def catch_up_done(task: asyncio.Task[None]) -> None:
-            error = None if task.cancelled() else task.exception()
-            if error is not None and not future.done():
-                future.set_exception(error)
-
-        def start_catch_up() -> None:
-            if not future.done():
-                self.catch_up_from_log().add_done_callback(catch_up_done)
-
-        fallback: asyncio.TimerHandle | None = None
-        if self._fed_by_pushes and self._head_read_from_log is not None:
-            # This engine read the log to its head once, and its host pushes
-            # every later commit: the offset's push is on its way, and a read
-            # now would only race it (two batches, one of them stale, for one
-            # event). The read stays as the fallback, should no push come.
-            fallback = asyncio.get_running_loop().call_later(PUSH_GRACE, start_catch_up)
-        else:
-            start_catch_up()
-        try:
-            async with asyncio.timeout(timeout):
-                await future
-        except TimeoutError:
-            raise ProcessorTimeout(
-                f'processor "{self._slug}" did not reach offset {offset} within {timeout} s '
-                f"(it is at {self._cursor}); nothing was changed; wait longer, or check that "
-                "the offset exists and the processor is being pushed",
-                details={"slug": self._slug, "offset": offset, "cursor": self._cursor},
-            ) from None
-        finally:
-            if fallback is not None:
-                fallback.cancel()
-            # A waiter that timed out or was cancelled leaves the list, so later
-            # batches do not keep scanning it.
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+        # An engine that read the log to its head once, and whose host pushes every
+        # later commit, gives the push its grace first: a read now would only race it
+        # (two batches, one of them stale, for one event).
+        await self._waiters.wait(
+            offset,
+            timeout,
+            self.catch_up_from_log,
+            push_first=self._fed_by_pushes and self._head_read_from_log is not None,
+        )
 
     # -- live state -----------------------------------------------------------------
 
@@ -502,9 +454,7 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
 
     def _latch(self, error: StreamkitError) -> None:
         self._latched = error
-        for _, future in self._waiters:
-            if not future.done():
-                future.set_exception(error)
+        self._waiters.fail(error)
 
     async def _push(
         self, events: Sequence[StreamEvent], scanned: ScannedRange, at_head: bool | None
@@ -567,129 +517,6 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
             shown = max(shown or 0, self._head_read_from_log)
         return self._loaded and shown is not None and self._cursor >= shown
 
-    # -- one batch -------------------------------------------------------------------
-
-    async def _run_batch(
-        self,
-        events: Sequence[StreamEvent],
-        scanned: ScannedRange,
-        at_head: bool,
-        *,
-        from_read: bool = False,
-        read_ahead: bool = False,
-    ) -> ReadPage | None:
-        """Rules 2-5 over one range; the caller repaired any gap before it.
-
-        With ``read_ahead`` (a catch-up page short of the head) the page after
-        ``scanned.through`` is read while the checkpoint is being written and
-        returned, so the log read overlaps the commit; a read that fails
-        returns None (the caller reads again and meets the error there).
-        """
-        started = time.perf_counter()
-        cursor_before = self._cursor
-        state = self._state
-        # At most once, in order: a durable at or below the cursor (or repeated,
-        # or outside the range) was, or will be, delivered by another batch.
-        # Ephemerals ride exactly one push, so they are always fresh.
-        through = scanned.through
-        fresh: Sequence[StreamEvent]
-        if (
-            from_read
-            and events
-            and events[0].offset > cursor_before
-            and events[-1].offset <= through
-        ):
-            # A page read after the cursor is durable, ascending and inside its
-            # proof by the read contract; checking its ends is enough.
-            fresh, fresh_durable = events, True
-        else:
-            fresh, fresh_durable = self._fresh(events, cursor_before, through)
-        reduces = self._fold.reduces
-        if (
-            not fresh_durable
-            and not (at_head and self._owes_at_head_pass)
-            and not any(map(reduces, fresh))
-        ):
-            # Nothing new for this processor (a stale re-push, or ephemerals it
-            # ignores): no pass and no write, else every live-state delta would
-            # wake every processor.
-            self._advance(cursor_before, through, state)
-            return None
-
-        delivered = 0
-        if not self._has_effects:
-            # The catch-up hot path: nothing to deliver, only the fold.
-            state, delivered = self._fold.fold_all(fresh, state)
-        else:
-            apply = self._fold.apply
-            consumable = [event for event in fresh if reduces(event)]
-            caught_up_delivered = False
-            final = len(consumable) - 1
-            for index, event in enumerate(consumable):
-                previous = state
-                state, normalized = apply(event, state)
-                if normalized is None:
-                    continue  # malformed: skipped for reduce and effects, already reported
-                delivered += 1
-                caught_up = at_head and index == final
-                await self._deliver(normalized, state, previous, caught_up)
-                caught_up_delivered = caught_up_delivered or caught_up
-            if at_head and not caught_up_delivered:
-                # Rule 5: reached the head with no caught-up event (the last one
-                # was filtered out or malformed): one eventless pass.
-                await self._deliver(None, state, state, caught_up=True)
-
-        new_cursor = through if through > cursor_before else cursor_before
-        wrote = False
-        ahead: ReadPage | None = None
-        if fresh_durable:
-            state_json = None if state is self._persisted_state else self._encode(state)
-            if read_ahead:
-                ahead = await self._save_reading_ahead(new_cursor, state_json)
-            else:
-                await self._save(new_cursor, state_json)
-            self._persisted_state = state
-            wrote = True
-        self._events_reduced += delivered
-        self._batches += 1
-        self._advance(cursor_before, through, state)
-        self._last_batch_at_head = at_head
-        self._owes_at_head_pass = not at_head
-        self.publish_live_state()
-        if self._on_batch is not None:
-            info = BatchInfo(
-                scanned, events, delivered, wrote, at_head, started, time.perf_counter()
-            )
-            try:
-                self._on_batch(info)
-            except Exception as exc:
-                report("processor.on_batch_failed", exc, slug=self._slug, offset=new_cursor)
-        return ahead
-
-    @staticmethod
-    def _fresh(
-        events: Sequence[StreamEvent], cursor: int, through: int
-    ) -> tuple[list[StreamEvent], bool]:
-        """The events not delivered before, and whether a durable one is among them."""
-        fresh: list[StreamEvent] = []
-        fresh_durable = False
-        last = cursor
-        for event in events:
-            if not event.ephemeral:
-                offset = event.offset
-                if offset <= last or offset > through:
-                    continue
-                last = offset
-                fresh_durable = True
-            fresh.append(event)
-        return fresh, fresh_durable
-
-    def _advance(self, cursor_before: int, through: int, state: S) -> None:
-        self._state = state
-        if through > cursor_before:
-            self._cursor = through
-            self._resolve_waiters()
-
     async def _deliver(
         self, event: StreamEvent | None, state: S, previous: S, caught_up: bool
     ) -> None:
@@ -701,21 +528,6 @@ class ProcessorEngine(CheckpointedState[S], Generic[S]):
         await ProcessEventArgs(self, event, state, previous, caught_up)._deliver_to(self._processor)
         if caught_up:
             self._claims.sync()
-
-    def _resolve_waiters(self) -> None:
-        if not self._waiters:
-            return
-        cursor = self._cursor
-        keep: list[tuple[int, asyncio.Future[None]]] = []
-        for waiter in self._waiters:
-            offset, future = waiter
-            if future.done():
-                continue
-            if cursor >= offset:
-                future.set_result(None)
-            else:
-                keep.append(waiter)
-        self._waiters = keep
 
     def _note_error(self, exc: BaseException) -> None:
         self._last_error = exc

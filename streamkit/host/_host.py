@@ -3,19 +3,17 @@
 A :class:`ProcessorHost` opens the log, and for each processor it is given
 takes the processor's lease, builds a :class:`~streamkit.engine.ProcessorEngine`
 over the real SQLite stream (``fed_by_pushes=True``), catches it up from its
-checkpoint, then feeds it every commit of its stream path: one
-``Stream.follow`` per path, fanned out to that path's processors, each with its
-own serial queue (the host's own appends arrive at once, other processes'
-within milliseconds).
+checkpoint, then feeds it every commit of its stream path through a follower
+of its own, one bounded queue per processor (the host's own appends arrive at
+once, other processes' within milliseconds).
 
 Guarantees:
 
 - One processor runs in one host at a time: a lease per (path, slug), renewed
   by a heartbeat on a thread of its own (a batch that holds the event loop
-  past the ttl does not lose it). A host that finds it held by another owner
-  watches the row, and takes over only once it has itself seen no renewal
-  for a ttl of its own monotonic time, or at once when it was released: no
-  wall clock, fast or slow, can steal a live lease or pin a dead one.
+  past the ttl does not lose it). Taking one over is the rule of
+  :mod:`streamkit.host._acquire`: no wall clock, fast or slow, can steal a
+  live lease or pin a dead one.
 - Every checkpoint write AND every durable append an engine makes is fenced
   by the lease generation inside its own transaction, so a host that lost
   its lease writes nothing (:class:`~streamkit.errors.LeaseLost`). A host that
@@ -68,6 +66,7 @@ from streamkit.errors import (
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, StreamEvent
+from streamkit.host._acquire import LeaseAcquirer
 from streamkit.host._alarm import Alarm
 from streamkit.host._control import HostControlHandler
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
@@ -135,6 +134,7 @@ class ProcessorHost:
         self.runners: list[ProcessorRunner] = []
         self._alarm: Alarm | None = None
         self._keeper: LeaseKeeper | None = None
+        self._acquirer: LeaseAcquirer | None = None
         self._lease_tasks: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._subscribers: dict[str, set[Subscription]] = {}
@@ -204,6 +204,14 @@ class ProcessorHost:
                 loop=loop,
             )
             self._keeper.start()
+            self._acquirer = LeaseAcquirer(
+                log=log,
+                store=store,
+                owner=self.owner,
+                clock=self.clock,
+                ttl=config.lease.ttl,
+                on_acquired=self._acquired,
+            )
             for path in sorted({runner.path for runner in self.runners}):
                 # One follower per path for the host itself, from the head as it is
                 # now: it obeys skip records and feeds watchers. Each runner follows
@@ -338,63 +346,10 @@ class ProcessorHost:
             await self._heartbeat_once()
 
     async def _heartbeat_once(self) -> None:
-        for runner in self.runners:
-            if self._stopping:
-                return
-            try:
-                await self._beat(runner)
-            except Exception as exc:
-                # A busy or failing database must not stop the heartbeat: the lease
-                # lasts ttl, and the next beat tries again.
-                _log.warning("lease.heartbeat_failed", slug=runner.slug, error=repr(exc))
+        assert self._acquirer is not None  # built by start()
+        await self._acquirer.beat_all(self.runners, lambda: self._stopping)
 
-    async def _beat(self, runner: ProcessorRunner) -> None:
-        log = self._require_log()
-        ttl = self.config.lease.ttl
-        if runner.held is not None and runner.engine is not None:
-            return  # the lease keeper renews it, off the loop
-        store = self._require_store()
-        row = await store.read_lease(runner.path, runner.slug)
-        stale = None
-        if row is not None and not row.released and row.owner != self.owner:
-            # Another owner's lease: taken only once this host has watched the very
-            # same row (owner, generation, beat) go unrenewed for a ttl of its own
-            # monotonic time. Its expires_at is that owner's clock, never trusted here.
-            seen = time.monotonic()
-            observed = runner.observed
-            if observed is None or not observed[0].same_row(row):
-                runner.observed = (row, seen)
-                return
-            if seen - observed[1] < ttl:
-                return
-            stale = row
-        started = time.monotonic()
-        try:
-            taken = await store.try_acquire(
-                runner.path, runner.slug, self.owner, self.clock(), ttl, stale=stale
-            )
-        finally:
-            runner.observed = None
-        if taken is None:
-            return
-        held = HeldLease(
-            taken, store.check_fence, ttl=ttl, renewal_started=started, clock=self.clock
-        )
-        try:
-            claims = await log.stream(runner.path).claims()
-        except StreamkitError as exc:
-            # Unknown: assume due now; a revive that finds nothing owed costs little.
-            _log.warning("claim.read_failed", slug=runner.slug, error=exc.message)
-            claims = {runner.slug: self.clock()}
-        runner.claim_due = claims.get(runner.slug)
-        _log.info(
-            "lease.acquired",
-            slug=runner.slug,
-            path=runner.path,
-            generation=taken.generation,
-            took_over=None if stale is None else stale.owner,
-            claim_due=runner.claim_due,
-        )
+    def _acquired(self, runner: ProcessorRunner, held: HeldLease) -> None:
         runner.start_engine(held)
         if self._keeper is not None and runner.held is held:
             self._keeper.hold(held, functools.partial(self._lost_by_keeper, runner, held))

@@ -1,0 +1,182 @@
+"""One batch of a processor: the engine's rules 2 to 5 over one proven range.
+
+:meth:`BatchRules._run_batch` takes the events of one range the caller
+already made contiguous with the cursor (a push, a catch-up page, a gap
+repair) and runs it whole: each durable event at most once (above the cursor
+and inside the range's proof), ephemerals always; one event at a time through
+the fold and ``process_event`` with its blockers drained; the at-head pass when
+the range reaches the head; then one checkpoint for the batch, and only then
+the cursor moves and the live state is published. A batch that fails
+persists nothing and leaves the engine as it was.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+
+from streamkit.engine._checkpointed import CheckpointedState
+from streamkit.engine._fold import report
+from streamkit.events import ReadPage, ScannedRange, StreamEvent
+
+__all__ = ["BatchInfo", "BatchRules"]
+
+S = TypeVar("S")
+
+
+class BatchInfo(NamedTuple):
+    """What one committed batch did (given to the ``on_batch`` hook).
+
+    ``started`` and ``finished`` are :func:`time.perf_counter` readings.
+    """
+
+    range: ScannedRange
+    events: Sequence[StreamEvent]
+    delivered: int
+    wrote_checkpoint: bool
+    at_head: bool
+    started: float
+    finished: float
+
+
+class BatchRules(CheckpointedState[S], Generic[S]):
+    """The batch half of :class:`~streamkit.engine.ProcessorEngine` (which inherits it).
+
+    The attributes below are the engine's; they are named here so each
+    method's use of them is checked.
+    """
+
+    _has_effects: bool
+    _owes_at_head_pass: bool
+    _last_batch_at_head: bool
+    _delivering: int | None
+    _batches: int
+    _on_batch: Callable[[BatchInfo], None] | None
+
+    if TYPE_CHECKING:
+
+        async def _deliver(
+            self, event: StreamEvent | None, state: S, previous: S, caught_up: bool
+        ) -> None: ...
+
+    async def _run_batch(
+        self,
+        events: Sequence[StreamEvent],
+        scanned: ScannedRange,
+        at_head: bool,
+        *,
+        from_read: bool = False,
+        read_ahead: bool = False,
+    ) -> ReadPage | None:
+        """Rules 2-5 over one range; the caller repaired any gap before it.
+
+        With ``read_ahead`` (a catch-up page short of the head) the page after
+        ``scanned.through`` is read while the checkpoint is being written and
+        returned, so the log read overlaps the commit; a read that fails
+        returns None (the caller reads again and meets the error there).
+        """
+        started = time.perf_counter()
+        cursor_before = self._cursor
+        state = self._state
+        # At most once, in order: a durable at or below the cursor (or repeated,
+        # or outside the range) was, or will be, delivered by another batch.
+        # Ephemerals ride exactly one push, so they are always fresh.
+        through = scanned.through
+        fresh: Sequence[StreamEvent]
+        if (
+            from_read
+            and events
+            and events[0].offset > cursor_before
+            and events[-1].offset <= through
+        ):
+            # A page read after the cursor is durable, ascending and inside its
+            # proof by the read contract; checking its ends is enough.
+            fresh, fresh_durable = events, True
+        else:
+            fresh, fresh_durable = self._fresh(events, cursor_before, through)
+        reduces = self._fold.reduces
+        if (
+            not fresh_durable
+            and not (at_head and self._owes_at_head_pass)
+            and not any(map(reduces, fresh))
+        ):
+            # Nothing new for this processor (a stale re-push, or ephemerals it
+            # ignores): no pass and no write, else every live-state delta would
+            # wake every processor.
+            self._advance(cursor_before, through, state)
+            return None
+
+        delivered = 0
+        if not self._has_effects:
+            # The catch-up hot path: nothing to deliver, only the fold.
+            state, delivered = self._fold.fold_all(fresh, state)
+        else:
+            apply = self._fold.apply
+            consumable = [event for event in fresh if reduces(event)]
+            caught_up_delivered = False
+            final = len(consumable) - 1
+            for index, event in enumerate(consumable):
+                previous = state
+                state, normalized = apply(event, state)
+                if normalized is None:
+                    continue  # malformed: skipped for reduce and effects, already reported
+                delivered += 1
+                caught_up = at_head and index == final
+                await self._deliver(normalized, state, previous, caught_up)
+                caught_up_delivered = caught_up_delivered or caught_up
+            if at_head and not caught_up_delivered:
+                # Rule 5: reached the head with no caught-up event (the last one
+                # was filtered out or malformed): one eventless pass.
+                await self._deliver(None, state, state, caught_up=True)
+
+        new_cursor = through if through > cursor_before else cursor_before
+        wrote = False
+        ahead: ReadPage | None = None
+        if fresh_durable:
+            state_json = None if state is self._persisted_state else self._encode(state)
+            if read_ahead:
+                ahead = await self._save_reading_ahead(new_cursor, state_json)
+            else:
+                await self._save(new_cursor, state_json)
+            self._persisted_state = state
+            wrote = True
+        self._events_reduced += delivered
+        self._batches += 1
+        self._advance(cursor_before, through, state)
+        self._last_batch_at_head = at_head
+        self._owes_at_head_pass = not at_head
+        self.publish_live_state()
+        if self._on_batch is not None:
+            info = BatchInfo(
+                scanned, events, delivered, wrote, at_head, started, time.perf_counter()
+            )
+            try:
+                self._on_batch(info)
+            except Exception as exc:
+                report("processor.on_batch_failed", exc, slug=self._slug, offset=new_cursor)
+        return ahead
+
+    @staticmethod
+    def _fresh(
+        events: Sequence[StreamEvent], cursor: int, through: int
+    ) -> tuple[list[StreamEvent], bool]:
+        """The events not delivered before, and whether a durable one is among them."""
+        fresh: list[StreamEvent] = []
+        fresh_durable = False
+        last = cursor
+        for event in events:
+            if not event.ephemeral:
+                offset = event.offset
+                if offset <= last or offset > through:
+                    continue
+                last = offset
+                fresh_durable = True
+            fresh.append(event)
+        return fresh, fresh_durable
+
+    def _advance(self, cursor_before: int, through: int, state: S) -> None:
+        self._state = state
+        if through > cursor_before:
+            self._cursor = through
+            self._waiters.advanced(through)
