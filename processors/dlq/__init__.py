@@ -1,6 +1,6 @@
 """The dead-letter queue: collects records other processors gave up on, and replays them."""
 
-from streamkit.processors.dlq._processor import (
+from streamkit.processors.dlq._events import (
     DEAD_LETTERED,
     DLQ_CONTRACT,
     DLQ_EVENTS,
@@ -15,28 +15,34 @@ from streamkit.processors.dlq._processor import (
     ActiveReplay,
     DeadLettered,
     DlqCounts,
-    DlqProcessor,
-    DlqRecord,
     DlqState,
     RecordAbandoned,
     RecordReplaying,
-    RecordStatus,
     RecordSucceeded,
     ReplayCompleted,
     ReplayContext,
-    ReplayFilter,
     ReplayHandler,
     ReplayProgress,
     ReplayRef,
     ReplayReport,
     ReplayRequested,
-    ReplayStream,
     dead_lettered_event,
-    find_head,
-    iter_records,
     record_succeeded_event,
     replay_ref,
     replay_requested_event,
+)
+from streamkit.processors.dlq._processor import (
+    DlqProcessor,
+)
+from streamkit.processors.dlq._replay import (
+    ReplayStream,
+)
+from streamkit.processors.dlq._scan import (
+    DlqRecord,
+    RecordStatus,
+    ReplayFilter,
+    find_head,
+    iter_records,
 )
 
 __all__ = [

@@ -19,7 +19,7 @@ from streamkit.processors._cli_support import (
     payload_of,
     requested_by,
 )
-from streamkit.processors.dlq._processor import ReplayFilter, iter_records, replay_requested_event
+from streamkit.processors.dlq import ReplayFilter, iter_records, replay_requested_event
 
 from streamkit import InvalidRequest
 from streamkit.cli import existing_log, positive_int, positive_seconds

@@ -41,35 +41,19 @@ from typing import Any
 
 from streamkit.processors._handlers import resolve_handler
 from streamkit.processors.dlq._events import (
-    DEAD_LETTERED,
     DLQ_CONTRACT,
-    DLQ_EVENTS,
     MAX_QUEUED_REPLAYS,
-    RECORD_ABANDONED,
-    RECORD_REPLAYING,
-    RECORD_SUCCEEDED,
-    REPLAY_COMPLETED,
-    REPLAY_PROGRESS,
-    REPLAY_REQUESTED,
-    REPORT_ID_CAP,
     ActiveReplay,
     DeadLettered,
-    DlqCounts,
     DlqState,
     RecordAbandoned,
     RecordReplaying,
     RecordSucceeded,
     ReplayCompleted,
-    ReplayContext,
     ReplayHandler,
     ReplayProgress,
-    ReplayRef,
     ReplayReport,
     ReplayRequested,
-    dead_lettered_event,
-    record_succeeded_event,
-    replay_ref,
-    replay_requested_event,
 )
 from streamkit.processors.dlq._replay import (
     ReplayPass,
@@ -80,10 +64,6 @@ from streamkit.processors.dlq._replay import (
 )
 from streamkit.processors.dlq._scan import (
     DlqRecord,
-    RecordStatus,
-    ReplayFilter,
-    find_head,
-    iter_records,
     record_from_event,
 )
 
@@ -97,42 +77,7 @@ from streamkit import (
 )
 
 __all__ = [
-    "DEAD_LETTERED",
-    "DLQ_CONTRACT",
-    "DLQ_EVENTS",
-    "MAX_QUEUED_REPLAYS",
-    "RECORD_ABANDONED",
-    "RECORD_REPLAYING",
-    "RECORD_SUCCEEDED",
-    "REPLAY_COMPLETED",
-    "REPLAY_PROGRESS",
-    "REPLAY_REQUESTED",
-    "REPORT_ID_CAP",
-    "ActiveReplay",
-    "DeadLettered",
-    "DlqCounts",
     "DlqProcessor",
-    "DlqRecord",
-    "DlqState",
-    "RecordAbandoned",
-    "RecordReplaying",
-    "RecordStatus",
-    "RecordSucceeded",
-    "ReplayCompleted",
-    "ReplayContext",
-    "ReplayFilter",
-    "ReplayHandler",
-    "ReplayProgress",
-    "ReplayRef",
-    "ReplayReport",
-    "ReplayRequested",
-    "ReplayStream",
-    "dead_lettered_event",
-    "find_head",
-    "iter_records",
-    "record_succeeded_event",
-    "replay_ref",
-    "replay_requested_event",
 ]
 
 _RETRY_PASS_AFTER = 5.0

@@ -59,16 +59,12 @@ from streamkit.processors.dlq import (
     DEAD_LETTERED,
     DLQ_EVENTS,
     RECORD_SUCCEEDED,
-    ReplayRef,
-    dead_lettered_event,
     record_succeeded_event,
 )
-from streamkit.processors.notifications._asks import Ask, Asks, notification_id
+from streamkit.processors.notifications._asks import Ask, Asks
 from streamkit.processors.notifications._events import (
     NOTIFICATION_ATTEMPT_FAILED,
-    NOTIFICATION_DEAD_LETTERED,
     NOTIFICATION_EVENTS,
-    NOTIFICATION_RENDER_FAILED,
     NOTIFICATION_RESEND_REQUESTED,
     NOTIFICATION_SENT,
     OWN_TYPES,
@@ -78,7 +74,11 @@ from streamkit.processors.notifications._events import (
     NotificationSent,
     NotificationsState,
     PendingNotification,
-    ResendRequested,
+)
+from streamkit.processors.notifications._failures import (
+    dead_letter_events,
+    ref_of,
+    render_failed_events,
 )
 from streamkit.processors.notifications._rules import (
     MAX_RENDERED_BYTES,
@@ -91,15 +91,8 @@ from streamkit.processors.notifications._rules import (
 from streamkit.processors.notifications.channels import (
     Channel,
     ChannelError,
-    LogChannel,
     Notification,
-    OutboxChannel,
-    Receipt,
-    SmtpChannel,
-    WebhookChannel,
     build_channels,
-    channel_from_config,
-    read_outbox,
 )
 
 from streamkit import (
@@ -113,47 +106,7 @@ from streamkit import (
     define_processor_contract,
 )
 
-__all__ = [
-    "MAX_RENDERED_BYTES",
-    "NOTIFICATION_ATTEMPT_FAILED",
-    "NOTIFICATION_DEAD_LETTERED",
-    "NOTIFICATION_EVENTS",
-    "NOTIFICATION_RENDER_FAILED",
-    "NOTIFICATION_RESEND_REQUESTED",
-    "NOTIFICATION_SENT",
-    "OPERATION_RENDER",
-    "OPERATION_SEND",
-    "Backoff",
-    "Channel",
-    "ChannelError",
-    "LogChannel",
-    "Notification",
-    "NotificationAttemptFailed",
-    "NotificationDeadLettered",
-    "NotificationRenderFailed",
-    "NotificationRule",
-    "NotificationSent",
-    "NotificationsProcessor",
-    "NotificationsState",
-    "OutboxChannel",
-    "PendingNotification",
-    "Receipt",
-    "ResendRequested",
-    "SmtpChannel",
-    "WebhookChannel",
-    "build_channels",
-    "channel_from_config",
-    "notification_id",
-    "read_outbox",
-]
-
-OPERATION_SEND = "notification.send"
-"""The DLQ ``operation`` of a notification given up on after delivery attempts."""
-OPERATION_RENDER = "notification.render"
-"""The DLQ ``operation`` of a notification whose rule could not render."""
-
-# The largest source payload a render-failure DLQ record carries for a replay.
-MAX_RECORDED_PAYLOAD = 256 * 1024
+__all__ = ["NotificationsProcessor"]
 
 # How long past an attempt's timeout its outcome may take to be folded before
 # the at-head pass treats the attempt as lost and tries again.
@@ -371,42 +324,7 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
             self._deliver_owed(args)
 
     def _render_failed(self, ask: Ask, error: RenderError) -> list[dict[str, Any]]:
-        nid, request = ask.id, ask.request_offset
-        body = NotificationRenderFailed(
-            notification_id=nid,
-            request_offset=request,
-            dlq_record_id=None if ask.ref is None else ask.ref.record_id,
-            replay=0 if ask.ref is None else ask.ref.replay,
-            rule=ask.rule,
-            source_offset=ask.source_offset,
-            source_type=ask.source_type,
-            field=error.field,
-            error=str(error),
-        )
-        kept = len(json.dumps(ask.source_payload, default=str)) <= MAX_RECORDED_PAYLOAD
-        resend = ResendRequested(
-            notification_id=nid,
-            rule=ask.rule,
-            source_offset=ask.source_offset,
-            source_type=ask.source_type,
-            source_payload=ask.source_payload if kept else None,
-        )
-        why = str(error)
-        if not kept:
-            # The record must fit in one event (1 MiB): a huge payload stays in
-            # the log at source_offset, and a replay of this record says so.
-            why += (
-                f" (the payload is over {MAX_RECORDED_PAYLOAD} bytes, so this record does not "
-                f"carry it; it is the event at offset {ask.source_offset})"
-            )
-        return [
-            {
-                "type": NOTIFICATION_RENDER_FAILED,
-                "payload": body.model_dump(mode="json"),
-                "idempotency_key": self.idempotency_key(f"{nid}/{request}/render-failed"),
-            },
-            self._dlq_record(nid, request, ask.ref, OPERATION_RENDER, resend, why, attempts=0),
-        ]
+        return render_failed_events(ask, error, self.contract.slug, self.idempotency_key)
 
     def _backlog_full(self, notification: PendingNotification) -> list[dict[str, Any]]:
         """Dead-letter a notification the state had no room for (``max_pending`` reached)."""
@@ -421,60 +339,13 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
     def _dead_letter(
         self, notification: PendingNotification, *, attempts: int, error: str, retryable: bool
     ) -> list[dict[str, Any]]:
-        nid, request = notification.id, notification.request_offset
-        ref = _ref_of(notification)
-        body = NotificationDeadLettered(
-            notification_id=nid,
-            request_offset=request,
-            dlq_record_id=notification.dlq_record_id,
-            replay=notification.replay,
-            rule=notification.rule,
+        return dead_letter_events(
+            notification,
+            self.contract.slug,
+            self.idempotency_key,
             attempts=attempts,
             error=error,
             retryable=retryable,
-        )
-        resend = ResendRequested(
-            notification_id=nid,
-            rule=notification.rule,
-            source_offset=notification.source_offset,
-            source_type=notification.source_type,
-            channel=notification.channel,
-            recipients=notification.recipients,
-            subject=notification.subject,
-            body=notification.body,
-        )
-        return [
-            {
-                "type": NOTIFICATION_DEAD_LETTERED,
-                "payload": body.model_dump(mode="json"),
-                "idempotency_key": self.idempotency_key(f"{nid}/{request}/dead-lettered"),
-            },
-            self._dlq_record(nid, request, ref, OPERATION_SEND, resend, error, attempts=attempts),
-        ]
-
-    def _dlq_record(
-        self,
-        nid: str,
-        request: int,
-        ref: ReplayRef | None,
-        operation: str,
-        resend: ResendRequested,
-        error: str,
-        *,
-        attempts: int,
-    ) -> dict[str, Any]:
-        """The ``dlq.dead-lettered`` record whose replay is ``resend`` (or re-records ``ref``)."""
-        return dead_lettered_event(
-            record_id=f"{self.contract.slug}/{nid}",
-            origin=self.contract.slug,
-            operation=operation,
-            payload=resend.model_dump(mode="json", exclude_none=True),
-            error=error,
-            attempts=attempts,
-            resource_id=nid,
-            request_type=NOTIFICATION_RESEND_REQUESTED,
-            replay_of=ref,
-            idempotency_key=self.idempotency_key(f"{nid}/{request}/dlq"),
         )
 
     def _deliver_owed(self, args: ProcessEventArgs[NotificationsState]) -> None:
@@ -618,7 +489,7 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
                 "idempotency_key": self.idempotency_key(f"{nid}/{request}/sent"),
             }
         ]
-        ref = _ref_of(pending)
+        ref = ref_of(pending)
         if ref is not None:
             events.append(record_succeeded_event(ref))
         return events
@@ -651,13 +522,6 @@ async def _record(args: ProcessEventArgs[NotificationsState], events: list[dict[
     """Append refusal outcomes; a conflict means a first run recorded them (atomically)."""
     with contextlib.suppress(IdempotencyConflict):
         await args.append(*events)
-
-
-def _ref_of(notification: PendingNotification) -> ReplayRef | None:
-    """The DLQ replay a pending notification answers, if it is one."""
-    if notification.dlq_record_id is None or notification.replay < 1:
-        return None
-    return ReplayRef(record_id=notification.dlq_record_id, replay=notification.replay)
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,6 +1,6 @@
 """Durable background tasks: request a named task, and it runs with retries until it settles."""
 
-from streamkit.processors.tasks._processor import (
+from streamkit.processors.tasks._events import (
     TASK_ATTEMPT_FAILED,
     TASK_ATTEMPT_STARTED,
     TASK_CANCEL_REQUESTED,
@@ -21,11 +21,13 @@ from streamkit.processors.tasks._processor import (
     TaskHandler,
     TaskRejected,
     TaskRequested,
-    TasksProcessor,
     TasksState,
     TaskSucceeded,
     cancel_requested_event,
     task_requested_event,
+)
+from streamkit.processors.tasks._processor import (
+    TasksProcessor,
 )
 
 __all__ = [

@@ -55,7 +55,6 @@ from streamkit.processors.tasks._events import (
     SLUG,
     TASK_ATTEMPT_FAILED,
     TASK_ATTEMPT_STARTED,
-    TASK_CANCEL_REQUESTED,
     TASK_CANCELLED,
     TASK_DEAD_LETTERED,
     TASK_REJECTED,
@@ -68,7 +67,6 @@ from streamkit.processors.tasks._events import (
     TaskCancelled,
     TaskCancelRequested,
     TaskContext,
-    TaskCounts,
     TaskDeadLettered,
     TaskHandler,
     TaskRejected,
@@ -76,8 +74,6 @@ from streamkit.processors.tasks._events import (
     TasksState,
     TaskSucceeded,
     _RunEvent,
-    cancel_requested_event,
-    task_requested_event,
 )
 
 from streamkit import (
@@ -89,31 +85,7 @@ from streamkit import (
 )
 
 __all__ = [
-    "TASKS_CONTRACT",
-    "TASK_ATTEMPT_FAILED",
-    "TASK_ATTEMPT_STARTED",
-    "TASK_CANCELLED",
-    "TASK_CANCEL_REQUESTED",
-    "TASK_DEAD_LETTERED",
-    "TASK_REJECTED",
-    "TASK_REQUESTED",
-    "TASK_SUCCEEDED",
-    "LiveTask",
-    "TaskAttemptFailed",
-    "TaskAttemptStarted",
-    "TaskCancelRequested",
-    "TaskCancelled",
-    "TaskContext",
-    "TaskCounts",
-    "TaskDeadLettered",
-    "TaskHandler",
-    "TaskRejected",
-    "TaskRequested",
-    "TaskSucceeded",
     "TasksProcessor",
-    "TasksState",
-    "cancel_requested_event",
-    "task_requested_event",
 ]
 
 

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from streamkit._requests import AppendCall, ClaimCall, Job, WriteCall
 from streamkit.backends.sqlite._offsets import (
-    BLOCK_MAX,
     BLOCK_MIN,
     RELEASE,
     RESERVATION,
     RESERVE,
     PathState,
     Snapshot,
+    next_ephemeral,
     next_offset,
     next_plain,
 )
@@ -462,7 +462,10 @@ class GroupCommit:
                 expected = None
             if event.ephemeral:
                 state.head = head
-                offset = self._next_ephemeral(call, state, ephemerals_left)
+                offset, reserved = next_ephemeral(
+                    path, state, ephemerals_left, self._reserve if self._in_transaction else None
+                )
+                call.reserved += reserved
                 floor = state.last_ephemeral
                 ephemerals_left -= 1
                 if event.offset is not None and event.offset != offset:
@@ -529,35 +532,8 @@ class GroupCommit:
             call.seal(self._conn, result)
         return result
 
-    def _next_ephemeral(self, call: AppendCall, state: PathState, wanted: int) -> int:
-        assert state.head is not None
-        assert state.reserved_through is not None
-        if state.mine:
-            offset = max(state.head, state.last_ephemeral) + 1
-            if offset <= state.reserved_through:
-                state.last_ephemeral = offset
-                return offset
-            if state.head > state.reserved_through:
-                # Another writer's durable landed past the block (it had to skip it
-                # whole): the block was voided, not used up, so do not grow it; under
-                # contention small blocks keep the skipped holes small.
-                block = BLOCK_MIN
-            else:
-                block = min(state.block * 2, BLOCK_MAX)  # used up by this writer alone: grow
-        else:
-            block = BLOCK_MIN
-        if not self._in_transaction:
-            raise AssertionError("an ephemeral reservation needs the write transaction")
-        start = max(state.head, state.reserved_through, state.last_ephemeral) + 1
-        block = max(block, wanted)
-        through = start + block - 1
-        self._conn.execute(RESERVE, (call.path, through, self._token))
-        state.block = block
-        state.reserved_through = through
-        state.mine = True
-        state.last_ephemeral = start
-        call.reserved += 1
-        return start
+    def _reserve(self, path: str, through: int) -> None:
+        self._conn.execute(RESERVE, (path, through, self._token))
 
     def _begin_waiting(self) -> None:
         """``BEGIN IMMEDIATE``, waiting out another connection's write lock up to the busy timeout."""

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "RESERVATION",
     "RESERVE",
     "PathState",
+    "next_ephemeral",
     "next_offset",
     "next_plain",
 ]
@@ -84,3 +86,43 @@ def next_plain(state: PathState) -> int:
 def next_offset(head: int, floor: int) -> int:
     """The offset rule, in one place: one past the durable head and past the ephemeral floor."""
     return (head if head > floor else floor) + 1
+
+
+def next_ephemeral(
+    path: str, state: PathState, wanted: int, reserve: Callable[[str, int], None] | None
+) -> tuple[int, int]:
+    """The offset an ephemeral takes next, and 1 if a block had to be reserved for it (else 0).
+
+    From this writer's block while it has room; otherwise a new block is
+    reserved past everything handed out (``reserve(path, through)`` writes
+    the heads row; it is ``None`` outside a write transaction, where no block
+    may be reserved), at least ``wanted`` long, doubling while this writer
+    alone uses its blocks up.
+    """
+    assert state.head is not None
+    assert state.reserved_through is not None
+    if state.mine:
+        offset = max(state.head, state.last_ephemeral) + 1
+        if offset <= state.reserved_through:
+            state.last_ephemeral = offset
+            return offset, 0
+        if state.head > state.reserved_through:
+            # Another writer's durable landed past the block (it had to skip it
+            # whole): the block was voided, not used up, so do not grow it; under
+            # contention small blocks keep the skipped holes small.
+            block = BLOCK_MIN
+        else:
+            block = min(state.block * 2, BLOCK_MAX)  # used up by this writer alone: grow
+    else:
+        block = BLOCK_MIN
+    if reserve is None:
+        raise AssertionError("an ephemeral reservation needs the write transaction")
+    start = max(state.head, state.reserved_through, state.last_ephemeral) + 1
+    block = max(block, wanted)
+    through = start + block - 1
+    reserve(path, through)
+    state.block = block
+    state.reserved_through = through
+    state.mine = True
+    state.last_ephemeral = start
+    return start, 1
