@@ -47,8 +47,9 @@ class Fold(Generic[S]):
     declared), or ``None`` for the event when its payload is malformed: such an
     event is skipped for the reduce AND the effects, and reported. A reduce that
     raises keeps the previous state and is reported; it never wedges the
-    processor. :meth:`fold_all` is the same fold over many events with no
-    effects to run (catch-up, re-reduce, the test harness), in one loop.
+    processor. :meth:`fold_all` is the fold itself, over many events with no
+    effects to run (catch-up, re-reduce, the test harness); :meth:`apply` is
+    it over one.
     """
 
     __slots__ = (
@@ -96,51 +97,57 @@ class Fold(Generic[S]):
 
     def apply(self, event: StreamEvent, state: S) -> tuple[S, StreamEvent | None]:
         """Fold one event into ``state``; see the class docstring."""
-        normalized = self._normalize(event)
-        if normalized is None:
-            return state, None
-        try:
-            next_state = self._reduce(normalized, state)
-        except Exception as exc:
-            self._reduce_failed(normalized, exc)
-            return state, normalized
-        return (state if next_state is None else next_state), normalized
+        seen: list[StreamEvent] = []
+        state, _ = self.fold_all((event,), state, seen)
+        return state, seen[0] if seen else None
 
-    def fold_all(self, events: Iterable[StreamEvent], state: S) -> tuple[S, int]:
+    def fold_all(
+        self,
+        events: Iterable[StreamEvent],
+        state: S,
+        seen: list[StreamEvent] | None = None,
+    ) -> tuple[S, int]:
         """Fold every event this processor reduces; return the state and how many were folded.
 
-        Exactly :meth:`apply` per event that :attr:`reduces` takes: one fold,
-        so a replay can never disagree with the live path.
+        The one fold, in one loop (the catch-up's hot path): validation
+        inline, a malformed payload skipped and reported, a reduce that raises
+        reported with the state kept. ``seen`` collects each folded event as
+        the hooks must see it (what :meth:`apply` returns).
         """
         reduces = self.reduces
-        apply = self.apply
+        validators = self._validators
+        reduce = self._reduce
         folded = 0
         for event in events:
-            if reduces(event):
-                state, normalized = apply(event, state)
-                if normalized is not None:
-                    folded += 1
+            if not reduces(event):
+                continue
+            etype = event.type
+            try:
+                entry = validators[etype]
+            except KeyError:
+                entry = self._validator_for(etype)
+            if entry is not None:
+                schema, validate = entry
+                payload = event.payload
+                if type(payload) is not schema:
+                    try:
+                        # An absent payload is ``{}``, the same convention the log uses.
+                        model = validate({} if payload is None else payload)
+                    except Exception as exc:
+                        self._malformed(event, exc)
+                        continue
+                    event = with_payload(event, model)
+            folded += 1
+            if seen is not None:
+                seen.append(event)
+            try:
+                next_state = reduce(event, state)
+            except Exception as exc:
+                self._reduce_failed(event, exc)
+                continue
+            if next_state is not None:
+                state = next_state
         return state, folded
-
-    def _normalize(self, event: StreamEvent) -> StreamEvent | None:
-        etype = event.type
-        try:
-            entry = self._validators[etype]
-        except KeyError:
-            entry = self._validator_for(etype)
-        if entry is None:
-            return event
-        schema, validate = entry
-        payload = event.payload
-        if type(payload) is schema:
-            return event
-        try:
-            # An absent payload is ``{}``, the same convention the log uses.
-            model = validate({} if payload is None else payload)
-        except Exception as exc:
-            self._malformed(event, exc)
-            return None
-        return with_payload(event, model)
 
     def _malformed(self, event: StreamEvent, exc: Exception) -> None:
         self.malformed += 1
