@@ -70,20 +70,17 @@ from streamkit.host._acquire import LeaseAcquirer
 from streamkit.host._alarm import Alarm
 from streamkit.host._control import HostControlHandler
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
+from streamkit.host._path_watch import PathWatch
 from streamkit.host._runner import ProcessorRunner
 from streamkit.host._status import runner_status
 from streamkit.host._watch import Subscription, jsonable, watch_messages
 from streamkit.live_state import LiveSnapshot
-from streamkit.log._follow import Follow
 from streamkit.log._log import Log
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import Clock, HostStore
-from streamkit.skips import SKIP_EVENT
 
 __all__ = ["ProcessorHost"]
 
-FAN_OUT_PAUSE = 0.01
-"""Seconds the host's own follower of a path (skip records, watchers) waits once drained."""
 
 _log = structlog.get_logger("streamkit.host")
 
@@ -216,13 +213,12 @@ class ProcessorHost:
                 on_acquired=self._acquired,
             )
             for path in sorted({runner.path for runner in self.runners}):
-                # One follower per path for the host itself, from the head as it is
-                # now: it obeys skip records and feeds watchers. Each runner follows
-                # the path for its own engine (host/_runner.py).
+                # The host's own follower of the path, from the head as it is now
+                # (host/_path_watch.py); each runner follows it for its engine.
                 stream = log.stream(path)
                 head = await stream.head()
-                follower = stream.follow(head)
-                self._tasks.append(loop.create_task(self._fan_out(path, head, follower)))
+                watch = PathWatch(log, store, path, self.runners, self._subscribers)
+                self._tasks.append(loop.create_task(watch.run(head, stream.follow(head))))
             await self._heartbeat_once()
             self._tasks.append(loop.create_task(self._heartbeat()))
             self._tasks.append(loop.create_task(self._alarm.run()))
@@ -371,62 +367,7 @@ class ProcessorHost:
         if self._keeper is not None:
             self._keeper.drop(held)
 
-    # -- the follower ----------------------------------------------------------------------
-
-    async def _fan_out(
-        self,
-        path: str,
-        position: int,
-        follower: Follow,
-    ) -> None:
-        log = self._require_log()
-        runners = [r for r in self.runners if r.path == path]
-        while True:
-            try:
-                async for events, scanned in follower:
-                    position = scanned.through
-                    for event in events:
-                        if event.type == SKIP_EVENT and not event.ephemeral:
-                            await self._apply_skip_event(runners, event)
-                    for subscriber in self._subscribers.get(path, ()):
-                        subscriber.offer(events, scanned)
-                    if not follower.pending:
-                        # Not on the way of any event to a checkpoint: let commits
-                        # gather instead of waking for each one, which would cost the
-                        # processors' own followers a task switch per commit.
-                        await asyncio.sleep(FAN_OUT_PAUSE)
-                return  # the log closed
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                _log.error("follow.failed", path=path, error=repr(exc), retry_in=1.0)
-                await asyncio.sleep(1.0)
-                if log.closed:
-                    return
-                follower = log.stream(path).follow(position)
-
-    async def _apply_skip_event(
-        self, runners: Sequence[ProcessorRunner], event: StreamEvent
-    ) -> None:
-        try:
-            found = await self._require_store().verified_skip(event)
-        except StreamkitError as exc:
-            _log.warning("skip.check_failed", offset=event.offset, error=exc.message)
-            return
-        if found is None:
-            # No skip row names this event: `streamkit skip` did not write it.
-            _log.warning(
-                "skip.unverified_ignored",
-                offset=event.offset,
-                detail="a skip event without its record is not obeyed; only `streamkit skip` "
-                "writes skips",
-            )
-            return
-        slug, offset = found
-        for runner in runners:
-            if runner.slug == slug:
-                by = event.payload.get("by") if isinstance(event.payload, dict) else None
-                runner.skip(offset, by=by, recorded_at=event.offset)
+    # -- watchers ------------------------------------------------------------------------
 
     def subscribe(self, path: str, key: str) -> Subscription:
         """A mailbox of ``key``'s live-state deltas on ``path`` from now on (see :class:`Subscription`).
