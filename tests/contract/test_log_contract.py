@@ -239,24 +239,6 @@ async def test_stream_objects_are_cached_per_path(log: Log) -> None:
     assert log.stream() is log.stream("/")
 
 
-async def test_a_full_page_proves_through_its_last_event(log: Log) -> None:
-    """A full page's scanned_through_offset is its last event; at_head says whether that is the head."""
-    stream = log.stream()
-    await stream.append(*(order(n) for n in range(5)))
-    page = await stream.read(0, 2)
-    assert ([e.offset for e in page.events], page.scanned_through_offset, page.at_head) == (
-        [1, 2],
-        2,
-        False,
-    )
-    page = await stream.read(3, 2)
-    assert ([e.offset for e in page.events], page.scanned_through_offset, page.at_head) == (
-        [4, 5],
-        5,
-        True,
-    )
-
-
 async def test_a_short_page_proves_through_the_head(log: Log) -> None:
     """A short page proves through max(after_offset, durable head) and is at the head."""
     stream = log.stream()

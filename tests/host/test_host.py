@@ -11,20 +11,17 @@ from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
-from support.host import Echo, Fragile, Hoarder, Lingering, Offsets, Sleeper, Tally, Typed
+from support.host import Echo, Fragile, Gated, Hoarder, Lingering, Sleeper, Tally, Typed
 
 from streamkit import (
     InvalidRequest,
-    StreamEvent,
     StreamProcessor,
-    define_processor_contract,
     open_log,
 )
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig, InvalidEvent
 from streamkit.host import ProcessorHost
 from streamkit.host._runner import ProcessorRunner
-from streamkit.processor import ProcessEventArgs
 
 
 def make_config(tmp_path: Path, **overrides: Any) -> HostConfig:
@@ -456,32 +453,6 @@ async def test_failing_batch_backs_off_stalls_and_skip_moves_on(
     await second.wait_until_processed("fragile", more[-1])
     assert poison not in again.attempts
     assert (await second.snapshot("fragile"))["state"]["offsets"] == [*first, *after, *more]
-
-
-class Gated(StreamProcessor[Offsets]):
-    """Records item offsets; its first delivery waits for ``gate``; counts caught-up passes."""
-
-    contract = define_processor_contract(
-        slug="gated",
-        version="1",
-        description="holds its first event until released",
-        state_schema=Offsets,
-        consumes=["item"],
-        emits=[],
-    )
-
-    def __init__(self) -> None:
-        self.gate = asyncio.Event()
-        self.caught_up: list[int | None] = []
-
-    def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
-        return state.model_copy(update={"offsets": [*state.offsets, event.offset]})
-
-    def process_event(self, args: ProcessEventArgs[Offsets]) -> None:
-        if args.delivery.caught_up:
-            self.caught_up.append(None if args.event is None else args.event.offset)
-        if args.event is not None and not self.gate.is_set():
-            args.block_processor_while(self.gate.wait)
 
 
 async def test_a_runner_far_behind_reads_the_log_and_passes_the_head_once(

@@ -100,6 +100,32 @@ class Fragile(StreamProcessor[Offsets]):
         args.block_processor_while(explode)
 
 
+class Gated(StreamProcessor[Offsets]):
+    """Records item offsets; its first delivery waits for ``gate``; counts caught-up passes."""
+
+    contract = define_processor_contract(
+        slug="gated",
+        version="1",
+        description="holds its first event until released",
+        state_schema=Offsets,
+        consumes=["item"],
+        emits=[],
+    )
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.caught_up: list[int | None] = []
+
+    def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
+        return state.model_copy(update={"offsets": [*state.offsets, event.offset]})
+
+    def process_event(self, args: ProcessEventArgs[Offsets]) -> None:
+        if args.delivery.caught_up:
+            self.caught_up.append(None if args.event is None else args.event.offset)
+        if args.event is not None and not self.gate.is_set():
+            args.block_processor_while(self.gate.wait)
+
+
 class WakeState(BaseModel):
     wake_at: float | None = None
 
