@@ -304,12 +304,12 @@ class HostStore(Protocol):
         """``{offset, state, version, source}`` of ``slug``'s checkpoint; InvalidRequest if none."""
         ...
 
-    async def load_skips(self) -> dict[tuple[str, str], set[int]]:
-        """Every recorded skip: ``(path, slug) -> {offsets}``."""
-        ...
+    async def load_skips(self) -> dict[tuple[str, str], dict[int, int]]:
+        """Every recorded skip: ``(path, slug) -> {offset: offset of its skip event}``.
 
-    async def verified_skip(self, event: StreamEvent) -> tuple[str, int] | None:
-        """``(slug, offset)`` of a skip event the verb wrote (its record beside it), else None."""
+        Only :meth:`record_skip` writes them, and a host obeys these records
+        alone, never a skip event found in the log without one.
+        """
         ...
 
     async def record_skip(

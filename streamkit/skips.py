@@ -3,7 +3,7 @@
 A skip is the durable event :data:`SKIP_EVENT` (payload ``{slug, offset, by,
 reason}``) on the processor's stream path, written only by the operator verb
 (``ProcessorHost.skip``, ``streamkit skip``) together with its backend record
-in one transaction; the backend's host store writes and verifies both. A
+in one transaction; the backend's host store writes both, and hosts obey the record. A
 skipped event is hidden from that one processor only: its reads and pushes
 never contain it (:func:`filter_page`, :func:`without_skipped`), and its
 cursor moves past it by the scanned range as usual, so the proof of a read is
@@ -16,22 +16,9 @@ from collections.abc import Iterable, Sequence
 
 from streamkit.events import ReadPage, StreamEvent
 
-__all__ = ["SKIP_EVENT", "filter_page", "skip_of", "without_skipped"]
+__all__ = ["SKIP_EVENT", "filter_page", "without_skipped"]
 
 SKIP_EVENT = "streamkit.event-skipped"
-
-
-def skip_of(event: StreamEvent) -> tuple[str, int] | None:
-    """``(slug, offset)`` if ``event`` is a well-formed durable skip record, else None."""
-    if event.type != SKIP_EVENT or event.ephemeral:
-        return None
-    payload = event.payload
-    if not isinstance(payload, dict):
-        return None
-    slug, offset = payload.get("slug"), payload.get("offset")
-    if not isinstance(slug, str) or isinstance(offset, bool) or not isinstance(offset, int):
-        return None
-    return slug, offset
 
 
 def without_skipped(events: Sequence[StreamEvent], skipped: Iterable[int]) -> list[StreamEvent]:

@@ -26,8 +26,9 @@ Guarantees:
 - No crash loop: failing work is retried with capped exponential backoff; a
   processor that keeps failing is reported stalled and can be moved past one
   event with :meth:`ProcessorHost.skip` (a durable ``streamkit.event-skipped``
-  event records who and why, with its record in the same transaction; a skip
-  event without that record is not obeyed).
+  event records who and why, with its record in the same transaction; hosts
+  obey the records, so a skip event without one is not obeyed, and a skip
+  recorded by another process is obeyed at the next heartbeat).
 - :meth:`ProcessorHost.stop` finishes the batch in flight, gives background
   work a grace period, releases the leases and closes the database. A kill -9
   loses nothing durable: checkpoints never run ahead of their events, and the
@@ -137,7 +138,7 @@ class ProcessorHost:
         self._acquirer: LeaseAcquirer | None = None
         self._lease_tasks: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[None]] = []
-        self._subscribers: dict[str, set[Subscription]] = {}
+        self._watches: dict[str, PathWatch] = {}
         self._control: ControlServer | None = None
         self.socket_path: Path | None = None
         """The control socket this host serves (None until it listens, or without one)."""
@@ -189,7 +190,7 @@ class ProcessorHost:
                         store=store,
                         retry=config.retry,
                         clock=self.clock,
-                        skipped=skips.get((entry.path, slug), set()),
+                        skipped=set(skips.get((entry.path, slug), {})),
                         on_claim=self._alarm.changed,
                         on_lease_gone=self._lease_gone,
                     )
@@ -212,13 +213,6 @@ class ProcessorHost:
                 ttl=config.lease.ttl,
                 on_acquired=self._acquired,
             )
-            for path in sorted({runner.path for runner in self.runners}):
-                # The host's own follower of the path, from the head as it is now
-                # (host/_path_watch.py); each runner follows it for its engine.
-                stream = log.stream(path)
-                head = await stream.head()
-                watch = PathWatch(log, store, path, self.runners, self._subscribers)
-                self._tasks.append(loop.create_task(watch.run(head, stream.follow(head))))
             await self._heartbeat_once()
             self._tasks.append(loop.create_task(self._heartbeat()))
             self._tasks.append(loop.create_task(self._alarm.run()))
@@ -279,6 +273,8 @@ class ProcessorHost:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        watches, self._watches = self._watches, {}
+        await asyncio.gather(*(watch.close() for watch in watches.values()))
         await asyncio.gather(*(runner.stop(grace) for runner in self.runners))
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
@@ -347,6 +343,34 @@ class ProcessorHost:
     async def _heartbeat_once(self) -> None:
         assert self._acquirer is not None  # built by start()
         await self._acquirer.beat_all(self.runners, lambda: self._stopping)
+        await self._obey_recorded_skips()
+
+    async def _obey_recorded_skips(self) -> None:
+        """Obey skips recorded by other processes (``streamkit skip`` with no host, another host).
+
+        A skip made through this host is obeyed at once (:meth:`skip`); the
+        rest are found in the store here, once a heartbeat, rather than by
+        following every path for the rare skip event.
+        """
+        store = self._require_store()
+        try:
+            recorded = await store.load_skips()
+            for runner in self.runners:
+                for offset, at in recorded.get((runner.path, runner.slug), {}).items():
+                    if offset not in runner.skipped:
+                        by, reason = await self._skip_record(runner.path, at)
+                        runner.skip(offset, by=by, recorded_at=at, reason=reason)
+        except StreamkitError as exc:
+            _log.warning("skip.check_failed", error=exc.message)
+
+    async def _skip_record(self, path: str, at: int) -> tuple[object, str | None]:
+        """Who skipped and why, from the skip event at offset ``at`` (for the log line)."""
+        page = await self._require_log().stream(path).read(at - 1, 1)
+        payload = page.events[0].payload if page.events else None
+        if not isinstance(payload, dict):
+            return None, None
+        reason = payload.get("reason")
+        return payload.get("by"), reason if isinstance(reason, str) else None
 
     def _acquired(self, runner: ProcessorRunner, held: HeldLease) -> None:
         runner.start_engine(held)
@@ -375,14 +399,17 @@ class ProcessorHost:
         Close it with :meth:`unsubscribe`.
         """
         subscription = Subscription(path, key, self.config.limits.subscriber_bytes)
-        self._subscribers.setdefault(path, set()).add(subscription)
+        watch = self._watches.get(path)
+        if watch is None:
+            watch = self._watches[path] = PathWatch(self._require_log(), path)
+        watch.add(subscription)
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Stop delivering to ``subscription``."""
-        subscribers = self._subscribers.get(subscription.path)
-        if subscribers is not None:
-            subscribers.discard(subscription)
+        watch = self._watches.get(subscription.path)
+        if watch is not None:
+            watch.discard(subscription)
 
     # -- the API the control socket serves -------------------------------------------------
 

@@ -1,108 +1,108 @@
-"""The host's own follower of one stream path: it obeys skip records and feeds watchers.
+"""The feed of a path's watchers: the host follows a path only while someone watches it.
 
-Each processor follows its path itself (:mod:`._runner`); this follower is
-beside them and on the way of no event to a checkpoint. It reads every
-commit of the path from the head at the host's start and does two things:
+A watcher (:class:`~._watch.Subscription`) takes one processor's live-state
+deltas, which are ephemerals: only a follower's pushes carry them, never a
+read of the log. So the first watcher of a path starts a follower of it,
+moved to the head as it is then, and the last one to leave stops it; a path
+nobody watches costs the host nothing per commit. Each range the follower
+yields is offered to the path's watchers of that moment, each of which keeps
+only its own processor's deltas within its own byte budget. A failed read is
+logged and followed again from the last position after a second (a watcher
+whose chain breaks meanwhile re-seeds, as for any gap).
 
-- a ``streamkit.event-skipped`` event whose record is in the store (only
-  ``streamkit skip`` writes both) moves the named processor past the event,
-  waking a processor stuck retrying it; one without its record is ignored;
-- the path's watchers (:class:`~._watch.Subscription`) are offered the range.
-
-Once drained it waits :data:`FAN_OUT_PAUSE` before waiting again, so it
-wakes at most about 100 times a second whatever the commit rate. A failed
-read is logged and followed again from the last position after a second.
+This follower is on the way of no event to a checkpoint: each processor
+follows its path itself (:mod:`._runner`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
 
 import structlog
 
-from streamkit.errors import StreamkitError
-from streamkit.events import StreamEvent
-from streamkit.host._runner import ProcessorRunner
 from streamkit.host._watch import Subscription
 from streamkit.log._follow import Follow
 from streamkit.log._log import Log
-from streamkit.protocols import HostStore
-from streamkit.skips import SKIP_EVENT
 
-__all__ = ["FAN_OUT_PAUSE", "PathWatch"]
+__all__ = ["FOLLOW_RETRY_SECONDS", "PathWatch"]
 
 _log = structlog.get_logger("streamkit.host")
 
-FAN_OUT_PAUSE = 0.01
-"""Seconds the host's own follower of a path waits once drained (commits gather meanwhile)."""
-
 FOLLOW_RETRY_SECONDS = 1.0
-"""How long it waits before following again after a failed read."""
+"""How long the follower waits before following again after a failed read."""
 
 
 class PathWatch:
-    """The host's follower of ``path`` (see the module docstring)."""
+    """The watchers of ``path`` and, while there are any, the follower that feeds them."""
 
-    def __init__(
-        self,
-        log: Log,
-        store: HostStore,
-        path: str,
-        runners: Sequence[ProcessorRunner],
-        subscribers: Mapping[str, Iterable[Subscription]],
-    ) -> None:
+    def __init__(self, log: Log, path: str) -> None:
         self._log = log
-        self._store = store
         self._path = path
-        self._runners = [runner for runner in runners if runner.path == path]
-        self._subscribers = subscribers
+        self._subscribers: set[Subscription] = set()
+        self._task: asyncio.Task[None] | None = None
 
-    async def run(self, position: int, follower: Follow) -> None:
-        """Follow from ``position`` until the log closes (or the task is cancelled)."""
-        path = self._path
-        while True:
-            try:
-                async for events, scanned in follower:
-                    position = scanned.through
-                    for event in events:
-                        if event.type == SKIP_EVENT and not event.ephemeral:
-                            await self._apply_skip_event(event)
-                    for subscriber in self._subscribers.get(path, ()):
-                        subscriber.offer(events, scanned)
-                    if not follower.pending:
-                        # Let commits gather instead of waking for each one, which
-                        # would cost the processors' own followers a task switch each.
-                        await asyncio.sleep(FAN_OUT_PAUSE)
-                return  # the log closed
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                _log.error(
-                    "follow.failed", path=path, error=repr(exc), retry_in=FOLLOW_RETRY_SECONDS
-                )
-                await asyncio.sleep(FOLLOW_RETRY_SECONDS)
-                if self._log.closed:
-                    return
-                follower = self._log.stream(path).follow(position)
+    @property
+    def following(self) -> bool:
+        """Whether the path is followed now (it has a watcher)."""
+        return self._task is not None
 
-    async def _apply_skip_event(self, event: StreamEvent) -> None:
+    def add(self, subscription: Subscription) -> None:
+        """Feed ``subscription`` from now on; the first one starts the follower."""
+        self._subscribers.add(subscription)
+        if self._task is None:
+            # Subscribed here, before this returns: nothing committed from now on is missed.
+            follower = self._log.stream(self._path).follow()
+            self._task = asyncio.get_running_loop().create_task(self._run(follower))
+
+    def discard(self, subscription: Subscription) -> None:
+        """Stop feeding ``subscription``; the last one to leave stops the follower."""
+        self._subscribers.discard(subscription)
+        if not self._subscribers:
+            self._stop()
+
+    async def close(self) -> None:
+        """Drop every watcher and stop following (the host is stopping)."""
+        self._subscribers.clear()
+        task = self._stop()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _stop(self) -> asyncio.Task[None] | None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        return task
+
+    async def _run(self, follower: Follow) -> None:
+        stream = self._log.stream(self._path)
+        position: int | None = None
         try:
-            found = await self._store.verified_skip(event)
-        except StreamkitError as exc:
-            _log.warning("skip.check_failed", offset=event.offset, error=exc.message)
-            return
-        if found is None:
-            # No skip row names this event: `streamkit skip` did not write it.
-            _log.warning(
-                "skip.unverified_ignored",
-                offset=event.offset,
-                detail="a skip event without its record is not obeyed; only `streamkit skip` "
-                "writes skips",
-            )
-            return
-        slug, offset = found
-        for runner in self._runners:
-            if runner.slug == slug:
-                by = event.payload.get("by") if isinstance(event.payload, dict) else None
-                runner.skip(offset, by=by, recorded_at=event.offset)
+            while True:
+                try:
+                    if position is None:
+                        # Durable events mean nothing to a watcher: start at the head, not 0.
+                        position = await stream.head()
+                        follower.skip_to(position)
+                    async for events, scanned in follower:
+                        position = scanned.through
+                        for subscriber in tuple(self._subscribers):
+                            subscriber.offer(events, scanned)
+                    return  # the log closed
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    if self._log.closed:
+                        return
+                    _log.error(
+                        "follow.failed",
+                        path=self._path,
+                        error=repr(exc),
+                        retry_in=FOLLOW_RETRY_SECONDS,
+                    )
+                    follower.close()
+                    await asyncio.sleep(FOLLOW_RETRY_SECONDS)
+                    if self._log.closed:
+                        return
+                    follower = stream.follow(position or 0)
+        finally:
+            follower.close()

@@ -18,6 +18,7 @@ from streamkit import (
     StreamProcessor,
     open_log,
 )
+from streamkit.backends import host_store
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig, InvalidEvent
 from streamkit.host import ProcessorHost
@@ -514,6 +515,57 @@ async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
     await host.wait_until_processed("fragile", after[-1])
     assert poison not in (await host.snapshot("fragile"))["state"]["offsets"]
     assert after[-1] in (await host.snapshot("fragile"))["state"]["offsets"]
+
+
+async def test_a_skip_recorded_by_another_process_is_obeyed_at_the_next_heartbeat(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A skip written straight to the file (the CLI when no host answers) unsticks a running host."""
+    db = tmp_path / "h.db"
+    host, runner, poison = await stalled_on_poison(tmp_path, hosts)
+    with capture_logs() as logs:
+        async with open_log(db) as log:  # another process: not through this host
+            recorded = await host_store(log).record_skip(
+                "/", "fragile", poison, by="alice", reason="order 17 has no customer"
+            )
+        after = await items(db, 1)
+        await host.wait_until_processed("fragile", after[-1])
+    assert runner.skipped == {poison}
+    await wait_for(lambda: not runner.stalled)
+    assert poison not in (await host.snapshot("fragile"))["state"]["offsets"]
+    (line,) = [entry for entry in logs if entry["event"] == "processor.event_skipped"]
+    assert (line["by"], line["reason"], line["recorded_at"]) == (
+        "alice",
+        "order 17 has no customer",
+        recorded.offset,
+    )
+
+
+async def test_a_path_is_followed_for_watchers_only_while_watched(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """No watcher, no follower of the host's own; the first starts one, the last stops it."""
+    host = hosts(Tally())
+    await host.start()
+    assert host._watches == {}
+    first = host.subscribe("/", "tally")
+    second = host.subscribe("/", "tally")
+    watch = host._watches["/"]
+    assert watch.following
+    await host.append("/", [{"type": "item"}])
+    deltas = await asyncio.wait_for(first.get(), 5)
+    assert deltas
+    assert deltas[0]["to"] > deltas[0]["from"]
+    host.unsubscribe(first)
+    assert watch.following  # the second still watches
+    assert await asyncio.wait_for(second.get(), 5)
+    host.unsubscribe(second)
+    assert not watch.following
+    # Watched again later: fed again, from the head as it is then.
+    third = host.subscribe("/", "tally")
+    await host.append("/", [{"type": "item"}])
+    assert await asyncio.wait_for(third.get(), 5)
+    host.unsubscribe(third)
 
 
 async def test_a_second_skip_says_who_skipped_it_and_why(

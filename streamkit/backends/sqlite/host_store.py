@@ -122,13 +122,9 @@ class SqliteHostStore:
         """``slug``'s checkpoint as ``{offset, state, version, source}``."""
         return await status.checkpoint_snapshot(self._log, slug)
 
-    async def load_skips(self) -> dict[tuple[str, str], set[int]]:
+    async def load_skips(self) -> dict[tuple[str, str], dict[int, int]]:
         """Every recorded skip."""
         return await skips.load_skips(self._log)
-
-    async def verified_skip(self, event: StreamEvent) -> tuple[str, int] | None:
-        """``(slug, offset)`` of a skip event with its record beside it."""
-        return await skips.verified_skip(self._log, event)
 
     async def record_skip(
         self, path: str, slug: str, offset: int, *, by: str, reason: str

@@ -8,15 +8,16 @@ own offset, and lets a host load every skip at start without scanning the log.
 
 Only :func:`record_skip` (``ProcessorHost.skip``, ``streamkit skip``) writes
 them: the ``streamkit.`` type namespace is refused to every ordinary append,
-and a host honours a skip event only if its row, naming that very event, is
-there (:func:`verified_skip`). A forged skip event, from a log written before
-the namespace was reserved say, is ignored and logged. A retried skip
-appends nothing new (an idempotency key), and the row is written with it.
+and hosts obey the rows alone (:func:`load_skips`), so a forged skip event,
+from a log written before the namespace was reserved say, is never obeyed. A
+retried skip appends nothing new (an idempotency key), and the row is
+written with it.
 
-A host applies a skip the moment it sees the event in its stream (from any
-process), so a running processor needs no restart. A skipped event is hidden
-from that one processor only: its reads and pushes never contain it, and its
-cursor moves past it by the scanned range as usual.
+A host applies a skip made through it at once, and one recorded by another
+process (the CLI when no host answers, another host) at its next heartbeat,
+so a running processor needs no restart. A skipped event is hidden from that
+one processor only: its reads and pushes never contain it, and its cursor
+moves past it by the scanned range as usual.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from streamkit.backends.sqlite.leases import LEASE_TABLE, read_lease
 from streamkit.errors import InvalidRequest
 from streamkit.events import MAX_OFFSET, StreamEvent
 from streamkit.log._log import Log
-from streamkit.skips import SKIP_EVENT, skip_of
+from streamkit.skips import SKIP_EVENT
 
-__all__ = ["SKIP_TABLE", "ensure_skip_table", "load_skips", "record_skip", "verified_skip"]
+__all__ = ["SKIP_TABLE", "ensure_skip_table", "load_skips", "record_skip"]
 
 SKIP_TABLE = "streamkit_skips"
 
@@ -58,39 +59,26 @@ def _insert(conn: sqlite3.Connection, path: str, slug: str, offset: int, at: int
     )
 
 
-async def load_skips(log: Log) -> dict[tuple[str, str], set[int]]:
-    """Every recorded skip: ``(path, slug) -> {offsets}`` (empty if the table is missing)."""
+async def load_skips(log: Log) -> dict[tuple[str, str], dict[int, int]]:
+    """Every recorded skip: ``(path, slug) -> {offset: offset of its skip event}``.
 
-    def read(conn: sqlite3.Connection) -> dict[tuple[str, str], set[int]]:
+    Empty if the table is missing (no skip was ever recorded).
+    """
+
+    def read(conn: sqlite3.Connection) -> dict[tuple[str, str], dict[int, int]]:
         found = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)
         ).fetchone()
-        skips: dict[tuple[str, str], set[int]] = {}
+        skips: dict[tuple[str, str], dict[int, int]] = {}
         if found is None:
             return skips
-        for path, slug, offset in conn.execute(
-            f'SELECT path, slug, "offset" FROM {SKIP_TABLE}'
+        for path, slug, offset, at in conn.execute(
+            f'SELECT path, slug, "offset", skip_event_offset FROM {SKIP_TABLE}'
         ).fetchall():
-            skips.setdefault((str(path), str(slug)), set()).add(int(offset))
+            skips.setdefault((str(path), str(slug)), {})[int(offset)] = int(at)
         return skips
 
     return await log.query(read)
-
-
-async def verified_skip(log: Log, event: StreamEvent) -> tuple[str, int] | None:
-    """``(slug, offset)`` of a skip event written by :func:`record_skip`, else None.
-
-    The skip's row must name this very event (its path and offset): the verb
-    writes both in one transaction, so a skip event without its row did not
-    come from the verb and is not obeyed.
-    """
-    found = skip_of(event)
-    if found is None:
-        return None
-    slug, offset = found
-    path, at = event.path, event.offset
-    recorded = await log.query(lambda conn: _recorded_at(conn, path, slug, offset))
-    return found if recorded == at else None
 
 
 async def record_skip(
