@@ -11,7 +11,7 @@ wait is skipped: the outcome stands regardless (an append may still commit).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,10 +69,8 @@ class AppendCall(Job):
         "expect_head",
         "fence",
         "fresh",
-        "inserted",
         "path",
         "plain",
-        "reserved",
         "seal",
     )
 
@@ -96,8 +94,7 @@ class AppendCall(Job):
         self.fence = fence
         self.seal = seal
         self.expect_head = expect_head
-        self.inserted = self.reserved = 0
-        self.fresh: list[StreamEvent] = []
+        self.fresh: Sequence[StreamEvent] = ()
         # ``certain``: no idempotency key and no offset precondition, so the call cannot
         # be refused; a fenced, sealed or head-expecting call can be, so it never is.
         # ``plain``: certain and durable only; its events take the next offsets in

@@ -60,19 +60,6 @@ T = TypeVar("T")
 MAX_READ_LIMIT = 10_000
 
 
-def _nothing_else_ready(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether no other callback waits to run in this turn of ``loop`` (False if it cannot tell).
-
-    Reads the ready queue of asyncio's own loops, the one place streamkit
-    looks at it (measured: committing on an idle loop saves the two thread
-    hand-offs, more than the commit itself on a fast disk). A loop without one
-    (uvloop, say) is answered False: every commit then takes the writer
-    thread, with the same outcomes.
-    """
-    ready = getattr(loop, "_ready", None)
-    return type(ready) is collections.deque and not ready
-
-
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
@@ -203,8 +190,17 @@ class Log:
         peer can join the group before the turn ends, and holding the loop
         for the commit delays nobody. The backend still declines (its
         ``try_inline``) when it is busy or another process holds the lock.
+
+        "Nothing else is ready" is read from the ready queue of asyncio's own
+        loops, here and nowhere else in streamkit (measured: committing on an
+        idle loop saves the two thread hand-offs, more than the commit itself
+        on a fast disk). A loop without one (uvloop, say) is answered no:
+        every commit then takes the writer thread, with the same outcomes.
         """
-        return self._inline_commits and not self._pending and _nothing_else_ready(loop)
+        if not self._inline_commits or self._pending:
+            return False
+        ready = getattr(loop, "_ready", None)
+        return type(ready) is collections.deque and not ready
 
     # -- streams --------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The log on an event loop that is not asyncio's own (uvloop): same outcomes, thread commits.
 
 The inline-commit decision reads asyncio's private ready queue in one place
-(``streamkit.log._log._nothing_else_ready``); a loop without it must take the
+(``streamkit.log._log.Log._commits_now``); a loop without it must take the
 writer thread every time and keep every rule of the log.
 """
 
@@ -17,7 +17,6 @@ import uvloop
 from support.log import offsets, order
 
 from streamkit import OffsetConflict, open_log
-from streamkit.log._log import _nothing_else_ready
 
 T = TypeVar("T")
 
@@ -36,8 +35,8 @@ def test_uvloop_has_no_ready_queue_so_nothing_commits_on_the_loop(tmp_path: Path
 
     async def scenario() -> tuple[bool, list[int], int, int]:
         loop = asyncio.get_running_loop()
-        inline = _nothing_else_ready(loop)
         async with open_log(tmp_path / "u.db") as log:
+            inline = log._commits_now(loop)
             stream = log.stream("/")
             await stream.append(order(1))  # a lone plain append
             await asyncio.gather(*(stream.append(order(n)) for n in range(2, 12)))  # a group
@@ -64,10 +63,11 @@ def test_asyncios_own_loop_answers_from_its_ready_queue() -> None:
 
     async def scenario() -> tuple[bool, bool]:
         loop = asyncio.get_running_loop()
-        idle = _nothing_else_ready(loop)
-        loop.call_soon(lambda: None)
-        busy = _nothing_else_ready(loop)
-        await asyncio.sleep(0)
+        async with open_log(":memory:") as log:
+            idle = log._commits_now(loop)
+            loop.call_soon(lambda: None)
+            busy = log._commits_now(loop)
+            await asyncio.sleep(0)
         return idle, busy
 
     assert asyncio.run(scenario()) == (True, False)

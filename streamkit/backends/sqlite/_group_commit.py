@@ -87,10 +87,6 @@ class GroupCommit(Placement):
     _wakes: WakeList
     _settle: list[Job]
     transactions: int
-    appended: int
-    ephemeral: int
-    ephemeral_reservations: int
-    refused: int
 
     if TYPE_CHECKING:
 
@@ -114,16 +110,17 @@ class GroupCommit(Placement):
 
     def _run_group(self, calls: Sequence[WriteCall]) -> None:
         states = self._states
-        # What a failed attempt must put back: a failure forgets every cached head and
-        # reservation (_invalidate), so only the block bookkeeping of ephemerals is left,
-        # and a group without ephemerals (the commonest: a lone append) saves nothing.
+        first = calls[0]
+        # What a failed attempt must put back: the counters, and the block bookkeeping
+        # of ephemerals (a failure forgets every cached head and reservation anyway:
+        # _invalidate), so a group without ephemerals, the commonest, saves no state.
+        counters = (self.appended, self.ephemeral, self.ephemeral_reservations, self.refused)
         saved: Sequence[tuple[str, Snapshot]] = ()
         if len(calls) > 1:
             paths = {call.path: None for call in calls if call.ephemerals}
             saved = [(path, states.setdefault(path, PathState()).snapshot()) for path in paths]
-        elif calls[0].ephemerals:
-            path = calls[0].path
-            saved = ((path, states.setdefault(path, PathState()).snapshot()),)
+        elif first.ephemerals:
+            saved = ((first.path, states.setdefault(first.path, PathState()).snapshot()),)
         # One look at the followers per group: a follower that subscribes while the group
         # runs starts from the head after it (_start_following), so it misses nothing.
         following = self._following = self._feed.has_subscribers()
@@ -133,18 +130,20 @@ class GroupCommit(Placement):
                 self._group_before = {}
             try:
                 # Ephemerals only may fit this writer's blocks: then no transaction at all.
-                if not (calls[0].ephemerals and self._run_without_transaction(calls)):
+                if not (first.ephemerals and self._run_without_transaction(calls)):
                     self._run_in_transaction(calls)
                 break
             except Exception as exc:
                 for path, snapshot in saved:
                     states[path].restore(snapshot)
                 self._invalidate()
+                (self.appended, self.ephemeral, self.ephemeral_reservations, self.refused) = (
+                    counters
+                )
                 for call in calls:
                     call.error = call.result = None
                     if isinstance(call, AppendCall):
-                        call.fresh = []
-                        call.inserted = call.reserved = 0
+                        call.fresh = ()
                 if is_busy(exc):
                     # Nothing was written: the thread waits the lock out and runs the group
                     # again; an inline group never waits, it goes to the thread instead.
@@ -159,21 +158,13 @@ class GroupCommit(Placement):
                         call.error.__cause__ = exc
                     else:
                         call.error = exc
+                        if isinstance(exc, StreamkitError) and not isinstance(exc, StorageError):
+                            self.refused += 1
                 break
             finally:
                 self._in_transaction = False
-        if calls[0].future is not None or len(calls) > 1:
+        if first.future is not None or len(calls) > 1:
             self._settle.extend(calls)  # (a lone call without a future is read off by its caller)
-        for call in calls:
-            error = call.error
-            if error is None:
-                if type(call) is AppendCall:
-                    self.appended += call.inserted
-                    if call.ephemerals:
-                        self.ephemeral += call.ephemerals
-                        self.ephemeral_reservations += call.reserved
-            elif isinstance(error, StreamkitError) and not isinstance(error, StorageError):
-                self.refused += 1
         if following:
             self._push_fresh(calls)
         elif self._fed:
@@ -288,6 +279,7 @@ class GroupCommit(Placement):
             return True
         conn = self._conn
         start = {call.path: self._state(call.path).snapshot() for call in calls}
+        counters = (self.appended, self.ephemeral, self.ephemeral_reservations, self.refused)
         conn.execute("SAVEPOINT streamkit_group")
         if all(self._apply(call) for call in calls):
             conn.execute("RELEASE streamkit_group")
@@ -296,6 +288,7 @@ class GroupCommit(Placement):
         conn.execute("RELEASE streamkit_group")
         for path, snapshot in start.items():
             self._states[path].restore(snapshot)
+        (self.appended, self.ephemeral, self.ephemeral_reservations, self.refused) = counters
         self._group_before = {}
         wrote = False
         for call in calls:

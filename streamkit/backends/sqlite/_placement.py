@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
 from streamkit.backends.sqlite._offsets import (
@@ -29,7 +28,7 @@ from streamkit.backends.sqlite._offsets import (
     next_plain,
 )
 from streamkit.backends.sqlite._read import decode_prepared, durable_head, select_key
-from streamkit.errors import IdempotencyConflict, OffsetConflict, StreamkitError
+from streamkit.errors import IdempotencyConflict, OffsetConflict, StorageError, StreamkitError
 from streamkit.events import PreparedEvent, StreamEvent, same_body
 
 __all__ = ["_INSERT", "Placement"]
@@ -64,6 +63,12 @@ class Placement:
     _states: dict[str, PathState]
     _group_before: dict[str, int]
     _now: str
+    # The writer's counters (its stats), moved by the placement that earns them; a
+    # group that fails puts them back (see GroupCommit._run_group).
+    appended: int
+    ephemeral: int
+    ephemeral_reservations: int
+    refused: int
 
     def _state(self, path: str) -> PathState:
         state = self._states.get(path)
@@ -97,34 +102,35 @@ class Placement:
             self._group_before.setdefault(path, state.head or 0)
         if not call.plain:
             return self._apply_refusable(call, state)
-        assert isinstance(call, AppendCall)
+        if TYPE_CHECKING:  # (plain only ever marks an append: no isinstance at run time)
+            assert isinstance(call, AppendCall)
         events = call.events
         first = next_plain(state)
         now = self._now
         deferred = self._deferred_rows  # (rows held back for one executemany: _apply_group)
-        offsets: Sequence[int]
         if len(events) == 1:  # the calls of a group, mostly: no comprehension or zip to set up
-            offsets = (first,)
-            state.head = first
             e = events[0]
             source = e.source_json or ""
             row = (path, first, e.type, e.payload_json, e.metadata_json, source, "", now)
-            if deferred is not None:
-                deferred.append(row)
-            else:
+            if deferred is None:
                 self._cur.execute(_INSERT, row)
-        else:
-            offsets = range(first, first + len(events))
-            rows = [
-                (path, o, e.type, e.payload_json, e.metadata_json, e.source_json or "", "", now)
-                for o, e in zip(offsets, events, strict=True)
-            ]
-            if deferred is not None:
-                deferred.extend(rows)
             else:
-                self._conn.executemany(_INSERT, rows)
-            state.head = offsets[-1]
-        call.inserted = len(events)
+                deferred.append(row)
+            state.head = first
+            self.appended += 1
+            call.result = call.fresh = decode_prepared(path, events, (first,), now)
+            return True
+        offsets = range(first, first + len(events))
+        rows = [
+            (path, o, e.type, e.payload_json, e.metadata_json, e.source_json or "", "", now)
+            for o, e in zip(offsets, events, strict=True)
+        ]
+        if deferred is None:
+            self._conn.executemany(_INSERT, rows)
+        else:
+            deferred.extend(rows)
+        state.head = offsets[-1]
+        self.appended += len(events)
         call.result = call.fresh = decode_prepared(path, events, offsets, now)
         return True
 
@@ -141,8 +147,9 @@ class Placement:
             call.error = exc
             call.result = None
             if isinstance(call, AppendCall):
-                call.inserted = call.reserved = 0
-                call.fresh = []
+                call.fresh = ()
+            if not isinstance(exc, StorageError):
+                self.refused += 1
             return False
 
     def _claim(self, call: ClaimCall) -> None:
@@ -172,7 +179,7 @@ class Placement:
         rows: list[tuple[Any, ...]] = []
         keyed: dict[str, int] = {}
         ephemerals_left = call.ephemerals
-        call.inserted = call.reserved = 0
+        reserved = 0
         now = self._now
         # The next durable offset is one above the head or the floor below which
         # offsets may have gone to ephemerals; both live in locals while the loop runs.
@@ -190,10 +197,10 @@ class Placement:
                 expected = None
             if event.ephemeral:
                 state.head = head
-                offset, reserved = next_ephemeral(
+                offset, reserving = next_ephemeral(
                     path, state, ephemerals_left, self._reserve if self._in_transaction else None
                 )
-                call.reserved += reserved
+                reserved += reserving
                 floor = state.last_ephemeral
                 ephemerals_left -= 1
                 if event.offset is not None and event.offset != offset:
@@ -250,7 +257,6 @@ class Placement:
             self._cur.execute(_INSERT, rows[0])
         elif rows:
             self._conn.executemany(_INSERT, rows)
-        call.inserted = len(rows)
         new = call.fresh = decode_prepared(
             path, [event for event, _ in fresh], [offset for _, offset in fresh], now
         )
@@ -258,6 +264,11 @@ class Placement:
         if call.seal is not None:
             # Same transaction as the rows: a control record and its event land together.
             call.seal(self._conn, result)
+        # Counted once nothing more can refuse the call (the seal may).
+        self.appended += len(rows)
+        if call.ephemerals:
+            self.ephemeral += call.ephemerals
+            self.ephemeral_reservations += reserved
         return result
 
     def _reserve(self, path: str, through: int) -> None:

@@ -193,7 +193,7 @@ def decode_prepared(
                 offsets[0],
                 event.type,
                 decode(event.payload_json),
-                decode(event.metadata_json),
+                {} if event.metadata_json == "{}" else decode(event.metadata_json),
                 None if event.source_json is None else decode(event.source_json),
                 event.idempotency_key,
                 now,

@@ -205,7 +205,6 @@ class Writer(GroupCommit):
                 )
             if not self._queue.empty():
                 return False
-            loop = jobs[0].loop
             self._inline = True
             try:
                 if isinstance(jobs[0], TransactionJob):
@@ -220,7 +219,7 @@ class Writer(GroupCommit):
             finally:
                 self._inline = False
             if self._settle or self._wakes:
-                self._flush(direct=loop)
+                self._flush(direct=jobs[0].loop)
         finally:
             conn_lock.release()
         return True
