@@ -1,0 +1,155 @@
+"""The tables of a streamkit log in PostgreSQL, their version, and creating them exactly once.
+
+A log lives in one PostgreSQL schema (see :mod:`._target`). Its tables:
+
+- ``streamkit_meta``: one row, the schema version this layout has (and when
+  it was made); a layout of a newer streamkit is refused, never changed;
+- ``streamkit_events``: one row per durable event, keyed ``(path, "offset")``;
+  the payload, metadata and source are the JSON texts streamkit validated and
+  encoded (``text``, so a read gives back exactly what was written; cast to
+  ``jsonb`` to query them), an idempotency key is unique within its path;
+- ``streamkit_heads``: one row per path, its last durable offset and the
+  block of offsets reserved for ephemerals. An append takes the row with
+  ``UPDATE ... RETURNING`` inside its transaction, so appends to one path
+  commit one after another, in offset order, and a rolled-back append leaves
+  no hole (see docs/postgres.md for why this and not a sequence).
+
+:func:`ensure_schema` creates whatever is missing in ONE transaction and
+records the version. Hosts starting together may all run it: creating a
+schema or a table that a concurrent creator made first fails on the
+catalog's unique names, and the loser rolls back and looks again, finding
+everything in place. No advisory lock is involved (they fail behind a
+transaction-mode pooler); the catalog itself is the arbiter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg import sql
+
+from streamkit.errors import LogOpenError
+
+__all__ = ["SCHEMA_VERSION", "ensure_schema", "stored_version"]
+
+SCHEMA_VERSION = 1
+"""The layout this release writes and reads; a log of another version is refused."""
+
+_ATTEMPTS = 20
+"""How many times a creator that lost the race to a concurrent one looks again."""
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_meta (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        schema_version integer NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    )""",
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_events (
+        path text NOT NULL,
+        "offset" bigint NOT NULL CHECK ("offset" > 0),
+        type text NOT NULL,
+        payload text NOT NULL,
+        metadata text NOT NULL,
+        source text,
+        idempotency_key text,
+        created_at text NOT NULL,
+        PRIMARY KEY (path, "offset")
+    )""",
+    """CREATE UNIQUE INDEX IF NOT EXISTS streamkit_events_idempotency
+        ON {schema}.streamkit_events (path, idempotency_key)
+        WHERE idempotency_key IS NOT NULL""",
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_heads (
+        path text PRIMARY KEY,
+        head bigint NOT NULL DEFAULT 0 CHECK (head >= 0),
+        reserved_through bigint NOT NULL DEFAULT 0,
+        reserved_by text NOT NULL DEFAULT ''
+    )""",
+)
+
+
+class _Raced(Exception):
+    """A concurrent creator's meta table was there without its row yet: look again."""
+
+
+# What a creator that raced a concurrent one meets: the catalog's unique names.
+_RACED = (
+    _Raced,
+    psycopg.errors.UniqueViolation,
+    psycopg.errors.DuplicateObject,
+    psycopg.errors.DuplicateTable,
+    psycopg.errors.DuplicateSchema,
+)
+
+
+def stored_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """The schema version recorded in ``schema``, or None if it holds no streamkit log yet."""
+    found = conn.execute(
+        "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = %s AND tablename = 'streamkit_meta'",
+        (schema,),
+    ).fetchone()
+    if found is None:
+        return None
+    row = conn.execute(
+        sql.SQL("SELECT schema_version FROM {}.streamkit_meta").format(sql.Identifier(schema))
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def ensure_schema(conn: psycopg.Connection[Any], schema: str, shown: str) -> None:
+    """Create the log's tables in ``schema`` if missing; refuse a layout of another version.
+
+    ``conn`` must be in autocommit mode (each attempt is its own transaction);
+    ``shown`` names the target in messages. Raises
+    :class:`~streamkit.errors.LogOpenError` (nothing changed) for a schema of
+    another streamkit version.
+    """
+    for attempt in range(_ATTEMPTS):
+        try:
+            with conn.transaction():
+                version = stored_version(conn, schema)
+                if version is None:
+                    _create(conn, schema)
+                    return
+            _check_version(version, schema, shown)
+            return
+        except _RACED:
+            # A concurrent creator committed first: what it made is there on the next look.
+            time.sleep(0.01 * (attempt + 1))
+    raise LogOpenError(
+        f"the schema {schema!r} of {shown!r} kept changing while streamkit tried to create its "
+        f"tables ({_ATTEMPTS} attempts); nothing was opened; try again",
+        details={"target": shown, "schema": schema},
+    )
+
+
+def _create(conn: psycopg.Connection[Any], schema: str) -> None:
+    name = sql.Identifier(schema)
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(name))
+    for statement in _TABLES:
+        conn.execute(sql.SQL(statement).format(schema=name))
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {}.streamkit_meta (schema_version) VALUES (%s) "
+            "ON CONFLICT (singleton) DO NOTHING"
+        ).format(name),
+        (SCHEMA_VERSION,),
+    )
+    # A meta table made by a concurrent creator that had not yet written its row: ours
+    # went in, or theirs did; either way the version must now be this one.
+    if stored_version(conn, schema) != SCHEMA_VERSION:
+        raise _Raced
+
+
+def _check_version(version: int, schema: str, shown: str) -> None:
+    if version != SCHEMA_VERSION:
+        newer = version > SCHEMA_VERSION
+        raise LogOpenError(
+            f"the schema {schema!r} of {shown!r} holds a streamkit log of schema version "
+            f"{version}; this release reads version {SCHEMA_VERSION} only"
+            f"{' (it was written by a newer streamkit)' if newer else ''}; nothing was opened "
+            "or changed (open it with the streamkit release that wrote it)",
+            details={"target": shown, "schema": schema, "version": version},
+        )
