@@ -30,6 +30,7 @@ change.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import secrets
@@ -349,14 +350,14 @@ class LiveState(Generic[S]):
                     result.close()  # never awaited: close it so it does not warn later
                 self._report_lost(event, "the sink returned an awaitable outside an event loop")
                 return
-            self._start(loop, self._settle(event, None, result))
+            self._start(loop, self._settle(event, None, result), event, result)
             return
         if loop is None or tail.get_loop() is not loop:
             self._report_lost(
                 event, "an earlier delta is still in flight and this call has no loop to queue on"
             )
             return
-        self._start(loop, self._settle(event, tail, None))
+        self._start(loop, self._settle(event, tail, None), event)
 
     def _in_flight(self) -> asyncio.Task[None] | None:
         """The last delta task while it is unsettled, else None.
@@ -373,16 +374,33 @@ class LiveState(Generic[S]):
             return None
         return tail
 
-    def _start(self, loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, None]) -> None:
+    def _start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        work: Coroutine[Any, Any, None],
+        event: dict[str, Any],
+        started: Awaitable[object] | None = None,
+    ) -> None:
         self._pending += 1
         task = loop.create_task(work)
         # A done callback (not a finally) so a task cancelled before it ever ran
-        # still settles the count.
-        task.add_done_callback(self._settled)
+        # still settles the count, and closes the sink's append it was to await.
+        task.add_done_callback(functools.partial(self._settled, event, started))
         self._tail = task
 
-    def _settled(self, task: asyncio.Task[None]) -> None:
+    def _settled(
+        self, event: dict[str, Any], started: Awaitable[object] | None, task: asyncio.Task[None]
+    ) -> None:
         self._pending = max(0, self._pending - 1)
+        if (
+            task.cancelled()
+            and inspect.iscoroutine(started)
+            and inspect.getcoroutinestate(started) == inspect.CORO_CREATED
+        ):
+            # Cancelled before its first step, so _settle never awaited the append the
+            # sink had begun: close it (else it warns when collected) and say so.
+            started.close()
+            self._report_lost(event, "the append was cancelled before it started")
 
     async def _settle(
         self,

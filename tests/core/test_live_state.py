@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import json
 import math
 import random
@@ -383,6 +384,34 @@ async def test_set_never_raises_when_the_sink_fails_asynchronously() -> None:
         entry["event"] == "live_state.delta_lost" and "append refused" in entry["error"]
         for entry in logs
     )
+
+
+async def test_a_delta_cancelled_before_it_ran_closes_the_sinks_append() -> None:
+    """The sink's append, begun at once, is closed (never left unawaited) and reported lost.
+
+    A delta with nothing in flight calls the sink at once and awaits its
+    coroutine in a task; an engine closing can cancel that task before its
+    first step. The coroutine must not be left for the collector to warn about.
+    """
+    sink = SlowSink(0)
+    live = LiveState(sink, "k", 0, epoch=1)
+    with structlog.testing.capture_logs() as logs:
+        live.set(1)
+        tail = live._tail
+        assert tail is not None
+        tail.cancel()  # before the loop ever ran it
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gc.collect()  # a coroutine never awaited would warn here, failing the test
+    assert tail.cancelled()
+    assert live.pending == 0
+    assert sink.events == []
+    assert [e["reason"] for e in logs if e["event"] == "live_state.delta_lost"] == [
+        "the append was cancelled before it started"
+    ]
+    live.set(2)  # the chain goes on
+    await live.drain()
+    assert [e["payload"]["to"] for e in sink.events] == [3]
 
 
 def test_exploding_diff_never_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
