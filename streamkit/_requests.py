@@ -11,6 +11,7 @@ wait is skipped: the outcome stands regardless (an append may still commit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ __all__ = [
     "Seal",
     "TransactionJob",
     "WriteCall",
+    "deliver",
     "resolve_close",
     "settle",
 ]
@@ -179,6 +181,37 @@ class CloseJob:
 
 WriteCall = AppendCall | ClaimCall
 """The calls a group commit batches into one transaction."""
+
+
+def deliver(
+    jobs: list[Job],
+    wakes: dict[asyncio.AbstractEventLoop, list[asyncio.Event]],
+    direct: asyncio.AbstractEventLoop | None = None,
+) -> None:
+    """Settle ``jobs`` and wake ``wakes`` from the backend's thread: one hand-off per loop.
+
+    ``direct`` is the loop running this call (a commit made inline on it):
+    its jobs are settled at once, with no hand-off.
+    """
+    if direct is not None and not wakes:
+        for job in jobs:
+            if job.loop is not direct:
+                break
+        else:
+            settle(jobs, [])
+            return
+    by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Job], list[asyncio.Event]]] = {}
+    for job in jobs:
+        by_loop.setdefault(job.loop, ([], []))[0].append(job)
+    for loop, events in wakes.items():
+        by_loop.setdefault(loop, ([], []))[1].extend(events)
+    for loop, (loop_jobs, loop_events) in by_loop.items():
+        if loop is direct:
+            settle(loop_jobs, loop_events)
+            continue
+        # A closed loop raises: nobody awaits its futures any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, loop_jobs, loop_events)
 
 
 def settle(jobs: list[Job], events: list[asyncio.Event]) -> None:

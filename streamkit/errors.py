@@ -123,7 +123,8 @@ class LogClosed(StreamkitError, RuntimeError):
 
 
 class StorageError(StreamkitError, OSError):
-    """SQLite failed underneath an operation; the transaction was rolled back."""
+    """The storage (SQLite, PostgreSQL) failed underneath an operation; the message says
+    what became of the write (rolled back, or unknown when a connection broke at commit)."""
 
     code = "STORAGE_ERROR"
 
@@ -132,6 +133,13 @@ class StorageBusy(StorageError):
     """Another connection held the database lock for longer than the busy timeout."""
 
     code = "STORAGE_BUSY"
+    default_retryable = True
+
+
+class StorageUnavailable(StorageError):
+    """The database server could not be reached (or the connection broke); retry later."""
+
+    code = "STORAGE_UNAVAILABLE"
     default_retryable = True
 
 

@@ -12,11 +12,12 @@ import os
 import time
 from typing import Literal
 
-from streamkit._targets import sqlite_target
+from streamkit._targets import is_postgres_target, sqlite_target
+from streamkit.backends.postgres._target import postgres_target
 from streamkit.backends.sqlite._backend import SqliteLogBackend
 from streamkit.backends.sqlite.host_store import SqliteHostStore
 from streamkit.backends.sqlite.registry import registered_sockets as _sqlite_sockets
-from streamkit.errors import InvalidRequest
+from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.log import Log
 from streamkit.log._follow import MAX_BUFFERED_BYTES
 from streamkit.protocols import Clock, HostStore
@@ -58,8 +59,20 @@ def open_log(
     :class:`~streamkit.errors.InvalidRequest` and nothing is written.
 
     ``synchronous`` and ``busy_timeout`` are SQLite's: ``PRAGMA synchronous``
-    and how long a write waits for another process's write lock.
+    and how long a write waits for another process's write lock. On
+    PostgreSQL (``postgresql://...``, the ``postgres`` extra) ``busy_timeout``
+    is how long a write waits for a row lock another transaction holds, and
+    only ``synchronous="FULL"`` is accepted (the server decides durability).
     """
+    if is_postgres_target(target):
+        return _open_postgres(
+            str(target),
+            synchronous=synchronous,
+            clock=clock,
+            busy_timeout=busy_timeout,
+            follower_bytes=follower_bytes,
+            read_only=read_only,
+        )
     path = sqlite_target(target)
     backend = functools.partial(
         SqliteLogBackend,
@@ -78,10 +91,51 @@ def open_log(
     )
 
 
+def _open_postgres(
+    target: str,
+    *,
+    synchronous: Literal["FULL", "NORMAL"],
+    clock: Clock,
+    busy_timeout: float,
+    follower_bytes: int,
+    read_only: bool,
+) -> Log:
+    parsed = postgres_target(target)
+    try:
+        # The optional extra: imported only when a PostgreSQL log is opened.
+        from streamkit.backends.postgres._backend import PostgresLogBackend
+    except ImportError as exc:
+        raise LogOpenError(
+            f"the target {parsed.shown!r} needs the PostgreSQL driver, which is not installed "
+            f"({exc}); nothing was opened (pip install 'streamkit[postgres]')",
+            details={"target": parsed.shown},
+        ) from None
+    backend = functools.partial(
+        PostgresLogBackend,
+        parsed,
+        synchronous=synchronous,
+        clock=clock,
+        busy_timeout=busy_timeout,
+        read_only=read_only,
+    )
+    return Log(
+        parsed.shown,
+        backend,
+        inline_commits=False,
+        follower_bytes=follower_bytes,
+        read_only=read_only,
+    )
+
+
 def host_store(log: Log) -> HostStore:
     """What a host keeps beside ``log``, in the log's own backend."""
     if isinstance(log.backend, SqliteLogBackend):
         return SqliteHostStore(log)
+    if type(log.backend).__name__ == "PostgresLogBackend":
+        # (imported here: the PostgreSQL driver is an optional extra)
+        from streamkit.backends.postgres.host_store import PostgresHostStore
+
+        return PostgresHostStore(log)
     raise InvalidRequest(
         f"the log {log.path!r} has no host store (its backend, {type(log.backend).__name__}, "
         "keeps no leases or checkpoints); nothing was done; run hosts on a SQLite log",
@@ -95,4 +149,10 @@ def registered_sockets(target: str, slug: str | None = None) -> list[str]:
     Reads without opening a log (a client asking where to send a request);
     empty when nothing is registered yet.
     """
+    if is_postgres_target(target):
+        try:
+            from streamkit.backends.postgres.host_store import registered_sockets as _pg_sockets
+        except ImportError:
+            return []
+        return _pg_sockets(postgres_target(target), slug)
     return _sqlite_sockets(sqlite_target(target), slug)

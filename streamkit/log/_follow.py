@@ -157,6 +157,35 @@ class Feed:
                         sub.waiter = None
                         wakes.setdefault(loop, []).append(event)
 
+    def publish_read(self, pushes: Sequence[tuple[str, Push]], wakes: WakeList) -> dict[str, int]:
+        """Publish pushes made from reads of the log; return through where each path went out.
+
+        For a backend whose reads of other processes' commits run beside its
+        own commits (on another thread): a read may already see the rows of
+        this process's commit in flight, whose push (with its ephemerals) is
+        not published yet. Such a push is cut at the commit's start, as a
+        follower's own catch-up read is, so it never overtakes that push; the
+        caller reads the rest again later.
+        """
+        published: dict[str, int] = {}
+        with self.lock:
+            for path, push in pushes:
+                bound = self._inflight.get(path)
+                if bound is not None and push.through > bound:
+                    through = max(push.after, bound)
+                    if through <= push.after:
+                        continue
+                    events = [event for event in push.events if event.offset <= through]
+                    push = Push(push.after, through, events, push.size)
+                published[path] = push.through
+                for sub in self._subs.get(path, ()):
+                    self._offer(sub, push)
+                    if sub.waiter is not None:
+                        loop, event = sub.waiter
+                        sub.waiter = None
+                        wakes.setdefault(loop, []).append(event)
+        return published
+
     def _offer(self, sub: Subscription, push: Push) -> None:
         if (
             sub.buffered_events + len(push.events) > self._max_events

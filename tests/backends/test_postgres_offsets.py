@@ -58,7 +58,9 @@ def test_a_tailing_reader_misses_nothing_while_commits_race() -> None:
                     count = rng.randint(1, 3)
                     try:
                         with conn.transaction():
-                            first = take_offsets(conn, schema, "/", count, writer=f"w{number}")
+                            first = take_offsets(
+                                conn, schema, "/", count, writer=f"w{number}"
+                            ).first
                             time.sleep(rng.uniform(0, 0.004))  # a slow commit, lock held
                             for offset in range(first, first + count):
                                 conn.execute(insert, ("/", offset))
@@ -110,9 +112,9 @@ def test_the_rule_skips_another_writers_block_and_continues_past_its_own() -> No
     with dropped_after(postgres_url(), schema), _connect() as conn:
         ensure_schema(conn, schema, "test")
         with conn.transaction():
-            assert take_offsets(conn, schema, "/a", 2, writer="me") == 1
+            assert take_offsets(conn, schema, "/a", 2, writer="me").first == 1
         with conn.transaction():
-            assert take_offsets(conn, schema, "/b", 1, writer="me") == 1  # paths apart
+            assert take_offsets(conn, schema, "/b", 1, writer="me").first == 1  # paths apart
         # Another writer reserved offsets 3 to 10 of /a for its ephemerals.
         conn.execute(
             sql.SQL(
@@ -121,7 +123,7 @@ def test_the_rule_skips_another_writers_block_and_continues_past_its_own() -> No
             ).format(name)
         )
         with conn.transaction():
-            assert take_offsets(conn, schema, "/a", 1, writer="me") == 11
+            assert take_offsets(conn, schema, "/a", 1, writer="me").first == 11
         # Our own block of 12 to 20, used through 14: the next durable offset is 15.
         conn.execute(
             sql.SQL(
@@ -130,12 +132,12 @@ def test_the_rule_skips_another_writers_block_and_continues_past_its_own() -> No
             ).format(name)
         )
         with conn.transaction():
-            assert take_offsets(conn, schema, "/a", 3, writer="me", last_ephemeral=14) == 15
+            assert take_offsets(conn, schema, "/a", 3, writer="me", last_ephemeral=14).first == 15
         # A rolled-back take leaves the head where it was: no offset is lost or reused.
         with conn.transaction(force_rollback=True):
-            assert take_offsets(conn, schema, "/a", 5, writer="me", last_ephemeral=17) == 18
+            assert take_offsets(conn, schema, "/a", 5, writer="me", last_ephemeral=17).first == 18
         with conn.transaction():
-            assert take_offsets(conn, schema, "/a", 1, writer="me", last_ephemeral=17) == 18
+            assert take_offsets(conn, schema, "/a", 1, writer="me", last_ephemeral=17).first == 18
 
 
 def test_a_take_needs_a_count_and_a_writer() -> None:

@@ -14,12 +14,9 @@ import pytest
 from psycopg import sql
 from support.postgres import dropped_after, fresh_schema_name, postgres_url
 
+from streamkit._targets import is_postgres_target
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
-from streamkit.backends.postgres._target import (
-    DEFAULT_SCHEMA,
-    is_postgres_target,
-    postgres_target,
-)
+from streamkit.backends.postgres._target import DEFAULT_SCHEMA, postgres_target
 from streamkit.errors import LogOpenError
 
 # -- the target ------------------------------------------------------------------------
@@ -82,7 +79,16 @@ def test_the_schema_is_created_once_and_opened_again_unchanged() -> None:
         assert stored_version(conn, schema) is None
         ensure_schema(conn, schema, "test")
         assert stored_version(conn, schema) == SCHEMA_VERSION
-        assert _tables(conn, schema) == {"streamkit_meta", "streamkit_events", "streamkit_heads"}
+        assert _tables(conn, schema) == {
+            "streamkit_meta",
+            "streamkit_events",
+            "streamkit_heads",
+            "streamkit_claims",
+            "streamkit_leases",
+            "streamkit_checkpoints",
+            "streamkit_skips",
+            "streamkit_hosts",
+        }
         (made,) = conn.execute(
             sql.SQL("SELECT created_at FROM {}.streamkit_meta").format(sql.Identifier(schema))
         ).fetchone() or (None,)

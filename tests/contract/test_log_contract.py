@@ -329,27 +329,6 @@ async def test_stats_count_appends_and_reservations(log: Log) -> None:
     assert (stats.appended, stats.ephemeral, stats.ephemeral_reservations) == (2, 1, 1)
 
 
-async def test_a_lone_append_on_an_idle_loop_commits_without_yielding(log: Log) -> None:
-    """Nothing else ready on the loop: the append commits at once and its await never suspends."""
-    stream = log.stream()
-    await stream.append(order(1))
-    call = stream.append(order(2))
-    with pytest.raises(StopIteration) as finished:
-        call.send(None)
-    (appended,) = finished.value.value
-    assert appended.offset == 2
-    # With another callback ready, a peer may still join: the append waits for the turn's end.
-    asyncio.get_running_loop().call_soon(lambda: None)
-    call = stream.append(order(3))
-    waiting_on = call.send(None)
-    assert isinstance(waiting_on, asyncio.Future)
-    assert not waiting_on.done()
-    await asyncio.wait([waiting_on])
-    with pytest.raises(StopIteration) as finished:
-        call.send(None)
-    assert finished.value.value[0].offset == 3
-
-
 async def test_memory_stream_honours_expect_head_like_the_log() -> None:
     """streamkit.testing's memory stream refuses a stale expect_head with the same error."""
     from streamkit.testing import memory_stream

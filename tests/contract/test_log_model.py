@@ -39,7 +39,7 @@ class LogModel(RuleBasedStateMachine):
         super().__init__()
         self.target = self.backend.fresh()
         self.loop = asyncio.new_event_loop()
-        self.a: Log = self.target.open(synchronous="NORMAL")
+        self.a: Log = self.target.open(**self.target.backend.fast)
         self.durable: dict[str, list[tuple[int, str, dict[str, Any], str | None]]] = {
             p: [] for p in PATHS
         }
@@ -106,7 +106,7 @@ class LogModel(RuleBasedStateMachine):
         events, keys = self._events(spec, path, exact=exact)
 
         async def append() -> list[StreamEvent]:
-            async with self.target.open(synchronous="NORMAL") as b:
+            async with self.target.open(**self.target.backend.fast) as b:
                 return await b.stream(path).append(*events)
 
         got = self.run(append())
@@ -116,7 +116,7 @@ class LogModel(RuleBasedStateMachine):
     @rule()
     def a_reopens(self) -> None:
         self.run(self.a.aclose())
-        self.a = self.target.open(synchronous="NORMAL")
+        self.a = self.target.open(**self.target.backend.fast)
         self.a_block = dict.fromkeys(PATHS, False)
 
     @precondition(lambda self: any(self.keys.values()))
@@ -132,7 +132,7 @@ class LogModel(RuleBasedStateMachine):
         async def append() -> list[StreamEvent]:
             if not use_b:
                 return await self.a.stream(path).append(event)
-            async with self.target.open(synchronous="NORMAL") as b:
+            async with self.target.open(**self.target.backend.fast) as b:
                 return await b.stream(path).append(event)
 
         (got,) = self.run(append())

@@ -53,6 +53,7 @@ EXPECTED = {
     "ScannedRange",
     "StateNotSerializable",
     "StorageBusy",
+    "StorageUnavailable",
     "StorageError",
     "Stream",
     "StreamEvent",

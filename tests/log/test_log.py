@@ -935,3 +935,25 @@ async def test_expect_head_is_checked_across_processes(log_file: Path) -> None:
         await theirs.stream("/").append(order(2))
         with pytest.raises(OffsetConflict):
             await mine.stream("/").append(order(3), expect_head=seen.offset)
+
+
+async def test_a_lone_append_on_an_idle_loop_commits_without_yielding(log: Log) -> None:
+    """SQLite commits inline: with nothing else ready on the loop, the append commits at once
+    and its await never suspends (a PostgreSQL commit always goes to the writer thread)."""
+    stream = log.stream()
+    await stream.append(order(1))
+    call = stream.append(order(2))
+    with pytest.raises(StopIteration) as finished:
+        call.send(None)
+    (appended,) = finished.value.value
+    assert appended.offset == 2
+    # With another callback ready, a peer may still join: the append waits for the turn's end.
+    asyncio.get_running_loop().call_soon(lambda: None)
+    call = stream.append(order(3))
+    waiting_on = call.send(None)
+    assert isinstance(waiting_on, asyncio.Future)
+    assert not waiting_on.done()
+    await asyncio.wait([waiting_on])
+    with pytest.raises(StopIteration) as finished:
+        call.send(None)
+    assert finished.value.value[0].offset == 3

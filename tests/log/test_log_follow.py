@@ -199,3 +199,32 @@ async def test_skip_to_starts_the_next_yield_there(log: Log) -> None:
     check_contiguous(pushes, 3)
     assert durables(pushes) == [4, 5, 6]
     await it.aclose()
+
+
+async def test_a_push_read_from_the_log_never_overtakes_a_commit_in_flight() -> None:
+    """publish_read cuts a read's push at this process's commit in flight, so that commit's
+    own push (with its ephemerals) is still taken whole; the feed's marks stay set."""
+    feed = follow_internals.Feed()
+    sub = feed.register("/")
+
+    def event(offset: int, ephemeral: bool = False) -> StreamEvent:
+        return StreamEvent(
+            path="/",
+            offset=offset,
+            type="t",
+            created_at="2026-12-01T00:00:00.000000Z",
+            ephemeral=ephemeral,
+        )
+
+    feed.set_inflight({"/": 2})  # our commit of offsets 3 to 5 is in flight
+    wakes: follow_internals.WakeList = {}
+    published = feed.publish_read([("/", follow_internals.Push(1, 4, [event(2), event(4)]))], wakes)
+    assert published == {"/": 2}
+    assert [(p.after, p.through, [e.offset for e in p.events]) for p in sub.buffer] == [(1, 2, [2])]
+    # A read entirely past the commit's start is not published at all.
+    assert feed.publish_read([("/", follow_internals.Push(2, 4, [event(4)]))], wakes) == {}
+    own = follow_internals.Push(2, 5, [event(3, True), event(4), event(5, True)])
+    feed.publish([("/", own)], wakes)
+    assert sub.buffer[-1] is own
+    # Once the commit's own push is out, reads are published whole again.
+    assert feed.publish_read([("/", follow_internals.Push(5, 6, [event(6)]))], wakes) == {"/": 6}

@@ -124,7 +124,7 @@ async def test_a_sqlite_url_opens_the_file_it_names(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("target", "said"),
     [
-        ("postgresql://app@localhost/app", "postgresql://"),
+        ("postgresql://app@127.0.0.1:1/app?connect_timeout=2", "unreachable"),
         ("redis://localhost", "redis://"),
         ("sqlite://", "names no file"),
     ],
@@ -132,7 +132,8 @@ async def test_a_sqlite_url_opens_the_file_it_names(tmp_path: Path) -> None:
 def test_a_target_no_backend_serves_is_refused_and_nothing_is_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, said: str
 ) -> None:
-    """An unknown scheme (or an empty sqlite:// target) is LOG_OPEN_REFUSED; no file appears."""
+    """An unknown scheme, an empty sqlite:// target or a PostgreSQL server that does not answer
+    is LOG_OPEN_REFUSED; no file appears."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(LogOpenError, match=said) as caught:
         open_log(target)

@@ -12,7 +12,13 @@ A log lives in one PostgreSQL schema (see :mod:`._target`). Its tables:
   block of offsets reserved for ephemerals. An append takes the row with
   ``UPDATE ... RETURNING`` inside its transaction, so appends to one path
   commit one after another, in offset order, and a rolled-back append leaves
-  no hole (see docs/postgres.md for why this and not a sequence).
+  no hole (see docs/postgres.md for why this and not a sequence); it also
+  keeps the path's latest ``created_at`` (``stamped``), so stamps follow
+  offset order whichever host commits;
+- ``streamkit_claims``: the alarm claims, one per ``(path, claimant)``;
+- what hosts keep: ``streamkit_leases`` (:mod:`.leases`),
+  ``streamkit_checkpoints``, ``streamkit_skips`` and ``streamkit_hosts``
+  (:mod:`.host_store`).
 
 :func:`ensure_schema` creates whatever is missing in ONE transaction and
 records the version. Hosts starting together may all run it: creating a
@@ -65,7 +71,44 @@ _TABLES = (
         path text PRIMARY KEY,
         head bigint NOT NULL DEFAULT 0 CHECK (head >= 0),
         reserved_through bigint NOT NULL DEFAULT 0,
-        reserved_by text NOT NULL DEFAULT ''
+        reserved_by text NOT NULL DEFAULT '',
+        stamped text NOT NULL DEFAULT ''
+    )""",
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_claims (
+        path text NOT NULL,
+        slug text NOT NULL,
+        due_at double precision NOT NULL,
+        PRIMARY KEY (path, slug)
+    )""",
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_leases (
+        path text NOT NULL,
+        slug text NOT NULL,
+        owner text NOT NULL,
+        generation bigint NOT NULL,
+        expires_at double precision NOT NULL,
+        beat bigint NOT NULL DEFAULT 0,
+        db_expires_at double precision NOT NULL,
+        PRIMARY KEY (path, slug)
+    )""",
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_checkpoints (
+        slug text PRIMARY KEY,
+        reducer_version text NOT NULL,
+        reduced_through_offset bigint NOT NULL,
+        state text
+    )""",
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_skips (
+        path text NOT NULL,
+        slug text NOT NULL,
+        "offset" bigint NOT NULL,
+        skip_event_offset bigint NOT NULL,
+        PRIMARY KEY (path, slug, "offset")
+    )""",
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_hosts (
+        owner text PRIMARY KEY,
+        machine text NOT NULL,
+        socket text NOT NULL,
+        pid integer NOT NULL,
+        started_at double precision NOT NULL
     )""",
 )
 

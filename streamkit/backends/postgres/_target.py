@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from streamkit.errors import LogOpenError
 
-__all__ = ["DEFAULT_SCHEMA", "PostgresTarget", "is_postgres_target", "postgres_target"]
+__all__ = ["DEFAULT_SCHEMA", "PostgresTarget", "masked", "postgres_target"]
 
 DEFAULT_SCHEMA = "public"
 _SCHEMES = ("postgresql", "postgres")
@@ -33,11 +33,6 @@ class PostgresTarget:
     conninfo: str
     schema: str
     shown: str
-
-
-def is_postgres_target(target: str) -> bool:
-    """Whether ``target`` is a PostgreSQL URL (``postgresql://`` or ``postgres://``)."""
-    return target.split("://", 1)[0].lower() in _SCHEMES and "://" in target
 
 
 def masked(url: str) -> str:

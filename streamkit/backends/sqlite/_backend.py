@@ -16,7 +16,6 @@ Every ``sqlite3`` failure of a read leaves here as a
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 import sqlite3
 import threading
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from streamkit._requests import AppendCall, FollowJob, Job, QueryJob, TransactionJob
+from streamkit.backends._writer_thread import check_busy_timeout
 from streamkit.backends.sqlite._read import durable_head, read_page_sized, stream_paths
 from streamkit.backends.sqlite._schema import (
     MEMORY,
@@ -65,17 +65,7 @@ class SqliteLogBackend:
                 f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}; nothing was opened",
                 details={"synchronous": repr(synchronous)},
             )
-        if (
-            isinstance(busy_timeout, bool)
-            or not isinstance(busy_timeout, int | float)
-            or not math.isfinite(busy_timeout)
-            or busy_timeout < 0
-        ):
-            raise InvalidRequest(
-                f"busy_timeout must be a non-negative number of seconds, got {busy_timeout!r}; "
-                "nothing was opened",
-                details={"busy_timeout": repr(busy_timeout)},
-            )
+        check_busy_timeout(busy_timeout)
         memory = path == MEMORY
         if read_only:
             if memory:

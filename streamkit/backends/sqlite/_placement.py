@@ -13,23 +13,22 @@ state as it was; rolling its rows back is the group's savepoint.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
+from streamkit.backends._placing import place_events
+from streamkit.backends._stored import decode_prepared
 from streamkit.backends.sqlite._offsets import (
     BLOCK_MIN,
     RESERVATION,
     RESERVE,
     PathState,
-    next_ephemeral,
-    next_offset,
     next_plain,
 )
-from streamkit.backends.sqlite._read import decode_prepared, durable_head, select_key
-from streamkit.errors import IdempotencyConflict, OffsetConflict, StorageError, StreamkitError
-from streamkit.events import PreparedEvent, StreamEvent, same_body
+from streamkit.backends.sqlite._read import durable_head, select_key
+from streamkit.errors import StorageError, StreamkitError
+from streamkit.events import StreamEvent
 
 __all__ = ["_INSERT", "Placement"]
 
@@ -161,147 +160,40 @@ class Placement:
     def _append(self, call: AppendCall, state: PathState) -> list[StreamEvent]:
         """Place the events of a call that is not plain (see :meth:`_apply`).
 
-        Returns the committed events in input order.
-
-        ``call.fresh`` gets the events this call adds (what followers are pushed);
-        an idempotent hit returns the event committed earlier and is not pushed again.
+        Returns the committed events in input order. The rules are
+        :func:`~streamkit.backends._placing.place_events`; ``call.fresh`` gets
+        the events this call adds (what followers are pushed): an idempotent
+        hit returns the event committed earlier and is not pushed again.
         """
         path = call.path
+        conn = self._conn
         if call.fence is not None:
             # Inside the transaction, before any row: a fence that refuses (a lease
             # taken over, say) leaves this call with nothing written.
-            call.fence(self._conn)
-        # New events as (input, offset), decoded together at the end in one parser call;
-        # ``placed`` maps each input to an index into them or to an earlier committed event.
-        fresh: list[tuple[PreparedEvent, int]] = []
-        placed: list[int | StreamEvent] = []
-        hits = False
-        rows: list[tuple[Any, ...]] = []
-        keyed: dict[str, int] = {}
-        ephemerals_left = call.ephemerals
-        reserved = 0
+            call.fence(conn)
         now = self._now
-        # The next durable offset is one above the head or the floor below which
-        # offsets may have gone to ephemerals; both live in locals while the loop runs.
-        head = state.head
-        floor = state.last_ephemeral if state.mine else state.reserved_through
-        assert head is not None
-        assert floor is not None
-        # expect_head is judged at the first NEW event: a call whose events are all
-        # idempotent hits (the retry of one that landed) returns them, head or not.
-        expected = call.expect_head
-        for event in call.events:
-            if expected is not None and not (event.idempotency_key and not event.ephemeral):
-                if head != expected:
-                    raise OffsetConflict.of_head(path, expected, head)
-                expected = None
-            if event.ephemeral:
-                state.head = head
-                offset, reserving = next_ephemeral(
-                    path, state, ephemerals_left, self._reserve if self._in_transaction else None
-                )
-                reserved += reserving
-                floor = state.last_ephemeral
-                ephemerals_left -= 1
-                if event.offset is not None and event.offset != offset:
-                    raise _offset_conflict(path, event, offset)
-                placed.append(len(fresh))
-                fresh.append((event, offset))
-                continue
-            key = event.idempotency_key
-            if key is not None:
-                index = keyed.get(key)
-                if index is not None:
-                    first, offset = fresh[index]
-                    if not _same_input_body(event, first):
-                        raise _key_conflict(path, key, offset)
-                    if event.offset is not None and event.offset != offset:
-                        raise _offset_conflict(path, event, offset)
-                    placed.append(index)
-                    hits = True
-                    continue
-                existing = select_key(self._conn, path, key)
-                if existing is not None:
-                    if not same_body(event, existing):
-                        raise _key_conflict(path, key, existing.offset)
-                    if event.offset is not None and event.offset != existing.offset:
-                        raise _offset_conflict(path, event, existing.offset)
-                    placed.append(existing)
-                    hits = True
-                    continue
-                keyed[key] = len(fresh)
-            if expected is not None:
-                if head != expected:
-                    raise OffsetConflict.of_head(path, expected, head)
-                expected = None
-            offset = next_offset(head, floor)
-            if event.offset is not None and event.offset != offset:
-                raise _offset_conflict(path, event, offset)
-            head = offset
-            rows.append(
-                (
-                    path,
-                    offset,
-                    event.type,
-                    event.payload_json,
-                    event.metadata_json,
-                    event.source_json or "",
-                    key or "",
-                    now,
-                )
-            )
-            placed.append(len(fresh))
-            fresh.append((event, offset))
-        state.head = head
+        placed = place_events(
+            call,
+            state,
+            now,
+            lambda key: select_key(conn, path, key),
+            self._reserve if self._in_transaction else None,
+        )
+        rows = placed.rows
         if len(rows) == 1:
             self._cur.execute(_INSERT, rows[0])
         elif rows:
-            self._conn.executemany(_INSERT, rows)
-        new = call.fresh = decode_prepared(
-            path, [event for event, _ in fresh], [offset for _, offset in fresh], now
-        )
-        result = new if not hits else [new[i] if isinstance(i, int) else i for i in placed]
+            conn.executemany(_INSERT, rows)
+        call.fresh, result = placed.committed(path, now)
         if call.seal is not None:
             # Same transaction as the rows: a control record and its event land together.
-            call.seal(self._conn, result)
+            call.seal(conn, result)
         # Counted once nothing more can refuse the call (the seal may).
         self.appended += len(rows)
         if call.ephemerals:
             self.ephemeral += call.ephemerals
-            self.ephemeral_reservations += reserved
+            self.ephemeral_reservations += placed.reserved
         return result
 
     def _reserve(self, path: str, through: int) -> None:
         self._conn.execute(RESERVE, (path, through, self._token))
-
-
-def _same_input_body(a: PreparedEvent, b: PreparedEvent) -> bool:
-    """Two inputs of one call have the same body (type, payload, metadata as JSON)."""
-    return (
-        a.type == b.type
-        and (
-            a.payload_json == b.payload_json
-            or json.loads(a.payload_json) == json.loads(b.payload_json)
-        )
-        and (
-            a.metadata_json == b.metadata_json
-            or json.loads(a.metadata_json) == json.loads(b.metadata_json)
-        )
-    )
-
-
-def _key_conflict(path: str, key: str, offset: int) -> IdempotencyConflict:
-    return IdempotencyConflict(
-        f'idempotency key "{key}" already names a different event at offset {offset}; '
-        f"nothing was appended (stream {path!r}: retry with the original body, or use a new key)",
-        details={"key": key, "offset": offset, "path": path},
-    )
-
-
-def _offset_conflict(path: str, event: PreparedEvent, actual: int) -> OffsetConflict:
-    return OffsetConflict(
-        f"event #{event.index} expected offset {event.offset} of {path!r} but would land at "
-        f"offset {actual}; nothing was appended (read the stream again and retry with the "
-        "offset it shows)",
-        details={"path": path, "index": event.index, "expected": event.offset, "actual": actual},
-    )

@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import operator
 import sqlite3
-from collections.abc import Sequence
 from typing import Any
 
-from streamkit._fast import make_event
-from streamkit._json import decode, decode_many
-from streamkit.events import PreparedEvent, ReadPage, StreamEvent
+from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
+from streamkit.events import ReadPage, StreamEvent
 
 __all__ = [
     "MAX_PAGE_BYTES",
-    "decode_prepared",
-    "decode_rows",
     "durable_head",
     "read_page_sized",
     "select_key",
@@ -52,36 +48,6 @@ WITH RECURSIVE p(x) AS (
 SELECT x FROM p WHERE x IS NOT NULL
 """
 
-_Row = tuple[int, str, str, str, str | None, str | None, str]
-
-
-def decode_rows(path: str, rows: Sequence[_Row]) -> list[StreamEvent]:
-    """Committed events from stored rows (no validation: they were validated when written)."""
-    if not rows:
-        return []
-    payloads = decode_many([row[2] for row in rows])
-    metadatas = decode_many([row[3] for row in rows])
-    make = make_event
-    return [
-        make(
-            path,
-            offset,
-            etype,
-            payload,
-            metadata,
-            None if source is None else decode(source),
-            key,
-            created_at,
-            False,
-        )
-        for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
-            rows, payloads, metadatas, strict=True
-        )
-    ]
-
-
-MAX_PAGE_BYTES = 4 * 1024 * 1024
-"""The stored JSON a read page holds at most (one event always fits, whatever its size)."""
 
 # Rows fetched at a time, first and at most: a page of large events never holds
 # many rows past its cut in memory, and one of small events takes few calls.
@@ -152,13 +118,7 @@ def read_page_sized(
     if len(rows) > limit:
         del rows[limit:]
         full = True
-    if full:
-        return ReadPage(decode_rows(path, rows), rows[-1][0], False), size
-    # Nothing lies past the last row (within ``upto``): the proof reaches the head, or ``upto``.
-    through = max(after, rows[-1][0]) if rows else after
-    if upto is not None:
-        through = max(through, upto)
-    return ReadPage(decode_rows(path, rows), through, True), size
+    return page_of(path, rows, after, upto, full), size
 
 
 def durable_head(conn: sqlite3.Connection, path: str) -> int:
@@ -176,46 +136,3 @@ def select_key(conn: sqlite3.Connection, path: str, key: str) -> StreamEvent | N
 def stream_paths(conn: sqlite3.Connection) -> list[str]:
     """Every stream path that holds at least one durable event, sorted."""
     return [row[0] for row in conn.execute(_PATHS).fetchall()]
-
-
-def decode_prepared(
-    path: str, events: Sequence[PreparedEvent], offsets: Sequence[int], now: str
-) -> list[StreamEvent]:
-    """The committed form of new events, decoded from their JSON so each equals a later read."""
-    if not events:
-        return []
-    make = make_event
-    if len(events) == 1:
-        event = events[0]
-        return [
-            make(
-                path,
-                offsets[0],
-                event.type,
-                decode(event.payload_json),
-                {} if event.metadata_json == "{}" else decode(event.metadata_json),
-                None if event.source_json is None else decode(event.source_json),
-                event.idempotency_key,
-                now,
-                event.ephemeral,
-            )
-        ]
-    # One parser call for all payloads (and one for all metadata) of the call.
-    payloads = decode_many([event.payload_json for event in events])
-    metadatas = decode_many([event.metadata_json for event in events])
-    return [
-        make(
-            path,
-            offset,
-            event.type,
-            payload,
-            metadata,
-            None if event.source_json is None else decode(event.source_json),
-            event.idempotency_key,
-            now,
-            event.ephemeral,
-        )
-        for offset, event, payload, metadata in zip(
-            offsets, events, payloads, metadatas, strict=True
-        )
-    ]

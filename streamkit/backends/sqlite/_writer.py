@@ -26,7 +26,6 @@ the writer's own view of the heads.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import queue
 import sqlite3
@@ -40,13 +39,11 @@ from streamkit._requests import (
     ClaimCall,
     CloseJob,
     FollowJob,
-    Job,
     QueryJob,
     TransactionJob,
     WriteCall,
-    resolve_close,
-    settle,
 )
+from streamkit.backends._writer_thread import WriterThread
 from streamkit.backends.sqlite._group_commit import (
     GroupCommit,
     _TakenElsewhere,
@@ -65,7 +62,7 @@ from streamkit.events import (
     format_timestamp,
     now_timestamp,
 )
-from streamkit.log._follow import Feed, Push, WakeList
+from streamkit.log._follow import Feed, Push
 from streamkit.protocols import Clock
 
 __all__ = ["Writer"]
@@ -95,7 +92,7 @@ FROM p WHERE x IS NOT NULL
 """
 
 
-class Writer(GroupCommit):
+class Writer(WriterThread, GroupCommit):
     """The writer thread and the state it alone touches."""
 
     def __init__(
@@ -132,14 +129,10 @@ class Writer(GroupCommit):
         self._feed = feed
         self._persistent = persistent
         self._group_limit = group_limit
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._submit_lock = threading.Lock()
+        self._init_queue()
         # Held by whoever uses the connection: the thread for a group, or a caller
         # committing inline (see try_inline), so the two never interleave.
         self._conn_lock = threading.Lock()
-        self._accepting = True
-        self._finished = threading.Event()
-        self._close_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._states: dict[str, PathState] = {}
         self._data_version: int | None = None
         self._fed: dict[str, int] = {}
@@ -151,26 +144,14 @@ class Writer(GroupCommit):
         # The latest created_at this writer used or saw committed: no commit is
         # stamped earlier, whatever this process's clock (or another's) says.
         self._last_stamp = ""
-        self._settle: list[Job] = []
-        self._wakes: WakeList = {}
         self.transactions = 0
         self.appended = 0
         self.ephemeral = 0
         self.ephemeral_reservations = 0
         self.refused = 0
-        self._thread = threading.Thread(target=self._run, name="streamkit-log-writer", daemon=True)
-        self._thread.start()
+        self._start_thread(self._run, "streamkit-log-writer")
 
     # -- the caller's side (any thread) ---------------------------------------------------
-
-    def submit(self, job: Job | FollowJob) -> None:
-        """Queue a job; raise :class:`LogClosed` once the log is closing."""
-        with self._submit_lock:
-            if not self._accepting:
-                raise LogClosed(
-                    "the log is closed; nothing was read or written (open it again to use it)"
-                )
-            self._queue.put(job)
 
     def try_inline(self, jobs: list[AppendCall] | list[TransactionJob]) -> bool:
         """Run ``jobs`` now on the calling thread if the writer is idle; False to queue them.
@@ -224,25 +205,6 @@ class Writer(GroupCommit):
             conn_lock.release()
         return True
 
-    def request_close(
-        self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
-    ) -> None:
-        """Stop accepting jobs; the thread finishes the queued ones, then closes the connection."""
-        with self._submit_lock:
-            if waiter is not None:
-                if self._finished.is_set():
-                    waiter[1].set_result(None)
-                else:
-                    self._close_waiters.append(waiter)
-            if self._accepting:
-                self._accepting = False
-                self._queue.put(CloseJob())
-
-    def join(self) -> None:
-        """Wait until the writer thread has finished (not from the thread itself)."""
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
-
     # -- the thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -278,12 +240,7 @@ class Writer(GroupCommit):
                     continue
             else:
                 job = self._queue.get()
-            jobs = [job]
-            while len(jobs) < self._group_limit:
-                try:
-                    jobs.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            jobs = self._take(job, self._group_limit)
             with self._conn_lock:
                 if self._handle(jobs):
                     return
@@ -311,66 +268,8 @@ class Writer(GroupCommit):
             self._guarded(self._run_group, group)
         return False
 
-    def _guarded(self, step: Callable[[Any], None], arg: Any) -> None:
-        try:
-            step(arg)
-        except Exception as exc:
-            self._fail(arg if isinstance(arg, list) else [arg], exc)
-        self._flush()
-
-    def _fail(self, jobs: list[Any], exc: Exception) -> None:
-        """A bug fails the calls it touched; it never kills the thread and hangs every caller."""
-        for job in jobs:
-            if isinstance(job, Job) and job not in self._settle:
-                job.error = exc
-                self._settle.append(job)
+    def _forget(self) -> None:
         self._invalidate()
-
-    def _flush(self, direct: asyncio.AbstractEventLoop | None = None) -> None:
-        """Settle finished jobs and wake followers; ``direct`` is the loop running this call."""
-        jobs = self._settle
-        if direct is not None and not self._wakes:
-            for job in jobs:
-                if job.loop is not direct:
-                    break
-            else:
-                self._settle = []
-                settle(jobs, [])
-                return
-        by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Job], list[asyncio.Event]]] = {}
-        for job in self._settle:
-            by_loop.setdefault(job.loop, ([], []))[0].append(job)
-        for loop, events in self._wakes.items():
-            by_loop.setdefault(loop, ([], []))[1].extend(events)
-        self._settle = []
-        self._wakes = {}
-        for loop, (jobs, events) in by_loop.items():
-            if loop is direct:
-                settle(jobs, events)
-                continue
-            # A closed loop raises: nobody awaits its futures any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, jobs, events)
-
-    def _finish(self) -> None:
-        leftovers: list[Job] = []
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(job, Job):
-                job.error = LogClosed("the log closed before this call ran; nothing was written")
-                leftovers.append(job)
-        self._settle.extend(leftovers)
-        self._flush()
-        with self._submit_lock:
-            self._accepting = False
-            self._finished.set()
-            waiters, self._close_waiters = self._close_waiters, []
-        for loop, future in waiters:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(resolve_close, future)
 
     # -- reading and caching what other connections committed ----------------------------
 

@@ -49,10 +49,10 @@ gave it up on purpose.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 from typing import Any
 
+from streamkit.backends._lease_rules import check_names, check_time, lease_lost
 from streamkit.backends.sqlite._schema import storage_error
 from streamkit.errors import InvalidRequest, LeaseLost
 from streamkit.protocols import RELEASED, Lease
@@ -121,8 +121,8 @@ def try_acquire(
 
     Otherwise ``None`` comes back and nothing changed.
     """
-    _check_names(path, slug, owner)
-    _check_time(now, ttl)
+    check_names(path, slug, owner)
+    check_time(now, ttl)
     # One UPSERT decides and writes, so two hosts racing for a free lease cannot
     # both win even outside a transaction: the loser's WHERE no longer holds.
     # Every right-hand side of SET sees the OLD row, so the CASE compares the
@@ -182,7 +182,7 @@ def renew(conn: sqlite3.Connection, lease: Lease, now: float, ttl: float) -> Lea
     holder released it. An expired lease nobody took is renewed: see the module
     docstring for why that keeps fencing sound.
     """
-    _check_time(now, ttl)
+    check_time(now, ttl)
     with _storage(f"renew the lease of {lease.slug!r} at {lease.path!r}"):
         row = conn.execute(
             f"UPDATE {LEASE_TABLE} SET expires_at = ?, beat = beat + 1"
@@ -254,72 +254,8 @@ def _lost(conn: sqlite3.Connection, lease: Lease, now: float, attempt: str) -> L
             f"SELECT owner, generation, expires_at FROM {LEASE_TABLE} WHERE path = ? AND slug = ?",
             (lease.path, lease.slug),
         ).fetchone()
-    details: dict[str, Any] = {
-        "path": lease.path,
-        "slug": lease.slug,
-        "owner": lease.owner,
-        "generation": lease.generation,
-        "now": now,
-        "holder": None,
-        "holder_generation": None,
-        "holder_expires_at": None,
-    }
-    if row is None:
-        now_held = "the lease row is gone"
-    else:
-        holder, generation, expires_at = str(row[0]), int(row[1]), float(row[2])
-        details.update(
-            holder=holder,
-            holder_generation=generation,
-            holder_expires_at=None if expires_at == _RELEASED else expires_at,
-        )
-        if (holder, generation) != (lease.owner, lease.generation):
-            state = "holds" if now < expires_at else "last held"
-            now_held = f"{holder!r} {state} it at generation {generation}"
-        elif expires_at == _RELEASED:
-            now_held = "this holder released it"
-        else:
-            now_held = f"it expired at {expires_at} (now is {now}) and nobody took it yet"
-    outcome = (
-        "the lease was not renewed"
-        if attempt == "renew"
-        else "nothing was written by this transaction"
-    )
-    return LeaseLost(
-        f"lease lost for processor {lease.slug!r} at path {lease.path!r}: owner {lease.owner!r} "
-        f"held generation {lease.generation}, but {now_held}; {outcome}; stop this "
-        "processor's engine here, then either leave the processor to the current holder or "
-        "take the lease again with try_acquire and rebuild the engine from its checkpoint",
-        details=details,
-    )
-
-
-def _check_names(path: object, slug: object, owner: object) -> None:
-    for name, value in (("path", path), ("slug", slug), ("owner", owner)):
-        if not isinstance(value, str) or not value:
-            raise InvalidRequest(
-                f"lease {name} must be a non-empty string, got {value!r}; nothing was written",
-                details={name: repr(value)[:200]},
-            )
-
-
-def _check_time(now: object, ttl: object) -> None:
-    for name, value in (("now", now), ("ttl", ttl)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise InvalidRequest(
-                f"lease {name} must be a finite number of seconds, got {value!r}; nothing was "
-                "written",
-                details={name: repr(value)[:200]},
-            )
-    if isinstance(ttl, int | float) and ttl <= 0:
-        raise InvalidRequest(
-            f"lease ttl must be > 0 seconds, got {ttl!r}; nothing was written",
-            details={"ttl": ttl},
-        )
+    stored = None if row is None else (str(row[0]), int(row[1]), float(row[2]))
+    return lease_lost(lease, now, attempt, stored)
 
 
 class _storage:

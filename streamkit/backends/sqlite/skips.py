@@ -23,14 +23,12 @@ moves past it by the scanned range as usual.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
+from streamkit.backends._skip_rules import record_skip as _record_skip
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, read_lease
-from streamkit.errors import InvalidRequest
-from streamkit.events import MAX_OFFSET, StreamEvent
+from streamkit.events import StreamEvent
 from streamkit.log._log import Log
-from streamkit.skips import SKIP_EVENT
 
 __all__ = ["SKIP_TABLE", "ensure_skip_table", "load_skips", "record_skip"]
 
@@ -84,81 +82,28 @@ async def load_skips(log: Log) -> dict[tuple[str, str], dict[int, int]]:
 async def record_skip(
     log: Log, path: str, slug: str, offset: int, *, by: str, reason: str
 ) -> StreamEvent:
-    """Skip the event at ``offset`` for processor ``slug`` on ``path``; return the skip event.
+    """Skip the event at ``offset`` for ``slug`` on ``path`` (the rules: ``_skip_rules``)."""
+    return await _record_skip(log, path, slug, offset, by=by, reason=reason, store=_TABLES)
 
-    Refused with :class:`~streamkit.errors.InvalidRequest` (nothing written)
-    when the slug is empty or never ran on ``path`` here, no durable event has
-    that offset, the processor's checkpoint is already past it (there is
-    nothing left to skip), or it was skipped already with another ``by`` or
-    ``reason`` (the message says by whom and why). The same skip again
-    returns the event recorded the first time.
-    """
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 1 <= offset <= MAX_OFFSET:
-        raise InvalidRequest(
-            f"the offset to skip must be an integer from 1 to {MAX_OFFSET} (2^63 - 1), got "
-            f"{offset!r}; nothing was written",
-            details={"path": path, "slug": slug, "offset": repr(offset)[:80]},
-        )
-    if not slug:
-        raise InvalidRequest(
-            "the processor slug to skip for is empty; name the processor (its contract slug, "
-            "as `streamkit status` lists it); nothing was written",
-            details={"path": path, "slug": slug, "offset": offset},
-        )
-    stream = log.stream(path)
-    page = await stream.read(offset - 1, 1)
-    if page is None or not page.events or page.events[0].offset != offset:
-        raise InvalidRequest(
-            f"there is no durable event at offset {offset} of {path!r} to skip for {slug!r}; "
-            "nothing was written; `streamkit status` shows where the processor is stalled",
-            details={"path": path, "slug": slug, "offset": offset},
-        )
-    earlier = await _existing_skip(log, path, slug, offset)
-    if earlier is not None:
-        previous = earlier.payload if isinstance(earlier.payload, dict) else {}
-        if previous.get("by") == by and previous.get("reason") == reason:
-            return earlier  # the same decision again: nothing new to record
-        raise InvalidRequest(
-            f"offset {offset} of {path!r} is already skipped for {slug!r}: by "
-            f"{previous.get('by')!r}, because {previous.get('reason')!r} (recorded at offset "
-            f"{earlier.offset}); a skip is recorded once, so nothing was written",
-            details={
-                "path": path,
-                "slug": slug,
-                "offset": offset,
-                "by": previous.get("by"),
-                "reason": previous.get("reason"),
-                "recorded_at": earlier.offset,
-            },
-        )
-    known, checkpoint = await log.query(lambda conn: _processor_facts(conn, path, slug))
-    if not known:
-        raise InvalidRequest(
-            f"no processor {slug!r} has run on {path!r} of this log (it has no checkpoint or "
-            "lease here), so there is nothing to skip for it; check the slug with `streamkit "
-            "status`; nothing was written",
-            details={"path": path, "slug": slug, "offset": offset},
-        )
-    if checkpoint is not None and checkpoint >= offset:
-        raise InvalidRequest(
-            f"processor {slug!r} is already checkpointed through offset {checkpoint}, past "
-            f"{offset}; there is nothing to skip and nothing was written",
-            details={"path": path, "slug": slug, "offset": offset, "cursor": checkpoint},
-        )
-    payload: dict[str, Any] = {"slug": slug, "offset": offset, "by": by, "reason": reason}
 
-    def seal(conn: sqlite3.Connection, events: list[StreamEvent]) -> None:
-        _insert(conn, path, slug, offset, events[0].offset)
+class _SqliteSkips:
+    """The skip records of a SQLite log, for the shared rules."""
 
-    return await log.append_control(
-        path,
-        {
-            "type": SKIP_EVENT,
-            "payload": payload,
-            "idempotency_key": f"{SKIP_EVENT}/{slug}@{offset}",
-        },
-        seal,
-    )
+    def recorded_at(
+        self, conn: sqlite3.Connection, path: str, slug: str, offset: int
+    ) -> int | None:
+        return _recorded_at(conn, path, slug, offset)
+
+    def processor_facts(
+        self, conn: sqlite3.Connection, path: str, slug: str
+    ) -> tuple[bool, int | None]:
+        return _processor_facts(conn, path, slug)
+
+    def insert(self, conn: sqlite3.Connection, path: str, slug: str, offset: int, at: int) -> None:
+        _insert(conn, path, slug, offset, at)
+
+
+_TABLES = _SqliteSkips()
 
 
 def _processor_facts(conn: sqlite3.Connection, path: str, slug: str) -> tuple[bool, int | None]:
@@ -173,15 +118,6 @@ def _processor_facts(conn: sqlite3.Connection, path: str, slug: str) -> tuple[bo
         cursor = None if stored is None else stored.reduced_through_offset
     leased = LEASE_TABLE in tables and read_lease(conn, path, slug) is not None
     return cursor is not None or leased, cursor
-
-
-async def _existing_skip(log: Log, path: str, slug: str, offset: int) -> StreamEvent | None:
-    """The skip event already recorded for ``(path, slug, offset)``, if any."""
-    at = await log.query(lambda conn: _recorded_at(conn, path, slug, offset))
-    if at is None:
-        return None
-    page = await log.stream(path).read(at - 1, 1)
-    return page.events[0] if page.events and page.events[0].offset == at else None
 
 
 def _recorded_at(conn: sqlite3.Connection, path: str, slug: str, offset: int) -> int | None:

@@ -8,15 +8,13 @@ nothing is written. Tables a host has not created yet read as empty.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from typing import Any
 
+from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, leases
-from streamkit.checkpoint import shown_cursor
-from streamkit.errors import InvalidRequest
 from streamkit.log._log import Log
 
 __all__ = ["checkpoint_snapshot", "durable_lag", "durable_status"]
@@ -31,51 +29,26 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
 
 def _read(conn: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
     tables = _tables(conn)
-    rows: dict[tuple[str | None, str], dict[str, Any]] = {}
-
-    def row(path: str | None, slug: str) -> dict[str, Any]:
-        return rows.setdefault(
-            (path, slug),
-            {
-                "path": path,
-                "slug": slug,
-                "version": None,
-                "cursor": None,
-                "head": None,
-                "lag": None,
-                "lease": None,
-                "claim_due": None,
-            },
-        )
-
-    if LEASE_TABLE in tables:
-        for lease in leases(conn):
-            data = lease.to_dict()
-            data["held"] = lease.held_at(now)
-            row(lease.path, lease.slug)["lease"] = data
-    for path, slug, due in conn.execute("SELECT path, slug, due_at FROM streamkit_claims"):
-        row(str(path), str(slug))["claim_due"] = float(due)
+    stored: list[Any] = []
     if DEFAULT_CHECKPOINT_TABLE in tables:
         table = ReduceCheckpointTable(conn, create_table=False)
-        for slug in table.slugs():
-            checkpoint = table.read(slug)
-            if checkpoint is None:
-                continue
-            targets = [r for (p, s), r in rows.items() if s == slug] or [row(None, slug)]
-            for target in targets:
-                target["version"] = checkpoint.reducer_version
-                target["cursor"] = checkpoint.reduced_through_offset
-    for (path, _), data in rows.items():
-        if path is None:
-            continue
+        stored = [(slug, table.read(slug)) for slug in table.slugs()]
+
+    def head_and_lag(path: str, cursor: int) -> tuple[int, int]:
         head = conn.execute(
             'SELECT COALESCE(MAX("offset"), 0) FROM streamkit_events WHERE path = ?', (path,)
         ).fetchone()[0]
-        data["head"] = int(head)
-        cursor = data["cursor"]
-        data["lag"] = durable_lag(conn, path, cursor or 0)
-        data["cursor"] = shown_cursor(cursor, int(head))
-    return sorted(rows.values(), key=lambda r: (r["path"] or "", r["slug"]))
+        return int(head), durable_lag(conn, path, cursor)
+
+    return status_rows(
+        [(lease, lease.held_at(now)) for lease in leases(conn)] if LEASE_TABLE in tables else [],
+        [
+            (str(path), str(slug), float(due))
+            for path, slug, due in conn.execute("SELECT path, slug, due_at FROM streamkit_claims")
+        ],
+        [(slug, checkpoint) for slug, checkpoint in stored if checkpoint is not None],
+        head_and_lag,
+    )
 
 
 def durable_lag(conn: sqlite3.Connection, path: str, cursor: int) -> int:
@@ -104,17 +77,4 @@ async def checkpoint_snapshot(log: Log, slug: str) -> dict[str, Any]:
             return None
         return ReduceCheckpointTable(conn, create_table=False).read(slug)
 
-    checkpoint = await log.query(read)
-    if checkpoint is None:
-        raise InvalidRequest(
-            f"processor {slug!r} has no checkpoint in this log (it never ran here, or the slug "
-            "is misspelt); nothing was read",
-            details={"slug": slug},
-        )
-    state = None if checkpoint.state_json is None else json.loads(checkpoint.state_json)
-    return {
-        "offset": checkpoint.reduced_through_offset,
-        "state": state,
-        "version": checkpoint.reducer_version,
-        "source": "checkpoint",
-    }
+    return checkpoint_snapshot_of(slug, await log.query(read))

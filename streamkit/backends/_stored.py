@@ -1,0 +1,109 @@
+"""Stored events: committed events built from rows or appended inputs, and a page's proof.
+
+Both directions decode the stored JSON texts, so an event an append returns
+equals the one a later read returns, field for field. Nothing is validated
+here: every text was validated and encoded by the log before it was written.
+A stored row is ``(offset, type, payload, metadata, source, idempotency_key,
+created_at)``, the column order every backend's reads select.
+
+:func:`page_of` is the proof rule of SPEC section 2, for every backend: a
+page cut short (by ``limit`` or by :data:`MAX_PAGE_BYTES`) proves through
+its last event, not at the head; a short page proves through the head, which
+one snapshot shows is its last row (or at most ``after``), or through
+``upto`` when the read was bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from streamkit._fast import make_event
+from streamkit._json import decode, decode_many
+from streamkit.events import PreparedEvent, ReadPage, StreamEvent
+
+__all__ = ["MAX_PAGE_BYTES", "Row", "decode_prepared", "decode_rows", "page_of"]
+
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+"""The stored JSON a read page holds at most (one event always fits, whatever its size)."""
+
+Row = tuple[int, str, str, str, str | None, str | None, str]
+"""A stored event: offset, type, payload, metadata, source, idempotency key, created_at."""
+
+
+def decode_rows(path: str, rows: Sequence[Row]) -> list[StreamEvent]:
+    """Committed events from stored rows (no validation: they were validated when written)."""
+    if not rows:
+        return []
+    payloads = decode_many([row[2] for row in rows])
+    metadatas = decode_many([row[3] for row in rows])
+    make = make_event
+    return [
+        make(
+            path,
+            offset,
+            etype,
+            payload,
+            metadata,
+            None if source is None else decode(source),
+            key,
+            created_at,
+            False,
+        )
+        for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
+            rows, payloads, metadatas, strict=True
+        )
+    ]
+
+
+def decode_prepared(
+    path: str, events: Sequence[PreparedEvent], offsets: Sequence[int], now: str
+) -> list[StreamEvent]:
+    """The committed form of new events, decoded from their JSON so each equals a later read."""
+    if not events:
+        return []
+    make = make_event
+    if len(events) == 1:
+        event = events[0]
+        return [
+            make(
+                path,
+                offsets[0],
+                event.type,
+                decode(event.payload_json),
+                {} if event.metadata_json == "{}" else decode(event.metadata_json),
+                None if event.source_json is None else decode(event.source_json),
+                event.idempotency_key,
+                now,
+                event.ephemeral,
+            )
+        ]
+    # One parser call for all payloads (and one for all metadata) of the call.
+    payloads = decode_many([event.payload_json for event in events])
+    metadatas = decode_many([event.metadata_json for event in events])
+    return [
+        make(
+            path,
+            offset,
+            event.type,
+            payload,
+            metadata,
+            None if event.source_json is None else decode(event.source_json),
+            event.idempotency_key,
+            now,
+            event.ephemeral,
+        )
+        for offset, event, payload, metadata in zip(
+            offsets, events, payloads, metadatas, strict=True
+        )
+    ]
+
+
+def page_of(path: str, rows: Sequence[Row], after: int, upto: int | None, full: bool) -> ReadPage:
+    """The page of ``rows`` (read in one snapshot) with its proof; ``full``: cut short."""
+    if full:
+        return ReadPage(decode_rows(path, rows), rows[-1][0], False)
+    # Nothing lies past the last row (within ``upto``): the proof reaches the head, or ``upto``.
+    through = max(after, rows[-1][0]) if rows else after
+    if upto is not None:
+        through = max(through, upto)
+    return ReadPage(decode_rows(path, rows), through, True)

@@ -1,0 +1,106 @@
+"""Connections to the PostgreSQL server of a log, and the one conversion of its failures.
+
+Every connection streamkit opens is in autocommit mode (each write opens its
+own transaction explicitly), names itself ``streamkit`` to the server
+(``application_name``, seen in ``pg_stat_activity``) and gives up connecting
+after ``connect_timeout`` seconds (10 unless the URL says otherwise), so an
+unreachable server is an error, never a hang.
+
+:func:`storage_error` turns a ``psycopg`` failure into a coded error: a
+server that cannot be reached, or a connection that broke, is
+:class:`~streamkit.errors.StorageUnavailable` (retryable); a lock wait past
+the lock timeout is :class:`~streamkit.errors.StorageBusy`; anything else is
+:class:`~streamkit.errors.StorageError`, with the SQLSTATE in its details.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import psycopg.errors
+from psycopg.conninfo import conninfo_to_dict
+
+from streamkit.errors import LogOpenError, StorageBusy, StorageError, StorageUnavailable
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "connect",
+    "is_disconnect",
+    "is_retryable",
+    "open_error",
+    "storage_error",
+]
+
+CONNECT_TIMEOUT = 10
+"""Seconds to wait for the server when the URL sets no ``connect_timeout``."""
+
+_RETRYABLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
+def connect(
+    conninfo: str,
+    shown: str,
+    *,
+    options: dict[str, str] | None = None,
+    outcome: str = "nothing was done",
+) -> psycopg.Connection[Any]:
+    """A new autocommit connection; ``options`` are server settings for its session.
+
+    Raises :class:`~streamkit.errors.StorageUnavailable` when the server
+    cannot be reached.
+    """
+    params: dict[str, Any] = {"autocommit": True}
+    given = conninfo_to_dict(conninfo)
+    if "connect_timeout" not in given:
+        params["connect_timeout"] = CONNECT_TIMEOUT
+    if "application_name" not in given:
+        params["application_name"] = "streamkit"
+    if options:
+        params["options"] = " ".join(f"-c {name}={value}" for name, value in options.items())
+    try:
+        return psycopg.connect(conninfo, **params)
+    except psycopg.Error as exc:
+        raise storage_error(exc, f"connecting to {shown}", outcome=outcome) from exc
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether the server aborted the transaction only to have it run again (deadlock, serialization)."""
+    return isinstance(exc, _RETRYABLE)
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection is gone (the server stopped, the network broke)."""
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(
+        exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
+    )
+
+
+def storage_error(
+    exc: psycopg.Error,
+    doing: str,
+    *,
+    outcome: str = "the transaction was rolled back and nothing was written",
+) -> StorageError:
+    """The coded error for a ``psycopg`` failure while ``doing`` something (raise it ``from exc``)."""
+    state = exc.sqlstate
+    details: dict[str, str | None] = {"postgres_error": type(exc).__name__, "sqlstate": state}
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
+        return StorageBusy(
+            f"{doing} was refused: a row it needed stayed locked by another transaction past "
+            f"the lock timeout ({message}); {outcome}; retry, or raise busy_timeout",
+            details=details,
+        )
+    if is_disconnect(exc):
+        return StorageUnavailable(
+            f"{doing} failed: the PostgreSQL server is unreachable or the connection broke "
+            f"({message}); {outcome}; retry once the server is back",
+            details=details,
+        )
+    return StorageError(f"{doing} failed in PostgreSQL ({message}); {outcome}", details=details)
+
+
+def open_error(exc: StorageError, shown: str) -> LogOpenError:
+    """A failure while opening the log (its message says nothing was opened), as the refusal."""
+    return LogOpenError(exc.message, details={"target": shown, **exc.details})

@@ -1,0 +1,106 @@
+"""Reading committed events out of PostgreSQL, one statement per page.
+
+A page is ONE ``SELECT``, so it sees one snapshot: under READ COMMITTED a
+statement never sees part of a commit, and since offsets of a path become
+visible in offset order (:mod:`._offsets`), nothing can later appear below
+the last row a page found. The proof is the shared rule
+(:func:`~streamkit.backends._stored.page_of`).
+
+The byte budget is counted by the server (a running sum of the payload and
+metadata lengths), so a page of large events never ships rows past its cut.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
+from streamkit.events import ReadPage, StreamEvent
+
+__all__ = ["Reads"]
+
+_COLUMNS = '"offset", type, payload, metadata, source, idempotency_key, created_at'
+
+
+class Reads:
+    """The read statements of one schema."""
+
+    def __init__(self, schema: str) -> None:
+        s = f'"{schema}"'
+        # Rows in (after, upto], each with the stored JSON of the rows BEFORE it: a
+        # row starts within the budget when that sum does, so the page's last row
+        # (the one that may cross the budget) is the first past which nothing is sent.
+        self._page = f"""
+            SELECT {_COLUMNS}, before FROM (
+                SELECT {_COLUMNS}, coalesce(sum(length(payload) + length(metadata)) OVER (
+                    ORDER BY "offset" ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                    AS before
+                FROM {s}.streamkit_events
+                WHERE path = %(path)s AND "offset" > %(after)s AND "offset" <= %(upto)s
+                ORDER BY "offset" LIMIT %(limit)s
+            ) page WHERE before <= %(budget)s ORDER BY "offset"
+        """
+        self._head = f'SELECT max("offset") FROM {s}.streamkit_events WHERE path = %s'
+        self._key = (
+            f"SELECT {_COLUMNS} FROM {s}.streamkit_events WHERE path = %s AND idempotency_key = %s"
+        )
+        # One heads row per path, its committed head above 0 once a durable event
+        # is; sorted by bytes, as the SQLite backend sorts.
+        self._paths = (
+            f'SELECT path FROM {s}.streamkit_heads WHERE head > 0 ORDER BY path COLLATE "C"'
+        )
+        self._claims = (
+            f"SELECT slug, due_at FROM {s}.streamkit_claims WHERE path = %s ORDER BY slug"
+        )
+
+    def page_sized(
+        self,
+        conn: psycopg.Connection[Any],
+        path: str,
+        after: int,
+        limit: int,
+        upto: int | None = None,
+        max_bytes: int = MAX_PAGE_BYTES,
+    ) -> tuple[ReadPage, int]:
+        """A page of ``path`` in ``(after, upto]`` (at most ``limit``), and its stored JSON bytes."""
+        found = conn.execute(
+            self._page,
+            {
+                "path": path,
+                "after": after,
+                "upto": 2**63 - 1 if upto is None else upto,
+                "limit": limit + 1,
+                "budget": max_bytes,
+            },
+        ).fetchall()
+        rows: list[Any] = []
+        size = 0
+        full = False
+        for row in found:
+            row_size = len(row[2]) + len(row[3])
+            if len(rows) == limit or (rows and size + row_size > max_bytes):
+                full = True
+                break
+            rows.append(row[:7])
+            size += row_size
+        return page_of(path, rows, after, upto, full), size
+
+    def head(self, conn: psycopg.Connection[Any], path: str) -> int:
+        """The highest durable offset of ``path`` (0 if it holds no event)."""
+        row = conn.execute(self._head, (path,)).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def key(self, conn: psycopg.Connection[Any], path: str, key: str) -> StreamEvent | None:
+        """The committed event of ``path`` that an idempotency key names, if any."""
+        row = conn.execute(self._key, (path, key)).fetchone()
+        return None if row is None else decode_rows(path, [row])[0]
+
+    def paths(self, conn: psycopg.Connection[Any]) -> list[str]:
+        """Every path holding at least one durable event, sorted."""
+        return [str(row[0]) for row in conn.execute(self._paths).fetchall()]
+
+    def claims(self, conn: psycopg.Connection[Any], path: str) -> dict[str, float]:
+        """Every claim on ``path``: claimant -> due epoch second."""
+        return {str(slug): float(due) for slug, due in conn.execute(self._claims, (path,))}

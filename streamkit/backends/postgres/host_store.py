@@ -1,0 +1,353 @@
+"""The host half of the PostgreSQL backend: :class:`PostgresHostStore` implements HostStore.
+
+Every table a host keeps lives in the log's schema, next to the events
+(:mod:`._schema` creates them when the log is opened), so a fenced write and
+the rows it guards commit in one transaction on the log's writer
+connection; reads go through the log's reader threads. The lease keeper
+gets a connection of its own (:class:`PostgresLeaseRenewer`), so renewals
+run while the event loop is busy.
+
+- Checkpoints: one row per slug; a save is ONE upsert behind the lease fence
+  (:mod:`.leases`) in the same transaction, so a host that lost its lease
+  writes nothing.
+- Skips: the shared rules of :mod:`streamkit.backends._skip_rules`, the
+  record sealed into the skip event's transaction.
+- The registry: each host's control socket, with the machine it runs on
+  (``socket.gethostname()``): a Unix socket only answers on its own machine,
+  so a client asks only the hosts of the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import socket as _socket
+from typing import Any
+
+import psycopg
+
+from streamkit.backends._skip_rules import record_skip
+from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
+from streamkit.backends.postgres._backend import PostgresLogBackend
+from streamkit.backends.postgres._connect import connect, storage_error
+from streamkit.backends.postgres._target import PostgresTarget
+from streamkit.backends.postgres.leases import Leases
+from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
+from streamkit.errors import StorageError
+from streamkit.events import StreamEvent
+from streamkit.log._log import Log
+from streamkit.protocols import CheckpointStorage, Lease, LeaseGuard
+
+__all__ = ["PostgresHostStore", "PostgresLeaseRenewer", "registered_sockets"]
+
+
+class _Tables:
+    """The host's statements over the tables of one schema."""
+
+    def __init__(self, schema: str) -> None:
+        s = f'"{schema}"'
+        self.leases = Leases(schema)
+        self.read_checkpoint = (
+            "SELECT reducer_version, reduced_through_offset, state "
+            f"FROM {s}.streamkit_checkpoints WHERE slug = %s"
+        )
+        self.all_checkpoints = (
+            "SELECT slug, reducer_version, reduced_through_offset, state "
+            f'FROM {s}.streamkit_checkpoints ORDER BY slug COLLATE "C"'
+        )
+        self.write_checkpoint = (
+            f"INSERT INTO {s}.streamkit_checkpoints AS c "
+            "(slug, reducer_version, reduced_through_offset, state) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (slug) DO UPDATE SET reducer_version = excluded.reducer_version, "
+            "reduced_through_offset = excluded.reduced_through_offset, "
+            "state = COALESCE(excluded.state, c.state)"
+        )
+        self.skips = f'SELECT path, slug, "offset", skip_event_offset FROM {s}.streamkit_skips'
+        self.skip_at = (
+            f"SELECT skip_event_offset FROM {s}.streamkit_skips "
+            'WHERE path = %s AND slug = %s AND "offset" = %s'
+        )
+        self.insert_skip = (
+            f'INSERT INTO {s}.streamkit_skips (path, slug, "offset", skip_event_offset) '
+            "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
+        )
+        self.lease_exists = f"SELECT 1 FROM {s}.streamkit_leases WHERE path = %s AND slug = %s"
+        self.claims = f"SELECT path, slug, due_at FROM {s}.streamkit_claims"
+        self.head = f'SELECT coalesce(max("offset"), 0) FROM {s}.streamkit_events WHERE path = %s'
+        self.lag = f'SELECT count(*) FROM {s}.streamkit_events WHERE path = %s AND "offset" > %s'
+        self.unregister_socket = (
+            f"DELETE FROM {s}.streamkit_hosts WHERE machine = %s AND socket = %s AND owner != %s"
+        )
+        self.register = (
+            f"INSERT INTO {s}.streamkit_hosts (owner, machine, socket, pid, started_at) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (owner) DO UPDATE SET "
+            "machine = excluded.machine, socket = excluded.socket, pid = excluded.pid"
+        )
+        self.deregister = f"DELETE FROM {s}.streamkit_hosts WHERE owner = %s"
+        self.hosts = (
+            f"SELECT owner, socket FROM {s}.streamkit_hosts WHERE machine = %s ORDER BY started_at"
+        )
+        self.held_by = (
+            f"SELECT owner, count(*) FROM {s}.streamkit_leases "
+            "WHERE expires_at > '-Infinity' AND (%s::text IS NULL OR slug = %s) GROUP BY owner"
+        )
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def checkpoint(self, conn: psycopg.Connection[Any], slug: str) -> ReduceCheckpoint | None:
+        row = conn.execute(self.read_checkpoint, (slug,)).fetchone()
+        if row is None:
+            return None
+        return ReduceCheckpoint(
+            reducer_version=str(row[0]),
+            reduced_through_offset=int(row[1]),
+            state_json=None if row[2] is None else str(row[2]),
+        )
+
+    # -- skips (the SkipStore of the shared rules) ----------------------------------------
+
+    def recorded_at(
+        self, conn: psycopg.Connection[Any], path: str, slug: str, offset: int
+    ) -> int | None:
+        row = conn.execute(self.skip_at, (path, slug, offset)).fetchone()
+        return None if row is None else int(row[0])
+
+    def processor_facts(
+        self, conn: psycopg.Connection[Any], path: str, slug: str
+    ) -> tuple[bool, int | None]:
+        stored = self.checkpoint(conn, slug)
+        cursor = None if stored is None else stored.reduced_through_offset
+        leased = conn.execute(self.lease_exists, (path, slug)).fetchone() is not None
+        return cursor is not None or leased, cursor
+
+    def insert(
+        self, conn: psycopg.Connection[Any], path: str, slug: str, offset: int, at: int
+    ) -> None:
+        conn.execute(self.insert_skip, (path, slug, offset, at))
+
+    # -- the registry -----------------------------------------------------------------------
+
+    def sockets_for(
+        self, conn: psycopg.Connection[Any], machine: str, slug: str | None
+    ) -> list[str]:
+        rows = conn.execute(self.hosts, (machine,)).fetchall()
+        held = {str(o): int(n) for o, n in conn.execute(self.held_by, (slug, slug))}
+        ordered = sorted(rows, key=lambda row: -held.get(str(row[0]), 0))
+        return [str(socket) for _, socket in ordered]
+
+    # -- the durable status -----------------------------------------------------------------
+
+    def status(self, conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+        checkpoints = [
+            (
+                str(slug),
+                ReduceCheckpoint(
+                    reducer_version=str(version),
+                    reduced_through_offset=int(offset),
+                    state_json=None if state is None else str(state),
+                ),
+            )
+            for slug, version, offset, state in conn.execute(self.all_checkpoints)
+        ]
+
+        def head_and_lag(path: str, cursor: int) -> tuple[int, int]:
+            head = conn.execute(self.head, (path,)).fetchone()
+            lag = conn.execute(self.lag, (path, cursor)).fetchone()
+            return int(head[0]) if head else 0, int(lag[0]) if lag else 0
+
+        claims = [(str(p), str(s), float(d)) for p, s, d in conn.execute(self.claims)]
+        return status_rows(self.leases.leases(conn), claims, checkpoints, head_and_lag)
+
+
+class PostgresLeaseRenewer:
+    """Renews leases over a connection of its own, opened on first use (again after a failure)."""
+
+    def __init__(self, target: PostgresTarget, tables: _Tables, timeout: float) -> None:
+        self._target = target
+        self._tables = tables
+        self._options = {"lock_timeout": f"{max(1, round(timeout * 1000))}ms"}
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def renew(self, lease: Lease, now: float, ttl: float) -> Lease:
+        """Renew ``lease`` in its own transaction (LeaseLost if taken)."""
+        conn = self._conn
+        if conn is None or conn.broken or conn.closed:
+            conn = self._conn = connect(
+                self._target.conninfo, self._target.shown, options=self._options
+            )
+        try:
+            with conn.transaction():
+                return self._tables.leases.renew(conn, lease, now, ttl)
+        except psycopg.Error as exc:
+            self.close()  # reconnect at the next renewal
+            raise storage_error(
+                exc, f"renewing the lease of {lease.slug!r}", outcome="the lease was not renewed"
+            ) from exc
+
+    def close(self) -> None:
+        """Close the connection; the next renewal opens a new one."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+
+class _FencedCheckpoints:
+    """Checkpoints written only while ``held`` is in force: fence and upsert in one transaction."""
+
+    __slots__ = ("_log", "_tables", "held")
+
+    def __init__(self, log: Log, tables: _Tables, held: LeaseGuard) -> None:
+        self._log = log
+        self._tables = tables
+        self.held = held
+
+    async def load(self, slug: str) -> ReduceCheckpoint | None:
+        return await self._log.query(lambda conn: self._tables.checkpoint(conn, slug))
+
+    async def save(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+    ) -> None:
+        """Check the fence and write the checkpoint in one transaction (LeaseLost: nothing written)."""
+        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
+        fence = self.held.fence
+        statement = self._tables.write_checkpoint
+
+        def fenced_write(conn: psycopg.Connection[Any]) -> None:
+            fence(conn)
+            conn.execute(statement, (slug, reducer_version, reduced_through_offset, state_json))
+
+        await self._log.write_transaction(fenced_write)
+
+
+class PostgresHostStore:
+    """A host's tables in the PostgreSQL schema of ``log``."""
+
+    def __init__(self, log: Log) -> None:
+        backend = log.backend
+        assert isinstance(backend, PostgresLogBackend)
+        self._log = log
+        self._target = backend.target
+        self._tables = _Tables(backend.target.schema)
+
+    async def prepare(self) -> None:
+        """Nothing to do: opening the log created every table a host keeps."""
+
+    async def read_lease(self, path: str, slug: str) -> Lease | None:
+        """The stored lease row of ``(path, slug)``."""
+        return await self._log.query(
+            functools.partial(self._tables.leases.read_lease, path=path, slug=slug)
+        )
+
+    async def try_acquire(
+        self,
+        path: str,
+        slug: str,
+        owner: str,
+        now: float,
+        ttl: float,
+        *,
+        stale: Lease | None = None,
+    ) -> Lease | None:
+        """One conditional upsert on the writer connection (see ``leases``)."""
+        return await self._log.write_transaction(
+            functools.partial(
+                self._tables.leases.try_acquire,
+                path=path,
+                slug=slug,
+                owner=owner,
+                now=now,
+                ttl=ttl,
+                stale=stale,
+            )
+        )
+
+    async def release(self, lease: Lease) -> bool:
+        """Release ``lease`` (its row and generation stay)."""
+        return await self._log.write_transaction(
+            functools.partial(self._tables.leases.release, lease=lease)
+        )
+
+    def check_fence(self, conn: psycopg.Connection[Any], lease: Lease, now: float) -> None:
+        """The stored half of a fence, inside the caller's write transaction."""
+        self._tables.leases.check_fence(conn, lease, now)
+
+    def lease_renewer(self, timeout: float) -> PostgresLeaseRenewer:
+        """A renewer over its own connection to the server."""
+        return PostgresLeaseRenewer(self._target, self._tables, timeout)
+
+    def checkpoints(self, guard: LeaseGuard) -> CheckpointStorage:
+        """Checkpoints in this schema, each save fenced by ``guard`` in its transaction."""
+        return _FencedCheckpoints(self._log, self._tables, guard)
+
+    async def stored_snapshot(self, slug: str) -> dict[str, Any]:
+        """``slug``'s checkpoint as ``{offset, state, version, source}``."""
+        stored = await self._log.query(lambda conn: self._tables.checkpoint(conn, slug))
+        return checkpoint_snapshot_of(slug, stored)
+
+    async def load_skips(self) -> dict[tuple[str, str], dict[int, int]]:
+        """Every recorded skip."""
+        rows = await self._log.query(lambda conn: conn.execute(self._tables.skips).fetchall())
+        skips: dict[tuple[str, str], dict[int, int]] = {}
+        for path, slug, offset, at in rows:
+            skips.setdefault((str(path), str(slug)), {})[int(offset)] = int(at)
+        return skips
+
+    async def record_skip(
+        self, path: str, slug: str, offset: int, *, by: str, reason: str
+    ) -> StreamEvent:
+        """Skip ``offset`` for ``slug`` on ``path`` (the shared rules, this schema's tables)."""
+        return await record_skip(
+            self._log, path, slug, offset, by=by, reason=reason, store=self._tables
+        )
+
+    async def register(self, owner: str, socket: str, pid: int, now: float) -> None:
+        """Enter a host in the registry, on the machine it runs on."""
+        tables, machine = self._tables, _socket.gethostname()
+
+        def write(conn: psycopg.Connection[Any]) -> None:
+            # A socket path belongs to one live host of its machine: a dead one's row goes.
+            conn.execute(tables.unregister_socket, (machine, socket, owner))
+            conn.execute(tables.register, (owner, machine, socket, pid, now))
+
+        await self._log.write_transaction(write)
+
+    async def deregister(self, owner: str) -> None:
+        """Remove a host from the registry."""
+        statement = self._tables.deregister
+        await self._log.write_transaction(lambda conn: conn.execute(statement, (owner,)))
+
+    async def durable_status(self, now: float | None = None) -> list[dict[str, Any]]:
+        """What the database alone says about each processor (held: by the server's clock)."""
+        del now  # a lease is in force by the server's clock here, not the caller's
+        return await self._log.query(self._tables.status)
+
+    async def durable_lag(self, path: str, cursor: int) -> int:
+        """Durable events of ``path`` past ``cursor``."""
+        statement = self._tables.lag
+        row = await self._log.query(lambda conn: conn.execute(statement, (path, cursor)).fetchone())
+        return int(row[0]) if row else 0
+
+
+def registered_sockets(target: PostgresTarget, slug: str | None = None) -> list[str]:
+    """The control sockets of this machine's hosts on the log, the holder of ``slug`` first.
+
+    Its own short connection (a client asking where to send a request); empty
+    when the server cannot be reached or no host registered yet.
+    """
+    tables = _Tables(target.schema)
+    try:
+        conn = connect(target.conninfo, target.shown)
+    except StorageError:
+        return []
+    try:
+        return tables.sockets_for(conn, _socket.gethostname(), slug)
+    except psycopg.Error:
+        return []  # no registry to read: the default socket is still tried
+    finally:
+        conn.close()
