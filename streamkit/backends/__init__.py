@@ -12,8 +12,7 @@ import os
 import time
 from typing import Literal
 
-from streamkit._targets import is_postgres_target, sqlite_target
-from streamkit.backends.postgres._target import postgres_target
+from streamkit._targets import is_postgres_target, postgres_target, sqlite_target
 from streamkit.backends.sqlite._backend import SqliteLogBackend
 from streamkit.backends.sqlite.host_store import SqliteHostStore
 from streamkit.backends.sqlite.registry import registered_sockets as _sqlite_sockets

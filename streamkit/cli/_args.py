@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from streamkit._targets import default_socket, is_postgres_target
 from streamkit.backends import host_store, open_log, registered_sockets
 from streamkit.control._client import host_socket
 from streamkit.errors import InvalidRequest, LogOpenError
@@ -95,7 +96,7 @@ def positive_int(text: str) -> int:
 
 def existing_log(db: str) -> Log:
     """Open the log at ``db``, which must exist; read-only if this process cannot write it."""
-    if db != ":memory:" and not os.path.exists(db):
+    if db != ":memory:" and not is_postgres_target(db) and not os.path.exists(db):
         raise InvalidRequest(
             f"no log file at {db!r}; nothing was read or written (append creates one)",
             details={"db": db},
@@ -113,13 +114,13 @@ def host_socket_for(db: str, socket: str | None, slug: str | None = None) -> str
 
     Found means: the host holding ``slug``'s lease (or, without a slug, the
     host holding the most leases), as the file's host registry says, then any
-    other registered host, then the default ``<db>.sock``. Every candidate is
+    other registered host, then the default socket (``<db>.sock`` for a file). Every candidate is
     checked before anything is sent to it (see ``control.host_socket``).
     """
     if socket is not None:
         return host_socket(db, socket)
     seen: set[str] = set()
-    for candidate in [*registered_sockets(db, slug), db + ".sock"]:
+    for candidate in [*registered_sockets(db, slug), default_socket(db)]:
         where = os.path.realpath(candidate)
         if where in seen:
             continue
@@ -136,7 +137,7 @@ def live_host_sockets(db: str, socket: str | None) -> list[str]:
         found = host_socket(db, socket)
         return [] if found is None else [found]
     live: list[str] = []
-    candidates = {os.path.realpath(c): c for c in [db + ".sock", *registered_sockets(db)]}
+    candidates = {os.path.realpath(c): c for c in [default_socket(db), *registered_sockets(db)]}
     for candidate in candidates.values():
         found = host_socket(db, candidate)
         if found is not None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from streamkit._targets import default_socket, served_name
 from streamkit.cli._args import (
     host_socket_for,
 )
@@ -39,7 +39,7 @@ Handler = Callable[[argparse.Namespace, TextIO], int]
 
 def socket_of(args: argparse.Namespace) -> str:
     socket: str | None = getattr(args, "socket", None)
-    return socket if socket is not None else args.db + ".sock"
+    return socket if socket is not None else default_socket(args.db)
 
 
 def db_from_config() -> str:
@@ -54,8 +54,8 @@ def db_from_config() -> str:
 
 
 def served(args: argparse.Namespace) -> str:
-    """The database a request to a host means: a host on another one refuses it."""
-    return os.path.realpath(str(args.db))
+    """The log a request to a host means: a host on another one refuses it."""
+    return served_name(str(args.db))
 
 
 def live_socket(args: argparse.Namespace, slug: str | None = None) -> str | None:

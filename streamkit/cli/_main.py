@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from streamkit import __version__
-from streamkit._targets import sqlite_target
+from streamkit._targets import is_postgres_target, sqlite_target
 from streamkit.cli._common import Handler, db_from_config
 from streamkit.cli._host_commands import add_host, add_skip, add_snapshot, add_status, add_watch
 from streamkit.cli._log_commands import add_append, add_read
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     try:
         if getattr(args, "db", "") is None and args.command != "host":
             args.db = db_from_config()
-        if isinstance(getattr(args, "db", None), str):
+        if isinstance(getattr(args, "db", None), str) and not is_postgres_target(args.db):
             args.db = sqlite_target(args.db)  # every --db takes a target: sqlite://PATH too
         return handler(args, out or sys.stdout)
     except StreamkitError as exc:

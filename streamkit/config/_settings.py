@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from streamkit._targets import sqlite_target
+from streamkit._targets import default_socket, is_postgres_target, postgres_target, sqlite_target
 from streamkit.control._socket import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
@@ -169,7 +169,8 @@ class LimitSettings(_Section):
 class HostConfig(_Section):
     """Everything ``streamkit host`` needs, validated; see the module docstring for the file."""
 
-    db: Path
+    db: Path | str
+    """A SQLite file, or a PostgreSQL URL (kept as written, password and all)."""
     processors: tuple[ProcessorSpec, ...] = ()
     lease: LeaseSettings = Field(default_factory=LeaseSettings)
     retry: RetrySettings = Field(default_factory=RetrySettings)
@@ -188,13 +189,20 @@ class HostConfig(_Section):
         if not isinstance(value, str):
             return value
         try:
-            return sqlite_target(value)
+            if is_postgres_target(value):
+                postgres_target(value)  # refused here, by name, rather than at start
+                return value
+            return Path(sqlite_target(value))
         except LogOpenError as exc:
-            raise _refusal(exc.message, "give a SQLite file path or sqlite://PATH") from exc
+            raise _refusal(
+                exc.message, "give a SQLite file path, sqlite://PATH or postgresql://..."
+            ) from exc
 
     @field_validator("db")
     @classmethod
-    def _db_is_a_file(cls, value: Path) -> Path:
+    def _db_is_a_file(cls, value: Path | str) -> Path | str:
+        if isinstance(value, str):
+            return value  # a PostgreSQL URL, checked above
         if str(value) == ":memory:" or value.name in ("", ".", ".."):
             raise _refusal(
                 f"{str(value)!r} is not a database file a host can share with other processes",
@@ -208,7 +216,7 @@ class HostConfig(_Section):
         db = info.data.get("db")
         if value is not None:
             path = value
-        elif isinstance(db, Path):
+        elif isinstance(db, Path | str):
             path = _default_socket(db)
         else:
             return value  # the db error is reported on its own
@@ -253,8 +261,8 @@ class HostConfig(_Section):
             return "json"
 
 
-def _default_socket(db: Path) -> Path:
-    return db.with_name(db.name + ".sock")
+def _default_socket(db: Path | str) -> Path:
+    return Path(default_socket(db))
 
 
 class ResolvedProcessor(NamedTuple):

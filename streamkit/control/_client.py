@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
+from streamkit._targets import default_socket
 from streamkit.control._socket import (
     check_trusted_socket,
     live_server_at,
@@ -243,14 +244,15 @@ def request_sync(
 def host_socket(db: str | os.PathLike[str], socket: str | os.PathLike[str] | None) -> str | None:
     """The control socket of a host on ``db``, checked; None if no server answers there.
 
-    ``socket`` defaults to ``<db>.sock``. Before anything is sent the socket
+    ``socket`` defaults to the target's default socket (``<db>.sock`` for a
+    file). Before anything is sent the socket
     must be a mode-0600 socket owned by the owner of ``db`` (the current user
     while ``db`` does not exist), else :class:`~streamkit.errors.UntrustedSocket`.
-    Send every request with ``db=os.path.realpath(db)``: a host refuses a
+    Send every request with ``db=served_name(db)``: a host refuses a
     request meant for another database (``INVALID_REQUEST``, nothing done), so
     a ``--socket`` pointing at another database's host is never written through.
     """
-    name = os.fspath(socket) if socket is not None else os.fspath(db) + ".sock"
+    name = os.fspath(socket) if socket is not None else default_socket(db)
     if not os.path.lexists(name):
         return None
     try:

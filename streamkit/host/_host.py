@@ -55,6 +55,7 @@ from typing import Any
 
 import structlog
 
+from streamkit._targets import own_socket, served_name
 from streamkit.backends import host_store, open_log
 from streamkit.config import HostConfig, resolve_processors, shared_slug
 from streamkit.control._server import ControlServer
@@ -117,8 +118,8 @@ class ProcessorHost:
         self.config = config
         self.clock = clock
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.served_db = os.path.realpath(config.db)
-        """The database file this host serves, resolved (what ``hello`` tells clients)."""
+        self.served_db = served_name(config.db)
+        """The log this host serves, in one spelling (what ``hello`` tells clients)."""
         self._serve_control = serve_control
         entries: list[_Entry] = []
         if processors is None:
@@ -564,10 +565,10 @@ class ProcessorHost:
         return self.store
 
 
-def _own_socket(db: Path, owner: str) -> Path:
+def _own_socket(db: Path | str, owner: str) -> Path:
     """A standby's socket beside the default one, named by its owner's token."""
     token = "".join(c for c in owner.rsplit(":", 1)[-1] if c.isalnum())[:12] or "host"
-    return db.with_name(f"{db.name}.{token}.sock")
+    return Path(own_socket(db, token))
 
 
 def _check_entries(entries: Sequence[_Entry]) -> None:

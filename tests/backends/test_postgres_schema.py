@@ -14,9 +14,13 @@ import pytest
 from psycopg import sql
 from support.postgres import dropped_after, fresh_schema_name, postgres_url
 
-from streamkit._targets import is_postgres_target
+from streamkit._targets import (
+    DEFAULT_SCHEMA,
+    is_postgres_target,
+    postgres_target,
+    served_name,
+)
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
-from streamkit.backends.postgres._target import DEFAULT_SCHEMA, postgres_target
 from streamkit.errors import LogOpenError
 
 # -- the target ------------------------------------------------------------------------
@@ -28,7 +32,7 @@ def test_a_target_names_the_server_and_the_schema() -> None:
     assert parsed.schema == "orders_v2"
     assert parsed.conninfo == "postgresql://app:s3cret@db.example:5433/events"
     assert "s3cret" not in parsed.shown
-    assert parsed.shown == "postgresql://app:***@db.example:5433/events"
+    assert parsed.shown == "postgresql://app:***@db.example:5433/events?schema=orders_v2"
     kept = postgres_target("postgres://u@h/d?sslmode=require&schema=a&connect_timeout=3")
     assert kept.conninfo == "postgres://u@h/d?sslmode=require&connect_timeout=3"
     assert postgres_target("postgresql://u@h/d").schema == DEFAULT_SCHEMA
@@ -36,6 +40,11 @@ def test_a_target_names_the_server_and_the_schema() -> None:
     assert is_postgres_target("POSTGRES://u@h/d")
     assert not is_postgres_target("/var/app.db")
     assert not is_postgres_target("sqlite:///var/app.db")
+    # What a host says it serves: server, database and schema, however the URL spells them.
+    assert served_name("postgresql://app:pw@db.example:5433/events?schema=orders_v2") == (
+        served_name("postgres://other@db.example:5433/events?sslmode=require&schema=orders_v2")
+    )
+    assert served_name("postgresql://u@h/d") == "postgresql://h:5432/d?schema=public"
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ import random
 import shlex
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -21,20 +20,28 @@ from typing import Any
 
 import pytest
 from support import SUPPORT
+from support.backends import BACKENDS, Target
 from support.daemon import DaemonRig, eventually
 
 from streamkit import open_log
+from streamkit._targets import default_socket
+from streamkit.backends import host_store
+from streamkit.errors import InvalidRequest
 
 pytestmark = pytest.mark.slow
 
 
 class Rig(DaemonRig):
-    """Spawns hosts and CLI commands against one database; kills every child at the end."""
+    """Spawns hosts and CLI commands against one log; kills every child at the end.
 
-    def __init__(self, tmp_path: Path) -> None:
+    ``db`` is a SQLite file in ``tmp_path`` or, given a PostgreSQL ``target``,
+    its URL (a schema of its own on the test server).
+    """
+
+    def __init__(self, tmp_path: Path, target: Target | None = None) -> None:
         shutil.copy(SUPPORT / "host.py", tmp_path / "hostprocs.py")
         super().__init__(tmp_path, socket_prefix="skd", tmp_on_pythonpath=True)
-        self.db = str(tmp_path / "d.db")
+        self.db = str(tmp_path / "d.db") if target is None else target.target
 
     def host(self, name: str, *processors: str, ttl: str = "5") -> subprocess.Popen[bytes]:
         argv = ["--db", self.db, "--lease-ttl", ttl, "--log-format", "json"]
@@ -64,10 +71,19 @@ class Rig(DaemonRig):
         return next(r for r in self.status(name)["processors"] if r["slug"] == slug)
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    with closing(Rig(tmp_path)) as made:
-        yield made
+@pytest.fixture(params=sorted(BACKENDS))
+def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
+    """A rig on a fresh log of each backend in turn (the same daemon tests over both)."""
+    if request.param == "sqlite":
+        with closing(Rig(tmp_path)) as made:
+            yield made
+        return
+    target = BACKENDS[request.param].fresh()
+    try:
+        with closing(Rig(tmp_path, target)) as made:
+            yield made
+    finally:
+        target.remove()
 
 
 def append_items(db: str, count: int) -> list[int]:
@@ -80,33 +96,39 @@ def append_items(db: str, count: int) -> list[int]:
 
 
 def log_items(db: str) -> list[int]:
-    conn = sqlite3.connect(db)
-    try:
-        rows = conn.execute(
-            "SELECT \"offset\" FROM streamkit_events WHERE path = '/' AND type = 'item'"
-            ' ORDER BY "offset"'
-        ).fetchall()
-    finally:
-        conn.close()
-    return [int(r[0]) for r in rows]
+    """The offsets of the items on ``/``, read through the public API (any backend)."""
+
+    async def read() -> list[int]:
+        async with open_log(db) as log:
+            stream, found, after = log.stream("/"), [], 0
+            while True:
+                page = await stream.read(after, 500)
+                found += [e.offset for e in page.events if e.type == "item"]
+                after = page.scanned_through_offset
+                if page.at_head:
+                    return found
+
+    return asyncio.run(read())
 
 
 def checkpoint(db: str, slug: str = "tally") -> tuple[int, list[int]]:
-    conn = sqlite3.connect(db)
-    try:
-        row = conn.execute(
-            "SELECT reduced_through_offset, state FROM streamkit_checkpoints WHERE slug = ?",
-            (slug,),
-        ).fetchone()
-        head = conn.execute('SELECT MAX("offset") FROM streamkit_events').fetchone()[0]
-    finally:
-        conn.close()
-    if row is None:
+    """The stored checkpoint of ``slug``: its cursor and the offsets its state holds."""
+
+    async def read() -> tuple[dict[str, Any] | None, int]:
+        async with open_log(db) as log:
+            head = await log.stream("/").head()
+            try:
+                return await host_store(log).stored_snapshot(slug), head
+            except InvalidRequest:
+                return None, head
+
+    snapshot, head = asyncio.run(read())
+    if snapshot is None:
         return 0, []
-    cursor, state = int(row[0]), row[1]
-    offsets = [] if state is None else list(json.loads(state)["offsets"])
+    cursor, state = int(snapshot["offset"]), snapshot["state"]
+    offsets = [] if state is None else list(state["offsets"])
     # No checkpoint is ahead of its events: nothing past the durable head.
-    assert not offsets or offsets[-1] <= (head or 0)
+    assert not offsets or offsets[-1] <= head
     return cursor, offsets
 
 
@@ -177,6 +199,9 @@ def test_second_host_takes_over_after_kill_9(rig: Rig) -> None:
 APPENDER = """
 import asyncio, os, sys
 from streamkit import open_log
+from streamkit._targets import default_socket
+from streamkit.backends import host_store
+from streamkit.errors import InvalidRequest
 
 async def main(db, stop):
     async with open_log(db) as log:
@@ -317,10 +342,24 @@ def test_relative_paths_in_processor_settings_follow_the_config_file(tmp_path: P
     assert not (elsewhere / "marker.txt").exists()
 
 
-def test_standby_hosts_need_no_flags_and_commands_find_the_lease_holder(tmp_path: Path) -> None:
-    """Two hosts on one file with default settings; after kill -9, status finds the new holder."""
+@pytest.fixture(params=sorted(BACKENDS))
+def db(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh log target of each backend in turn: a file in ``tmp_path``, or a URL."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "s.db")
+        return
+    target = BACKENDS[request.param].fresh()
+    try:
+        yield target.target
+    finally:
+        target.remove()
+
+
+def test_standby_hosts_need_no_flags_and_commands_find_the_lease_holder(
+    tmp_path: Path, db: str
+) -> None:
+    """Two hosts on one log with default settings; after kill -9, status finds the new holder."""
     shutil.copy(SUPPORT / "host.py", tmp_path / "hostprocs.py")
-    db = tmp_path / "s.db"
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     argv = [sys.executable, "-m", "streamkit", "host", "--db", str(db), "--lease-ttl", "1"]
     argv += ["--processor", "hostprocs:Tally"]
@@ -345,7 +384,7 @@ def test_standby_hosts_need_no_flags_and_commands_find_the_lease_holder(tmp_path
     try:
         first = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
         children.append(first)
-        eventually(lambda: Path(f"{db}.sock").exists())
+        eventually(lambda: Path(default_socket(db)).exists())
         eventually(lambda: len(status()["hosts"]) == 1)
         second = subprocess.Popen(argv, env=env, cwd=tmp_path, stderr=subprocess.DEVNULL)
         children.append(second)

@@ -148,15 +148,27 @@ def test_every_db_option_takes_a_sqlite_url(tmp_path: Path) -> None:
     code, out = run("read", "--db", f"sqlite://{db}", "--json")
     assert code == 0
     assert json.loads(out.splitlines()[0])["payload"] == {"n": 1}
-    assert run("read", "--db", "postgresql://x/y")[0] == 1
+    assert run("read", "--db", "redis://x/y")[0] == 1
 
 
-def test_a_config_db_may_be_a_sqlite_url_and_another_scheme_is_refused(tmp_path: Path) -> None:
-    """db = "sqlite://..." in streamkit.toml is the file; db = "postgresql://..." is INVALID_CONFIG."""
+def test_a_config_db_may_be_a_sqlite_or_postgresql_url_and_another_scheme_is_refused(
+    tmp_path: Path,
+) -> None:
+    """db = "sqlite://..." is the file, "postgresql://..." is kept (its schema checked at load),
+    another scheme is INVALID_CONFIG."""
     good = tmp_path / "good.toml"
     good.write_text(f'db = "sqlite://{tmp_path}/h.db"\n')
     assert load_config(good).db == tmp_path / "h.db"
+    server = tmp_path / "pg.toml"
+    server.write_text('db = "postgresql://app@db.internal/app?schema=shop"\n')
+    loaded = load_config(server)
+    assert loaded.db == "postgresql://app@db.internal/app?schema=shop"
+    assert loaded.socket_path.name.startswith("streamkit-")
+    bad_schema = tmp_path / "bad_schema.toml"
+    bad_schema.write_text('db = "postgresql://app@db.internal/app?schema=Shop"\n')
+    with pytest.raises(InvalidConfig, match=r"db: the schema name 'Shop'"):
+        load_config(bad_schema)
     bad = tmp_path / "bad.toml"
-    bad.write_text('db = "postgresql://x/y"\n')
-    with pytest.raises(InvalidConfig, match=r"db: no installed backend serves postgresql://"):
+    bad.write_text('db = "redis://x/y"\n')
+    with pytest.raises(InvalidConfig, match=r"db: no installed backend serves redis://"):
         load_config(bad)

@@ -29,9 +29,9 @@ from typing import Any
 
 import psycopg
 
+from streamkit._targets import PostgresTarget
 from streamkit.backends.postgres._connect import connect
 from streamkit.backends.postgres._read import Reads
-from streamkit.backends.postgres._target import PostgresTarget
 from streamkit.backends.postgres._writer import Fed, notify_channel
 from streamkit.errors import StorageError
 from streamkit.log._follow import Feed, Push, WakeList, wake

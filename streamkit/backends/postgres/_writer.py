@@ -41,6 +41,7 @@ from streamkit._requests import (
     TransactionJob,
     WriteCall,
 )
+from streamkit._targets import PostgresTarget
 from streamkit.backends._blocks import BLOCK_MIN, PathState, Snapshot
 from streamkit.backends._placing import place_events
 from streamkit.backends._stored import decode_prepared
@@ -59,7 +60,6 @@ from streamkit.backends.postgres._offsets import (
     take_offsets,
 )
 from streamkit.backends.postgres._read import Reads
-from streamkit.backends.postgres._target import PostgresTarget
 from streamkit.errors import StorageError, StreamkitError
 from streamkit.events import PreparedEvent, StreamEvent, format_timestamp, now_timestamp
 from streamkit.log._follow import Feed, Push

@@ -26,11 +26,11 @@ from typing import Any
 
 import psycopg
 
+from streamkit._targets import PostgresTarget
 from streamkit.backends._skip_rules import record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
 from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.backends.postgres._connect import connect, storage_error
-from streamkit.backends.postgres._target import PostgresTarget
 from streamkit.backends.postgres.leases import Leases
 from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
 from streamkit.errors import StorageError
