@@ -8,7 +8,10 @@
    started on it; each processor's ``catch_up.done`` log line gives its events
    per second (the three catch up at once, on one event loop).
 
-Usage: ``.venv/bin/python bench/bench_host.py [--events N] [--pickups N]``.
+Usage: ``.venv/bin/python bench/bench_host.py [--events N] [--pickups N] [--postgres URL]``.
+With ``--postgres`` the pickup is measured on PostgreSQL as well (a schema of
+its own, dropped at the end), in the same run: the daemon then hears of
+commits through LISTEN/NOTIFY instead of SQLite's ``data_version`` poll.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ class Stamp(StreamProcessor[Count]):
 """
 
 
-def spawn(workdir: Path, db: Path, *processors: str) -> tuple[subprocess.Popen[bytes], Path]:
+def spawn(workdir: Path, db: Path | str, *processors: str) -> tuple[subprocess.Popen[bytes], Path]:
     log = workdir / f"host-{time.monotonic_ns()}.log"
     argv = [sys.executable, "-m", "streamkit", "host", "--db", str(db), "--log-format", "json"]
     argv += ["--socket", str(workdir / "h.sock")]
@@ -100,9 +103,9 @@ def percentile(samples: list[float], p: float) -> float:
     return ordered[index]
 
 
-def bench_pickup(workdir: Path, count: int) -> list[str]:
-    db = workdir / "pickup.db"
-    stamps = workdir / "stamps.txt"
+def bench_pickup(workdir: Path, count: int, db: Path | str, label: str) -> str:
+    """One table row: the pickup latency of ``count`` events on ``db``."""
+    stamps = workdir / f"stamps-{label}.txt"
     spec = f'bench_procs:Stamp{{"out": "{stamps}"}}'
     child, _ = spawn(workdir, db, spec)
     sent: dict[int, float] = {}
@@ -129,14 +132,19 @@ def bench_pickup(workdir: Path, count: int) -> list[str]:
     finally:
         stop(child)
     latencies = [(seen[o] - sent[o]) * 1000 for o in sent if o in seen]
-    return [
-        "### Cross-process pickup latency (append in one process -> process_event in the daemon)",
-        "",
-        "| events | p50 ms | p99 ms | max ms | mean ms |",
-        "| ---: | ---: | ---: | ---: | ---: |",
-        f"| {len(latencies)} | {percentile(latencies, 50):.2f} | {percentile(latencies, 99):.2f} "
-        f"| {max(latencies):.2f} | {statistics.fmean(latencies):.2f} |",
-    ]
+    return (
+        f"| {label} | {len(latencies)} | {percentile(latencies, 50):.2f} "
+        f"| {percentile(latencies, 99):.2f} | {max(latencies):.2f} "
+        f"| {statistics.fmean(latencies):.2f} |"
+    )
+
+
+PICKUP_HEADER = [
+    "### Cross-process pickup latency (append in one process -> process_event in the daemon)",
+    "",
+    "| backend | events | p50 ms | p99 ms | max ms | mean ms |",
+    "| --- | ---: | ---: | ---: | ---: | ---: |",
+]
 
 
 def bench_catch_up(workdir: Path, events: int) -> list[str]:
@@ -180,16 +188,43 @@ def bench_catch_up(workdir: Path, events: int) -> list[str]:
     return rows
 
 
+def drop_schema(url: str, schema: str) -> None:
+    import psycopg  # the postgres extra, needed only with --postgres
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--pickups", type=int, default=500)
+    parser.add_argument("--postgres", help="a PostgreSQL URL: measure the pickup there too")
+    parser.add_argument("--no-catch-up", action="store_true", help="measure the pickup only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="skb") as tmp:
         workdir = Path(tmp)
         (workdir / "bench_procs.py").write_text(PROCESSORS)
-        lines = bench_pickup(workdir, args.pickups)
-        lines += ["", *bench_catch_up(workdir, args.events)]
+        lines = [
+            *PICKUP_HEADER,
+            bench_pickup(workdir, args.pickups, workdir / "pickup.db", "SQLite"),
+        ]
+        if args.postgres:
+            schema = f"bench_{os.getpid()}"
+            joiner = "&" if "?" in args.postgres else "?"
+            try:
+                lines.append(
+                    bench_pickup(
+                        workdir,
+                        args.pickups,
+                        f"{args.postgres}{joiner}schema={schema}",
+                        "PostgreSQL",
+                    )
+                )
+            finally:
+                drop_schema(args.postgres, schema)
+        if not args.no_catch_up:
+            lines += ["", *bench_catch_up(workdir, args.events)]
     print("\n".join(lines))
 
 

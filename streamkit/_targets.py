@@ -40,6 +40,7 @@ __all__ = [
     "own_socket",
     "postgres_target",
     "served_name",
+    "shown_target",
     "sqlite_target",
     "target_digest",
 ]
@@ -95,13 +96,22 @@ class PostgresTarget:
 
 
 def masked(url: str) -> str:
-    """``url`` with the password, if any, replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """``url`` with its password, if any (in the user part or as ``password=``), as ``***``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.netloc.rsplit("@", 1)[1]
+            parts = parts._replace(netloc=f"{user}:***@{host}")
+        if "password" in parts.query.lower():
+            query = [
+                (key, "***" if key.lower() == "password" else value)
+                for key, value in parse_qsl(parts.query, keep_blank_values=True)
+            ]
+            parts = parts._replace(query=urlencode(query, safe="*"))
+        return urlunsplit(parts)
+    except ValueError:
+        return "postgresql://***"  # unreadable: show nothing of it
 
 
 def postgres_target(target: str) -> PostgresTarget:
@@ -180,3 +190,10 @@ def default_socket(target: str | os.PathLike[str]) -> str:
 def own_socket(target: str | os.PathLike[str], token: str) -> str:
     """The socket a host takes when another live host holds the default one."""
     return default_socket(target).removesuffix(".sock") + f".{token}.sock"
+
+
+def shown_target(target: str | os.PathLike[str]) -> str:
+    """``target`` as logs and status show it: a PostgreSQL URL without its password."""
+    if is_postgres_target(target):
+        return masked(str(target))
+    return os.fspath(target)

@@ -326,6 +326,18 @@ class HostStore(Protocol):
         """Remove this host from the registry."""
         ...
 
+    async def host_beat(self, owner: str, processors: list[str], now: float) -> None:
+        """Record that ``owner`` is alive and which processors (``slug@path``) it runs."""
+        ...
+
+    async def live_hosts(self, now: float, ttl: float) -> dict[str, list[str]]:
+        """The hosts whose latest beat is within ``ttl``: owner -> the processors it runs."""
+        ...
+
+    async def leases(self) -> list[Lease]:
+        """Every stored lease row (held, expired or released)."""
+        ...
+
     async def durable_status(self, now: float | None = None) -> list[dict[str, Any]]:
         """One row per known ``(path, slug)``: version, cursor, head, lag, lease and claim."""
         ...

@@ -131,8 +131,10 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
 def _merged_status(answers: list[dict[str, Any]]) -> dict[str, Any]:
     """One status from every live host: each processor's row from the host holding its lease.
 
-    ``host`` is the host holding the most leases (first when none does);
-    ``hosts`` lists every one that answered.
+    A row's ``host`` is the owner that runs the processor (the lease holder,
+    wherever it runs; None when nobody holds it). ``host`` of the status is
+    the host holding the most leases (first when none does); ``hosts`` lists
+    every one that answered.
     """
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     held: dict[str, int] = {}
@@ -144,7 +146,10 @@ def _merged_status(answers: list[dict[str, Any]]) -> dict[str, Any]:
                 held[owner] = held.get(owner, 0) + 1
                 rows[key] = {**row, "host": owner}
             else:
-                rows.setdefault(key, {**row, "host": owner})
+                # Run elsewhere (a host on another machine, say): the lease says by whom.
+                lease = row.get("lease") or {}
+                runs = lease.get("owner") if lease.get("held") else None
+                rows.setdefault(key, {**row, "host": runs})
     hosts = sorted((a["host"] for a in answers), key=lambda h: -held.get(h["owner"], 0))
     ordered = sorted(rows.values(), key=lambda r: (r["path"], r["slug"]))
     return {"host": hosts[0], "hosts": hosts, "processors": ordered}

@@ -1,8 +1,19 @@
 """Taking leases: when this host may start a processor that it does not run yet.
 
-At every beat the :class:`LeaseAcquirer` looks at each runner without a
-running engine. A lease that is free (never taken, or released) is taken at
-once. One held by another owner is taken only once this host has watched the
+At every beat the :class:`LeaseAcquirer` first says this host is alive (and
+what it can run) and reads which hosts are, then places every processor on
+one live host (:mod:`._spread`): that host takes it, the others leave it.
+A host that runs a processor placed on another live host (one that joined,
+say) hands it off: it stops after the batch in flight and releases the
+lease, and the other takes the free lease at its next beat. A host only
+hands off to a host it saw alive at two beats in a row, so a late beat does
+not move work about. A free lease placed elsewhere is still taken once it
+has stayed free for two ttls (the host it was placed on may be unable to
+start it), and a stale one after two ttls of watching, so no processor is
+left without a host.
+
+Then it looks at each runner without a running engine. A lease that is
+free (never taken, or released) and placed here is taken at once. One held by another owner is taken only once this host has watched the
 very same row (owner, generation, beat) go unrenewed for a ttl of its own
 monotonic time: that owner's ``expires_at`` is its own clock and never
 trusted here, so no wall clock, fast or slow, can steal a live lease or pin a
@@ -22,6 +33,7 @@ import structlog
 from streamkit.errors import StreamkitError
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._runner import ProcessorRunner
+from streamkit.host._spread import Key, assign, key_of
 from streamkit.log._log import Log
 from streamkit.protocols import Clock, HostStore
 
@@ -42,6 +54,7 @@ class LeaseAcquirer:
         clock: Clock,
         ttl: float,
         on_acquired: Callable[[ProcessorRunner, HeldLease], None],
+        on_hand_off: Callable[[ProcessorRunner], None] = lambda runner: None,
     ) -> None:
         self._log = log
         self._store = store
@@ -49,37 +62,88 @@ class LeaseAcquirer:
         self._clock = clock
         self._ttl = ttl
         self._on_acquired = on_acquired
+        self._on_hand_off = on_hand_off
+        # Consecutive beats at which each host was seen alive (a hand-off needs two).
+        self._seen: dict[str, int] = {}
+        self.placed: dict[Key, str] = {}
+        """Where the latest beat placed each processor: ``slug@path`` -> host."""
 
     async def beat_all(
         self, runners: Sequence[ProcessorRunner], stopping: Callable[[], bool]
     ) -> None:
         """One beat for every runner, until ``stopping()`` says the host is stopping."""
+        placed: dict[Key, str] | None = None
+        try:
+            placed = await self._place(runners)
+        except Exception as exc:
+            # Without the picture every host takes what is free, as a lone host does.
+            _log.warning("hosts.placement_failed", error=repr(exc))
         for runner in runners:
             if stopping():
                 return
             try:
-                await self.beat(runner)
+                await self.beat(runner, placed)
             except Exception as exc:
                 # A busy or failing database must not stop the heartbeat: the lease
                 # lasts ttl, and the next beat tries again.
                 _log.warning("lease.heartbeat_failed", slug=runner.slug, error=repr(exc))
 
-    async def beat(self, runner: ProcessorRunner) -> None:
-        """Take ``runner``'s lease if it is free, or stale by this host's own watch."""
+    async def _place(self, runners: Sequence[ProcessorRunner]) -> dict[Key, str]:
+        """Beat, read who is alive and who holds what, and place every processor."""
+        store, keys = self._store, [key_of(r.slug, r.path) for r in runners]
+        now = self._clock()
+        await store.host_beat(self._owner, keys, now)
+        hosts = await store.live_hosts(now, self._ttl)
+        hosts[self._owner] = keys  # alive, whatever the read said
+        holders = {
+            key_of(lease.slug, lease.path): lease.owner
+            for lease in await store.leases()
+            if not lease.released
+        }
+        for runner in runners:
+            if runner.engine is not None:
+                holders[key_of(runner.slug, runner.path)] = self._owner
+        self._seen = {owner: self._seen.get(owner, 0) + 1 for owner in hosts}
+        placed = assign(hosts, holders)
+        if placed != self.placed:
+            mine = sorted(k for k, owner in placed.items() if owner == self._owner)
+            _log.info("hosts.placed", hosts=len(hosts), here=mine)
+        self.placed = placed
+        return placed
+
+    async def beat(self, runner: ProcessorRunner, placed: dict[Key, str] | None = None) -> None:
+        """Take ``runner``'s lease if it is free, or stale by this host's own watch.
+
+        ``placed`` says which live host each processor belongs on; without
+        it (or for a processor placed here) a free lease is taken at once.
+        """
+        assignee = None if placed is None else placed.get(key_of(runner.slug, runner.path))
+        elsewhere = assignee is not None and assignee != self._owner
         if runner.held is not None and runner.engine is not None:
+            if elsewhere and self._seen.get(str(assignee), 0) >= 2:
+                self._on_hand_off(runner)
             return  # the lease keeper renews it, off the loop
         store, ttl = self._store, self._ttl
+        # A processor placed on another live host is left to it for longer.
+        patience = 2 * ttl if elsewhere else ttl
         row = await store.read_lease(runner.path, runner.slug)
         stale = None
-        if row is not None and not row.released and row.owner != self._owner:
-            seen = time.monotonic()
+        seen = time.monotonic()
+        if row is None or row.released:
+            if elsewhere:
+                if runner.free_since is None:
+                    runner.free_since = seen
+                if seen - runner.free_since < patience:
+                    return
+        elif row.owner != self._owner:
             observed = runner.observed
             if observed is None or not observed[0].same_row(row):
                 runner.observed = (row, seen)
                 return
-            if seen - observed[1] < ttl:
+            if seen - observed[1] < patience:
                 return
             stale = row
+        runner.free_since = None
         started = time.monotonic()
         try:
             taken = await store.try_acquire(

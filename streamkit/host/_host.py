@@ -55,7 +55,7 @@ from typing import Any
 
 import structlog
 
-from streamkit._targets import own_socket, served_name
+from streamkit._targets import own_socket, served_name, shown_target
 from streamkit.backends import host_store, open_log
 from streamkit.config import HostConfig, resolve_processors, shared_slug
 from streamkit.control._server import ControlServer
@@ -138,6 +138,7 @@ class ProcessorHost:
         self._keeper: LeaseKeeper | None = None
         self._acquirer: LeaseAcquirer | None = None
         self._lease_tasks: set[asyncio.Task[None]] = set()
+        self._handing_off: set[ProcessorRunner] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._watches: dict[str, PathWatch] = {}
         self._control: ControlServer | None = None
@@ -213,6 +214,7 @@ class ProcessorHost:
                 clock=self.clock,
                 ttl=config.lease.ttl,
                 on_acquired=self._acquired,
+                on_hand_off=self._hand_off,
             )
             await self._heartbeat_once()
             self._tasks.append(loop.create_task(self._heartbeat()))
@@ -224,7 +226,7 @@ class ProcessorHost:
             raise
         _log.info(
             "host.started",
-            db=str(config.db),
+            db=shown_target(config.db),
             socket=None if self.socket_path is None else str(self.socket_path),
             owner=self.owner,
             processors=[f"{r.slug}@{r.path}" for r in self.runners],
@@ -277,6 +279,8 @@ class ProcessorHost:
         watches, self._watches = self._watches, {}
         await asyncio.gather(*(watch.close() for watch in watches.values()))
         await asyncio.gather(*(runner.stop(grace) for runner in self.runners))
+        if self._lease_tasks:  # hand-offs and losses in progress end with their runners
+            await asyncio.gather(*self._lease_tasks, return_exceptions=True)
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             # After the runners (their last batches needed the leases kept), before
@@ -285,6 +289,13 @@ class ProcessorHost:
         log = self.log
         if log is None:
             return
+        if self.store is not None:
+            # Out of the registry before the leases go: the other hosts then place the
+            # processors among themselves, not on this host any more.
+            try:
+                await self.store.deregister(self.owner)
+            except StreamkitError as exc:
+                _log.warning("host.deregister_failed", error=exc.message)
         for runner in self.runners:
             lease = runner.lease
             if lease is None:
@@ -295,11 +306,6 @@ class ProcessorHost:
             except StreamkitError as exc:
                 _log.warning("lease.release_failed", slug=runner.slug, error=exc.message)
             runner.held = None
-        if self.socket_path is not None:
-            try:
-                await self._require_store().deregister(self.owner)
-            except StreamkitError as exc:
-                _log.warning("host.deregister_failed", error=exc.message)
         await log.aclose()
 
     async def run(self) -> None:
@@ -379,6 +385,28 @@ class ProcessorHost:
             self._keeper.hold(held, functools.partial(self._lost_by_keeper, runner, held))
         if self._alarm is not None:
             self._alarm.changed()
+
+    def _hand_off(self, runner: ProcessorRunner) -> None:
+        """Give ``runner``'s processor to the host it is placed on (see ``_acquire``)."""
+        if runner in self._handing_off or self._stopping:
+            return
+        self._handing_off.add(runner)
+        task = asyncio.get_running_loop().create_task(self._release_to_another(runner))
+        self._lease_tasks.add(task)
+        task.add_done_callback(self._lease_tasks.discard)
+
+    async def _release_to_another(self, runner: ProcessorRunner) -> None:
+        try:
+            # Background work gets part of the ttl: the lease is renewed meanwhile.
+            grace = min(self.config.shutdown_grace, self.config.lease.ttl / 2)
+            held = await runner.hand_off(grace)
+            if held is not None and await self._require_store().release(held.lease):
+                _log.info("lease.released", slug=runner.slug, path=runner.path, handed_off=True)
+        except StreamkitError as exc:
+            # Kept or lost, the lease stays the arbiter: the other host takes it when free.
+            _log.warning("lease.hand_off_failed", slug=runner.slug, error=exc.message)
+        finally:
+            self._handing_off.discard(runner)
 
     def _lost_by_keeper(self, runner: ProcessorRunner, held: HeldLease, error: LeaseLost) -> None:
         # On the loop, called by the keeper thread: stop the engine if it still
@@ -528,7 +556,7 @@ class ProcessorHost:
             "host": {
                 "owner": self.owner,
                 "pid": os.getpid(),
-                "db": str(self.config.db),
+                "db": shown_target(self.config.db),
                 "socket": None if self.socket_path is None else str(self.socket_path),
                 "uptime": None if started is None else round(self.clock() - started, 3),
             },

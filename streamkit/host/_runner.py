@@ -130,6 +130,8 @@ class ProcessorRunner:
         # The other owner's lease row as this host first saw it, and when (monotonic):
         # unchanged for a ttl, it is stale and may be taken over.
         self.observed: tuple[Lease, float] | None = None
+        # When this host first saw the lease free while it was placed on another host.
+        self.free_since: float | None = None
         self.claim_due: float | None = None
         self.failures = 0
         self.stalled = False
@@ -154,6 +156,8 @@ class ProcessorRunner:
         self._failing_offset: int | None = None
         self._engine_stream: _EngineStream | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        # Held by the worker for each item it runs: a hand-off waits for the one in flight.
+        self._item = asyncio.Lock()
 
     # -- state for status ----------------------------------------------------------
 
@@ -301,6 +305,33 @@ class ProcessorRunner:
             )
         await engine.aclose(0.0)
 
+    async def hand_off(self, grace: float) -> HeldLease | None:
+        """Stop running here after the item in flight, so another host can take over.
+
+        The engine takes no new item; the one in flight finishes (its
+        checkpoint written), background work gets ``grace`` seconds, then the
+        lease is returned for the host to release. The runner waits again,
+        like one whose lease another host holds. None if it ran nothing.
+        """
+        if self.engine is None:
+            return None
+        self._poke.set()
+        if self._follower is not None:
+            self._follower.wake()
+        async with self._item:  # the batch in flight ends first; none starts after
+            engine, held = self.engine, self.held
+            if engine is None or held is None:
+                return None  # the lease went meanwhile (lost, or the host stopped)
+            self.engine = None
+            self.held = None
+            self._due = None
+            self._unfollow()
+        # Renewed until the background work is done: it may still append under the lease.
+        await engine.aclose(grace)
+        self._on_lease_gone(held)
+        _log.info("processor.handed_off", slug=self.slug, path=self.path, cursor=engine.cursor)
+        return held
+
     async def stop(self, grace: float) -> None:
         """Finish the item in flight, stop taking work, give background work ``grace`` s.
 
@@ -340,7 +371,8 @@ class ProcessorRunner:
             due = self._due
             if due is not None:
                 self._due = None
-                await self._until_done(due)
+                async with self._item:
+                    await self._until_done(due)
                 if engine is self.engine:
                     follower.skip_to(engine.cursor)  # what the revive read needs no push
                 continue
@@ -377,7 +409,8 @@ class ProcessorRunner:
                     detail="fell too far behind to be held in memory: reading the log instead",
                 )
             events, scanned = got
-            await self._until_done((events, scanned, follower.at_head))
+            async with self._item:
+                await self._until_done((events, scanned, follower.at_head))
 
     async def _until_done(self, item: Item) -> None:
         while not self._stopping:

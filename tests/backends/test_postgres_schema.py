@@ -45,6 +45,10 @@ def test_a_target_names_the_server_and_the_schema() -> None:
         served_name("postgres://other@db.example:5433/events?sslmode=require&schema=orders_v2")
     )
     assert served_name("postgresql://u@h/d") == "postgresql://h:5432/d?schema=public"
+    # A password given as a parameter is never shown either.
+    hidden = postgres_target("postgresql://u@h/d?password=s3cret&sslmode=require")
+    assert "s3cret" not in hidden.shown
+    assert "password=***" in hidden.shown
 
 
 @pytest.mark.parametrize(

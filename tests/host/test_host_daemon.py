@@ -244,6 +244,46 @@ def test_kill_9_at_random_moments_loses_nothing(rig: Rig) -> None:
     assert cursor >= head
 
 
+SHARED = ("hostprocs:Tally", "hostprocs:Second", "hostprocs:Third", "hostprocs:Fourth")
+
+
+def test_three_hosts_share_four_processors_and_survive_a_kill_9(rig: Rig) -> None:
+    """Three daemons split four processors (status says who runs what); kill -9 one of them
+    under load: the others take its processors over and every item is reduced once by each."""
+    stop = rig.tmp / "stop"
+    children = {name: rig.host(name, *SHARED, ttl="1") for name in ("a", "b", "c")}
+
+    def placement() -> dict[str, str | None]:
+        out = rig.cli("status", "--db", rig.db, "--json").stdout
+        return {row["slug"]: row["host"] for row in json.loads(out)["processors"]}
+
+    def shared() -> bool:
+        hosts = list(placement().values())
+        return None not in hosts and sorted(hosts.count(h) for h in set(hosts)) == [1, 1, 2]
+
+    eventually(shared)
+    appender = rig.track(
+        subprocess.Popen([sys.executable, "-c", APPENDER, rig.db, str(stop)], env=rig.env)
+    )
+    try:
+        time.sleep(0.5)
+        victim = next(h for h in placement().values() if h is not None)
+        name = next(n for n, child in children.items() if str(child.pid) in str(victim))
+        children[name].kill()
+        children[name].wait()
+        # Within a few ttls the two left run everything between them.
+        eventually(lambda: victim not in placement().values() and None not in placement().values())
+        time.sleep(0.5)
+    finally:
+        stop.touch()
+        appender.wait(timeout=30)
+    assert appender.returncode == 0
+    head = log_items(rig.db)[-1]
+    for slug in ("tally", "second", "third", "fourth"):
+        eventually(lambda slug=slug: checkpoint(rig.db, slug)[0] >= head)
+        assert checkpoint(rig.db, slug)[1] == log_items(rig.db), slug
+
+
 def test_second_signal_exits_at_once(rig: Rig) -> None:
     """SIGTERM waits for background work within the grace; a second signal exits at once."""
     daemon = rig.start_host(

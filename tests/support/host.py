@@ -51,6 +51,32 @@ class Second(Tally):
     )
 
 
+class Third(Tally):
+    """A third slug over the same events (hosts sharing several processors)."""
+
+    contract = define_processor_contract(
+        slug="third",
+        version="1",
+        description="records reduced item offsets as well",
+        state_schema=Offsets,
+        consumes=["item"],
+        emits=[],
+    )
+
+
+class Fourth(Tally):
+    """A fourth slug over the same events."""
+
+    contract = define_processor_contract(
+        slug="fourth",
+        version="1",
+        description="records reduced item offsets again",
+        state_schema=Offsets,
+        consumes=["item"],
+        emits=[],
+    )
+
+
 class Pinged(StreamProcessor[Offsets]):
     """Counts ephemeral ``ping`` events it is pushed (they are never written)."""
 

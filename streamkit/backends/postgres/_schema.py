@@ -108,7 +108,9 @@ _TABLES = (
         machine text NOT NULL,
         socket text NOT NULL,
         pid integer NOT NULL,
-        started_at double precision NOT NULL
+        started_at double precision NOT NULL,
+        beat_at double precision,
+        processors text NOT NULL DEFAULT '[]'
     )""",
 )
 

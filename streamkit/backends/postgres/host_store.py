@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import os
 import socket as _socket
 from typing import Any
 
@@ -31,6 +33,7 @@ from streamkit.backends._skip_rules import record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
 from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.backends.postgres._connect import connect, storage_error
+from streamkit.backends.postgres.leases import CLOCK as _CLOCK
 from streamkit.backends.postgres.leases import Leases
 from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
 from streamkit.errors import StorageError
@@ -85,7 +88,19 @@ class _Tables:
         )
         self.deregister = f"DELETE FROM {s}.streamkit_hosts WHERE owner = %s"
         self.hosts = (
-            f"SELECT owner, socket FROM {s}.streamkit_hosts WHERE machine = %s ORDER BY started_at"
+            f"SELECT owner, socket FROM {s}.streamkit_hosts "
+            "WHERE machine = %s AND socket != '' ORDER BY started_at"
+        )
+        # Beats are stamped and judged by the server's clock: hosts on other machines
+        # agree on who is alive whatever their own clocks say.
+        self.beat = (
+            f"INSERT INTO {s}.streamkit_hosts "
+            "(owner, machine, socket, pid, started_at, beat_at, processors) "
+            f"VALUES (%s, %s, '', %s, %s, {_CLOCK}, %s) ON CONFLICT (owner) DO UPDATE SET "
+            "beat_at = excluded.beat_at, processors = excluded.processors"
+        )
+        self.live = (
+            f"SELECT owner, processors FROM {s}.streamkit_hosts WHERE beat_at > {_CLOCK} - %s"
         )
         self.held_by = (
             f"SELECT owner, count(*) FROM {s}.streamkit_leases "
@@ -321,6 +336,24 @@ class PostgresHostStore:
         """Remove a host from the registry."""
         statement = self._tables.deregister
         await self._log.write_transaction(lambda conn: conn.execute(statement, (owner,)))
+
+    async def host_beat(self, owner: str, processors: list[str], now: float) -> None:
+        """Record that ``owner`` is alive (by the server's clock) and what it runs."""
+        statement, machine = self._tables.beat, _socket.gethostname()
+        args = (owner, machine, os.getpid(), now, json.dumps(processors))
+        await self._log.write_transaction(lambda conn: conn.execute(statement, args))
+
+    async def live_hosts(self, now: float, ttl: float) -> dict[str, list[str]]:
+        """The hosts that beat within ``ttl`` by the server's clock (``now`` is not used)."""
+        del now
+        statement = self._tables.live
+        rows = await self._log.query(lambda conn: conn.execute(statement, (ttl,)).fetchall())
+        return {str(owner): [str(k) for k in json.loads(keys)] for owner, keys in rows}
+
+    async def leases(self) -> list[Lease]:
+        """Every lease row (held, expired or released)."""
+        rows = await self._log.query(self._tables.leases.leases)
+        return [lease for lease, _ in rows]
 
     async def durable_status(self, now: float | None = None) -> list[dict[str, Any]]:
         """What the database alone says about each processor (held: by the server's clock)."""

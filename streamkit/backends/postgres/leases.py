@@ -35,9 +35,11 @@ from streamkit.backends._lease_rules import check_names, check_time, lease_lost
 from streamkit.errors import InvalidRequest
 from streamkit.protocols import RELEASED, Lease
 
-__all__ = ["Leases"]
+__all__ = ["CLOCK", "Leases"]
 
-_CLOCK = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
+CLOCK = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
+"""The server's clock, in epoch seconds: the one every host's lease is judged by."""
+_CLOCK = CLOCK
 
 
 class Leases:

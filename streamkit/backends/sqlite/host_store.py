@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sqlite3
 import time
 from typing import Any
@@ -141,6 +142,23 @@ class SqliteHostStore:
     async def deregister(self, owner: str) -> None:
         """Remove a host from the registry."""
         await self._log.write_transaction(functools.partial(registry.deregister, owner=owner))
+
+    async def host_beat(self, owner: str, processors: list[str], now: float) -> None:
+        """Record that ``owner`` is alive and what it runs (its heartbeat)."""
+        await self._log.write_transaction(
+            functools.partial(
+                registry.beat, owner=owner, pid=os.getpid(), processors=processors, now=now
+            ),
+            inline=True,
+        )
+
+    async def live_hosts(self, now: float, ttl: float) -> dict[str, list[str]]:
+        """The hosts that beat within ``ttl`` of ``now`` (one machine: one clock)."""
+        return await self._log.query(functools.partial(registry.live_hosts, now=now, ttl=ttl))
+
+    async def leases(self) -> list[Lease]:
+        """Every lease row (held, expired or released)."""
+        return await self._log.query(leases.leases)
 
     async def durable_status(self, now: float | None = None) -> list[dict[str, Any]]:
         """What the file alone says about each processor."""

@@ -12,10 +12,16 @@ A client that wants the host running a processor reads the lease's owner and
 that owner's socket (:func:`sockets_for`), so after a failover the CLI talks
 to the host that took over, with no flag. The registry says where to look,
 never whom to trust: the client still checks every socket it talks to.
+
+Each host also beats here (:func:`beat`, at every heartbeat: when, and which
+processors it is configured to run), with or without a socket; the hosts
+that beat within a lease ttl are the live ones the processors are shared
+among (:func:`live_hosts`, see ``streamkit.host._spread``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from contextlib import closing
@@ -25,8 +31,10 @@ from streamkit.backends.sqlite.leases import LEASE_TABLE
 
 __all__ = [
     "HOSTS_TABLE",
+    "beat",
     "deregister",
     "ensure_hosts_table",
+    "live_hosts",
     "register",
     "registered_sockets",
     "sockets_for",
@@ -36,15 +44,43 @@ HOSTS_TABLE = "streamkit_hosts"
 
 
 def ensure_hosts_table(conn: sqlite3.Connection) -> None:
-    """Create the registry if missing (joins the caller's transaction)."""
+    """Create the registry if missing (joins the caller's transaction).
+
+    A registry made before hosts beat gets the columns (no beat: not alive).
+    """
     conn.execute(
         f"CREATE TABLE IF NOT EXISTS {HOSTS_TABLE} ("
         " owner TEXT PRIMARY KEY,"
         " socket TEXT NOT NULL,"
         " pid INTEGER NOT NULL,"
-        " started_at REAL NOT NULL"
+        " started_at REAL NOT NULL,"
+        " beat_at REAL,"
+        " processors TEXT NOT NULL DEFAULT '[]'"
         ") WITHOUT ROWID"
     )
+    columns = {str(row[1]) for row in conn.execute(f"PRAGMA table_info({HOSTS_TABLE})")}
+    if "beat_at" not in columns:
+        conn.execute(f"ALTER TABLE {HOSTS_TABLE} ADD COLUMN beat_at REAL")
+    if "processors" not in columns:
+        conn.execute(f"ALTER TABLE {HOSTS_TABLE} ADD COLUMN processors TEXT NOT NULL DEFAULT '[]'")
+
+
+def beat(conn: sqlite3.Connection, owner: str, pid: int, processors: list[str], now: float) -> None:
+    """Record that ``owner`` is alive at ``now`` and which processors it runs."""
+    conn.execute(
+        f"INSERT INTO {HOSTS_TABLE} (owner, socket, pid, started_at, beat_at, processors)"
+        " VALUES (?, '', ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET"
+        " beat_at = excluded.beat_at, processors = excluded.processors",
+        (owner, pid, now, now, json.dumps(processors)),
+    )
+
+
+def live_hosts(conn: sqlite3.Connection, now: float, ttl: float) -> dict[str, list[str]]:
+    """The hosts that beat within ``ttl`` of ``now``: owner -> the processors it runs."""
+    rows = conn.execute(
+        f"SELECT owner, processors FROM {HOSTS_TABLE} WHERE beat_at > ?", (now - ttl,)
+    ).fetchall()
+    return {str(owner): [str(k) for k in json.loads(keys)] for owner, keys in rows}
 
 
 def register(conn: sqlite3.Connection, owner: str, socket: str, pid: int, now: float) -> None:
@@ -77,7 +113,9 @@ def sockets_for(conn: sqlite3.Connection, slug: str | None = None) -> list[str]:
     }
     if HOSTS_TABLE not in tables:
         return []
-    rows = conn.execute(f"SELECT owner, socket FROM {HOSTS_TABLE} ORDER BY started_at").fetchall()
+    rows = conn.execute(
+        f"SELECT owner, socket FROM {HOSTS_TABLE} WHERE socket != '' ORDER BY started_at"
+    ).fetchall()
     held: dict[str, int] = {}
     if LEASE_TABLE in tables:
         query = f"SELECT owner, count(*) FROM {LEASE_TABLE} WHERE expires_at > -1e308"
