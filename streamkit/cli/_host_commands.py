@@ -123,6 +123,9 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         out.write("host: not running (from the database)\n")
     for host in hosts:
         out.write(f"host: {host['owner']} (pid {host['pid']}), up {host['uptime']:.0f} s\n")
+    database = status.get("database") or {}
+    if not database.get("reachable", True):
+        out.write(f"database: UNREACHABLE ({database.get('error')})\n")
     for row in status["processors"]:
         out.write(_status_line(row, bool(hosts)) + "\n")
     return 0
@@ -152,7 +155,11 @@ def _merged_status(answers: list[dict[str, Any]]) -> dict[str, Any]:
                 rows.setdefault(key, {**row, "host": runs})
     hosts = sorted((a["host"] for a in answers), key=lambda h: -held.get(h["owner"], 0))
     ordered = sorted(rows.values(), key=lambda r: (r["path"], r["slug"]))
-    return {"host": hosts[0], "hosts": hosts, "processors": ordered}
+    unreachable = [
+        a["database"] for a in answers if not a.get("database", {}).get("reachable", True)
+    ]
+    database = unreachable[0] if unreachable else {"reachable": True, "error": None}
+    return {"host": hosts[0], "hosts": hosts, "database": database, "processors": ordered}
 
 
 def _status_line(row: dict[str, Any], live: bool) -> str:

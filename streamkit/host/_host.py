@@ -65,6 +65,7 @@ from streamkit.errors import (
     InvalidConfig,
     InvalidRequest,
     LeaseLost,
+    StorageError,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, StreamEvent
@@ -538,21 +539,33 @@ class ProcessorHost:
         """The host and each processor: cursor, head, lag, lease, claim, stalled, rates."""
         log = self._require_log()
         store = self._require_store()
-        durable = {(row["path"], row["slug"]): row for row in await store.durable_status()}
+        # The host's own view stands when the database does not answer (a server
+        # down, say): status then says so, and what the database holds is unknown.
+        database: dict[str, Any] = {"reachable": True, "error": None}
+        try:
+            durable = {(row["path"], row["slug"]): row for row in await store.durable_status()}
+        except StorageError as exc:
+            durable = {}
+            database = {"reachable": False, "error": exc.message, "code": exc.code}
         now_mono = time.monotonic()
         processors = []
         for runner in self.runners:
             row = dict(durable.get((runner.path, runner.slug)) or {})
-            head = row.get("head")
-            if head is None:
-                head = await log.stream(runner.path).head()
             cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
+            head = row.get("head")
             lag = None
-            if cursor is not None:
-                lag = await store.durable_lag(runner.path, cursor)
+            if database["reachable"]:
+                try:
+                    if head is None:
+                        head = await log.stream(runner.path).head()
+                    if cursor is not None:
+                        lag = await store.durable_lag(runner.path, cursor)
+                except StorageError as exc:
+                    database = {"reachable": False, "error": exc.message, "code": exc.code}
             processors.append(runner_status(runner, row, cursor, head, lag, now_mono))
         started = self._started_at
         return {
+            "database": database,
             "host": {
                 "owner": self.owner,
                 "pid": os.getpid(),

@@ -20,11 +20,14 @@ def runner_status(
     runner: ProcessorRunner,
     row: dict[str, Any],
     cursor: int | None,
-    head: int,
+    head: int | None,
     lag: int | None,
     now_mono: float,
 ) -> dict[str, Any]:
-    """One processor's status entry (``streamkit status --json`` shows a list of them)."""
+    """One processor's status entry (``streamkit status --json`` shows a list of them).
+
+    ``head`` and ``lag`` are None when the database could not be read.
+    """
     incidents = runner.engine.incidents if runner.engine is not None else {}
     return {
         "slug": runner.slug,
@@ -32,7 +35,7 @@ def runner_status(
         "path": runner.path,
         "label": runner.label,
         "state": "stalled" if runner.stalled else runner.state,
-        "cursor": shown_cursor(cursor, head),
+        "cursor": cursor if head is None else shown_cursor(cursor, head),
         "head": head,
         "lag": lag,
         "lease": row.get("lease"),

@@ -177,7 +177,7 @@ class PostgresLogBackend:
     def _reader(self) -> psycopg.Connection[Any]:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed or conn.broken:
-            conn = connect(self.target.conninfo, self.target.shown)
+            conn = connect(self.target.conninfo, self.target.shown, role="reader")
             self._local.conn = conn
             with self._connections_lock:
                 self._connections.append(conn)

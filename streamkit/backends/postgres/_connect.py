@@ -44,8 +44,12 @@ def connect(
     *,
     options: dict[str, str] | None = None,
     outcome: str = "nothing was done",
+    role: str | None = None,
 ) -> psycopg.Connection[Any]:
     """A new autocommit connection; ``options`` are server settings for its session.
+
+    ``role`` names the connection's job in ``application_name`` (``streamkit
+    listener``, say) unless the URL sets one.
 
     Raises :class:`~streamkit.errors.StorageUnavailable` when the server
     cannot be reached.
@@ -55,7 +59,8 @@ def connect(
     if "connect_timeout" not in given:
         params["connect_timeout"] = CONNECT_TIMEOUT
     if "application_name" not in given:
-        params["application_name"] = "streamkit"
+        # What pg_stat_activity shows: streamkit, and which of its connections this is.
+        params["application_name"] = "streamkit" if role is None else f"streamkit {role}"
     if options:
         params["options"] = " ".join(f"-c {name}={value}" for name, value in options.items())
     try:

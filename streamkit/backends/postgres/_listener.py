@@ -146,7 +146,7 @@ class Listener:
                     conn.close()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = connect(self._target.conninfo, self._target.shown)
+        conn = connect(self._target.conninfo, self._target.shown, role="listener")
         try:
             conn.execute(f'LISTEN "{self._channel}"')
         except BaseException:

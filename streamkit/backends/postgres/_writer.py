@@ -174,7 +174,9 @@ class Writer(WriterThread):
         self._thread.start()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return connect(self._target.conninfo, self._target.shown, options=self._options)
+        return connect(
+            self._target.conninfo, self._target.shown, options=self._options, role="writer"
+        )
 
     def _connection(self) -> psycopg.Connection[Any]:
         """The writer connection, opened again if it broke (StorageUnavailable if it cannot be)."""

@@ -188,7 +188,7 @@ class PostgresLeaseRenewer:
         conn = self._conn
         if conn is None or conn.broken or conn.closed:
             conn = self._conn = connect(
-                self._target.conninfo, self._target.shown, options=self._options
+                self._target.conninfo, self._target.shown, options=self._options, role="leases"
             )
         try:
             with conn.transaction():
