@@ -13,13 +13,12 @@ import argparse
 import asyncio
 import getpass
 import json
-import os
 import platform
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from streamkit import InvalidRequest, Log, StreamEvent
-from streamkit.cli import existing_log, host_socket_for, stored_snapshot
+from streamkit.cli import existing_log, host_socket_for, served_log, stored_snapshot
 from streamkit.control import request_sync
 
 __all__ = [
@@ -59,7 +58,7 @@ def append_event(args: argparse.Namespace, event: dict[str, Any]) -> StreamEvent
     socket = host_socket_of(args)
     if socket is not None:
         (data,) = request_sync(
-            socket, "append", path=args.path, events=[event], db=os.path.realpath(args.db)
+            socket, "append", path=args.path, events=[event], db=served_log(args.db)
         )
         return StreamEvent(**data)
 
@@ -77,9 +76,7 @@ def read_snapshot(args: argparse.Namespace, slug: str) -> dict[str, Any] | None:
     if socket is not None:
         try:
             return dict(
-                request_sync(
-                    socket, "snapshot", slug=slug, path=args.path, db=os.path.realpath(args.db)
-                )
+                request_sync(socket, "snapshot", slug=slug, path=args.path, db=served_log(args.db))
             )
         except Exception:
             return None

@@ -101,7 +101,8 @@ class Drill:
         self.tty = out.isatty()
         self.dir = Path(args.dir or tempfile.mkdtemp(prefix="task-service-drill-")).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.db = self.dir / "tasks.db"
+        # A SQLite file in the run directory, or the PostgreSQL log --db names.
+        self.db: Path | str = args.db if args.db else self.dir / "tasks.db"
         self.data = self.dir / "data"
         # A Unix socket path is short (about 100 bytes): keep it under /tmp.
         self.sockets = Path(tempfile.mkdtemp(prefix="skdrill", dir="/tmp"))
@@ -268,7 +269,8 @@ class Drill:
         (self.dir / "streamkit.toml").write_text(
             config_toml(db=self.db, data_dir=self.data, lease_ttl=args.lease_ttl)
         )
-        self.say(f"run directory {self.dir} (log file {self.db.name})")
+        shown = self.db.name if isinstance(self.db, Path) else "in PostgreSQL (--db)"
+        self.say(f"run directory {self.dir} (log {shown})")
         host = await self.start_host()
         self.say(f"host 1 started (pid {host.pid}): tasks, task-board, notifications, dlq")
         watching = asyncio.create_task(self.watcher.run())
@@ -565,6 +567,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--dir", default=None, help="run directory (default: a new temporary one, kept)"
     )
     parser.add_argument("--seed", default="drill", help="seed of the producers' choices")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="the log: a postgresql:// URL (its schema should be new), or by default "
+        "tasks.db in the run directory",
+    )
     parser.add_argument(
         "--report-json", default=None, help="also write the report as JSON to this file"
     )

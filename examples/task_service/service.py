@@ -192,8 +192,15 @@ def config_toml(
     lease_ttl: float = 2.0,
     shutdown_grace: float = 5.0,
 ) -> str:
-    """The ``streamkit.toml`` that runs the service over ``db``, with absolute paths."""
-    db_path = Path(db).resolve()
+    """The ``streamkit.toml`` that runs the service over ``db``, with absolute paths.
+
+    ``db`` is a SQLite file or a ``postgresql://`` URL (kept as it is).
+    """
+    db_path: Path | str = (
+        db
+        if isinstance(db, str) and db.startswith(("postgresql://", "postgres://"))
+        else Path(db).resolve()
+    )
     data = Path(data_dir).resolve()
     processors: list[tuple[str, Mapping[str, Any]]] = [
         ("task_service.service:TaskRunner", {"data_dir": str(data)}),

@@ -11,6 +11,7 @@ from streamkit.cli._args import (
     host_socket_for,
     positive_int,
     positive_seconds,
+    served_log,
     stored_snapshot,
 )
 from streamkit.cli._main import build_parser, main
@@ -24,5 +25,6 @@ __all__ = [
     "main",
     "positive_int",
     "positive_seconds",
+    "served_log",
     "stored_snapshot",
 ]

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from streamkit._targets import default_socket, is_postgres_target
+from streamkit._targets import default_socket, is_postgres_target, served_name
 from streamkit.backends import host_store, open_log, registered_sockets
 from streamkit.control._client import host_socket
 from streamkit.errors import InvalidRequest, LogOpenError
@@ -107,6 +107,14 @@ def existing_log(db: str) -> Log:
         if exc.details.get("reason") != "not_writable":
             raise
         return open_log(db, read_only=True)
+
+
+def served_log(db: str) -> str:
+    """The log a request to a host names (``db=`` of every request): a host on another refuses it.
+
+    A SQLite file's real path, or a PostgreSQL server, database and schema.
+    """
+    return served_name(db)
 
 
 def host_socket_for(db: str, socket: str | None, slug: str | None = None) -> str | None:

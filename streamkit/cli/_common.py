@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from streamkit._targets import default_socket, served_name
+from streamkit._targets import default_socket
 from streamkit.cli._args import (
     host_socket_for,
+    served_log,
 )
 from streamkit.config import find_config, load_config
 from streamkit.errors import (
@@ -55,7 +56,7 @@ def db_from_config() -> str:
 
 def served(args: argparse.Namespace) -> str:
     """The log a request to a host means: a host on another one refuses it."""
-    return served_name(str(args.db))
+    return served_log(str(args.db))
 
 
 def live_socket(args: argparse.Namespace, slug: str | None = None) -> str | None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from streamkit.processors.tasks import TaskContext, task_requested_event
 from streamkit.testing import memory_storage, memory_stream, settle
 from support import ROOT
+from support.backends import BACKENDS
 
 from streamkit import ProcessorEngine
 
@@ -210,15 +212,29 @@ async def test_accounting_balances_a_clean_run_and_catches_duplicates_and_losses
     ]
 
 
+@pytest.fixture(params=sorted(BACKENDS))
+def drill_db(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """The drill's ``--db``: none (its SQLite file) or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield []
+        return
+    target = BACKENDS[request.param].fresh()
+    try:
+        yield ["--db", target.target]
+    finally:
+        target.remove()
+
+
 @pytest.mark.slow
-def test_drill_run_short_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    """The drill (5 s, 3 producers, one kill -9, a DLQ replay) exits 0 with 0 duplicates, 0 lost."""
+def test_drill_run_short_loses_and_duplicates_nothing(tmp_path: Path, drill_db: list[str]) -> None:
+    """The drill (5 s, 3 producers, one kill -9, a DLQ replay) exits 0 with 0 duplicates, 0 lost,
+    on each backend."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), *filter(None, [env.get("PYTHONPATH")])])
     report_file = tmp_path / "report.json"
     argv = [sys.executable, "-m", "task_service.drill", "--seconds", "5", "--rate", "10"]
     argv += ["--dir", str(tmp_path / "run"), "--report-json", str(report_file)]
-    argv += ["--settle-timeout", "40"]
+    argv += ["--settle-timeout", "40", *drill_db]
     done = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=170, check=False, cwd=tmp_path
     )

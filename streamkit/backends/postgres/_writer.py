@@ -90,6 +90,29 @@ _ENSURE_HEADS = (
 _LOCK_HEADS = (
     'SELECT path FROM {s}.streamkit_heads WHERE path = ANY(%s) ORDER BY path COLLATE "C" FOR UPDATE'
 )
+# A group of plain appends to one path in one statement (see Writer._run_plain): the
+# offset rule of _offsets.take_offsets, the rows, and the NOTIFY.
+_PLAIN = """
+WITH h AS (
+    INSERT INTO {s}.streamkit_heads AS h (path, head, stamped)
+    VALUES (%(path)s, %(count)s, %(now)s)
+    ON CONFLICT (path) DO UPDATE SET head = GREATEST(
+        h.head,
+        CASE WHEN h.reserved_by = %(writer)s THEN %(last_ephemeral)s ELSE h.reserved_through END
+    ) + %(count)s, stamped = GREATEST(h.stamped, %(now)s)
+    RETURNING head, stamped
+), rows AS (
+    INSERT INTO {s}.streamkit_events
+        (path, "offset", type, payload, metadata, source, idempotency_key, created_at)
+    SELECT %(path)s, h.head - %(count)s + r.n, r.type, r.payload, r.metadata,
+        NULLIF(r.source, ''), NULL, h.stamped
+    FROM h, unnest(%(types)s::text[], %(payloads)s::text[], %(metadatas)s::text[],
+        %(sources)s::text[]) WITH ORDINALITY AS r(type, payload, metadata, source, n)
+), note AS (
+    SELECT pg_notify(%(channel)s, %(notified)s)
+)
+SELECT h.head, h.stamped, (SELECT count(*) FROM note) FROM h
+"""
 _RELEASE = (
     "UPDATE {s}.streamkit_heads SET reserved_through = GREATEST(head, %s), reserved_by = '' "
     "WHERE path = %s AND reserved_by = %s"
@@ -144,6 +167,7 @@ class Writer(WriterThread):
         self._ensure_heads = _ENSURE_HEADS.replace("{s}", schema)
         self._lock_heads = _LOCK_HEADS.replace("{s}", schema)
         self._release = _RELEASE.replace("{s}", schema)
+        self._plain = _PLAIN.replace("{s}", schema)
         self._channel = notify_channel(target.schema)
         self._reads = Reads(target.schema)
         # A row lock another transaction holds is waited for up to busy_timeout; a
@@ -255,7 +279,9 @@ class Writer(WriterThread):
         while True:
             self._committing = False
             try:
-                if not self._run_without_transaction(calls):
+                if len(paths) == 1 and all(call.plain for call in calls):
+                    self._run_plain(calls, paths[0], following)
+                elif not self._run_without_transaction(calls):
                     self._run_in_transaction(calls, paths, following)
                 break
             except Exception as exc:
@@ -373,6 +399,61 @@ class Writer(WriterThread):
         for stamp in stamps.values():
             if stamp > self._last_stamp:
                 self._last_stamp = stamp
+
+    def _run_plain(self, calls: Sequence[WriteCall], path: str, following: bool) -> None:
+        """Plain appends to one path (the commonest group): ONE statement, its own transaction.
+
+        The head row's upsert, the rows' insert and the notification are one
+        statement with data-modifying parts, so the group costs one round trip
+        and commits on its own (autocommit); the offsets come back with it.
+        """
+        conn = self._connection()
+        state = self._state(path)
+        events = [e for call in calls if isinstance(call, AppendCall) for e in call.events]
+        count = len(events)
+        now = self._stamp()
+        if following:
+            # Before the commit: this process's readers stop short of it until its push
+            # is out. Any position at or below the commit's start will do; the head
+            # this writer saw last is one (a follower reads the rest as a gap).
+            self._feed.set_inflight({path: state.head or 0})
+        self._committing = True
+        try:
+            row = conn.execute(
+                self._plain,
+                {
+                    "path": path,
+                    "count": count,
+                    "writer": self._token,
+                    "last_ephemeral": state.last_ephemeral if state.mine else 0,
+                    "now": now,
+                    "types": [e.type for e in events],
+                    "payloads": [e.payload_json for e in events],
+                    "metadatas": [e.metadata_json for e in events],
+                    "sources": [e.source_json or "" for e in events],
+                    "channel": self._channel,
+                    "notified": "" if len(path.encode()) > MAX_NOTIFY_PATH else path,
+                },
+            ).fetchone()
+        except BaseException:
+            if following:
+                self._feed.clear_inflight({path})
+            raise
+        self._committing = False
+        assert row is not None
+        last, stamp = int(row[0]), str(row[1])
+        if stamp > self._last_stamp:
+            self._last_stamp = stamp
+        state.head = last
+        first = last - count + 1
+        for call in calls:
+            assert isinstance(call, AppendCall)
+            size = len(call.events)
+            offsets = range(first, first + size)
+            first += size
+            call.result = call.fresh = decode_prepared(path, call.events, offsets, stamp)
+        self.appended += count
+        self.transactions += 1
 
     def _notified(self, calls: Sequence[WriteCall]) -> list[str]:
         """The payloads to notify: each path with new durable events, or ``""`` for "read all"."""
