@@ -54,6 +54,9 @@ def _counter(slug):
 A = _counter("a")
 B = _counter("b")
 C = _counter("c")
+D = _counter("d")
+E = _counter("e")
+F = _counter("f")
 
 class Stamp(StreamProcessor[Count]):
     contract = define_processor_contract(
@@ -72,17 +75,19 @@ class Stamp(StreamProcessor[Count]):
 """
 
 
-def spawn(workdir: Path, db: Path | str, *processors: str) -> tuple[subprocess.Popen[bytes], Path]:
+def spawn(
+    workdir: Path, db: Path | str, *processors: str, socket: str = "h.sock", ttl: str = "10"
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = workdir / f"host-{time.monotonic_ns()}.log"
     argv = [sys.executable, "-m", "streamkit", "host", "--db", str(db), "--log-format", "json"]
-    argv += ["--socket", str(workdir / "h.sock")]
+    argv += ["--socket", str(workdir / socket), "--lease-ttl", ttl]
     for processor in processors:
         argv += ["--processor", processor]
     env = dict(os.environ, PYTHONPATH=str(workdir))
     with open(log, "wb") as out:
         child = subprocess.Popen(argv, env=env, stdout=out, stderr=out, cwd=workdir)
     deadline = time.monotonic() + 60
-    while not live_server_at(workdir / "h.sock"):
+    while not live_server_at(workdir / socket):
         if child.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"host did not start:\n{log.read_text()}")
         time.sleep(0.02)
@@ -197,6 +202,72 @@ def bench_catch_up(workdir: Path, events: int) -> list[str]:
     return rows
 
 
+def bench_spread(workdir: Path, db: Path | str, label: str, events: int) -> list[str]:
+    """Rows: 6 processors catching up ``events`` events with 1, 2 and 3 hosts sharing them.
+
+    Each round fills a fresh log (a new file, or a new schema), starts the
+    hosts together and times until every processor's checkpoint reaches the
+    head; the rate is processors x events / seconds.
+    """
+    rows = []
+    for hosts in (1, 2, 3):
+        target: Path | str = (
+            workdir / f"spread-{hosts}.db"
+            if isinstance(db, Path)
+            else f"{db}{'&' if '?' in db else '?'}schema=spread_{os.getpid()}_{hosts}"
+        )
+
+        asyncio.run(fill_ticks(target, events))
+        processors = [f"bench_procs:{name}" for name in "ABCDEF"]
+        started = time.perf_counter()
+        children = [
+            spawn(workdir, target, *processors, socket=f"s{hosts}-{n}.sock", ttl="3")[0]
+            for n in range(hosts)
+        ]
+        try:
+            done = asyncio.run(_until_caught_up(target, events))
+            seconds = time.perf_counter() - started
+        finally:
+            for child in children:
+                stop(child)
+        rows.append(f"| {label} | {hosts} | {6 * events / seconds:,.0f} | {seconds:.2f} | {done} |")
+        if not isinstance(db, Path):
+            base, _, _ = str(db).partition("?")
+            drop_schema(base, f"spread_{os.getpid()}_{hosts}")
+    return rows
+
+
+async def fill_ticks(target: Path | str, events: int) -> None:
+    async with open_log(target) as log:
+        stream = log.stream("/")
+        batch = [{"type": "tick"} for _ in range(5000)]
+        for start in range(0, events, len(batch)):
+            await stream.append(*batch[: min(len(batch), events - start)])
+
+
+async def _until_caught_up(target: Path | str, head: int) -> str:
+    """Wait until all six checkpoints reach ``head``; say how the processors were spread."""
+    from streamkit.backends import host_store
+
+    async with open_log(target) as log:
+        store = host_store(log)
+        while True:
+            rows = await store.durable_status()
+            cursors = [r["cursor"] or 0 for r in rows if r["slug"] in "abcdef"]
+            if len(cursors) == 6 and min(cursors) >= head:
+                owners = [r["lease"]["owner"] for r in rows if r.get("lease")]
+                return "/".join(str(owners.count(o)) for o in sorted(set(owners)))
+            await asyncio.sleep(0.1)
+
+
+SPREAD_HEADER = [
+    "### 6 processors catching up, shared by 1, 2 and 3 hosts (one machine)",
+    "",
+    "| backend | hosts | event-processors/s | seconds | processors per host |",
+    "| --- | ---: | ---: | ---: | --- |",
+]
+
+
 def drop_schema(url: str, schema: str) -> None:
     import psycopg  # the postgres extra, needed only with --postgres
 
@@ -210,6 +281,9 @@ def main() -> None:
     parser.add_argument("--pickups", type=int, default=500)
     parser.add_argument("--postgres", help="a PostgreSQL URL: measure the pickup there too")
     parser.add_argument("--no-catch-up", action="store_true", help="measure the pickup only")
+    parser.add_argument(
+        "--spread", type=int, default=0, help="also: 6 processors over 1-3 hosts, N events"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="skb") as tmp:
         workdir = Path(tmp)
@@ -234,6 +308,10 @@ def main() -> None:
                 drop_schema(args.postgres, schema)
         if not args.no_catch_up:
             lines += ["", *bench_catch_up(workdir, args.events)]
+        if args.spread:
+            lines += ["", *SPREAD_HEADER, *bench_spread(workdir, workdir, "SQLite", args.spread)]
+            if args.postgres:
+                lines += bench_spread(workdir, args.postgres, "PostgreSQL", args.spread)
     print("\n".join(lines))
 
 
