@@ -24,24 +24,14 @@ import contextlib
 import math
 import queue
 import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-from streamkit._requests import (
-    AppendCall,
-    ClaimCall,
-    CloseJob,
-    FollowJob,
-    Job,
-    WriteCall,
-    deliver,
-    resolve_close,
-)
+from streamkit._requests import CloseJob, FollowJob, Job, deliver, resolve_close
 from streamkit.errors import InvalidRequest, LogClosed
-from streamkit.events import StreamEvent
 from streamkit.log._follow import WakeList
 
-__all__ = ["WriterThread", "check_busy_timeout", "fresh_by_path"]
+__all__ = ["WriterThread", "check_busy_timeout"]
 
 
 def check_busy_timeout(busy_timeout: object) -> None:
@@ -113,34 +103,6 @@ class WriterThread:
                 break
         return jobs
 
-    def _handle(self, jobs: list[Any]) -> bool:
-        """Run a batch of jobs in order; True once a close was among them (the thread ends).
-
-        Write calls queued one after another run as one group
-        (:meth:`_run_group`); any other job goes to :meth:`_handle_other`.
-        """
-        group: list[WriteCall] = []
-        for job in jobs:
-            if isinstance(job, AppendCall | ClaimCall):
-                group.append(job)
-                continue
-            if group:
-                self._guarded(self._run_group, group)
-                group = []
-            if self._handle_other(job):
-                return True
-        if group:
-            self._guarded(self._run_group, group)
-        return False
-
-    if TYPE_CHECKING:  # (the backend's group commit, a base class after this one)
-
-        def _run_group(self, calls: Sequence[WriteCall]) -> None: ...
-
-    def _handle_other(self, job: Any) -> bool:
-        """Run a job that is not a write call; True if it closes the writer."""
-        raise NotImplementedError
-
     def _guarded(self, step: Callable[[Any], None], arg: Any) -> None:
         try:
             step(arg)
@@ -186,19 +148,3 @@ class WriterThread:
         for loop, future in waiters:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(resolve_close, future)
-
-
-def fresh_by_path(calls: Sequence[WriteCall]) -> dict[str, tuple[list[StreamEvent], int]]:
-    """What a committed group added, per path: its new events in order, and their stored size.
-
-    The size is the payload and metadata JSON, what a push costs a follower to
-    hold. Refused calls and idempotent hits add nothing.
-    """
-    fresh: dict[str, tuple[list[StreamEvent], int]] = {}
-    for call in calls:
-        if call.error is None and isinstance(call, AppendCall) and call.fresh:
-            events, size = fresh.get(call.path, ([], 0))
-            events.extend(call.fresh)
-            size += sum(len(e.payload_json) + len(e.metadata_json) for e in call.events)
-            fresh[call.path] = (events, size)
-    return fresh

@@ -65,6 +65,7 @@ from streamkit.errors import (
     InvalidConfig,
     InvalidRequest,
     LeaseLost,
+    StorageError,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, StreamEvent
@@ -74,7 +75,7 @@ from streamkit.host._control import HostControlHandler
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
 from streamkit.host._path_watch import PathWatch
 from streamkit.host._runner import ProcessorRunner
-from streamkit.host._status import processor_rows
+from streamkit.host._status import runner_status
 from streamkit.host._watch import Subscription, jsonable, watch_messages
 from streamkit.live_state import LiveSnapshot
 from streamkit.log._log import Log
@@ -245,7 +246,7 @@ class ProcessorHost:
                 raise  # a socket of its own was asked for: it must be that one
             # Another host serves the default socket: a standby needs no flag, it
             # takes a socket of its own beside it, found through the registry.
-            path = Path(own_socket(config.db, self.owner))
+            path = _own_socket(config.db, self.owner)
             self._control = ControlServer(path, HostControlHandler(self))
             await self._control.start()
             _log.info(
@@ -536,9 +537,32 @@ class ProcessorHost:
 
     async def status(self) -> dict[str, Any]:
         """The host and each processor: cursor, head, lag, lease, claim, stalled, rates."""
-        database, processors = await processor_rows(
-            self._require_log(), self._require_store(), self.runners
-        )
+        log = self._require_log()
+        store = self._require_store()
+        # The host's own view stands when the database does not answer (a server
+        # down, say): status then says so, and what the database holds is unknown.
+        database: dict[str, Any] = {"reachable": True, "error": None}
+        try:
+            durable = {(row["path"], row["slug"]): row for row in await store.durable_status()}
+        except StorageError as exc:
+            durable = {}
+            database = {"reachable": False, "error": exc.message, "code": exc.code}
+        now_mono = time.monotonic()
+        processors = []
+        for runner in self.runners:
+            row = dict(durable.get((runner.path, runner.slug)) or {})
+            cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
+            head = row.get("head")
+            lag = None
+            if database["reachable"]:
+                try:
+                    if head is None:
+                        head = await log.stream(runner.path).head()
+                    if cursor is not None:
+                        lag = await store.durable_lag(runner.path, cursor)
+                except StorageError as exc:
+                    database = {"reachable": False, "error": exc.message, "code": exc.code}
+            processors.append(runner_status(runner, row, cursor, head, lag, now_mono))
         started = self._started_at
         return {
             "database": database,
@@ -580,6 +604,12 @@ class ProcessorHost:
         if self.store is None:
             raise InvalidRequest("the host is not started; call start() first")
         return self.store
+
+
+def _own_socket(db: Path | str, owner: str) -> Path:
+    """A standby's socket beside the default one, named by its owner's token."""
+    token = "".join(c for c in owner.rsplit(":", 1)[-1] if c.isalnum())[:12] or "host"
+    return Path(own_socket(db, token))
 
 
 def _check_entries(entries: Sequence[_Entry]) -> None:

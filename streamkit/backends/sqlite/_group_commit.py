@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from streamkit._requests import AppendCall, ClaimCall, Job, WriteCall
-from streamkit.backends._writer_thread import fresh_by_path
 from streamkit.backends.sqlite._offsets import (
     RELEASE,
     PathState,
@@ -32,6 +31,7 @@ from streamkit.backends.sqlite._placement import _INSERT, Placement
 from streamkit.backends.sqlite._schema import is_busy, storage_error
 from streamkit.backends.sqlite._wal_guard import WalIdentity
 from streamkit.errors import StorageError, StreamkitError
+from streamkit.events import PreparedEvent, StreamEvent
 from streamkit.log._follow import Feed, Push, WakeList
 
 __all__ = ["GroupCommit"]
@@ -174,10 +174,16 @@ class GroupCommit(Placement):
 
     def _push_fresh(self, calls: Sequence[WriteCall]) -> None:
         """Publish a group's new events: one push per path, from the path's head before the group."""
+        pushes: dict[str, list[StreamEvent]] = {}
+        sizes: dict[str, int] = {}
+        for call in calls:
+            if call.error is None and isinstance(call, AppendCall) and call.fresh:
+                pushes.setdefault(call.path, []).extend(call.fresh)
+                sizes[call.path] = sizes.get(call.path, 0) + _json_bytes(call.events)
         published: list[tuple[str, Push]] = []
-        for path, (events, size) in fresh_by_path(calls).items():
+        for path, events in pushes.items():
             before = self._group_before[path]
-            published.append((path, Push(before, events[-1].offset, events, size)))
+            published.append((path, Push(before, events[-1].offset, events, sizes[path])))
             fed = self._fed.get(path)
             durable = [event.offset for event in events if not event.ephemeral]
             if fed is not None and durable:
@@ -329,3 +335,8 @@ class GroupCommit(Placement):
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
             # Keeping the block only costs a hole in the offsets; nothing is lost.
+
+
+def _json_bytes(events: Sequence[PreparedEvent]) -> int:
+    """The payload and metadata JSON of prepared events: what a push costs a follower to hold."""
+    return sum(len(e.payload_json) + len(e.metadata_json) for e in events)

@@ -36,10 +36,12 @@ from typing import Any
 
 from streamkit._requests import (
     AppendCall,
+    ClaimCall,
     CloseJob,
     FollowJob,
     QueryJob,
     TransactionJob,
+    WriteCall,
 )
 from streamkit.backends._writer_thread import WriterThread
 from streamkit.backends.sqlite._group_commit import (
@@ -243,17 +245,27 @@ class Writer(WriterThread, GroupCommit):
                 if self._handle(jobs):
                     return
 
-    def _handle_other(self, job: Any) -> bool:
-        if isinstance(job, TransactionJob):
-            self._guarded(self._run_transaction, job)
-        elif isinstance(job, QueryJob):
-            self._guarded(self._run_query, job)
-        elif isinstance(job, FollowJob):
-            self._pending_follows.add(job.path)
-            self._guarded(self._start_following, None)
-        elif isinstance(job, CloseJob):
-            self._release_reservations()
-            return True
+    def _handle(self, jobs: list[Any]) -> bool:
+        group: list[WriteCall] = []
+        for job in jobs:
+            if isinstance(job, AppendCall | ClaimCall):
+                group.append(job)
+                continue
+            if group:
+                self._guarded(self._run_group, group)
+                group = []
+            if isinstance(job, TransactionJob):
+                self._guarded(self._run_transaction, job)
+            elif isinstance(job, QueryJob):
+                self._guarded(self._run_query, job)
+            elif isinstance(job, FollowJob):
+                self._pending_follows.add(job.path)
+                self._guarded(self._start_following, None)
+            elif isinstance(job, CloseJob):
+                self._release_reservations()
+                return True
+        if group:
+            self._guarded(self._run_group, group)
         return False
 
     def _forget(self) -> None:
