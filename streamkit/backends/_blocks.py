@@ -19,14 +19,17 @@ Pure bookkeeping, no storage: a backend reads what it stores of a path into a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from streamkit._requests import AppendCall, WriteCall
 
 __all__ = [
     "BLOCK_MAX",
     "BLOCK_MIN",
     "PathState",
     "Snapshot",
+    "ephemeral_needs",
     "next_ephemeral",
     "next_offset",
     "next_plain",
@@ -113,3 +116,22 @@ def next_ephemeral(
     state.mine = True
     state.last_ephemeral = start
     return start, 1
+
+
+def ephemeral_needs(calls: Sequence[WriteCall]) -> dict[str, int] | None:
+    """Offsets per path a group of ephemerals only needs; None if the group has anything else.
+
+    Such a group may be served from a writer's own blocks with no
+    transaction; an ``expect_head`` precondition needs the head row read in
+    one, so it disqualifies the group.
+    """
+    need: dict[str, int] = {}
+    for call in calls:
+        if (
+            not isinstance(call, AppendCall)
+            or call.ephemerals != len(call.events)
+            or call.expect_head is not None
+        ):
+            return None
+        need[call.path] = need.get(call.path, 0) + call.ephemerals
+    return need

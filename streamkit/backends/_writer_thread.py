@@ -24,14 +24,23 @@ import contextlib
 import math
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from streamkit._requests import CloseJob, FollowJob, Job, deliver, resolve_close
+from streamkit._requests import (
+    AppendCall,
+    CloseJob,
+    FollowJob,
+    Job,
+    WriteCall,
+    deliver,
+    resolve_close,
+)
 from streamkit.errors import InvalidRequest, LogClosed
+from streamkit.events import StreamEvent
 from streamkit.log._follow import WakeList
 
-__all__ = ["WriterThread", "check_busy_timeout"]
+__all__ = ["WriterThread", "check_busy_timeout", "fresh_by_path"]
 
 
 def check_busy_timeout(busy_timeout: object) -> None:
@@ -148,3 +157,19 @@ class WriterThread:
         for loop, future in waiters:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(resolve_close, future)
+
+
+def fresh_by_path(calls: Sequence[WriteCall]) -> dict[str, tuple[list[StreamEvent], int]]:
+    """What a committed group added, per path: its new events in order, and their stored size.
+
+    The size is the payload and metadata JSON, what a push costs a follower to
+    hold. Refused calls and idempotent hits add nothing.
+    """
+    fresh: dict[str, tuple[list[StreamEvent], int]] = {}
+    for call in calls:
+        if call.error is None and isinstance(call, AppendCall) and call.fresh:
+            events, size = fresh.get(call.path, ([], 0))
+            events.extend(call.fresh)
+            size += sum(len(e.payload_json) + len(e.metadata_json) for e in call.events)
+            fresh[call.path] = (events, size)
+    return fresh

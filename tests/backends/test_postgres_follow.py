@@ -8,22 +8,10 @@ and a listener whose connection the server ends reconnects and reads on.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 
 import psycopg
-import pytest
-from support.backends import BACKENDS, Target
+from support.backends import Target
 from support.log import durable
-
-
-@pytest.fixture
-async def pg() -> AsyncIterator[Target]:
-    target = BACKENDS["postgres"].fresh()
-    try:
-        yield target
-    finally:
-        target.remove()
 
 
 async def test_a_commit_nobody_notified_is_read_within_the_poll(pg: Target) -> None:
@@ -45,13 +33,11 @@ async def test_a_commit_nobody_notified_is_read_within_the_poll(pg: Target) -> N
                     "metadata, created_at) VALUES ('/', 2, 'silent', '{}', '{}', "
                     "'2026-12-01T00:00:00.000000Z')"
                 )
-            started = time.monotonic()
+            # No notification will come: only the once-a-second read can deliver it.
             events, _ = await asyncio.wait_for(it.__anext__(), 10)
-            waited = time.monotonic() - started
         finally:
             await it.aclose()
     assert [(e.offset, e.type) for e in events] == [(2, "silent")]
-    assert waited < 5  # the poll runs once a second; slack for a loaded machine
 
 
 async def test_a_listener_whose_connection_is_ended_reconnects_and_reads_on(pg: Target) -> None:

@@ -36,9 +36,10 @@ from streamkit._targets import PostgresTarget
 from streamkit.backends._writer_thread import check_busy_timeout
 from streamkit.backends.postgres._connect import connect, open_error, storage_error
 from streamkit.backends.postgres._listener import Listener
+from streamkit.backends.postgres._notify import Fed
 from streamkit.backends.postgres._read import Reads
 from streamkit.backends.postgres._schema import ensure_schema, stored_version
-from streamkit.backends.postgres._writer import Fed, Writer
+from streamkit.backends.postgres._writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed, LogOpenError, StorageError
 from streamkit.events import ReadPage
 from streamkit.log._follow import Feed

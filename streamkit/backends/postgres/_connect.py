@@ -38,6 +38,24 @@ CONNECT_TIMEOUT = 10
 _RETRYABLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
 
+IDLE_IN_TRANSACTION_TIMEOUT = 30.0
+"""Seconds the server lets a session of ours sit idle inside a transaction before ending it."""
+
+
+def session_options(lock_timeout: float) -> dict[str, str]:
+    """The settings of a session that writes: how long it waits for a row lock, and how long
+    it may stay idle inside a transaction.
+
+    The second is what frees the locks of a process stopped mid-transaction
+    (SIGSTOP, a paused VM): the server ends its session rather than let every
+    other writer wait on it for ever.
+    """
+    return {
+        "lock_timeout": f"{max(1, round(lock_timeout * 1000))}ms",
+        "idle_in_transaction_session_timeout": f"{round(IDLE_IN_TRANSACTION_TIMEOUT * 1000)}ms",
+    }
+
+
 def connect(
     conninfo: str,
     shown: str,
@@ -76,8 +94,13 @@ def is_retryable(exc: BaseException) -> bool:
 
 def is_disconnect(exc: BaseException) -> bool:
     """Whether ``exc`` means the connection is gone (the server stopped, the network broke)."""
+    # psycopg files lock timeouts and the server's rollbacks (deadlock, serialization)
+    # under OperationalError too; those leave the connection usable.
     return isinstance(exc, psycopg.OperationalError) and not isinstance(
-        exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable
+        exc,
+        psycopg.errors.QueryCanceled
+        | psycopg.errors.LockNotAvailable
+        | psycopg.errors.TransactionRollback,
     )
 
 
@@ -95,6 +118,12 @@ def storage_error(
         return StorageBusy(
             f"{doing} was refused: a row it needed stayed locked by another transaction past "
             f"the lock timeout ({message}); {outcome}; retry, or raise busy_timeout",
+            details=details,
+        )
+    if is_retryable(exc):
+        return StorageBusy(
+            f"{doing} was refused: the server rolled it back to resolve a conflict with "
+            f"another transaction ({message}), every time it was tried; {outcome}; retry",
             details=details,
         )
     if is_disconnect(exc):

@@ -31,8 +31,8 @@ import psycopg
 
 from streamkit._targets import PostgresTarget
 from streamkit.backends.postgres._connect import connect
+from streamkit.backends.postgres._notify import Fed, notify_channel
 from streamkit.backends.postgres._read import Reads
-from streamkit.backends.postgres._writer import Fed, notify_channel
 from streamkit.errors import StorageError
 from streamkit.log._follow import Feed, Push, WakeList, wake
 

@@ -33,9 +33,9 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-__all__ = ["HeadRow", "Taken", "lock_head", "read_heads", "store_head", "take_offsets"]
+__all__ = ["TAKE", "HeadRow", "Taken", "lock_head", "read_heads", "store_head", "take_offsets"]
 
-_TAKE = """
+TAKE = """
 INSERT INTO {s}.streamkit_heads AS h (path, head, stamped)
 VALUES (%(path)s, %(count)s, %(now)s)
 ON CONFLICT (path) DO UPDATE SET head = GREATEST(
@@ -99,7 +99,7 @@ def take_offsets(
     if count < 1 or not writer:
         raise ValueError("take_offsets needs count >= 1 and a writer token")
     row = conn.execute(
-        _sql(_TAKE, schema),
+        _sql(TAKE, schema),
         {
             "path": path,
             "count": count,

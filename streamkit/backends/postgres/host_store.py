@@ -32,7 +32,7 @@ from streamkit._targets import PostgresTarget
 from streamkit.backends._skip_rules import record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
 from streamkit.backends.postgres._backend import PostgresLogBackend
-from streamkit.backends.postgres._connect import connect, storage_error
+from streamkit.backends.postgres._connect import connect, session_options, storage_error
 from streamkit.backends.postgres.leases import CLOCK as _CLOCK
 from streamkit.backends.postgres.leases import Leases
 from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
@@ -180,7 +180,7 @@ class PostgresLeaseRenewer:
     def __init__(self, target: PostgresTarget, tables: _Tables, timeout: float) -> None:
         self._target = target
         self._tables = tables
-        self._options = {"lock_timeout": f"{max(1, round(timeout * 1000))}ms"}
+        self._options = session_options(timeout)
         self._conn: psycopg.Connection[Any] | None = None
 
     def renew(self, lease: Lease, now: float, ttl: float) -> Lease:

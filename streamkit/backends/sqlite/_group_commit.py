@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from streamkit._requests import AppendCall, ClaimCall, Job, WriteCall
+from streamkit.backends._blocks import ephemeral_needs
 from streamkit.backends.sqlite._offsets import (
     RELEASE,
     PathState,
@@ -193,15 +194,9 @@ class GroupCommit(Placement):
 
     def _run_without_transaction(self, calls: Sequence[WriteCall]) -> bool:
         """Hand out ephemerals from own blocks with no transaction; False if one must be reserved."""
-        need: dict[str, int] = {}
-        for call in calls:
-            if (
-                not isinstance(call, AppendCall)
-                or call.ephemerals != len(call.events)
-                or call.expect_head is not None
-            ):
-                return False
-            need[call.path] = need.get(call.path, 0) + call.ephemerals
+        need = ephemeral_needs(calls)
+        if need is None:
+            return False
         self._sync_foreign()
         self._now = self._stamp_commit()
         for path, count in need.items():

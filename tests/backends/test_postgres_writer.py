@@ -1,0 +1,146 @@
+"""The PostgreSQL writer when another session gets in its way: a deadlock, a frozen transaction.
+
+A group the server aborts as a deadlock victim wrote nothing and runs again
+(``backends.postgres._group_commit``); a writer session that sits idle
+inside a transaction (its process frozen, say) is ended by the server, so
+its locks do not hold every other writer for ever, and the next job
+connects again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+from support.backends import Target
+from support.log import durable
+
+from streamkit import Log
+from streamkit.backends.postgres import _connect, _group_commit
+from streamkit.errors import StorageBusy, StorageError
+
+pytestmark = pytest.mark.slow
+
+
+def _deadlocks(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(
+        "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _writer_waits_on_a_lock(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'streamkit writer' "
+        "AND wait_event_type = 'Lock'"
+    ).fetchone()
+    return row is not None and int(row[0]) > 0
+
+
+async def _until(check: Any) -> None:
+    """Poll ``check`` (the server's view, or another thread's flag) for up to 20 s."""
+    async with asyncio.timeout(20):
+        while not check():  # noqa: ASYNC110 (what is polled has no event to wait on)
+            await asyncio.sleep(0.05)
+
+
+async def _deadlocked_group(log: Log, url: str, schema: str) -> list[Any]:
+    """Appends to /a and /b in one group while another session locks /b, then /a.
+
+    Returns each append's outcome (its events, or the exception it raised)
+    once the other session has its locks and has committed.
+    """
+    heads = f'"{schema}".streamkit_heads'
+    await log.stream("/a").append(durable(1))
+    await log.stream("/b").append(durable(1))
+    with psycopg.connect(url, autocommit=True) as watch, psycopg.connect(url) as other:
+        before = _deadlocks(watch)
+        # The other session waits long before it looks for a cycle, so the server
+        # picks the writer (which looks after its default second) as the victim.
+        other.execute("SET deadlock_timeout = '30s'")
+        other.execute(f"SELECT 1 FROM {heads} WHERE path = '/b' FOR UPDATE")
+        # One loop turn: one group over both paths, locking /a, then waiting on /b.
+        group = asyncio.gather(
+            log.stream("/a").append(durable(2)),
+            log.stream("/b").append(durable(2)),
+            return_exceptions=True,
+        )
+        await _until(lambda: _writer_waits_on_a_lock(watch))
+
+        def lock_a_then_commit() -> None:
+            other.execute(f"SELECT 1 FROM {heads} WHERE path = '/a' FOR UPDATE")
+            other.commit()
+
+        closing = asyncio.get_running_loop().run_in_executor(None, lock_a_then_commit)
+        outcomes = await asyncio.wait_for(group, 30)
+        await asyncio.wait_for(closing, 30)
+        assert _deadlocks(watch) > before
+    return list(outcomes)
+
+
+async def test_a_group_chosen_as_deadlock_victim_runs_again_and_commits(pg: Target) -> None:
+    """Another session locks /b then /a while a group holds /a and waits on /b: both commit."""
+    assert pg.schema is not None
+    async with pg.open() as log:
+        a, b = await _deadlocked_group(log, *pg.schema)
+        assert [(e.path, e.offset) for e in (*a, *b)] == [("/a", 2), ("/b", 2)]
+        for path in ("/a", "/b"):
+            page = await log.stream(path).read()
+            assert [e.offset for e in page.events] == [1, 2]
+
+
+async def test_a_group_the_server_keeps_rolling_back_is_refused_as_busy(
+    pg: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of reruns, the victim's callers get STORAGE_BUSY (not "unreachable"); nothing written."""
+    monkeypatch.setattr(_group_commit, "RETRIES", 1)
+    assert pg.schema is not None
+    async with pg.open() as log:
+        outcomes = await _deadlocked_group(log, *pg.schema)
+        for outcome in outcomes:
+            assert isinstance(outcome, StorageBusy)
+            assert outcome.code == "STORAGE_BUSY"
+            assert "nothing was written" in outcome.message
+        for path in ("/a", "/b"):
+            page = await log.stream(path).read()
+            assert [e.offset for e in page.events] == [1]
+        (event,) = await log.stream("/a").append(durable(3))
+        assert event.offset == 2
+
+
+async def test_a_writer_idle_in_a_transaction_is_ended_and_the_next_job_reconnects(
+    pg: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction held open on the writer is ended by the server; its lock frees; appends go on."""
+    monkeypatch.setattr(_connect, "IDLE_IN_TRANSACTION_TIMEOUT", 1.0)
+    assert pg.schema is not None
+    url, schema = pg.schema
+    heads = f'"{schema}".streamkit_heads'
+    async with pg.open() as log:
+        await log.stream("/").append(durable(1))
+        locked, woke = threading.Event(), threading.Event()
+
+        def hold(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(f"SELECT 1 FROM {heads} WHERE path = '/' FOR UPDATE")
+            locked.set()
+            time.sleep(4.0)  # the session is idle in its transaction meanwhile, as if frozen
+            woke.set()
+            conn.execute("SELECT 1")
+
+        held = asyncio.ensure_future(log.write_transaction(hold))
+        await _until(locked.is_set)
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute("SET lock_timeout = '20s'")
+            with other.transaction():
+                other.execute(f"SELECT 1 FROM {heads} WHERE path = '/' FOR UPDATE")
+                # The lock came free when the server ended the session, not when hold() woke.
+                assert not woke.is_set()
+        with pytest.raises(StorageError):
+            await asyncio.wait_for(held, 30)
+        (event,) = await log.stream("/").append(durable(2))
+        assert event.offset == 2
