@@ -187,8 +187,12 @@ def default_socket(target: str | os.PathLike[str]) -> str:
     return sqlite_target(target) + ".sock"
 
 
-def own_socket(target: str | os.PathLike[str], token: str) -> str:
-    """The socket a host takes when another live host holds the default one."""
+def own_socket(target: str | os.PathLike[str], owner: str) -> str:
+    """The socket a host takes when another live host holds the default one.
+
+    Beside the default, named by the random token that ends ``owner``.
+    """
+    token = "".join(c for c in owner.rsplit(":", 1)[-1] if c.isalnum())[:12] or "host"
     return default_socket(target).removesuffix(".sock") + f".{token}.sock"
 
 

@@ -147,6 +147,7 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
         self._durable_shown: int | None = None
         self._head_read_from_log: int | None = None
         self._latched: StreamkitError | None = None
+        self._yielding = False
         self._waiters = CursorWaiters(self._slug, lambda: self._cursor)
         # Whether an at-head pass is owed: some batch ran without one since the last.
         self._owes_at_head_pass = True
@@ -314,6 +315,8 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
         self._last_batch_at_head = False
         claim_before = self._claims.last_sent
         await self.catch_up_from_log()
+        if self._yielding:
+            return  # not caught up, and not to be: see yield_catch_up
         if not self._last_batch_at_head:
             await self._on_chain(self._eventless_at_head_pass)
         self._claims.revived()
@@ -418,6 +421,17 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
             task.cancel()
         self._claims.cancel_all()
 
+    def yield_catch_up(self) -> None:
+        """End catch-ups after the batch in flight, its checkpoint written, from now on.
+
+        For a host handing the processor to another: it waits for one batch,
+        not for a whole backlog. What is left unread is the next holder's,
+        and so is the at-head pass (which only a caught-up engine may run);
+        the claim stays as stored, for the next holder to read. Pushed
+        batches still run: each is one batch.
+        """
+        self._yielding = True
+
     def guard(self) -> None:
         """Raise unless this engine may still start an effect (latched, or its host's guard)."""
         self._raise_if_latched()
@@ -494,6 +508,8 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
                     from_read=True,
                     read_ahead=not page.at_head,
                 )
+            if self._yielding and not page.at_head:
+                return  # handed to another host: see yield_catch_up
             if through <= after or page.at_head:
                 if page.at_head and self._fed_by_pushes:
                     head = max(after, through)

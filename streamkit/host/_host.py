@@ -65,7 +65,6 @@ from streamkit.errors import (
     InvalidConfig,
     InvalidRequest,
     LeaseLost,
-    StorageError,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, StreamEvent
@@ -74,8 +73,9 @@ from streamkit.host._alarm import Alarm
 from streamkit.host._control import HostControlHandler
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
 from streamkit.host._path_watch import PathWatch
+from streamkit.host._recorded_skips import obey_recorded_skips
 from streamkit.host._runner import ProcessorRunner
-from streamkit.host._status import runner_status
+from streamkit.host._status import processor_rows
 from streamkit.host._watch import Subscription, jsonable, watch_messages
 from streamkit.live_state import LiveSnapshot
 from streamkit.log._log import Log
@@ -246,7 +246,7 @@ class ProcessorHost:
                 raise  # a socket of its own was asked for: it must be that one
             # Another host serves the default socket: a standby needs no flag, it
             # takes a socket of its own beside it, found through the registry.
-            path = _own_socket(config.db, self.owner)
+            path = Path(own_socket(config.db, self.owner))
             self._control = ControlServer(path, HostControlHandler(self))
             await self._control.start()
             _log.info(
@@ -346,39 +346,17 @@ class ProcessorHost:
         interval = self.config.lease.heartbeat_interval
         while True:
             await asyncio.sleep(interval)
-            await self._heartbeat_once()
+            try:
+                await self._heartbeat_once()
+            except Exception as exc:
+                # A task that died here would leave the host beating never again: it
+                # would take no lease and hand none off, silently. Log, beat on.
+                _log.error("host.heartbeat_failed", error=repr(exc), exc_info=exc)
 
     async def _heartbeat_once(self) -> None:
         assert self._acquirer is not None  # built by start()
         await self._acquirer.beat_all(self.runners, lambda: self._stopping)
-        await self._obey_recorded_skips()
-
-    async def _obey_recorded_skips(self) -> None:
-        """Obey skips recorded by other processes (``streamkit skip`` with no host, another host).
-
-        A skip made through this host is obeyed at once (:meth:`skip`); the
-        rest are found in the store here, once a heartbeat, rather than by
-        following every path for the rare skip event.
-        """
-        store = self._require_store()
-        try:
-            recorded = await store.load_skips()
-            for runner in self.runners:
-                for offset, at in recorded.get((runner.path, runner.slug), {}).items():
-                    if offset not in runner.skipped:
-                        by, reason = await self._skip_record(runner.path, at)
-                        runner.skip(offset, by=by, recorded_at=at, reason=reason)
-        except StreamkitError as exc:
-            _log.warning("skip.check_failed", error=exc.message)
-
-    async def _skip_record(self, path: str, at: int) -> tuple[object, str | None]:
-        """Who skipped and why, from the skip event at offset ``at`` (for the log line)."""
-        page = await self._require_log().stream(path).read(at - 1, 1)
-        payload = page.events[0].payload if page.events else None
-        if not isinstance(payload, dict):
-            return None, None
-        reason = payload.get("reason")
-        return payload.get("by"), reason if isinstance(reason, str) else None
+        await obey_recorded_skips(self._require_log(), self._require_store(), self.runners)
 
     def _acquired(self, runner: ProcessorRunner, held: HeldLease) -> None:
         runner.start_engine(held)
@@ -537,32 +515,9 @@ class ProcessorHost:
 
     async def status(self) -> dict[str, Any]:
         """The host and each processor: cursor, head, lag, lease, claim, stalled, rates."""
-        log = self._require_log()
-        store = self._require_store()
-        # The host's own view stands when the database does not answer (a server
-        # down, say): status then says so, and what the database holds is unknown.
-        database: dict[str, Any] = {"reachable": True, "error": None}
-        try:
-            durable = {(row["path"], row["slug"]): row for row in await store.durable_status()}
-        except StorageError as exc:
-            durable = {}
-            database = {"reachable": False, "error": exc.message, "code": exc.code}
-        now_mono = time.monotonic()
-        processors = []
-        for runner in self.runners:
-            row = dict(durable.get((runner.path, runner.slug)) or {})
-            cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
-            head = row.get("head")
-            lag = None
-            if database["reachable"]:
-                try:
-                    if head is None:
-                        head = await log.stream(runner.path).head()
-                    if cursor is not None:
-                        lag = await store.durable_lag(runner.path, cursor)
-                except StorageError as exc:
-                    database = {"reachable": False, "error": exc.message, "code": exc.code}
-            processors.append(runner_status(runner, row, cursor, head, lag, now_mono))
+        database, processors = await processor_rows(
+            self._require_log(), self._require_store(), self.runners
+        )
         started = self._started_at
         return {
             "database": database,
@@ -604,12 +559,6 @@ class ProcessorHost:
         if self.store is None:
             raise InvalidRequest("the host is not started; call start() first")
         return self.store
-
-
-def _own_socket(db: Path | str, owner: str) -> Path:
-    """A standby's socket beside the default one, named by its owner's token."""
-    token = "".join(c for c in owner.rsplit(":", 1)[-1] if c.isalnum())[:12] or "host"
-    return Path(own_socket(db, token))
 
 
 def _check_entries(entries: Sequence[_Entry]) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -38,14 +38,15 @@ import structlog
 from streamkit.config import RetrySettings
 from streamkit.engine._engine import BatchInfo, ProcessorEngine
 from streamkit.errors import LeaseLost, StreamkitError
-from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
+from streamkit.events import ScannedRange, StreamEvent
+from streamkit.host._engine_stream import EngineStream
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
 from streamkit.log._follow import Follow
-from streamkit.log._log import Log, ProcessorStreamView
+from streamkit.log._log import Log
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import Clock, HostStore, Lease
-from streamkit.skips import filter_page, without_skipped
+from streamkit.skips import without_skipped
 
 __all__ = ["ProcessorRunner"]
 
@@ -65,41 +66,6 @@ MIN_BATCH_GRACE = 5.0
 
 FOLLOW_RETRY_SECONDS = 1.0
 """How long a runner waits before following again after its follower failed (a read error)."""
-
-
-class _EngineStream:
-    """The stream an engine sees: the processor's view, minus skipped events, claims reported.
-
-    One per engine incarnation, bound to the lease that engine runs under: its
-    appends are fenced by that lease and no other, so an old engine's late
-    append can never pass under a lease taken again later.
-    """
-
-    __slots__ = ("_held", "_runner", "_view")
-
-    def __init__(self, view: ProcessorStreamView, runner: ProcessorRunner, held: HeldLease) -> None:
-        self._view = view
-        self._runner = runner
-        self._held = held
-
-    @property
-    def path(self) -> str:
-        return self._view.path
-
-    async def append(self, *events: EventInput | Mapping[str, Any]) -> list[StreamEvent]:
-        # Every durable append of the engine commits only under its own lease.
-        held = self._held
-        lease = held.lease
-        stamp = {"owner": lease.owner, "generation": lease.generation}
-        return await self._view.append(*(_with_lease(e, stamp) for e in events), fence=held.fence)
-
-    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
-        page = await self._view.read(after_offset, limit)
-        return filter_page(page, self._runner.skipped)
-
-    async def claim(self, at: float | None) -> None:
-        await self._view.claim(at)
-        self._runner.claim_changed(at)
 
 
 class ProcessorRunner:
@@ -154,7 +120,7 @@ class ProcessorRunner:
         self._task: asyncio.Task[None] | None = None
         self._item_is_push = False
         self._failing_offset: int | None = None
-        self._engine_stream: _EngineStream | None = None
+        self._engine_stream: EngineStream | None = None
         self._closing: set[asyncio.Task[None]] = set()
         # Held by the worker for each item it runs: a hand-off waits for the one in flight.
         self._item = asyncio.Lock()
@@ -198,7 +164,7 @@ class ProcessorRunner:
         held = self.held
         assert held is not None
         view = self._log.stream(self.path).for_processor(self.slug)
-        self._engine_stream = _EngineStream(view, self, held)
+        self._engine_stream = EngineStream(view, held, self.skipped, self.claim_changed)
         self.engine = ProcessorEngine(
             self.processor,
             stream=self._engine_stream,
@@ -315,6 +281,7 @@ class ProcessorRunner:
         """
         if self.engine is None:
             return None
+        self.engine.yield_catch_up()  # a backlog is left to the next holder
         self._poke.set()
         if self._follower is not None:
             self._follower.wake()
@@ -594,22 +561,3 @@ def _first_pending(item: Item, cursor: int) -> int:
             if not event.ephemeral and event.offset > cursor:
                 return event.offset
     return cursor + 1
-
-
-def _with_lease(
-    event: EventInput | Mapping[str, Any], stamp: dict[str, Any]
-) -> EventInput | Mapping[str, Any]:
-    """An engine's event with ``source.processor.lease`` naming the lease it is written under.
-
-    The engine stamps ``source.processor`` on what the processor appends; the
-    host adds which owner and generation wrote it, so the log itself shows
-    that no stale holder wrote after a takeover.
-    """
-    if not isinstance(event, Mapping):
-        return event
-    source = event.get("source")
-    processor = source.get("processor") if isinstance(source, Mapping) else None
-    if not isinstance(processor, Mapping):
-        return event
-    assert isinstance(source, Mapping)
-    return {**event, "source": {**source, "processor": {**processor, "lease": stamp}}}

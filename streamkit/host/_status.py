@@ -4,16 +4,54 @@ The durable row (what the database alone says: version, cursor, head, lease,
 claim) is overlaid with what only the running host knows: its state,
 stalled and why, failures, skips, the queue, the fold's incidents and the
 runner's rates. The cursor shown never passes the durable head.
+
+When the database does not answer (a server down, say), the host's own view
+stands: :func:`processor_rows` says the database is unreachable, and the
+head and lag are unknown.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from streamkit.checkpoint import shown_cursor
+from streamkit.errors import StorageError
 from streamkit.host._runner import ProcessorRunner
+from streamkit.log._log import Log
+from streamkit.protocols import HostStore
 
-__all__ = ["runner_status"]
+__all__ = ["processor_rows", "runner_status"]
+
+
+async def processor_rows(
+    log: Log, store: HostStore, runners: Sequence[ProcessorRunner]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``(database, rows)``: whether the database answered, and one row per runner."""
+    database: dict[str, Any] = {"reachable": True, "error": None}
+    try:
+        durable = {(row["path"], row["slug"]): row for row in await store.durable_status()}
+    except StorageError as exc:
+        durable = {}
+        database = {"reachable": False, "error": exc.message, "code": exc.code}
+    now_mono = time.monotonic()
+    rows = []
+    for runner in runners:
+        row = dict(durable.get((runner.path, runner.slug)) or {})
+        cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
+        head = row.get("head")
+        lag = None
+        if database["reachable"]:
+            try:
+                if head is None:
+                    head = await log.stream(runner.path).head()
+                if cursor is not None:
+                    lag = await store.durable_lag(runner.path, cursor)
+            except StorageError as exc:
+                database = {"reachable": False, "error": exc.message, "code": exc.code}
+        rows.append(runner_status(runner, row, cursor, head, lag, now_mono))
+    return database, rows
 
 
 def runner_status(

@@ -11,14 +11,16 @@ from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
-from support.host import Echo, Fragile, Gated, Hoarder, Lingering, Sleeper, Tally, Typed
+from support.host import Echo, Fragile, Gated, Hoarder, Lingering, Offsets, Sleeper, Tally, Typed
 
 from streamkit import (
     InvalidRequest,
+    ProcessEventArgs,
     StreamProcessor,
     open_log,
 )
 from streamkit.backends import host_store
+from streamkit.backends.sqlite.host_store import SqliteHostStore
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig, InvalidEvent
 from streamkit.host import ProcessorHost
@@ -181,6 +183,65 @@ async def test_second_host_waits_then_takes_over_on_release(
     assert (await second.snapshot("tally"))["state"]["offsets"] == offsets
     status = await second.status()
     assert status["processors"][0]["lease"]["generation"] == 2
+
+
+async def test_a_heartbeat_that_trips_on_an_unexpected_error_keeps_beating(
+    hosts: HostFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug under one beat (not a coded error) is logged; the next beats still take the lease."""
+    first = hosts(Tally(), owner="first")
+    second = hosts(Tally(), owner="second")
+    await first.start()
+    tripped: list[bool] = []
+    load_skips = SqliteHostStore.load_skips
+
+    async def tripping(self: SqliteHostStore) -> dict[tuple[str, str], dict[int, int]]:
+        if self is second.store and not tripped:  # once, in a beat of the second host
+            tripped.append(True)
+            raise RuntimeError("a bug in one beat")
+        return await load_skips(self)
+
+    await second.start()
+    with capture_logs() as logs:
+        monkeypatch.setattr(SqliteHostStore, "load_skips", tripping)
+        await wait_for(lambda: bool(tripped))
+        await first.stop()
+        await wait_for(lambda: second.runner("tally").state == "running")
+    (line,) = [entry for entry in logs if entry["event"] == "host.heartbeat_failed"]
+    assert "a bug in one beat" in line["error"]
+
+
+async def test_a_hand_off_during_a_catch_up_waits_for_one_batch_not_the_backlog(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """Handing off mid catch-up: the page in flight is checkpointed, the rest left unread."""
+    db = tmp_path / "h.db"
+    offsets = await items(db, 2_000)
+    delivered = asyncio.Event()
+
+    class Announcing(Gated):
+        def process_event(self, args: ProcessEventArgs[Offsets]) -> None:
+            super().process_event(args)
+            delivered.set()
+
+    gated = Announcing()
+    host = hosts(gated)
+    await host.start()
+    runner = host.runner("gated")
+    engine = runner.engine
+    assert engine is not None
+    await asyncio.wait_for(delivered.wait(), 10)  # in the first page, held by its gate
+    handing = asyncio.ensure_future(runner.hand_off(grace=1.0))
+    await asyncio.sleep(0.05)
+    gated.gate.set()
+    held = await asyncio.wait_for(handing, 30)
+    assert held is not None
+    # One page of 500 was reduced and checkpointed; 1,500 are the next holder's.
+    assert engine.cursor == offsets[499]
+    stored = await stored_checkpoint(db, "gated")
+    assert stored is not None
+    assert stored[0] == offsets[499]
+    assert gated.caught_up == []  # no at-head pass: it never was at the head
 
 
 def freeze_renewals(host: ProcessorHost) -> None:

@@ -42,6 +42,7 @@ class Rig(DaemonRig):
         shutil.copy(SUPPORT / "host.py", tmp_path / "hostprocs.py")
         super().__init__(tmp_path, socket_prefix="skd", tmp_on_pythonpath=True)
         self.db = str(tmp_path / "d.db") if target is None else target.target
+        self.target = target
 
     def host(self, name: str, *processors: str, ttl: str = "5") -> subprocess.Popen[bytes]:
         argv = ["--db", self.db, "--lease-ttl", ttl, "--log-format", "json"]
