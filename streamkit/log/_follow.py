@@ -11,6 +11,8 @@ each other; the iterator makes what it yields contiguous:
   overlaps it is trimmed;
 - a push that starts above the position is preceded by a *gap repair*, a read
   of the log bounded by the push's start;
+- pushes that wait end to end are yielded as one, up to a page of events, so
+  a consumer behind by many small commits takes them in one batch;
 - the first catch-up (and the catch-up after an overflow) reads the log without
   a bound but is cut at the start of the earliest push it could overtake, or of
   the commit in flight (see :meth:`Feed.set_inflight`), so that a push holding
@@ -446,13 +448,27 @@ class Follow:
             self._at_head = False
             return self._advance(list(page.events), page.scanned_through_offset)
         self._pushes.popleft()
-        self._at_head = not self._more_after(push.through)
-        self._size = push.size
         if push.after == self._position:
             events = list(push.events)
         else:
             events = [event for event in push.events if event.offset > self._position]
-        return self._advance(events, push.through)
+        through, size = push.through, push.size
+        # Pushes that queued up end to end while the consumer was busy are one yield (up
+        # to a page): one batch, so its fixed costs (a checkpoint) are paid once, and a
+        # consumer slower per batch than the commits arrive does not fall behind for good.
+        pushes = self._pushes
+        while (
+            pushes
+            and pushes[0].after == through
+            and len(events) + len(pushes[0].events) <= PAGE_LIMIT
+        ):
+            joined = pushes.popleft()
+            events.extend(joined.events)
+            through = joined.through
+            size += joined.size
+        self._at_head = not self._more_after(through)
+        self._size = size
+        return self._advance(events, through)
 
     def _more_after(self, through: int) -> bool:
         """Whether a push taken already reaches past ``through`` (pushes of a path ascend)."""

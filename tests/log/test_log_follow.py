@@ -167,6 +167,38 @@ async def test_at_head_is_false_while_pushes_wait_behind(log: Log) -> None:
     await it.aclose()
 
 
+async def test_pushes_that_wait_end_to_end_are_one_yield(log: Log) -> None:
+    """A backlog of pushes joining end to end comes as one yield: one batch for the consumer."""
+    stream = log.stream()
+    it = stream.follow()
+    await log.write_transaction(lambda conn: None)  # the follower's start is published
+    for n in range(3):
+        await stream.append(durable(n))  # three commits: three pushes waiting
+    events, scanned = await next_push(it)
+    assert [e.offset for e in events] == [1, 2, 3]
+    assert scanned == ScannedRange(0, 3)
+    assert it.at_head
+    await it.aclose()
+
+
+async def test_a_joined_yield_stops_at_a_page(log: Log) -> None:
+    """Joined pushes stop at a page of events, so a batch stays the size a catch-up's is."""
+    stream = log.stream()
+    it = stream.follow()
+    await log.write_transaction(lambda conn: None)
+    for n in range(6):
+        await stream.append(*(durable(n) for _ in range(100)))
+    first, scanned = await next_push(it)
+    assert len(first) == follow_internals.PAGE_LIMIT
+    assert scanned == ScannedRange(0, follow_internals.PAGE_LIMIT)
+    assert not it.at_head
+    rest, scanned = await next_push(it)
+    assert scanned == ScannedRange(follow_internals.PAGE_LIMIT, 600)
+    assert len(rest) == 100
+    assert it.at_head
+    await it.aclose()
+
+
 async def test_next_or_woken_returns_none_on_wake_and_loses_nothing(log: Log) -> None:
     """A wake ends the wait without a yield; what was appended around it comes next."""
     stream = log.stream()
