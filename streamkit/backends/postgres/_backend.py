@@ -93,6 +93,7 @@ class PostgresLogBackend:
         self._connections: list[psycopg.Connection[Any]] = []
         self._connections_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="streamkit-pg-read")
+        self._reads_closed = False
         self.submit: Callable[[Job | FollowJob], None] = self._submit
         self.try_inline: Callable[[list[AppendCall] | list[TransactionJob]], bool] = (
             self.writer.try_inline
@@ -155,6 +156,7 @@ class PostgresLogBackend:
     def _release(self) -> None:
         self.writer.join()
         self.listener.close()
+        self._reads_closed = True
         self._pool.shutdown(wait=True)
         with self._connections_lock:
             connections, self._connections = self._connections, []
@@ -196,14 +198,18 @@ class PostgresLogBackend:
     ) -> T:
         """Run read-only ``fn(conn)`` on a reader connection (autocommit: one snapshot per statement)."""
         loop = asyncio.get_running_loop()
+        closed = LogClosed(
+            "the log is closed; nothing was read or written (open it again to use it)"
+        )
+        if self._reads_closed:
+            raise closed
         try:
-            return await loop.run_in_executor(self._pool, self._run_read, fn, what)
-        except RuntimeError as exc:
-            if "shutdown" in str(exc):  # (the pool refuses work once the log closed)
-                raise LogClosed(
-                    "the log is closed; nothing was read or written (open it again to use it)"
-                ) from None
+            reading = loop.run_in_executor(self._pool, self._run_read, fn, what)
+        except RuntimeError:
+            if self._reads_closed:  # closed between the check and the submit
+                raise closed from None
             raise
+        return await reading
 
     async def read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
         """Durable events of ``path`` after ``after``, with the scanned-range proof."""
