@@ -248,7 +248,11 @@ def concurrent(db: Path, synchronous: str, n: int, warmup: int) -> dict[str, Any
 
 def fill(db: Path, n: int) -> None:
     """Record ``n`` events in the upstream application (1000 per save; not measured)."""
-    app = _app(db, "NORMAL")
+    record(_app(db, "NORMAL"), n)
+
+
+def record(app: Upstream, n: int) -> None:
+    """Record ``n`` events in ``app`` (1000 per save), then close it."""
     order = Order()
     app.save(order)
     done = 0

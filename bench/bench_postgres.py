@@ -13,7 +13,11 @@ per-path head row.
 
 Cases: 1 event per call, one call after another; 100 events per call; 16
 concurrent appenders of 1 event per call (asyncio tasks for streamkit,
-threads for eventsourcing, which is synchronous). eventsourcing is measured
+threads for eventsourcing, which is synchronous); catch-up (a new processor
+in a ``ProcessorHost`` / a ``ProcessApplication`` in eventsourcing's
+``SingleThreadedRunner`` processing 20k recorded events, checkpoints /
+tracking rows written as they go); live (append one event, wait until it is
+processed, repeat). eventsourcing is measured
 through ``Application.save`` (its idiomatic path) and ``recorder.insert_events``
 of ready rows (its floor). The ratio is streamkit's events/s over each.
 Prints a Markdown table. Not part of the test run.
@@ -44,11 +48,15 @@ CASES = {
     "append-1": "appends, 1 event per call",
     "append-100": "appends, 100 events per call",
     "append-16": "appends, 16 concurrent appenders (1 event per call)",
+    "catch-up": "catch-up of recorded events by a new processor",
+    "live": "live: append 1 event, wait until processed",
 }
 SIDES = {
     "sk": "streamkit (PostgreSQL)",
     "es": "eventsourcing (Application.save)",
     "es_recorder": "eventsourcing (recorder.insert_events)",
+    "sk_host": "streamkit (ProcessorHost)",
+    "es_system": "eventsourcing (System, SingleThreadedRunner)",
 }
 
 
@@ -200,12 +208,66 @@ def es_run(case: str, url: str, schema: str, n: int, warmup: int, recorder: bool
         app.close()
 
 
+def sk_process(case: str, url: str, n: int, warmup: int) -> float:
+    """A processor in a ``ProcessorHost``: catching up ``n`` recorded events, or live."""
+    import _compare_sk
+
+    if case == "catch-up":
+        _compare_sk.fill(url, n)
+        return float(_compare_sk.catch_up(url, "FULL", n, "counter")["rate"])
+    return float(_compare_sk.live(url, "FULL", n, warmup)["rate"])
+
+
+def es_process(case: str, url: str, schema: str, n: int, warmup: int) -> float:
+    """eventsourcing's ``ProcessApplication`` pulling from an upstream application, on PostgreSQL.
+
+    The same applications as on SQLite (``_compare_es``), configured for
+    ``eventsourcing.postgres``: each processed event commits its tracking row.
+    """
+    from _compare_common import Stopwatch
+    from _compare_es import SYSTEM, Downstream, Order, Upstream, record
+    from eventsourcing.system import SingleThreadedRunner
+
+    env = es_env(url, schema)
+    if case == "catch-up":
+        record(Upstream(env=env), n)
+    runner = SingleThreadedRunner[Any](SYSTEM, env=env)
+    runner.start()
+    try:
+        downstream = runner.get(Downstream)
+        if case == "catch-up":
+            with Stopwatch() as watch:
+                downstream.pull_and_process(Upstream.name)
+            if downstream.processed != n:
+                raise AssertionError(f"processed {downstream.processed}, expected {n}")
+            return n / watch.seconds
+        upstream = runner.get(Upstream)
+        order = Order()
+        upstream.save(order)
+        for i in range(warmup):
+            order.place(**payload(i))
+            upstream.save(order)
+        with Stopwatch() as watch:
+            for i in range(n):
+                order.place(**payload(i))
+                upstream.save(order)  # processed downstream before it returns
+        if downstream.processed != 1 + warmup + n:
+            raise AssertionError(f"processed {downstream.processed}, expected {1 + warmup + n}")
+        return n / watch.seconds
+    finally:
+        runner.stop()
+
+
 def worker(spec: dict[str, Any]) -> None:
     url, schema, case, side = spec["url"], spec["schema"], spec["case"], spec["side"]
     n, warmup = spec["n"], spec["warmup"]
+    joiner = "&" if "?" in url else "?"
     if side == "sk":
-        joiner = "&" if "?" in url else "?"
         events_per_second = sk_run(case, f"{url}{joiner}schema={schema}", n, warmup)
+    elif side == "sk_host":
+        events_per_second = sk_process(case, f"{url}{joiner}schema={schema}", n, warmup)
+    elif side == "es_system":
+        events_per_second = es_process(case, url, schema, n, warmup)
     else:
         events_per_second = es_run(case, url, schema, n, warmup, side == "es_recorder")
     print(json.dumps({"rate": events_per_second}))
@@ -216,7 +278,7 @@ def worker(spec: dict[str, Any]) -> None:
 
 def measure(url: str, case: str, side: str, n: int, warmup: int) -> float:
     schema = f"bench_{uuid.uuid4().hex[:12]}"
-    if side != "sk":
+    if side.startswith("es"):
         drop(url, schema, create=True)  # eventsourcing expects its schema to exist
     spec = {"url": url, "schema": schema, "case": case, "side": side, "n": n, "warmup": warmup}
     try:
@@ -248,6 +310,9 @@ def main() -> None:
     parser.add_argument("--url", help="the PostgreSQL server (the database to use)")
     parser.add_argument("--quick", action="store_true", help="small counts")
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument(
+        "--cases", default="", help="only these, comma-separated: " + ",".join(CASES)
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -256,12 +321,25 @@ def main() -> None:
     if not args.url:
         parser.error("--url is required")
     counts = (
-        {"append-1": 300, "append-100": 5_000, "append-16": 1_600}
+        {"append-1": 300, "append-100": 5_000, "append-16": 1_600, "catch-up": 5_000, "live": 200}
         if args.quick
-        else {"append-1": 2_000, "append-100": 30_000, "append-16": 8_000}
+        else {
+            "append-1": 2_000,
+            "append-100": 30_000,
+            "append-16": 8_000,
+            "catch-up": 20_000,
+            "live": 1_000,
+        }
     )
     sides = {"append-1": ["sk", "es", "es_recorder"], "append-100": ["sk", "es", "es_recorder"]}
     sides["append-16"] = ["sk", "es"]
+    sides["catch-up"] = sides["live"] = ["sk_host", "es_system"]
+    if args.cases:
+        wanted = [case.strip() for case in args.cases.split(",") if case.strip()]
+        unknown = sorted(set(wanted) - set(counts))
+        if unknown:
+            parser.error(f"unknown cases {unknown}; the cases are {', '.join(CASES)}")
+        counts = {case: counts[case] for case in wanted}
     results: dict[str, dict[str, list[float]]] = {}
     for case, count in counts.items():
         results[case] = {side: [] for side in sides[case]}
@@ -276,10 +354,11 @@ def main() -> None:
         "| --- | --- | ---: | ---: |",
     ]
     for case, by_side in results.items():
-        ours = statistics.median(by_side["sk"])
+        mine = next(side for side in by_side if side.startswith("sk"))
+        ours = statistics.median(by_side[mine])
         for side, rates in by_side.items():
             median = statistics.median(rates)
-            ratio = "" if side == "sk" else f"{ours / median:.2f}x"
+            ratio = "" if side == mine else f"{ours / median:.2f}x"
             lines.append(
                 f"| {CASES[case]} | {SIDES[side]} | {min(rates):,.0f} / {median:,.0f} / "
                 f"{max(rates):,.0f} | {ratio} |"

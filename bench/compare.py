@@ -26,6 +26,10 @@ Cases:
 - live: append one event, wait until the processor has processed it (and
   written its checkpoint / tracking), repeat; events/s and p50/p99 latency.
 
+``--backend postgres --url URL`` runs the same cases on a PostgreSQL server
+against eventsourcing's PostgreSQL recorder instead (``bench_postgres.py``,
+which prints its table).
+
 Writes ``performance-results.md``, ``performance-results.json`` and
 ``performance-ratios.png`` to ``--out`` (default: the repository's ``docs/``)
 and prints the Markdown table. Not part of the test run.
@@ -585,11 +589,25 @@ def main() -> None:
         "--out", type=Path, default=HERE.parent / "docs", help="where the results go"
     )
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: the same cases on a PostgreSQL server (bench_postgres.py; needs --url)",
+    )
+    parser.add_argument("--url", help="the PostgreSQL server, with --backend postgres")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
         return
+    if args.backend == "postgres":
+        if not args.url:
+            parser.error("--backend postgres needs --url postgresql://USER@HOST:PORT/DB")
+        argv = [sys.executable, str(HERE / "bench_postgres.py"), "--url", args.url]
+        argv += ["--trials", str(args.trials)] + (["--quick"] if args.quick else [])
+        argv += ["--cases", args.cases] if args.cases else []
+        raise SystemExit(subprocess.run(argv, check=False).returncode)
     levels = [level.strip().upper() for level in args.sync.split(",") if level.strip()]
     if any(level not in SYNC_LEVELS for level in levels):
         raise SystemExit(f"--sync takes FULL and/or NORMAL, got {args.sync!r}")
