@@ -198,16 +198,13 @@ class PostgresLogBackend:
     ) -> T:
         """Run read-only ``fn(conn)`` on a reader connection (autocommit: one snapshot per statement)."""
         loop = asyncio.get_running_loop()
-        closed = LogClosed(
-            "the log is closed; nothing was read or written (open it again to use it)"
-        )
         if self._reads_closed:
-            raise closed
+            raise _closed()
         try:
             reading = loop.run_in_executor(self._pool, self._run_read, fn, what)
         except RuntimeError:
             if self._reads_closed:  # closed between the check and the submit
-                raise closed from None
+                raise _closed() from None
             raise
         return await reading
 
@@ -236,3 +233,7 @@ class PostgresLogBackend:
     async def claims(self, path: str) -> dict[str, float]:
         """Every claim on ``path``: claimant -> due epoch second."""
         return await self.query(lambda conn: self._reads.claims(conn, path))
+
+
+def _closed() -> LogClosed:
+    return LogClosed("the log is closed; nothing was read or written (open it again to use it)")

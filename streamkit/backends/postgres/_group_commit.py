@@ -131,12 +131,10 @@ class GroupCommit:
 
     def _stamp(self) -> str:
         """``created_at`` for what is placed now: the clock, or the latest stamp seen if later."""
-        now = self._timestamp()
-        # Fixed-width ISO stamps compare in time order as strings.
-        if now < self._last_stamp:
-            return self._last_stamp
-        self._last_stamp = now
-        return now
+        # Fixed-width ISO stamps compare in time order as strings: a clock that steps
+        # back never makes a later commit look older.
+        self._last_stamp = max(self._timestamp(), self._last_stamp)
+        return self._last_stamp
 
     def _state(self, path: str) -> PathState:
         state = self._states.get(path)

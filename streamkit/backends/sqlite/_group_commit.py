@@ -100,12 +100,10 @@ class GroupCommit(Placement):
 
     def _stamp_commit(self) -> str:
         """``created_at`` for the commit about to be made: now, or the latest stamp if later."""
-        now = self._timestamp()
-        # Fixed-width ISO stamps compare in time order as strings.
-        if now < self._last_stamp:
-            return self._last_stamp
-        self._last_stamp = now
-        return now
+        # Fixed-width ISO stamps compare in time order as strings: a clock that steps
+        # back never makes a later commit look older.
+        self._last_stamp = max(self._timestamp(), self._last_stamp)
+        return self._last_stamp
 
     # -- group commit ---------------------------------------------------------------------
 
