@@ -230,6 +230,35 @@ class LiveState(Generic[S]):
         except Exception as exc:  # the contract: a notification may be lost, the caller never fails
             _log.exception("live_state.set_failed", key=self._key, rev=self._rev, error=repr(exc))
 
+    def rebase(self, value: S) -> LiveSnapshot:
+        """Adopt ``value`` as the present without sending a delta; return the new seed.
+
+        For a publisher that let the value fall behind while nobody watched:
+        the next client seeds from the returned snapshot. If the JSON changed,
+        the revision moves by one with no delta for it, so a client still
+        holding an earlier revision sees a gap at the next delta and re-seeds.
+        Later :meth:`set` calls diff from ``value``. Never raises.
+        """
+        try:
+            self._rebase(value)
+        except Exception as exc:  # as set(): the caller never fails
+            _log.exception("live_state.set_failed", key=self._key, rev=self._rev, error=repr(exc))
+        return self.snapshot()
+
+    def _rebase(self, value: S) -> None:
+        self._state = value
+        try:
+            text = _serialize(value)
+            form = json.loads(text)
+        except Exception as exc:
+            text, form = None, _NO_BASE
+            _log.warning("live_state.unserializable", key=self._key, rev=self._rev, error=repr(exc))
+        if text is not None and text == self._base_text:
+            return
+        self._base_text, self._base_form = text, form
+        self._rev += 1
+        _floor.note(self._rev)
+
     async def drain(self) -> None:
         """Wait until every delta append issued so far has settled.
 

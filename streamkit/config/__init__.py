@@ -15,6 +15,7 @@ paths are resolved against the directory holding the file)::
     shared_socket_dir = false      # allow a socket directory other users may write (see host.md)
     log_format = "auto"            # "auto" (JSON unless stderr is a TTY), "json", "console"
     synchronous = "FULL"           # SQLite PRAGMA synchronous: "FULL" or "NORMAL"
+    live_state = "watched"         # publish live-state deltas "watched" (only while a client watches) or "always"
     shutdown_grace = 10            # seconds to settle background work on SIGTERM/SIGINT
 
     [lease]

@@ -178,6 +178,8 @@ class HostConfig(_Section):
     shutdown_grace: float = Field(default=10.0, ge=0, allow_inf_nan=False)
     log_format: Literal["auto", "json", "console"] = "auto"
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    live_state: Literal["watched", "always"] = "watched"
+    """When batches publish live-state deltas: while a client watches (no cost otherwise), or always."""
     socket: Path | None = Field(default=None, validate_default=True)
     """The control socket; ``None`` means ``<db>.sock`` (see :attr:`socket_path`)."""
     shared_socket_dir: bool = False

@@ -56,6 +56,7 @@ class CheckpointedState(Generic[S]):
     _cursor: int
     _stale_through: int | None
     _live: LiveState[Any] | None
+    _live_behind: bool
     _events_reduced: int
     _waiters: CursorWaiters
 
@@ -66,6 +67,8 @@ class CheckpointedState(Generic[S]):
         def _latch(self, error: StreamkitError) -> None: ...
 
         def publish_live_state(self) -> None: ...
+
+        def _live_wanted(self) -> bool: ...
 
     async def _load(self) -> None:
         if self._loaded:
@@ -104,12 +107,16 @@ class CheckpointedState(Generic[S]):
         self._persisted_state = state
         # Seeded with the projection this incarnation starts from (after a
         # version bump, the old version's), so the re-reduce publishes the one
-        # delta that heals clients of the old projection.
-        try:
-            seed = self._processor.project_live_state(seed_state)
-        except Exception as exc:
-            self._swallowed("processor.projection_failed", exc, None)
-            seed = None
+        # delta that heals clients of the old projection. Unwanted, it is not
+        # projected at all: the first publish then sends the whole value.
+        seed = None
+        if self._live_wanted():
+            try:
+                seed = self._processor.project_live_state(seed_state)
+            except Exception as exc:
+                self._swallowed("processor.projection_failed", exc, None)
+        else:
+            self._live_behind = True
         self._live = LiveState(self._stream, self._slug, seed)
         self._loaded = True
         self._waiters.advanced(self._cursor)

@@ -2,16 +2,24 @@
 
 A claim is the earliest of two deadlines:
 
-- the background deadline: while any ``run_in_background`` attempt is in
-  flight, ``REVIVE_AFTER`` seconds after the first one started (or, after a
-  revive that found work still running, the doubled delay); cleared when the
-  last attempt settles;
+- the background deadline, while any ``run_in_background`` attempt is in
+  flight: ``REVIVE_AFTER`` seconds after an attempt started that no standing
+  deadline covered (or, after a revive that found work still running, the
+  doubled delay). An attempt that starts while the deadline is still ahead
+  is covered by it (a revive by then is as soon as it needs, or sooner) and
+  moves nothing;
 - the wakeup: the earliest ``schedule_wakeup(at)`` asked since the latest
   at-head pass began (each at-head pass starts again from none).
 
-Claims reach the stream one at a time, in order, so a release never overtakes
-the claim before it; a claim is sent only when the earliest deadline changed.
-A failing claim is reported and forgotten, so the next change sends it again.
+A claim is written when that earliest deadline moves, with one exception
+that saves a write per attempt: when the last attempt settles and nothing
+else is owed, the background claim is left standing instead of released.
+Its revive finds nothing owed and releases it then (a wakeup asked before
+that replaces it at once). So a stream of short attempts costs one claim
+and one idle revive per ``REVIVE_AFTER`` seconds, not a claim and a
+release each. Claims reach the stream one at a time, in order, so a
+release never overtakes the claim before it. A failing claim is reported
+and forgotten, so the next change sends it again.
 """
 
 from __future__ import annotations
@@ -61,8 +69,15 @@ class ClaimKeeper:
 
     @property
     def wanted(self) -> float | None:
-        """The claim this engine wants: the earliest deadline, or None."""
-        return _earliest(self._background_deadline, self._wakeup_at)
+        """The claim this engine wants: the earliest deadline of what is owed, or None."""
+        background = self._background_deadline if self._in_flight else None
+        return _earliest(background, self._wakeup_at)
+
+    @property
+    def held(self) -> float | None:
+        """The claim last sent (standing or not), or None: what the stream holds once it landed."""
+        claimed = self._claimed
+        return claimed if isinstance(claimed, float) else None
 
     @property
     def last_sent(self) -> asyncio.Task[None] | None:
@@ -72,11 +87,16 @@ class ClaimKeeper:
     # -- background work -------------------------------------------------------------
 
     def start(self, during: StreamEvent | None, work: Work) -> None:
-        """Start one attempt; the first in flight claims ``now + REVIVE_AFTER``."""
+        """Start one attempt; unless a standing deadline covers it, claim ``now + REVIVE_AFTER``."""
         self._in_flight += 1
-        if self._in_flight == 1:
-            self._background_deadline = self._clock() + REVIVE_AFTER
-            self.sync()
+        now = self._clock()
+        latest = now + REVIVE_AFTER
+        deadline = self._background_deadline
+        # Covered: a deadline still ahead, and no later than this attempt needs.
+        if deadline is None or deadline <= now or deadline > latest:
+            self._background_deadline = latest
+        # Writes nothing when the stored claim stands already; resends one that failed.
+        self.sync()
         task = asyncio.get_running_loop().create_task(self._attempt(during, work))
         self._attempts.add(task)
         task.add_done_callback(self._attempts.discard)
@@ -96,15 +116,22 @@ class ClaimKeeper:
         self._in_flight -= 1
         if self._in_flight == 0:
             self._revives_while_busy = 0
-            self._background_deadline = None
+            # Claims what the wakeups want now, if they moved while this ran; a
+            # release alone waits for the revive (see _standing).
             self.sync()
 
     def revived(self) -> None:
-        """A revive ran: work still in flight claims again, the delay doubled (capped)."""
+        """A revive ran: work still in flight claims again, the delay doubled (capped).
+
+        With nothing in flight the background deadline is spent; the caller
+        then sends the claim the wakeups alone want (a release, if none).
+        """
         if self._in_flight:
             self._revives_while_busy += 1
             delay = min(REVIVE_AFTER * 2**self._revives_while_busy, REVIVE_AFTER_MAX)
             self._background_deadline = self._clock() + delay
+        else:
+            self._background_deadline = None
 
     async def abandon(self, grace: float) -> None:
         """Give attempts ``grace`` seconds, cancel the rest, and wait for queued claims."""
@@ -153,12 +180,25 @@ class ClaimKeeper:
     def sync(self, *, force: bool = False) -> asyncio.Task[None] | None:
         """Send the wanted claim if it changed (or ``force``); return the task sending it."""
         wanted = self.wanted
-        if self._stopped or (not force and wanted == self._claimed):
+        if self._stopped or (not force and (wanted == self._claimed or self._standing(wanted))):
             return None
         self._claimed = wanted
         task = asyncio.get_running_loop().create_task(self._send(self._last_sent, wanted))
         self._last_sent = task
         return task
+
+    def _standing(self, wanted: float | None) -> bool:
+        """Whether a release may wait: nothing is owed and the claim stored is a background one still ahead.
+
+        Its revive releases it, so the attempt that settled writes nothing.
+        """
+        deadline = self._background_deadline
+        return (
+            wanted is None
+            and deadline is not None
+            and self._claimed == deadline
+            and deadline > self._clock()
+        )
 
     async def _send(self, previous: asyncio.Task[None] | None, at: float | None) -> None:
         if previous is not None and not previous.done():

@@ -8,10 +8,12 @@ publishes the processor's live state. Its rules:
 2. One event at a time inside a batch: an event's ``block_processor_while``
    work, including blockers registered by blockers, completes before the next
    event's ``process_event`` starts.
-3. ``run_in_background`` work is not awaited. While any attempt is in flight
-   the engine holds a claim ("revive me by now + 20 s"); the last attempt to
-   settle releases it. An attempt still in flight at a :meth:`~ProcessorEngine.revive`
-   claims again with the delay doubled, up to 30 minutes.
+3. ``run_in_background`` work is not awaited. An attempt starts under a claim
+   ("revive me by start + 20 s" at the latest); the claim is written only when
+   that moves its deadline earlier, and stands until the revive it comes due
+   for, which ends it when nothing is in flight. An attempt still in flight at
+   a :meth:`~ProcessorEngine.revive` claims again with the delay doubled, up
+   to 30 minutes.
 4. One durable commit per batch, after every event's blocking work settled:
    the checkpoint (cursor and state, one row, one statement) is written before
    the cursor moves. A failed batch persists nothing and leaves the engine as
@@ -29,6 +31,14 @@ push are always delivered when consumed. The cursor never regresses.
 
 Persist first, then emit: the live-state delta of a batch goes out after its
 checkpoint is written, so a crash in between loses a notification, never state.
+
+Live state costs nothing while nobody wants it: with ``publish_live=False`` (or
+a callable that says False) a batch projects, diffs and appends nothing; the
+live state only falls behind. The first batch published once it is wanted
+again sends one delta from the last revision sent, which a client holding
+that revision may apply; :meth:`~ProcessorEngine.live_snapshot` instead
+adopts the present as a new revision with no delta, so a client holding an
+older one sees a gap and re-seeds. The revision chain rules never change.
 """
 
 from __future__ import annotations
@@ -84,6 +94,13 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
     wakeups. ``on_batch`` is called after each committed batch (a failure in it
     is reported and ignored).
 
+    ``publish_live`` says whether batches publish live-state deltas: ``True``
+    (the default) after every batch; ``False`` never by themselves (only
+    :meth:`live_snapshot` and :meth:`publish_live_state` bring the live state
+    to the present); or a callable asked after each batch, such as "does
+    anyone watch?" (the host's choice). A callable that raises counts as
+    ``True``.
+
     The checkpoint is loaded by the first piece of work on the chain, so
     building an engine does no I/O. Everything runs on the event loop of its
     first call.
@@ -99,6 +116,7 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
         clock: Clock = time.time,
         on_batch: Callable[[BatchInfo], None] | None = None,
         guard: Callable[[], None] | None = None,
+        publish_live: bool | Callable[[], bool] = True,
     ) -> None:
         contract: ProcessorContract[S] | None = getattr(processor, "contract", None)
         if not isinstance(contract, ProcessorContract):
@@ -136,6 +154,9 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
         # restores): its cursor, re-reduced up to before anything else runs.
         self._stale_through: int | None = None
         self._live: LiveState[Any] | None = None
+        self._publish_live = publish_live
+        # A batch skipped publishing (nobody wanted it): the live state lags the state.
+        self._live_behind = False
         # The highest `through` any push showed: what decides whether a push
         # reaches the head (rule 5).
         self._pushed_through: int | None = None
@@ -248,6 +269,15 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
         """The revive time this engine wants claimed: the earliest of its deadlines, or None."""
         return self._claims.wanted
 
+    @property
+    def claim_held(self) -> float | None:
+        """The claim this engine last sent, or None: what its stream holds once that landed.
+
+        It differs from :attr:`claimed_at` while a background claim stands after
+        the work it covered settled (its revive releases it).
+        """
+        return self._claims.held
+
     # -- driving the reduce --------------------------------------------------------
 
     def process_event_batch(
@@ -343,6 +373,9 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
         if not self._reduced_through_shown_head():
             await self.catch_up_from_log()
         assert self._live is not None  # the catch-up loaded the checkpoint
+        if self._live_behind:
+            # Brought to the present for this seed without a delta nobody needs.
+            return self._project_live(rebase=True)
         return self._live.snapshot()
 
     # The timeout is part of this verb's contract (SPEC 4), hence the noqa.
@@ -380,18 +413,52 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
         """Re-project the state and send a live-state delta if the projection changed.
 
         The engine calls this after every batch; a host calls it when a runtime
-        field of the processor changed outside a batch. A projection that
+        field of the processor changed outside a batch. While ``publish_live``
+        says no, it only notes that the live state is behind. A projection that
         raises costs only this notification. Before the checkpoint is loaded
         there is nothing to publish.
         """
         if self._live is None:
             return
+        if not self._live_wanted():
+            self._live_behind = True
+            return
+        self._project_live()
+
+    @property
+    def live_behind(self) -> bool:
+        """Whether batches ran unpublished since the last delta (``publish_live`` said no)."""
+        return self._live_behind
+
+    def _live_wanted(self) -> bool:
+        wanted = self._publish_live
+        if isinstance(wanted, bool):
+            return wanted
+        try:
+            return bool(wanted())
+        except Exception as exc:
+            self._swallowed("processor.publish_live_failed", exc, None)
+            return True
+
+    def _project_live(self, *, rebase: bool = False) -> LiveSnapshot:
+        """Project the state now and hand it to the live state: a delta if it changed.
+
+        With ``rebase`` the projection is adopted without a delta (the revision
+        still moves if it changed), for a seed taken while the live state lagged.
+        """
+        live = self._live
+        assert live is not None
         try:
             projection = self._processor.project_live_state(self._state)
         except Exception as exc:
             self._swallowed("processor.projection_failed", exc, None)
-            return
-        self._live.set(projection)
+            self._live_behind = True  # the next seed tries again
+            return live.snapshot()
+        self._live_behind = False
+        if rebase:
+            return live.rebase(projection)
+        live.set(projection)
+        return live.snapshot()
 
     async def aclose(self, grace: float = 0.0) -> None:
         """Give background attempts ``grace`` seconds to settle, then abandon the rest.

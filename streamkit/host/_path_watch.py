@@ -54,11 +54,13 @@ class PathWatch:
             follower = self._log.stream(self._path).follow()
             self._task = asyncio.get_running_loop().create_task(self._run(follower))
 
-    def discard(self, subscription: Subscription) -> None:
-        """Stop feeding ``subscription``; the last one to leave stops the follower."""
+    def discard(self, subscription: Subscription) -> bool:
+        """Stop feeding ``subscription`` (True if it was fed); the last one stops the follower."""
+        fed = subscription in self._subscribers
         self._subscribers.discard(subscription)
         if not self._subscribers:
             self._stop()
+        return fed
 
     async def close(self) -> None:
         """Drop every watcher and stop following (the host is stopping)."""

@@ -84,6 +84,7 @@ class ProcessorRunner:
         skipped: set[int],
         on_claim: Callable[[], None],
         on_lease_gone: Callable[[HeldLease], None] = lambda held: None,
+        live_always: bool = False,
     ) -> None:
         self.processor = processor
         self.slug: str = processor.contract.slug
@@ -105,6 +106,9 @@ class ProcessorRunner:
         self.last_error: dict[str, Any] | None = None
         self.metrics = ProcessorMetrics()
         self.caught_up = False
+        self.watchers = 0
+        """Clients watching this processor's live state here; its batches publish only then."""
+        self._live_always = live_always
         self._log = log
         self._store = store
         self._retry = retry
@@ -173,6 +177,7 @@ class ProcessorRunner:
             clock=self._clock,
             on_batch=self._on_batch,
             guard=held.check,
+            publish_live=True if self._live_always else self._watched,
         )
         self.caught_up = False
         # Followed from before the revive's catch-up, so that commits made while it
@@ -180,6 +185,9 @@ class ProcessorRunner:
         self._follow()
         self._due = START
         self._wake.set()
+
+    def _watched(self) -> bool:
+        return self.watchers > 0
 
     def _follow(self) -> None:
         self._unfollow()

@@ -321,6 +321,36 @@ def test_unserializable_value_is_adopted_and_moves_the_rev_without_a_delta() -> 
     assert payload["from"] != 100
 
 
+def test_rebase_moves_the_rev_without_a_delta_and_later_deltas_diff_from_it() -> None:
+    """rebase adopts a value as a new revision with no delta; set then diffs from that value."""
+    sink = ListSink()
+    live = LiveState(sink, "k", {"a": 1}, epoch=10)
+    seed = live.rebase({"a": 1, "b": [1, 2]})
+    assert sink.events == []
+    assert seed == LiveSnapshot(11, {"a": 1, "b": [1, 2]})
+    live.set({"a": 1, "b": [1, 2, 3]})
+    (payload,) = sink.payloads
+    assert (payload["from"], payload["to"]) == (11, 12)
+    assert apply_delta(seed.state, payload["patch"]) == {"a": 1, "b": [1, 2, 3]}
+
+
+def test_rebase_to_equal_json_keeps_the_rev() -> None:
+    """Rebasing onto a value whose JSON did not change keeps every client's chain intact."""
+    live = LiveState(ListSink(), "k", {"a": 1}, epoch=10)
+    assert live.rebase({"a": 1}).rev == 10
+
+
+def test_rebase_to_an_unserializable_value_moves_the_rev_and_reseeds_next() -> None:
+    """An unserializable rebase is held and reported; the next delta carries patch None."""
+    sink = ListSink()
+    live = LiveState(sink, "k", {"a": 1}, epoch=10)
+    with structlog.testing.capture_logs() as logs:
+        assert live.rebase({"a": object()}).rev == 11
+    assert [entry["event"] for entry in logs] == ["live_state.unserializable"]
+    live.set({"a": 2})
+    assert [(p["from"], p["to"], p["patch"]) for p in sink.payloads] == [(11, 12, None)]
+
+
 def test_unserializable_initial_makes_the_first_delta_a_reseed() -> None:
     """With no serializable value ever sent, the first real delta carries patch None."""
     sink = ListSink()

@@ -29,7 +29,7 @@ def background_on_first(gate: asyncio.Event, done: list[int]) -> Any:
 
 
 async def test_background_work_is_not_awaited_and_holds_a_claim(rig: Rig) -> None:
-    """An attempt in flight does not hold the cursor; it claims now+20 s, released when it settles."""
+    """An attempt in flight does not hold the cursor; it claims now+20 s, kept until its revive."""
     gate = asyncio.Event()
     done: list[int] = []
     processor = Recorder(background_on_first(gate, done))
@@ -46,11 +46,14 @@ async def test_background_work_is_not_awaited_and_holds_a_claim(rig: Rig) -> Non
     await settle()
     assert done == [1]
     assert engine.background_in_flight == 0
-    assert rig.stream.claims == [t0 + REVIVE_AFTER, None]
+    assert rig.stream.claims == [t0 + REVIVE_AFTER]  # settling writes nothing
+    rig.clock.advance(REVIVE_AFTER)
+    await engine.revive()
+    assert rig.stream.claims == [t0 + REVIVE_AFTER, None]  # the revive finds nothing owed
 
 
-async def test_the_last_attempt_to_settle_releases_the_claim(rig: Rig) -> None:
-    """Two overlapping attempts claim once; only the second to settle releases."""
+async def test_overlapping_attempts_claim_once_and_the_revive_releases(rig: Rig) -> None:
+    """Two overlapping attempts claim once; settling writes nothing; the revive releases."""
     gates = [asyncio.Event(), asyncio.Event()]
 
     def on_event(args: ProcessEventArgs[Any]) -> None:
@@ -69,11 +72,13 @@ async def test_the_last_attempt_to_settle_releases_the_claim(rig: Rig) -> None:
     assert len(rig.stream.claims) == 1
     gates[0].set()
     await settle()
+    assert len(rig.stream.claims) == 1
+    await engine.revive()
     assert rig.stream.claims[-1] is None
 
 
-async def test_failed_background_work_is_reported_and_releases(rig: Rig) -> None:
-    """A raising attempt is reported with slug, offset and type, and still releases the claim."""
+async def test_failed_background_work_is_reported_and_released_by_the_revive(rig: Rig) -> None:
+    """A raising attempt is reported with slug, offset and type; its claim ends at the revive."""
 
     def on_event(args: ProcessEventArgs[Any]) -> None:
         if args.event is not None:
@@ -90,8 +95,9 @@ async def test_failed_background_work_is_reported_and_releases(rig: Rig) -> None
     (entry,) = [e for e in logs if e["event"] == "processor.background_failed"]
     assert (entry["slug"], entry["offset"], entry["type"]) == ("recorder", 1, "item.added")
     assert "smtp down" in entry["error"]
-    assert rig.stream.claims[-1] is None
     assert engine.batch_failures == 0
+    await engine.revive()
+    assert rig.stream.claims[-1] is None
 
 
 async def test_a_revive_finding_work_in_flight_claims_again_doubled_and_capped(rig: Rig) -> None:
@@ -108,6 +114,8 @@ async def test_a_revive_finding_work_in_flight_claims_again_doubled_and_capped(r
     assert delays == [40, 80, 160, 320, 640, 1280, REVIVE_AFTER_MAX, REVIVE_AFTER_MAX, 1800]
     gate.set()
     await settle()
+    rig.clock.advance(REVIVE_AFTER_MAX)
+    await engine.revive()
     assert rig.stream.claims[-1] is None
     # Once released, the next attempt starts from 20 s again.
     assert engine.claimed_at is None
@@ -155,8 +163,8 @@ async def test_a_restarted_host_restarts_owed_work_from_state(rig: Rig) -> None:
 
 
 async def test_a_failing_claim_is_reported_and_sent_again(rig: Rig) -> None:
-    """A claim the stream refuses is reported; the next change sends the claim again."""
-    gate = asyncio.Event()
+    """A claim the stream refuses is reported; the next attempt sends it again, covered or not."""
+    gates = [asyncio.Event(), asyncio.Event()]
     attempts: list[float | None] = []
 
     async def failing_claim(at: float | None) -> None:
@@ -164,18 +172,88 @@ async def test_a_failing_claim_is_reported_and_sent_again(rig: Rig) -> None:
         if len(attempts) == 1:
             raise OSError("alarm store down")
 
+    waiting = list(gates)
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None:
+            args.run_in_background(waiting.pop(0).wait)
+
     rig.stream.claim = failing_claim  # type: ignore[method-assign]
-    engine = rig.engine(Recorder(background_on_first(gate, [])))
+    engine = rig.engine(Recorder(on_event))
+    t0 = rig.clock()
     with structlog.testing.capture_logs() as logs:
         await rig.stream.append(item(1))
         await settle()
     (entry,) = [e for e in logs if e["event"] == "processor.claim_failed"]
     assert entry["slug"] == "recorder"
     assert "alarm store down" in entry["error"]
+    rig.clock.advance(1)
+    await rig.stream.append(item(2))
+    await settle()
+    assert attempts == [t0 + REVIVE_AFTER, t0 + REVIVE_AFTER]
+    for gate in gates:
+        gate.set()
+    await settle()
+    await engine.revive()
+    assert attempts[-1] is None
+    assert engine.claimed_at is None
+
+
+async def test_attempts_under_a_standing_claim_write_none(rig: Rig) -> None:
+    """Attempts that start before the standing claim falls due write no claim of their own."""
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None:
+            args.run_in_background(lambda: asyncio.sleep(0))
+
+    engine = rig.engine(Recorder(on_event))
+    t0 = rig.clock()
+    for _ in range(10):
+        await rig.stream.append(item(1))
+        await settle()
+        rig.clock.advance(1)
+    assert rig.stream.claims == [t0 + REVIVE_AFTER]
+    assert engine.background_in_flight == 0
+
+
+async def test_an_attempt_after_the_claim_fell_due_claims_afresh(rig: Rig) -> None:
+    """Once the standing deadline has passed, the next attempt claims its own 20 s."""
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None:
+            args.run_in_background(lambda: asyncio.sleep(0))
+
+    rig.engine(Recorder(on_event))
+    t0 = rig.clock()
+    await rig.stream.append(item(1))
+    await settle()
+    rig.clock.advance(REVIVE_AFTER + 1)
+    await rig.stream.append(item(1))
+    await settle()
+    assert rig.stream.claims == [t0 + REVIVE_AFTER, t0 + 2 * REVIVE_AFTER + 1]
+
+
+async def test_an_attempt_under_a_doubled_claim_moves_it_earlier(rig: Rig) -> None:
+    """A claim doubled for a long attempt does not cover a new one: it moves to now + 20 s."""
+    gate = asyncio.Event()
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None:
+            first = args.event.offset == 1
+            args.run_in_background(gate.wait if first else lambda: asyncio.sleep(0))
+
+    engine = rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    rig.clock.advance(REVIVE_AFTER)
+    await engine.revive()
+    assert rig.stream.claims[-1] == rig.clock() + 2 * REVIVE_AFTER
+    rig.clock.advance(1)
+    await rig.stream.append(item(1))
+    await settle()
+    assert rig.stream.claims[-1] == rig.clock() + REVIVE_AFTER
     gate.set()
     await settle()
-    assert attempts == [rig.clock() + REVIVE_AFTER, None]
-    assert engine.claimed_at is None
 
 
 # -- wakeups --------------------------------------------------------------------------------
@@ -317,3 +395,24 @@ async def test_blocking_after_the_event_finished_is_refused(rig: Rig) -> None:
     await settle()
     assert len(errors) == 1
     assert "after the delivery" in errors[0]
+
+
+async def test_a_wakeup_replaces_the_background_claim_once_the_attempt_settles(rig: Rig) -> None:
+    """A wakeup asked while an attempt runs is claimed as soon as the attempt settles."""
+    gate = asyncio.Event()
+    t0 = rig.clock()
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None and args.event.offset == 1:
+            args.run_in_background(gate.wait)
+        if args.delivery.caught_up:
+            args.schedule_wakeup(t0 + 60)
+
+    engine = rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    assert rig.stream.claims == [t0 + REVIVE_AFTER]
+    gate.set()
+    await settle()
+    assert rig.stream.claims == [t0 + REVIVE_AFTER, t0 + 60]
+    assert engine.claim_held == engine.claimed_at == t0 + 60

@@ -416,3 +416,106 @@ def test_define_contract_state_round_trip_is_what_checkpoints_restore() -> None:
     state = Tally(total=3, offsets=[1])
     assert contract.state_schema is not None
     assert contract.state_schema.model_validate_json(state.model_dump_json()) == state
+
+
+# -- live state nobody wants (publish_live) ---------------------------------------------------
+
+
+class CountingProjection(Recorder):
+    """A Recorder that counts its projections."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.projections = 0
+
+    def project_live_state(self, state: Tally) -> Tally:
+        self.projections += 1
+        return state
+
+
+async def test_unpublished_batches_project_diff_and_append_nothing(rig: Rig) -> None:
+    """With publish_live=False batches never project and send no delta; the state is checkpointed."""
+    processor = CountingProjection()
+    engine = rig.engine(processor, publish_live=False)
+    for n in (1, 2, 3):
+        await rig.stream.append(item(n))
+        await settle()
+    assert processor.projections == 0
+    assert rig.deltas() == []
+    assert engine.live_behind
+    assert rig.checkpoint().reduced_through_offset == 3
+
+
+async def test_a_snapshot_of_unpublished_live_state_is_the_present(rig: Rig) -> None:
+    """live_snapshot projects the present once; a client seeded there follows later deltas."""
+    processor = CountingProjection()
+    watched = [False]
+    engine = rig.engine(processor, publish_live=lambda: watched[0])
+    for n in (1, 2):
+        await rig.stream.append(item(n))
+        await settle()
+    watched[0] = True
+    rev, seed = await engine.live_snapshot()
+    assert processor.projections == 1
+    assert not engine.live_behind
+    assert seed.model_dump(mode="json") == {"total": 3, "offsets": [1, 2]}
+    held = seed.model_dump(mode="json")
+    seen = len(rig.deltas())
+    await rig.stream.append(item(4))
+    await settle()
+    (delta,) = [d for d in rig.deltas()[seen:] if d["to"] > rev]
+    assert delta["from"] == rev
+    assert apply_delta(held, delta["patch"]) == {"total": 7, "offsets": [1, 2, 3]}
+
+
+async def test_publishing_again_continues_the_chain_from_the_last_revision_sent(rig: Rig) -> None:
+    """A client holding the last revision sent before a quiet spell applies the catch-up delta."""
+    watched = [True]
+    engine = rig.engine(Recorder(), publish_live=lambda: watched[0])
+    rev, seed = await engine.live_snapshot()
+    held = seed.model_dump(mode="json")
+    await rig.stream.append(item(1))
+    await settle()
+    for delta in rig.deltas():
+        held, rev = apply_delta(held, delta["patch"]), delta["to"]
+    watched[0] = False
+    seen = len(rig.deltas())
+    for n in (2, 3):
+        await rig.stream.append(item(n))
+        await settle()
+    assert len(rig.deltas()) == seen
+    watched[0] = True
+    await rig.stream.append(item(4))
+    await settle()
+    (delta,) = rig.deltas()[seen:]
+    assert delta["from"] == rev
+    held = apply_delta(held, delta["patch"])
+    assert held == (await engine.live_snapshot()).state.model_dump(mode="json")
+    assert held["total"] == 10
+    assert len(held["offsets"]) == 4
+
+
+async def test_a_publish_predicate_that_raises_publishes(rig: Rig) -> None:
+    """A raising publish_live callable is reported and taken as True: deltas still go out."""
+
+    def broken() -> bool:
+        raise RuntimeError("watcher registry gone")
+
+    with structlog.testing.capture_logs() as logs:
+        engine = rig.engine(Recorder(), publish_live=broken)
+        await rig.stream.append(item(1))
+        await settle()
+    assert [d["to"] - d["from"] for d in rig.deltas()] == [1]
+    assert any(e["event"] == "processor.publish_live_failed" for e in logs)
+    assert not engine.live_behind
+
+
+async def test_the_default_engine_publishes_every_batch(rig: Rig) -> None:
+    """Without publish_live the engine publishes after every batch, as it always did."""
+    processor = CountingProjection()
+    rig.engine(processor)
+    for n in (1, 2):
+        await rig.stream.append(item(n))
+        await settle()
+    assert len(rig.deltas()) == 2
+    assert processor.projections == 3  # the seed at load, then one per batch

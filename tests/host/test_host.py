@@ -14,9 +14,11 @@ from structlog.testing import capture_logs
 from support.host import Echo, Fragile, Gated, Hoarder, Lingering, Offsets, Sleeper, Tally, Typed
 
 from streamkit import (
+    LIVE_STATE_CHANGED,
     InvalidRequest,
     ProcessEventArgs,
     StreamProcessor,
+    apply_delta,
     open_log,
 )
 from streamkit.backends import host_store
@@ -627,6 +629,111 @@ async def test_a_path_is_followed_for_watchers_only_while_watched(
     await host.append("/", [{"type": "item"}])
     assert await asyncio.wait_for(third.get(), 5)
     host.unsubscribe(third)
+
+
+class CountedTally(Tally):
+    """Tally that counts its live-state projections."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.projections = 0
+
+    def project_live_state(self, state: Offsets) -> Offsets:
+        self.projections += 1
+        return state
+
+
+async def live_deltas_seen(
+    host: ProcessorHost, work: Callable[[], Any], *, expect: int = 0
+) -> list[dict[str, Any]]:
+    """The live-state deltas the host's log pushes while ``work()`` runs and is processed.
+
+    Waits for ``expect`` deltas; with none expected, gives stray ones a moment to show.
+    """
+    assert host.log is not None
+    follower = host.log.stream("/").follow(0)
+    seen: list[dict[str, Any]] = []
+
+    async def collect() -> None:
+        async for events, _ in follower:
+            seen.extend(e.to_dict()["payload"] for e in events if e.type == LIVE_STATE_CHANGED)
+
+    collector = asyncio.get_running_loop().create_task(collect())
+    try:
+        await work()
+        runner = host.runner("tally")
+        head = await host.log.stream("/").head()
+        await wait_for(lambda: (runner.cursor or 0) >= head)
+        if expect:
+            await wait_for(lambda: len(seen) >= expect)
+        else:
+            await asyncio.sleep(0.2)
+    finally:
+        follower.close()
+        await asyncio.gather(collector, return_exceptions=True)
+    return seen
+
+
+async def test_a_processor_nobody_watches_publishes_nothing(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """Unwatched, a host's batches never project the live state nor append a delta."""
+    processor = CountedTally()
+    host = hosts(processor)
+    await host.start()
+
+    async def work() -> None:
+        for _ in range(3):
+            await host.append("/", [{"type": "item"}])
+
+    assert await live_deltas_seen(host, work) == []
+    assert processor.projections == 0
+    assert (await host.snapshot("tally"))["state"]["offsets"] == [1, 2, 3]
+
+
+async def test_a_watcher_gets_the_present_then_deltas_and_leaving_stops_them(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A watcher arriving late is seeded with the present, then follows deltas; after it, none."""
+    processor = CountedTally()
+    host = hosts(processor)
+    await host.start()
+    await host.append("/", [{"type": "item"}, {"type": "item"}])
+    runner = host.runner("tally")
+    await wait_for(lambda: runner.cursor == 2)
+    watch = host.watch("tally")
+    seed = await anext(watch)
+    assert (seed["kind"], seed["state"]["offsets"]) == ("seed", [1, 2])
+    assert runner.watchers == 1
+    (committed,) = await host.append("/", [{"type": "item"}])
+    delta = await asyncio.wait_for(anext(watch), 5)
+    assert (delta["kind"], delta["from"]) == ("delta", seed["rev"])
+    held = apply_delta(seed["state"], delta["patch"])
+    assert held["offsets"] == [1, 2, committed.offset]
+    await watch.aclose()
+    assert runner.watchers == 0
+    projected = processor.projections
+
+    async def work() -> None:
+        await host.append("/", [{"type": "item"}])
+
+    assert await live_deltas_seen(host, work) == []
+    assert processor.projections == projected
+
+
+async def test_a_host_told_to_publish_always_publishes_unwatched(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """live_state = "always": every batch publishes its delta though nobody watches."""
+    host = hosts(Tally(), config=make_config(tmp_path, live_state="always"))
+    await host.start()
+
+    async def work() -> None:
+        await host.append("/", [{"type": "item"}])
+
+    (delta,) = await live_deltas_seen(host, work, expect=1)
+    assert delta["key"] == "tally"
+    assert apply_delta({"offsets": [], "pings": 0}, delta["patch"])["offsets"] == [1]
 
 
 async def test_a_second_skip_says_who_skipped_it_and_why(

@@ -33,6 +33,8 @@ async def host(short_dir: Path) -> AsyncIterator[ProcessorHost]:
             "db": str(short_dir / "c.db"),
             "lease": {"ttl": 5.0, "heartbeat": 0.1},
             "retry": {"initial_delay": 0.01, "max_delay": 0.02, "stall_after": 2},
+            # Deltas published unwatched too: tests here need offsets held by ephemerals.
+            "live_state": "always",
         }
     )
     running = ProcessorHost(config, processors=[Tally(), Pinged(), Fragile()])
@@ -114,7 +116,8 @@ def test_lag_counts_durable_events_not_offsets(tmp_path: Path) -> None:
     db = tmp_path / "a.db"
 
     async def session() -> list[int]:
-        config = HostConfig.model_validate({"db": str(db)})
+        # Published always, so each batch's delta takes an offset between the items.
+        config = HostConfig.model_validate({"db": str(db), "live_state": "always"})
         async with ProcessorHost(config, processors=[Tally()], serve_control=False) as host:
             offsets = []
             for _ in range(3):

@@ -134,7 +134,7 @@ class Rig:
             if (
                 engine.background_in_flight == 0
                 and engine.cursor >= self.stream.head
-                and (claims[-1] if claims else None) == engine.claimed_at
+                and (engine.claim_held in claims or engine.claim_held is None)
             ):
                 return
             await asyncio.sleep(0.005)
@@ -364,7 +364,13 @@ async def test_a_failed_attempt_is_retried_after_its_backoff(rig: Rig) -> None:
     assert sent["attempt"] == 2
     assert peer.keys() == ["created@1", "created@1"]  # one Idempotency-Key for every attempt
     assert (await engine.snapshot()).state.pending == {}
-    assert rig.stream.claims[-1] is None  # nothing owed: the claim is released
+    # Nothing owed: the attempt's claim stands until its revive, which releases it.
+    assert engine.claimed_at is None
+    standing = rig.stream.claims[-1]
+    assert standing is not None
+    rig.clock.advance(standing - rig.clock())
+    await engine.revive()
+    assert rig.stream.claims[-1] is None
 
 
 def test_backoff_grows_and_is_capped() -> None:

@@ -77,7 +77,7 @@ class World:
             if (
                 self.engine.background_in_flight == 0
                 and self.engine.cursor >= self.stream.head
-                and (claims[-1] if claims else None) == self.engine.claimed_at
+                and (self.engine.claim_held in claims or self.engine.claim_held is None)
             ):
                 return
             await asyncio.sleep(0.001)
