@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
-import json
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -46,20 +45,14 @@ from typing import Any
 from streamkit.processors._handlers import resolve_handler
 from streamkit.processors.dlq import (
     dead_lettered_event,
-    record_succeeded_event,
     replay_ref,
 )
 from streamkit.processors.tasks._events import (
     _ERROR_CHARS,
     ORIGIN,
-    SLUG,
-    TASK_ATTEMPT_FAILED,
     TASK_ATTEMPT_STARTED,
-    TASK_CANCELLED,
-    TASK_DEAD_LETTERED,
     TASK_REJECTED,
     TASK_REQUESTED,
-    TASK_SUCCEEDED,
     TASKS_CONTRACT,
     LiveTask,
     TaskAttemptFailed,
@@ -67,6 +60,7 @@ from streamkit.processors.tasks._events import (
     TaskCancelled,
     TaskCancelRequested,
     TaskContext,
+    TaskCounts,
     TaskDeadLettered,
     TaskHandler,
     TaskRejected,
@@ -75,6 +69,7 @@ from streamkit.processors.tasks._events import (
     TaskSucceeded,
     _RunEvent,
 )
+from streamkit.processors.tasks._outcomes import Outcomes, run_key
 
 from streamkit import (
     IdempotencyConflict,
@@ -89,8 +84,22 @@ __all__ = [
 ]
 
 
-def _run_key(task: LiveTask) -> str:
-    return f"{task.task_id}@{task.request_offset}"
+def _state(tasks: dict[str, LiveTask], counts: TaskCounts) -> TasksState:
+    """A new state from parts that are validated already.
+
+    Validating them again would walk every live task on every event, a cost
+    that grows with the backlog rather than with the change.
+    """
+    return TasksState.model_construct(tasks=tasks, counts=counts)
+
+
+def _started_at(event: StreamEvent, default: float) -> float:
+    payload = event.payload
+    if isinstance(payload, TaskAttemptStarted):
+        return payload.started_at
+    if isinstance(payload, Mapping) and isinstance(payload.get("started_at"), int | float):
+        return float(payload["started_at"])
+    return default
 
 
 def _error_text(exc: BaseException) -> str:
@@ -98,7 +107,7 @@ def _error_text(exc: BaseException) -> str:
     return text[:_ERROR_CHARS]
 
 
-class TasksProcessor(StreamProcessor[TasksState]):
+class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
     """Runs ``task.requested`` tasks with the registered ``handlers``.
 
     ``handlers`` maps a task name to ``async def handler(args, ctx)`` (or a
@@ -186,9 +195,9 @@ class TasksProcessor(StreamProcessor[TasksState]):
                 due=p.not_before or 0.0,
                 dlq=replay_ref(event),
             )
-            return TasksState(
-                tasks={**state.tasks, p.task_id: created},
-                counts=counts.model_copy(update={"requested": counts.requested + 1}),
+            return _state(
+                {**state.tasks, p.task_id: created},
+                counts.model_copy(update={"requested": counts.requested + 1}),
             )
         if isinstance(p, TaskCancelRequested):
             live = state.tasks.get(p.task_id)
@@ -211,9 +220,9 @@ class TasksProcessor(StreamProcessor[TasksState]):
             changed = task.model_copy(
                 update={"attempt": p.attempt, "running": True, "started_at": p.started_at}
             )
-            return TasksState(
-                tasks={**state.tasks, p.task_id: changed},
-                counts=counts.model_copy(update={"attempts": counts.attempts + 1}),
+            return _state(
+                {**state.tasks, p.task_id: changed},
+                counts.model_copy(update={"attempts": counts.attempts + 1}),
             )
         if isinstance(p, TaskAttemptFailed):
             if p.attempt != task.attempt:
@@ -221,9 +230,9 @@ class TasksProcessor(StreamProcessor[TasksState]):
             changed = task.model_copy(
                 update={"running": False, "due": p.retry_at, "last_error": p.error}
             )
-            return TasksState(
-                tasks={**state.tasks, p.task_id: changed},
-                counts=counts.model_copy(update={"failed_attempts": counts.failed_attempts + 1}),
+            return _state(
+                {**state.tasks, p.task_id: changed},
+                counts.model_copy(update={"failed_attempts": counts.failed_attempts + 1}),
             )
         if isinstance(p, TaskSucceeded):
             field = "succeeded"
@@ -233,11 +242,9 @@ class TasksProcessor(StreamProcessor[TasksState]):
             field = "cancelled"
         else:
             return None
-        remaining = {k: v for k, v in state.tasks.items() if k != p.task_id}
-        return TasksState(
-            tasks=remaining,
-            counts=counts.model_copy(update={field: getattr(counts, field) + 1}),
-        )
+        remaining = dict(state.tasks)
+        del remaining[p.task_id]
+        return _state(remaining, counts.model_copy(update={field: getattr(counts, field) + 1}))
 
     # -- effects --------------------------------------------------------------------
 
@@ -248,13 +255,14 @@ class TasksProcessor(StreamProcessor[TasksState]):
         if not args.delivery.caught_up:
             return
         now = self._clock()
-        live_runs = {_run_key(t) for t in args.state.tasks.values()}
+        live_runs = {run_key(t) for t in args.state.tasks.values()}
         self._owned = {key for key in self._owned if key.rpartition("/")[0] in live_runs}
         self._settling = {step for step in self._settling if step[0] in live_runs}
         self._cancelling = {r: v for r, v in self._cancelling.items() if r in live_runs}
         slots = self._concurrency - self._active
+        starting: list[LiveTask] = []
         for task in sorted(args.state.tasks.values(), key=lambda t: (t.due, t.request_offset)):
-            run = _run_key(task)
+            run = run_key(task)
             if task.cancel_requested:
                 self._cancel(args, task)
             elif task.running and f"{run}/{task.attempt}" not in self._owned:
@@ -276,10 +284,9 @@ class TasksProcessor(StreamProcessor[TasksState]):
                 slots -= 1
                 self._owned.add(f"{run}/{task.attempt + 1}")
                 self._active += 1
-                args.run_in_background(partial(self._attempt, args, task))
-
-    def _key(self, task: LiveTask, what: str) -> str:
-        return self.idempotency_key(f"{_run_key(task)}/{what}")
+                starting.append(task)
+        if starting:
+            args.run_in_background(partial(self._attempts, args, starting))
 
     def _check_request(self, args: ProcessEventArgs[TasksState], event: StreamEvent) -> None:
         p = event.payload
@@ -327,47 +334,78 @@ class TasksProcessor(StreamProcessor[TasksState]):
             )
         args.run_in_background(lambda: self._append(args, *events))
 
-    async def _append(
-        self, args: ProcessEventArgs[TasksState], *events: Mapping[str, Any]
-    ) -> list[StreamEvent] | None:
-        # A conflict means this step was already recorded, possibly with another
-        # outcome (another incarnation got there first): the log keeps the first.
+    async def _attempts(self, args: ProcessEventArgs[TasksState], tasks: list[LiveTask]) -> None:
+        """Start the attempts of one pass together (one append), then run each on its own."""
         try:
-            return await args.append(*events)
-        except IdempotencyConflict:
-            return None
+            started = await self._start(args, tasks)
+        except BaseException:
+            self._active -= len(tasks)
+            raise
+        runs = [self._attempt(args, task, at) for task, at in zip(tasks, started, strict=True)]
+        await asyncio.gather(*runs)
 
-    async def _attempt(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
-        try:
-            await self._run_attempt(args, task)
-        finally:
-            self._active -= 1
+    async def _start(
+        self, args: ProcessEventArgs[TasksState], tasks: list[LiveTask]
+    ) -> list[float | None]:
+        """Append ``task.attempt-started`` for each task in one call; each one's start time.
 
-    async def _run_attempt(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
-        run = _run_key(task)
-        attempt = task.attempt + 1
-        started = TaskAttemptStarted(
-            task_id=task.task_id,
-            request_offset=task.request_offset,
-            attempt=attempt,
-            started_at=self._clock(),
-        )
-        written = await self._append(
-            args,
+        None for an attempt another incarnation started first (its outcome is
+        theirs). One such conflict refuses the joint append whole, so the
+        attempts are then started one append each, and only the conflicting
+        ones are given up.
+        """
+        now = self._clock()
+        events = [
             {
                 "type": TASK_ATTEMPT_STARTED,
-                "payload": started.model_dump(mode="json"),
-                "idempotency_key": self._key(task, f"{attempt}/started"),
-            },
-        )
-        if not written:
-            return  # someone else started this attempt; its outcome is theirs
-        committed = written[0].payload
-        started_at = (
-            committed.started_at
-            if isinstance(committed, TaskAttemptStarted)
-            else started.started_at
-        )
+                "payload": TaskAttemptStarted(
+                    task_id=task.task_id,
+                    request_offset=task.request_offset,
+                    attempt=task.attempt + 1,
+                    started_at=now,
+                ).model_dump(mode="json"),
+                "idempotency_key": self._key(task, f"{task.attempt + 1}/started"),
+            }
+            for task in tasks
+        ]
+        written: list[StreamEvent | None]
+        try:
+            written = list(await args.append(*events))
+        except IdempotencyConflict:
+            if len(events) == 1:
+                written = [None]
+            else:
+                alone = [await self._append(args, event) for event in events]
+                written = [None if w is None else w[0] for w in alone]
+        # An idempotent retry returns the event as first written, with its own time.
+        return [None if event is None else _started_at(event, now) for event in written]
+
+    async def _attempt(
+        self, args: ProcessEventArgs[TasksState], task: LiveTask, started_at: float | None
+    ) -> None:
+        held = True
+
+        def free_slot() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._active -= 1
+
+        try:
+            if started_at is not None:
+                await self._run_attempt(args, task, started_at, free_slot)
+        finally:
+            free_slot()
+
+    async def _run_attempt(
+        self,
+        args: ProcessEventArgs[TasksState],
+        task: LiveTask,
+        started_at: float,
+        free_slot: Callable[[], None],
+    ) -> None:
+        run = run_key(task)
+        attempt = task.attempt + 1
         handler = self._handlers[task.name]
         ctx = TaskContext(
             task_id=task.task_id,
@@ -388,6 +426,9 @@ class TasksProcessor(StreamProcessor[TasksState]):
             if not call.done():
                 call.cancel()  # timed out, or this coroutine itself was cancelled (shutdown)
             self._inflight.pop(run, None)
+            # Free before the outcome is appended: the at-head pass that outcome brings
+            # must see the slot free, or a backlog waits for a revive to start again.
+            free_slot()
         # A handler that held the event loop (blocking code) can finish past its
         # deadline without the wait ever timing out: it outlived timeout_s all the same.
         if done and loop.time() - began > task.timeout_s and not call.cancelled():
@@ -410,110 +451,11 @@ class TasksProcessor(StreamProcessor[TasksState]):
         else:
             await self._succeeded(args, task, attempt, started_at, call.result())
 
-    async def _succeeded(
-        self,
-        args: ProcessEventArgs[TasksState],
-        task: LiveTask,
-        attempt: int,
-        started_at: float,
-        result: Any,
-    ) -> None:
-        try:
-            json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            error = f"the handler returned a result that is not JSON ({exc}); it was not recorded"
-            await self._failed(args, task, attempt, started_at, error)
-            return
-        body = TaskSucceeded(
-            task_id=task.task_id, request_offset=task.request_offset, attempt=attempt, result=result
-        )
-        events: list[Mapping[str, Any]] = [
-            {
-                "type": TASK_SUCCEEDED,
-                "payload": body.model_dump(mode="json"),
-                "idempotency_key": self._key(task, f"{attempt}/outcome"),
-            }
-        ]
-        if task.dlq is not None:
-            events.append(record_succeeded_event(task.dlq))
-        await self._append(args, *events)
-
-    async def _failed(
-        self,
-        args: ProcessEventArgs[TasksState],
-        task: LiveTask,
-        attempt: int,
-        started_at: float,
-        error: str,
-    ) -> None:
-        if attempt >= task.max_attempts:
-            await self._dead_letter(
-                args, task, f"attempt {attempt} of {task.max_attempts} failed: {error}", attempt
-            )
-            return
-        body = TaskAttemptFailed(
-            task_id=task.task_id,
-            request_offset=task.request_offset,
-            attempt=attempt,
-            error=error[:_ERROR_CHARS],
-            retry_at=started_at + self.retry_delay(task.task_id, task.request_offset, attempt),
-        )
-        await self._append(
-            args,
-            {
-                "type": TASK_ATTEMPT_FAILED,
-                "payload": body.model_dump(mode="json"),
-                "idempotency_key": self._key(task, f"{attempt}/outcome"),
-            },
-        )
-
-    def _request_payload(self, task: LiveTask) -> dict[str, Any]:
-        # What the DLQ replays: the request as it was, not_before dropped (a
-        # replay runs now), with a fresh attempt budget.
-        return TaskRequested(
-            task_id=task.task_id,
-            name=task.name,
-            args=task.args,
-            max_attempts=task.max_attempts,
-            timeout_s=task.timeout_s,
-        ).model_dump(mode="json")
-
-    async def _dead_letter(
-        self, args: ProcessEventArgs[TasksState], task: LiveTask, error: str, attempt: int = 0
-    ) -> None:
-        attempts = attempt or task.attempt
-        body = TaskDeadLettered(
-            task_id=task.task_id,
-            request_offset=task.request_offset,
-            attempts=attempts,
-            error=error[:_ERROR_CHARS],
-        )
-        await self._append(
-            args,
-            {
-                "type": TASK_DEAD_LETTERED,
-                "payload": body.model_dump(mode="json"),
-                "idempotency_key": self._key(task, f"{attempts}/outcome"),
-            },
-            dead_lettered_event(
-                record_id=f"{SLUG}/{_run_key(task)}",
-                origin=ORIGIN,
-                operation=task.name,
-                payload=self._request_payload(task),
-                error=error[:_ERROR_CHARS],
-                attempts=attempts,
-                resource_id=task.task_id,
-                request_type=TASK_REQUESTED,
-                replay_of=task.dlq,
-                idempotency_key=self._key(task, f"{attempts}/dlq"),
-            ),
-        )
-
     def _interrupted(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
         # Started (the log says so) but not by this incarnation and never
         # settled: the host died mid-attempt. Count it failed; the retry (or
         # dead-letter) follows from the same rules as any failure.
-        run = _run_key(task)
+        run = run_key(task)
         self._owned.add(f"{run}/{task.attempt}")
         error = (
             f"attempt {task.attempt} was interrupted: the host stopped before it settled "
@@ -523,7 +465,7 @@ class TasksProcessor(StreamProcessor[TasksState]):
         args.run_in_background(lambda: self._failed(args, task, task.attempt, started_at, error))
 
     def _cancel(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
-        run = _run_key(task)
+        run = run_key(task)
         call = self._inflight.get(run)
         if call is not None:
             # The attempt records the cancellation itself when its handler stops.
@@ -538,44 +480,6 @@ class TasksProcessor(StreamProcessor[TasksState]):
         args.run_in_background(
             lambda: self._cancelled(args, task, task.attempt, task.cancel_reason)
         )
-
-    async def _cancelled(
-        self,
-        args: ProcessEventArgs[TasksState],
-        task: LiveTask,
-        attempts: int,
-        reason: str | None,
-    ) -> None:
-        body = TaskCancelled(
-            task_id=task.task_id,
-            request_offset=task.request_offset,
-            attempts=attempts,
-            reason=reason,
-        )
-        events: list[Mapping[str, Any]] = [
-            {
-                "type": TASK_CANCELLED,
-                "payload": body.model_dump(mode="json"),
-                "idempotency_key": self._key(task, "cancelled"),
-            }
-        ]
-        if task.dlq is not None:
-            # A cancelled replay goes back to the DLQ as pending, not "replaying" forever.
-            events.append(
-                dead_lettered_event(
-                    record_id=task.dlq.record_id,
-                    origin=ORIGIN,
-                    operation=task.name,
-                    payload=self._request_payload(task),
-                    error=f"cancelled: {reason or 'no reason given'}",
-                    attempts=attempts,
-                    resource_id=task.task_id,
-                    request_type=TASK_REQUESTED,
-                    replay_of=task.dlq,
-                    idempotency_key=self._key(task, "cancelled-dlq"),
-                )
-            )
-        await self._append(args, *events)
 
 
 async def _run_handler(handler: TaskHandler, args: dict[str, Any], ctx: TaskContext) -> Any:

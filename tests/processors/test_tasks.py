@@ -128,6 +128,59 @@ async def test_task_runs_and_succeeds_then_leaves_state(rig: Rig) -> None:
     assert ctx.idempotency_key == "tasks/run/t1@1"
 
 
+async def test_a_backlog_beyond_the_concurrency_drains_without_a_revive(rig: Rig) -> None:
+    """Each outcome's at-head pass finds its slot free: a backlog never waits for the alarm."""
+    ran: list[str] = []
+
+    async def work(args: dict[str, Any], ctx: TaskContext) -> None:
+        ran.append(ctx.task_id)
+
+    real_append = rig.stream.append
+
+    async def late_ack(*events: Any, **kwargs: Any) -> Any:
+        # As with a real log, a commit may reach the engine before its append returns.
+        committed = await real_append(*events, **kwargs)
+        await settle()
+        return committed
+
+    rig.stream.append = late_ack  # type: ignore[method-assign]
+    engine = rig.start(TasksProcessor(handlers={"work": work}, concurrency=2, clock=rig.clock))
+    await real_append(*(task_requested_event(task_id=f"t{i}", name="work") for i in range(9)))
+    for _ in range(100):
+        await settle()
+        _, state = await engine.snapshot()
+        if state.counts.succeeded == 9:
+            break
+    assert sorted(ran) == sorted(f"t{i}" for i in range(9))
+    assert state.counts.succeeded == 9
+    assert not state.tasks
+
+
+async def test_the_attempts_of_one_pass_start_in_one_append(rig: Rig) -> None:
+    """Every attempt an at-head pass starts is recorded by one append of all their starts."""
+    gate = asyncio.Event()
+
+    async def work(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+
+    appends: list[list[str]] = []
+    real_append = rig.stream.append
+
+    async def counting_append(*events: Any, **kwargs: Any) -> Any:
+        appends.append([e["type"] for e in events])
+        return await real_append(*events, **kwargs)
+
+    rig.stream.append = counting_append  # type: ignore[method-assign]
+    rig.start(TasksProcessor(handlers={"work": work}, concurrency=8, clock=rig.clock))
+    await real_append(*(task_requested_event(task_id=f"t{i}", name="work") for i in range(5)))
+    await settle()
+    starts = [types for types in appends if TASK_ATTEMPT_STARTED in types]
+    assert starts == [[TASK_ATTEMPT_STARTED] * 5]
+    gate.set()
+    await settle()
+    assert rig.types().count(TASK_SUCCEEDED) == 5
+
+
 async def test_failures_retry_with_backoff_through_wakeups(rig: Rig) -> None:
     """A failing attempt schedules its retry as a wakeup; advancing the clock and reviving runs it."""
     calls: list[int] = []
