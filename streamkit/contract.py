@@ -112,6 +112,7 @@ class ProcessorContract(Generic[S]):
     processor_deps: tuple[ProcessorContract[Any], ...] = ()
     consumes: tuple[str, ...] | None = None
     emits: tuple[str, ...] = ()
+    compact_state: bool = False
     _schemas: dict[str, type[BaseModel]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -210,9 +211,13 @@ class ProcessorContract(Generic[S]):
         return self._schemas.get(event_type)
 
     def dump_state(self, state: S) -> str:
-        """The JSON a checkpoint stores: a pydantic state's own JSON, anything else via json."""
+        """The JSON a checkpoint stores: a pydantic state's own JSON, anything else via json.
+
+        With ``compact_state`` every field at its default is left out (at any
+        depth): it restores as the schema's default.
+        """
         if isinstance(state, BaseModel):
-            return state.model_dump_json()
+            return state.model_dump_json(exclude_defaults=self.compact_state)
         return json.dumps(state, separators=(",", ":"), allow_nan=False)
 
     def load_state(self, text: str) -> S:
@@ -264,10 +269,15 @@ def define_processor_contract(
     processor_deps: Iterable[ProcessorContract[Any]] = (),
     consumes: Iterable[str] | None = None,
     emits: Iterable[str] = (),
+    compact_state: bool = False,
 ) -> ProcessorContract[M]:
     """Define a processor contract whose state is the pydantic model ``state_schema``.
 
     The initial state is ``state_schema()``, so every field needs a default.
+    ``compact_state=True`` leaves every field at its default out of the
+    checkpoint (a state of many similar entries, such as a queue, stays small
+    under the checkpoint ceiling); such a field restores as the schema's
+    default, so changing a default then needs a version bump.
     ``events`` maps each type this processor owns to its
     :class:`EventDefinition`; omit it (``None``) for a processor that reduces
     raw dict payloads. ``processor_deps`` are other contracts whose events this
@@ -291,6 +301,7 @@ def define_processor_contract(
         processor_deps=_check_deps(name, processor_deps),
         consumes=None if consumes is None else _type_list(name, "consumes", consumes),
         emits=_type_list(name, "emits", emits),
+        compact_state=bool(compact_state),
     )
 
 

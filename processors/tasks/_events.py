@@ -111,8 +111,9 @@ class LiveTask(BaseModel):
     task_id: str
     name: str
     args: dict[str, Any] = Field(default_factory=dict)
-    max_attempts: int
-    timeout_s: float
+    # The request's own defaults, so a checkpoint (compact_state) leaves them out too.
+    max_attempts: int = 5
+    timeout_s: float = 60.0
     request_offset: int
     due: float = 0.0
     """Epoch seconds when the next attempt may start."""
@@ -155,6 +156,9 @@ TASKS_CONTRACT = define_processor_contract(
     version="1",
     description="durable background tasks with retries, timeouts and dead-lettering",
     state_schema=TasksState,
+    # A backlog is many near-default entries: written compact, 10,000 live
+    # tasks of a no-argument request take about 0.6 MB of the 2 MiB ceiling.
+    compact_state=True,
     events={
         TASK_REQUESTED: _definition("run a named task", TaskRequested),
         TASK_ATTEMPT_STARTED: _definition("an attempt started", TaskAttemptStarted),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -203,3 +204,33 @@ def test_duplicate_names_in_consumes_collapse() -> None:
         "task.closed",
         "task.created",
     )
+
+
+class Entry(BaseModel):
+    name: str
+    tries: int = 0
+    tags: list[str] = Field(default_factory=list)
+
+
+class Queue(BaseModel):
+    entries: dict[str, Entry] = Field(default_factory=dict)
+    paused: bool = False
+
+
+def test_a_compact_state_leaves_defaults_out_at_any_depth_and_restores() -> None:
+    """compact_state drops every field at its default from the checkpoint; loading restores them."""
+    compact = define_processor_contract(
+        slug="queue", version="1", state_schema=Queue, compact_state=True
+    )
+    plain = define_processor_contract(slug="queue", version="1", state_schema=Queue)
+    state = Queue(entries={"a": Entry(name="a"), "b": Entry(name="b", tries=2, tags=["x"])})
+    text = compact.dump_state(state)
+    assert json.loads(text) == {
+        "entries": {"a": {"name": "a"}, "b": {"name": "b", "tries": 2, "tags": ["x"]}}
+    }
+    assert compact.load_state(text) == state
+    assert json.loads(plain.dump_state(state))["entries"]["a"] == {
+        "name": "a",
+        "tries": 0,
+        "tags": [],
+    }

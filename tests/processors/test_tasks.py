@@ -776,3 +776,28 @@ async def test_kill_9_mid_attempt_then_restart_retries_the_task(tmp_path: Path) 
         assert (marks / "attempt-1").read_text() == (marks / "attempt-2").read_text()
     finally:
         rig.close()
+
+
+async def test_a_backlog_of_ten_thousand_tasks_checkpoints_under_the_ceiling(rig: Rig) -> None:
+    """10,000 waiting tasks fit one checkpoint (written compact) and restore as they were."""
+    engine = rig.start(TasksProcessor(handlers={"work": _never}, clock=rig.clock))
+    later = T0 + 3600
+    for start in range(0, 10_000, 500):
+        await rig.stream.append(
+            *(
+                task_requested_event(task_id=f"t{i}", name="work", not_before=later)
+                for i in range(start, start + 500)
+            )
+        )
+    await engine.wait_until_processed(rig.stream.head)
+    assert engine.latched_error is None
+    checkpoint = rig.storage.read("tasks")
+    assert checkpoint.reduced_through_offset == rig.stream.head
+    assert len(checkpoint.state_json) < 1024 * 1024
+    _, state = await engine.snapshot()
+    assert len(state.tasks) == 10_000
+    assert TasksState.model_validate_json(checkpoint.state_json) == state
+
+
+async def _never(args: dict[str, Any], ctx: TaskContext) -> None:
+    raise AssertionError("a task due in an hour ran now")
