@@ -69,6 +69,7 @@ from streamkit.processors.tasks._events import (
     TaskSucceeded,
     _RunEvent,
 )
+from streamkit.processors.tasks._index import TaskIndex
 from streamkit.processors.tasks._outcomes import Outcomes, run_key
 
 from streamkit import (
@@ -169,6 +170,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         # Settling steps (run, step) this incarnation already started: a cancel,
         # an interrupted attempt, a dead-letter. Each is appended once.
         self._settling: set[tuple[str, str]] = set()
+        self._index = TaskIndex()
 
     # -- pure parts -----------------------------------------------------------------
 
@@ -251,25 +253,37 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
     def process_event(self, args: ProcessEventArgs[TasksState]) -> None:
         event = args.event
         if event is not None:
+            task_id = getattr(event.payload, "task_id", None)
+            self._index.follow(args.previous_state, args.state, task_id, self._owns)
             self._check_request(args, event)
         if not args.delivery.caught_up:
             return
-        now = self._clock()
-        live_runs = {run_key(t) for t in args.state.tasks.values()}
-        self._owned = {key for key in self._owned if key.rpartition("/")[0] in live_runs}
-        self._settling = {step for step in self._settling if step[0] in live_runs}
-        self._cancelling = {r: v for r, v in self._cancelling.items() if r in live_runs}
-        slots = self._concurrency - self._active
-        starting: list[LiveTask] = []
-        for task in sorted(args.state.tasks.values(), key=lambda t: (t.due, t.request_offset)):
-            run = run_key(task)
+        state = args.state
+        self._prune(state)
+        if self._index.state is not state:
+            self._index.rebuild(state, self._owns)
+        for task_id in self._index.flagged():
+            task = state.tasks.get(task_id)
+            if task is None:
+                continue
             if task.cancel_requested:
                 self._cancel(args, task)
-            elif task.running and f"{run}/{task.attempt}" not in self._owned:
+            elif task.running and not self._owns(task, task.attempt):
                 self._interrupted(args, task)
-            elif task.running or f"{run}/{task.attempt + 1}" in self._owned:
-                continue
+        now = self._clock()
+        slots = self._concurrency - self._active
+        starting: list[LiveTask] = []
+        # Earliest due first, then oldest request. A pass that runs out of slots stops:
+        # each attempt in flight brings another pass when its outcome lands.
+        while (task := self._index.waiting(state)) is not None:
+            if task.due > now:
+                args.schedule_wakeup(task.due)
+                break
+            run = run_key(task)
+            if self._owns(task, task.attempt + 1):
+                self._index.taken()  # started here; its start is on the way
             elif task.name not in self._handlers:
+                self._index.taken()
                 if (run, "unknown") in self._settling:
                     continue
                 self._settling.add((run, "unknown"))
@@ -278,15 +292,32 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                     f"{', '.join(sorted(self._handlers)) or 'none'}); the task was not run"
                 )
                 args.run_in_background(partial(self._dead_letter, args, task, error))
-            elif task.due > now:
-                args.schedule_wakeup(task.due)
             elif slots > 0:
+                self._index.taken()
                 slots -= 1
                 self._owned.add(f"{run}/{task.attempt + 1}")
                 self._active += 1
                 starting.append(task)
+            else:
+                break
         if starting:
             args.run_in_background(partial(self._attempts, args, starting))
+
+    def _owns(self, task: LiveTask, attempt: int) -> bool:
+        """Whether this incarnation started ``attempt`` of ``task``'s run."""
+        return f"{run_key(task)}/{attempt}" in self._owned
+
+    def _prune(self, state: TasksState) -> None:
+        """Forget what this incarnation noted about runs that are no longer live."""
+
+        def live(run: str) -> bool:
+            task_id, _, offset = run.rpartition("@")
+            task = state.tasks.get(task_id)
+            return task is not None and str(task.request_offset) == offset
+
+        self._owned = {key for key in self._owned if live(key.rpartition("/")[0])}
+        self._settling = {step for step in self._settling if live(step[0])}
+        self._cancelling = {r: v for r, v in self._cancelling.items() if live(r)}
 
     def _check_request(self, args: ProcessEventArgs[TasksState], event: StreamEvent) -> None:
         p = event.payload
