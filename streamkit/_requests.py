@@ -154,9 +154,24 @@ class _FunctionJob(Job):
 
 
 class TransactionJob(_FunctionJob):
-    """A caller's function run in its own ``BEGIN IMMEDIATE`` transaction."""
+    """A caller's function run atomically in a ``BEGIN IMMEDIATE`` transaction.
 
-    __slots__ = ()
+    A ``short`` one (a few statements) may share the transaction of a group
+    commit with the appends queued beside it, in a savepoint of its own.
+    """
+
+    __slots__ = ("short",)
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[Any],
+        fn: Callable[[Connection], Any],
+        *,
+        short: bool = False,
+    ) -> None:
+        super().__init__(loop, future, fn)
+        self.short = short
 
 
 class QueryJob(_FunctionJob):

@@ -99,7 +99,7 @@ class LogBackend(Protocol):
         """Queue a request; it is executed in submission order and its future settled."""
         ...
 
-    def try_inline(self, jobs: list[AppendCall] | list[TransactionJob]) -> bool:
+    def try_inline(self, jobs: list[AppendCall | TransactionJob]) -> bool:
         """Execute ``jobs`` now on the calling thread if that costs no wait; False if not run."""
         ...
 

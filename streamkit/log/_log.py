@@ -103,7 +103,7 @@ class Log:
         self._read_only = read_only
         self._inline_commits = inline_commits and not read_only
         _check_int("follower_bytes", follower_bytes, 1)
-        self._pending: list[AppendCall] = []
+        self._pending: list[AppendCall | TransactionJob] = []
         self.path = path
         self._feed = Feed(follower_bytes)
         self._backend = backend(self._feed)
@@ -235,16 +235,24 @@ class Log:
         and nothing else is ready to run on the event loop, ``fn`` and its
         commit run on the loop, skipping the hand-off to the writer thread and
         back, as a lone append does. It never waits for another process's
-        lock there: the thread takes the transaction instead.
+        lock there: the thread takes the transaction instead. A short ``fn``
+        may also share one group commit with the appends queued beside it
+        (one fsync for all), in a savepoint of its own: its writes still
+        commit together or not at all, and its error is its own.
         """
         self._check_writable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        job = TransactionJob(loop, future, fn)
+        job = TransactionJob(loop, future, fn, short=inline)
         # ``fn`` is the caller's code: only on request may it hold the event loop, and
         # only when nothing else is waiting to run (see ``_submit``).
-        if not (inline and self._commits_now(loop) and self._backend.try_inline([job])):
+        if not inline:
             self._backend.submit(job)
+        elif self._commits_now(loop):
+            if not self._backend.try_inline([job]):
+                self._backend.submit(job)
+        else:
+            self._submit(job)
         return await future
 
     async def query(self, fn: Callable[[Connection], T]) -> T:
@@ -317,7 +325,7 @@ class Log:
         self._submit(AppendCall(loop, future, path, events, fence, seal, expect_head))
         return future
 
-    def _submit(self, job: AppendCall) -> None:
+    def _submit(self, job: AppendCall | TransactionJob) -> None:
         """Hand ``job`` to the writer at the end of this loop turn, with its turn's peers.
 
         The job is registered at once (so a close that follows still commits

@@ -195,18 +195,22 @@ async def test_write_transaction_commits_on_return(log: Log) -> None:
 async def test_write_transaction_runs_inline_only_on_request_and_on_an_idle_loop(
     log: Log,
 ) -> None:
-    """inline=True runs fn on the loop's thread when nothing else is ready; else on the writer's."""
+    """inline=True runs fn on the loop's thread, but never before work that was ready to run."""
     await log.write_transaction(lambda c: c.execute("CREATE TABLE t (x)"))
+    ran: list[str] = []
 
     def where(conn: sqlite3.Connection) -> int:
         conn.execute("INSERT INTO t VALUES (1)")
+        ran.append("transaction")
         return threading.get_ident()
 
     here = threading.get_ident()
     assert await log.write_transaction(where, inline=True) == here
     assert await log.write_transaction(where) != here
-    asyncio.get_running_loop().call_soon(lambda: None)  # something else waits to run
-    assert await log.write_transaction(where, inline=True) != here
+    ran.clear()
+    asyncio.get_running_loop().call_soon(ran.append, "ready work")
+    await log.write_transaction(where, inline=True)
+    assert ran == ["ready work", "transaction"]  # it waited for the end of the loop's turn
     assert await log.query(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 3
 
 
@@ -957,3 +961,51 @@ async def test_a_lone_append_on_an_idle_loop_commits_without_yielding(log: Log) 
     with pytest.raises(StopIteration) as finished:
         call.send(None)
     assert finished.value.value[0].offset == 3
+
+
+async def test_a_short_transaction_shares_the_group_commit_of_the_appends_beside_it(
+    log: Log,
+) -> None:
+    """Appends and a short transaction issued in one loop turn commit in ONE transaction."""
+    await log.write_transaction(lambda c: c.execute("CREATE TABLE t (x)"))
+    stream = log.stream("/")
+    before = log.stats.transactions
+    results = await asyncio.gather(
+        stream.append({"type": "a"}),
+        log.write_transaction(
+            lambda c: c.execute("INSERT INTO t VALUES (1)").rowcount, inline=True
+        ),
+        stream.append({"type": "b"}),
+    )
+    assert results[1] == 1
+    assert log.stats.transactions == before + 1
+    assert [e.type for e in (await stream.read()).events] == ["a", "b"]
+    assert await log.query(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 1
+
+
+async def test_a_failing_transaction_in_a_group_rolls_back_alone(log: Log) -> None:
+    """Its writes are undone and its caller gets its error; the appends beside it commit."""
+    await log.write_transaction(lambda c: c.execute("CREATE TABLE t (x)"))
+    stream = log.stream("/")
+
+    def half_then_fail(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (1)")
+        raise ValueError("refused after one row")
+
+    def missing_table(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO nowhere VALUES (1)")
+
+    outcomes = await asyncio.gather(
+        stream.append({"type": "a"}),
+        log.write_transaction(half_then_fail, inline=True),
+        log.write_transaction(missing_table, inline=True),
+        log.write_transaction(lambda c: c.execute("INSERT INTO t VALUES (2)"), inline=True),
+        stream.append({"type": "b"}),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], ValueError)
+    assert isinstance(outcomes[2], StorageError)
+    assert not isinstance(outcomes[3], BaseException)
+    assert [e.type for e in (await stream.read()).events] == ["a", "b"]
+    rows = await log.query(lambda c: c.execute("SELECT x FROM t").fetchall())
+    assert rows == [(2,)]

@@ -95,7 +95,7 @@ class PostgresLogBackend:
         self._pool = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="streamkit-pg-read")
         self._reads_closed = False
         self.submit: Callable[[Job | FollowJob], None] = self._submit
-        self.try_inline: Callable[[list[AppendCall] | list[TransactionJob]], bool] = (
+        self.try_inline: Callable[[list[AppendCall | TransactionJob]], bool] = (
             self.writer.try_inline
         )
 

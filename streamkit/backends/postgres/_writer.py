@@ -99,7 +99,7 @@ class Writer(WriterThread, GroupCommit):
 
     # -- the caller's side (any thread) ---------------------------------------------------
 
-    def try_inline(self, jobs: list[AppendCall] | list[TransactionJob]) -> bool:
+    def try_inline(self, jobs: list[AppendCall | TransactionJob]) -> bool:
         """Never: a commit is a network round trip, which must not block an event loop."""
         return False
 

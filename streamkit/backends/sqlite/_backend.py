@@ -103,7 +103,7 @@ class SqliteLogBackend:
         # delegating method would be one call more each time.
         self.submit: Callable[[Job | FollowJob], None] = self.writer.submit
         """Queue a job for the writer thread (raises LogClosed once closing)."""
-        self.try_inline: Callable[[list[AppendCall] | list[TransactionJob]], bool] = (
+        self.try_inline: Callable[[list[AppendCall | TransactionJob]], bool] = (
             self.writer.try_inline
         )
         """Run jobs now on this thread if the writer is idle; False to queue them."""

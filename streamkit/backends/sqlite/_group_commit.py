@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from streamkit._requests import AppendCall, ClaimCall, Job, WriteCall
+from streamkit._requests import AppendCall, ClaimCall, Job, TransactionJob, WriteCall
 from streamkit.backends._blocks import ephemeral_needs
 from streamkit.backends.sqlite._offsets import (
     RELEASE,
@@ -107,9 +107,16 @@ class GroupCommit(Placement):
 
     # -- group commit ---------------------------------------------------------------------
 
-    def _run_group(self, calls: Sequence[WriteCall]) -> None:
+    def _run_group(
+        self, calls: Sequence[WriteCall], transactions: Sequence[TransactionJob] = ()
+    ) -> None:
+        """Commit ``calls`` and ``transactions`` in one transaction (each refusable one alone).
+
+        A transaction's function runs after the calls, in a savepoint of its
+        own: one that raises rolls back alone and gets its error, the rest
+        commit. A failure of the whole transaction fails every job in it.
+        """
         states = self._states
-        first = calls[0]
         # What a failed attempt must put back: the counters, and the block bookkeeping
         # of ephemerals (a failure forgets every cached head and reservation anyway:
         # _invalidate), so a group without ephemerals, the commonest, saves no state.
@@ -118,8 +125,10 @@ class GroupCommit(Placement):
         if len(calls) > 1:
             paths = {call.path: None for call in calls if call.ephemerals}
             saved = [(path, states.setdefault(path, PathState()).snapshot()) for path in paths]
-        elif first.ephemerals:
-            saved = ((first.path, states.setdefault(first.path, PathState()).snapshot()),)
+        elif calls and calls[0].ephemerals:
+            saved = ((calls[0].path, states.setdefault(calls[0].path, PathState()).snapshot()),)
+        # Ephemerals only may fit this writer's blocks: then no transaction at all.
+        blocks_only = bool(calls) and bool(calls[0].ephemerals) and not transactions
         # One look at the followers per group: a follower that subscribes while the group
         # runs starts from the head after it (_start_following), so it misses nothing.
         following = self._following = self._feed.has_subscribers()
@@ -128,9 +137,8 @@ class GroupCommit(Placement):
             if following:  # (the heads before the group: what its pushes start from)
                 self._group_before = {}
             try:
-                # Ephemerals only may fit this writer's blocks: then no transaction at all.
-                if not (first.ephemerals and self._run_without_transaction(calls)):
-                    self._run_in_transaction(calls)
+                if not (blocks_only and self._run_without_transaction(calls)):
+                    self._run_in_transaction(calls, transactions)
                 break
             except Exception as exc:
                 for path, snapshot in saved:
@@ -143,6 +151,8 @@ class GroupCommit(Placement):
                     call.error = call.result = None
                     if isinstance(call, AppendCall):
                         call.fresh = ()
+                for job in transactions:
+                    job.error = job.result = None
                 if is_busy(exc):
                     # Nothing was written: the thread waits the lock out and runs the group
                     # again; an inline group never waits, it goes to the thread instead.
@@ -159,11 +169,20 @@ class GroupCommit(Placement):
                         call.error = exc
                         if isinstance(exc, StreamkitError) and not isinstance(exc, StorageError):
                             self.refused += 1
+                for job in transactions:
+                    if isinstance(exc, sqlite3.Error):
+                        job.error = storage_error(exc, "write_transaction")
+                        job.error.__cause__ = exc
+                    else:
+                        job.error = exc
                 break
             finally:
                 self._in_transaction = False
-        if first.future is not None or len(calls) > 1:
+        if calls and (calls[0].future is not None or len(calls) > 1 or transactions):
             self._settle.extend(calls)  # (a lone call without a future is read off by its caller)
+        if transactions:
+            self._settle.extend(transactions)
+            self._invalidate()  # their functions may have touched any table: trust nothing cached
         if following:
             self._push_fresh(calls)
         elif self._fed:
@@ -209,7 +228,9 @@ class GroupCommit(Placement):
             self._apply(call)
         return True
 
-    def _run_in_transaction(self, calls: Sequence[WriteCall]) -> None:
+    def _run_in_transaction(
+        self, calls: Sequence[WriteCall], transactions: Sequence[TransactionJob] = ()
+    ) -> None:
         cur = self._cur
         cur.execute("BEGIN IMMEDIATE")  # busy: _run_group waits and runs the group again
         self._in_transaction = True
@@ -221,7 +242,11 @@ class GroupCommit(Placement):
             # Stamped under the write lock and after the look at other commits, so
             # created_at follows commit order across processes.
             self._now = self._stamp_commit()
-            wrote = self._apply(calls[0]) if len(calls) == 1 else self._apply_group(calls)
+            wrote = False
+            if calls:
+                wrote = self._apply(calls[0]) if len(calls) == 1 else self._apply_group(calls)
+            for job in transactions:
+                wrote = self._run_nested(job) or wrote
             if wrote:
                 if self._following:
                     self._feed.set_inflight(self._group_before)
@@ -233,6 +258,38 @@ class GroupCommit(Placement):
         except BaseException:
             self._roll_back(inflight)
             raise
+
+    def _run_nested(self, job: TransactionJob) -> bool:
+        """Run one transaction's function in a savepoint of the open transaction; False if it failed.
+
+        Its error (or result) stays on the job. An error that ended the whole
+        transaction (SQLite rolls back by itself on I/O and full-disk errors)
+        is raised: the group fails as one.
+        """
+        conn = self._conn
+        conn.execute("SAVEPOINT streamkit_transaction")
+        try:
+            result = job.fn(conn)
+        except BaseException as exc:  # whatever fn raises goes back to its caller
+            if not conn.in_transaction:
+                raise
+            conn.execute("ROLLBACK TO streamkit_transaction")
+            conn.execute("RELEASE streamkit_transaction")
+            if isinstance(exc, sqlite3.Error):
+                job.error = storage_error(exc, "write_transaction")
+                job.error.__cause__ = exc
+            else:
+                job.error = exc
+            return False
+        if not conn.in_transaction:
+            raise StorageError(
+                "a write_transaction function ended the transaction it shares with a group "
+                "commit; the whole group was rolled back and nothing of it was written",
+                details={},
+            )
+        conn.execute("RELEASE streamkit_transaction")
+        job.result = result
+        return True
 
     def _roll_back(self, inflight: bool) -> None:
         """End a failed transaction: drop its in-flight marks, roll back what is left of it."""

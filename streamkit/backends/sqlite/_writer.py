@@ -31,7 +31,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamkit._requests import (
@@ -153,7 +153,7 @@ class Writer(WriterThread, GroupCommit):
 
     # -- the caller's side (any thread) ---------------------------------------------------
 
-    def try_inline(self, jobs: list[AppendCall] | list[TransactionJob]) -> bool:
+    def try_inline(self, jobs: list[AppendCall | TransactionJob]) -> bool:
         """Run ``jobs`` now on the calling thread if the writer is idle; False to queue them.
 
         ``jobs`` is one unit: appends that became ready together (one group
@@ -188,11 +188,7 @@ class Writer(WriterThread, GroupCommit):
                 return False
             self._inline = True
             try:
-                if isinstance(jobs[0], TransactionJob):
-                    (job,) = jobs
-                    self._run_transaction(job)
-                else:
-                    self._run_group(jobs)
+                self._run_jobs(jobs)
             except _TakenElsewhere:
                 return False
             except Exception as exc:
@@ -246,13 +242,15 @@ class Writer(WriterThread, GroupCommit):
                     return
 
     def _handle(self, jobs: list[Any]) -> bool:
-        group: list[WriteCall] = []
+        group: list[WriteCall | TransactionJob] = []
         for job in jobs:
-            if isinstance(job, AppendCall | ClaimCall):
+            if isinstance(job, AppendCall | ClaimCall) or (
+                isinstance(job, TransactionJob) and job.short
+            ):
                 group.append(job)
                 continue
             if group:
-                self._guarded(self._run_group, group)
+                self._guarded(self._run_jobs, group)
                 group = []
             if isinstance(job, TransactionJob):
                 self._guarded(self._run_transaction, job)
@@ -265,8 +263,25 @@ class Writer(WriterThread, GroupCommit):
                 self._release_reservations()
                 return True
         if group:
-            self._guarded(self._run_group, group)
+            self._guarded(self._run_jobs, group)
         return False
+
+    def _run_jobs(self, jobs: Sequence[WriteCall | TransactionJob]) -> None:
+        """Run appends, claims and short transactions queued together as one group commit.
+
+        A lone transaction runs as before, in a transaction of its own.
+        """
+        writes: list[WriteCall] = []
+        transactions: list[TransactionJob] = []
+        for job in jobs:
+            if isinstance(job, TransactionJob):
+                transactions.append(job)
+            else:
+                writes.append(job)
+        if not writes and len(transactions) == 1:
+            self._run_transaction(transactions[0])
+        else:
+            self._run_group(writes, transactions)
 
     def _forget(self) -> None:
         self._invalidate()
