@@ -1,6 +1,7 @@
 """The processor engine: one serial chain per processor over a stream."""
 
 from streamkit.engine._engine import (
+    MAX_CATCH_UP_PAGE,
     PAGE_SIZE,
     REVIVE_AFTER,
     REVIVE_AFTER_MAX,
@@ -11,6 +12,7 @@ from streamkit.engine._engine import (
 from streamkit.engine._fold import Fold
 
 __all__ = [
+    "MAX_CATCH_UP_PAGE",
     "PAGE_SIZE",
     "REVIVE_AFTER",
     "REVIVE_AFTER_MAX",

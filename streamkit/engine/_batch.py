@@ -67,14 +67,15 @@ class BatchRules(CheckpointedState[S], Generic[S]):
         at_head: bool,
         *,
         from_read: bool = False,
-        read_ahead: bool = False,
+        read_ahead: int = 0,
     ) -> ReadPage | None:
         """Rules 2-5 over one range; the caller repaired any gap before it.
 
-        With ``read_ahead`` (a catch-up page short of the head) the page after
-        ``scanned.through`` is read while the checkpoint is being written and
-        returned, so the log read overlaps the commit; a read that fails
-        returns None (the caller reads again and meets the error there).
+        With ``read_ahead`` (a catch-up page short of the head: the size of
+        the next page) the page after ``scanned.through`` is read while the
+        checkpoint is being written and returned, so the log read overlaps the
+        commit; a read that fails returns None (the caller reads again and
+        meets the error there).
         """
         started = time.perf_counter()
         cursor_before = self._cursor
@@ -136,7 +137,7 @@ class BatchRules(CheckpointedState[S], Generic[S]):
         if fresh_durable:
             state_json = None if state is self._persisted_state else self._encode(state)
             if read_ahead:
-                ahead = await self._save_reading_ahead(new_cursor, state_json)
+                ahead = await self._save_reading_ahead(new_cursor, state_json, read_ahead)
             else:
                 await self._save(new_cursor, state_json)
             self._persisted_state = state

@@ -28,12 +28,20 @@ from streamkit.live_state import LiveState
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import CheckpointStorage, ProcessorStream
 
-__all__ = ["PAGE_SIZE", "CheckpointedState"]
+__all__ = ["MAX_CATCH_UP_PAGE", "PAGE_SIZE", "CheckpointedState"]
 
 S = TypeVar("S")
 
 PAGE_SIZE = 500
-"""Events per read when the engine catches up or repairs a gap."""
+"""Events per read when the engine repairs a gap, and in the first page of a catch-up."""
+
+MAX_CATCH_UP_PAGE = 4000
+"""The most events one catch-up page (one batch, one checkpoint) grows to.
+
+A catch-up doubles its page after each full one, so a long backlog pays the
+checkpoint, the state's encoding and the projection once per 4,000 events
+rather than per 500, while a short one still ends after a page of 500.
+"""
 
 
 class CheckpointedState(Generic[S]):
@@ -148,8 +156,10 @@ class CheckpointedState(Generic[S]):
         self.publish_live_state()
         self._waiters.advanced(self._cursor)
 
-    async def _save_reading_ahead(self, cursor: int, state_json: str | None) -> ReadPage | None:
-        """Write the checkpoint and, while it commits, read the page after ``cursor``.
+    async def _save_reading_ahead(
+        self, cursor: int, state_json: str | None, limit: int
+    ) -> ReadPage | None:
+        """Write the checkpoint and, while it commits, read the page (``limit``) after ``cursor``.
 
         The write is the batch's outcome: its error is raised as from
         :meth:`_save`, whatever the read did. The read is only a head start
@@ -162,7 +172,7 @@ class CheckpointedState(Generic[S]):
             # storage) before reading: the log's read does not yield, so it
             # would otherwise run first and overlap nothing.
             await asyncio.sleep(0)
-            ahead = await self._stream.read(cursor, PAGE_SIZE)
+            ahead = await self._stream.read(cursor, limit)
         except asyncio.CancelledError:
             saving.cancel()
             await asyncio.gather(saving, return_exceptions=True)

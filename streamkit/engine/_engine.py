@@ -50,7 +50,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamkit.contract import ProcessorContract
 from streamkit.engine._batch import BatchInfo, BatchRules
-from streamkit.engine._checkpointed import PAGE_SIZE
+from streamkit.engine._checkpointed import MAX_CATCH_UP_PAGE, PAGE_SIZE
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
 from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
@@ -66,6 +66,7 @@ from streamkit.processor import ProcessEventArgs, StreamProcessor, Work
 from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream
 
 __all__ = [
+    "MAX_CATCH_UP_PAGE",
     "PAGE_SIZE",
     "REVIVE_AFTER",
     "REVIVE_AFTER_MAX",
@@ -561,19 +562,23 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
 
     async def _catch_up(self) -> None:
         page: ReadPage | None = None
+        limit = PAGE_SIZE
         while True:
             after = self._cursor
             if page is None:
-                page = await self._stream.read(after, PAGE_SIZE)
+                page = await self._stream.read(after, limit)
             through = page.scanned_through_offset
             ahead: ReadPage | None = None
+            if not page.at_head:
+                # A backlog: the next batch takes more, so its per-batch costs amortize.
+                limit = min(limit * 2, MAX_CATCH_UP_PAGE)
             if through > after:
                 ahead = await self._run_batch(
                     page.events,
                     ScannedRange(after, through),
                     page.at_head,
                     from_read=True,
-                    read_ahead=not page.at_head,
+                    read_ahead=0 if page.at_head else limit,
                 )
             if self._yielding and not page.at_head:
                 return  # handed to another host: see yield_catch_up

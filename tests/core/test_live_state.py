@@ -351,6 +351,20 @@ def test_rebase_to_an_unserializable_value_moves_the_rev_and_reseeds_next() -> N
     assert [(p["from"], p["to"], p["patch"]) for p in sink.payloads] == [(11, 12, None)]
 
 
+class Gauge(BaseModel):
+    reading: float = 0.0
+
+
+def test_a_model_is_published_as_its_checkpoint_json() -> None:
+    """A pydantic value is diffed in the JSON its checkpoint holds: a NaN field is null there."""
+    sink = ListSink()
+    live = LiveState(sink, "gauge", Gauge(reading=1.5), epoch=5)
+    live.set(Gauge(reading=float("nan")))
+    (payload,) = sink.payloads
+    assert payload["patch"] == [{"op": "replace", "path": "/reading", "value": None}]
+    assert json.loads(Gauge(reading=float("nan")).model_dump_json()) == {"reading": None}
+
+
 def test_unserializable_initial_makes_the_first_delta_a_reseed() -> None:
     """With no serializable value ever sent, the first real delta carries patch None."""
     sink = ListSink()

@@ -11,6 +11,7 @@ from streamkit.testing import settle
 from support.engine import Recorder, Rig, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
+from streamkit.engine import MAX_CATCH_UP_PAGE, PAGE_SIZE
 from streamkit.processor import ProcessEventArgs
 
 
@@ -291,7 +292,7 @@ async def test_a_push_behind_the_shown_head_is_not_caught_up(rig: Rig) -> None:
 
 
 async def test_catch_up_delivers_caught_up_on_the_last_page_only(rig: Rig) -> None:
-    """Catch-up pages by 500; only the page that reaches the head carries the caught-up pass."""
+    """Catch-up pages from 500 up; only the page that reaches the head carries the caught-up pass."""
     rig.stream.drop_pushes = True
     for _start in range(0, 1200, 400):
         await rig.stream.append(*(item(1) for _ in range(400)))
@@ -301,8 +302,29 @@ async def test_catch_up_delivers_caught_up_on_the_last_page_only(rig: Rig) -> No
     caught = [offset for offset, caught_up in processor.calls if caught_up]
     assert caught == [1200]
     assert len(processor.calls) == 1200
-    assert rig.storage.writes == 3  # one per page: 500, 500, 200
+    assert rig.storage.writes == 2  # one per page: 500, then (up to 1,000) the last 700
     assert engine.cursor == 1200
+
+
+async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(rig: Rig) -> None:
+    """A long backlog is taken in pages of 500, 1,000, 2,000, then 4,000: one checkpoint each."""
+    rig.stream.drop_pushes = True
+    for _start in range(0, 12_000, 500):
+        await rig.stream.append(*(item(1) for _ in range(500)))
+    engine = rig.engine(Recorder(), pushed=False)
+    pages: list[int] = []
+    real_read = rig.stream.read
+
+    async def read(after: int, limit: int = 500) -> Any:
+        pages.append(limit)
+        return await real_read(after, limit)
+
+    rig.stream.read = read  # type: ignore[method-assign]
+    await engine.catch_up_from_log()
+    assert pages == [PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE]
+    # 500 + 1,000 + 2,000 + 4,000 + 4,000, then the last 500 reach the head.
+    assert rig.storage.writes == 6
+    assert engine.cursor == 12_000
 
 
 # -- delivery: the scanned-range proof, gap repair -------------------------------------------
