@@ -9,7 +9,12 @@
    started on it; each processor's ``catch_up.done`` log line gives its events
    per second (the three catch up at once, on one event loop).
 
-Usage: ``.venv/bin/python bench/bench_host.py [--events N] [--pickups N] [--postgres URL]``.
+3. Fan-out (``--fan-out N``): 1, 3, 10 and 30 processors in one daemon catch
+   up the same N events; the total of event-processors per second says
+   whether adding a processor costs a whole re-read of the log.
+
+Usage: ``.venv/bin/python bench/bench_host.py [--events N] [--pickups N] [--postgres URL]
+[--fan-out N] [--spread N]``.
 With ``--postgres`` the pickup is measured on PostgreSQL as well (a schema of
 its own, dropped at the end), in the same run: the daemon then hears of
 commits through LISTEN/NOTIFY instead of SQLite's ``data_version`` poll.
@@ -57,6 +62,8 @@ C = _counter("c")
 D = _counter("d")
 E = _counter("e")
 F = _counter("f")
+for _n in range(30):  # the fan-out case: P0 ... P29
+    globals()[f"P{_n}"] = _counter(f"p{_n}")
 
 class Stamp(StreamProcessor[Count]):
     contract = define_processor_contract(
@@ -241,6 +248,39 @@ def bench_spread(workdir: Path, db: Path | str, label: str, events: int) -> list
     return rows
 
 
+def bench_fan_out(workdir: Path, events: int, counts: list[int]) -> list[str]:
+    """Rows: 1, 3, 10 and 30 processors in one daemon catching up the same ``events`` events.
+
+    Each round starts a daemon on a fresh log and times until every
+    processor's checkpoint reaches the head (from the daemon's start, so
+    the start-up is included); the total rate is processors x events /
+    seconds.
+    """
+    rows = []
+    for count in counts:
+        target = workdir / f"fan-out-{count}.db"
+        asyncio.run(fill_ticks(target, events))
+        slugs = [f"p{n}" for n in range(count)]
+        started = time.perf_counter()
+        child, _ = spawn(workdir, target, *(f"bench_procs:P{n}" for n in range(count)))
+        try:
+            asyncio.run(_until_caught_up(target, events, slugs))
+            seconds = time.perf_counter() - started
+        finally:
+            stop(child)
+        total = count * events / seconds
+        rows.append(f"| {count} | {seconds:.2f} | {events / seconds:,.0f} | {total:,.0f} |")
+    return rows
+
+
+FAN_OUT_HEADER = [
+    "### Fan-out: processors in one daemon catching up the same events",
+    "",
+    "| processors | seconds | events/s each | event-processors/s in total |",
+    "| ---: | ---: | ---: | ---: |",
+]
+
+
 async def fill_ticks(target: Path | str, events: int) -> None:
     async with open_log(target) as log:
         stream = log.stream("/")
@@ -249,16 +289,17 @@ async def fill_ticks(target: Path | str, events: int) -> None:
             await stream.append(*batch[: min(len(batch), events - start)])
 
 
-async def _until_caught_up(target: Path | str, head: int) -> str:
-    """Wait until all six checkpoints reach ``head``; say how the processors were spread."""
+async def _until_caught_up(target: Path | str, head: int, slugs: list[str] | None = None) -> str:
+    """Wait until every checkpoint of ``slugs`` (a-f) reaches ``head``; say how they were spread."""
     from streamkit.backends import host_store
 
+    wanted = set(slugs or "abcdef")
     async with open_log(target) as log:
         store = host_store(log)
         while True:
             rows = await store.durable_status()
-            cursors = [r["cursor"] or 0 for r in rows if r["slug"] in "abcdef"]
-            if len(cursors) == 6 and min(cursors) >= head:
+            cursors = [r["cursor"] or 0 for r in rows if r["slug"] in wanted]
+            if len(cursors) == len(wanted) and min(cursors) >= head:
                 owners = [r["lease"]["owner"] for r in rows if r.get("lease")]
                 return "/".join(str(owners.count(o)) for o in sorted(set(owners)))
             await asyncio.sleep(0.1)
@@ -288,6 +329,10 @@ def main() -> None:
     parser.add_argument(
         "--spread", type=int, default=0, help="also: 6 processors over 1-3 hosts, N events"
     )
+    parser.add_argument(
+        "--fan-out", type=int, default=0, help="also: 1, 3, 10, 30 processors on N events"
+    )
+    parser.add_argument("--fan-out-counts", default="1,3,10,30")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="skb") as tmp:
         workdir = Path(tmp)
@@ -312,6 +357,9 @@ def main() -> None:
                 drop_schema(args.postgres, schema)
         if not args.no_catch_up:
             lines += ["", *bench_catch_up(workdir, args.events)]
+        if args.fan_out:
+            counts = [int(c) for c in args.fan_out_counts.split(",")]
+            lines += ["", *FAN_OUT_HEADER, *bench_fan_out(workdir, args.fan_out, counts)]
         if args.spread:
             lines += ["", *SPREAD_HEADER, *bench_spread(workdir, workdir, "SQLite", args.spread)]
             if args.postgres:

@@ -51,6 +51,7 @@ from streamkit.events import (
     validate_path,
 )
 from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
+from streamkit.log._shared_pages import SharedPages
 from streamkit.protocols import LogBackend, LogStats
 
 __all__ = ["MAX_READ_LIMIT", "Log", "ProcessorStreamView", "Stream"]
@@ -104,6 +105,8 @@ class Log:
         self._inline_commits = inline_commits and not read_only
         _check_int("follower_bytes", follower_bytes, 1)
         self._pending: list[AppendCall | TransactionJob] = []
+        self.shared_pages = SharedPages()
+        """Full pages read lately, handed to the next reader of the same range (see its module)."""
         self.path = path
         self._feed = Feed(follower_bytes)
         self._backend = backend(self._feed)
@@ -138,12 +141,14 @@ class Log:
         """
         self._queue_pending()
         self._closed = True
+        self.shared_pages.clear()
         self._finalizer()
 
     async def aclose(self) -> None:
         """Close the log without blocking the loop: queued appends commit first. Idempotent."""
         self._queue_pending()
         self._closed = True
+        self.shared_pages.clear()
         wake(self._feed.close_all())
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
@@ -270,11 +275,16 @@ class Log:
         self, path: str, after: int, limit: int, upto: int | None
     ) -> tuple[ReadPage, int]:
         self._check_open()
-        return await self._backend.read_sized(path, after, limit, upto)
+        key = (path, after, limit, upto)
+        shared = self.shared_pages.get(key)
+        if shared is not None:
+            return shared
+        page, size = await self._backend.read_sized(path, after, limit, upto)
+        return self.shared_pages.keep(key, page, size), size
 
     async def _read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
-        self._check_open()
-        return await self._backend.read(path, after, limit, upto)
+        page, _ = await self._read_sized(path, after, limit, upto)
+        return page
 
     async def append_control(self, path: str, event: Mapping[str, Any], seal: Seal) -> StreamEvent:
         """(For streamkit's operator verbs.) Append one control event and ``seal`` it.

@@ -1,0 +1,134 @@
+"""Full pages read lately, shared by every reader of the same range in this process.
+
+Processors that catch up one path read the same pages, and each read costs a
+query and the decoding of every row. A page that stops short of the head
+holds every durable event of its range, and no later commit can change that
+(an offset is never reused and a committed event never changes), so a reader
+asking for the same ``(path, after, limit, bound)`` may be handed the page
+another reader got: it is the page it would read. A page that reaches the
+head is never kept, since a later read of it may find more. Events are
+immutable, so sharing them is what pushes already do.
+
+Pages are kept only for a path that more than one reader is reading: the
+first read of each page is only noted, and once a second reader asks for a
+page already read, the path counts as shared for :data:`IDLE_SECONDS` and
+its full pages are kept from then on. A lone reader (one processor catching
+up) holds no page in memory beyond its own. What is kept is bounded by an
+estimate of its memory (:data:`MAX_SHARED_BYTES`, the least recently used
+page dropped first) and by time: a page no reader took for
+:data:`IDLE_SECONDS` is dropped, so the memory of a catch-up is given back
+soon after it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+
+from streamkit.events import ReadPage
+
+__all__ = ["EVENT_OVERHEAD", "IDLE_SECONDS", "MAX_PAGE_STORED", "MAX_SHARED_BYTES", "SharedPages"]
+
+MAX_SHARED_BYTES = 32 * 1024 * 1024
+"""The estimated memory of the pages kept at most."""
+
+EVENT_OVERHEAD = 512
+"""Bytes a decoded event takes besides twice its stored JSON (the estimate of its objects)."""
+
+MAX_PAGE_STORED = 1024 * 1024
+"""A page of more stored JSON than this is never kept: its decoding costs little next to
+its bytes, and a few of them would fill the budget (events of up to 1 MiB each)."""
+
+_NOTED = 4096
+"""Page keys remembered, to notice a second reader of the same page."""
+
+IDLE_SECONDS = 10.0
+"""A page no reader took for this long is dropped."""
+
+Key = tuple[str, int, int, int | None]
+
+
+class SharedPages:
+    """Recently read full pages by ``(path, after, limit, bound)``, within a memory budget."""
+
+    __slots__ = ("_bytes", "_noted", "_pages", "_shared", "_timer", "hits", "max_bytes")
+
+    def __init__(self, *, max_bytes: int = MAX_SHARED_BYTES) -> None:
+        self.max_bytes = max_bytes
+        # key -> (page, stored bytes, estimated bytes, last use on the monotonic clock)
+        self._pages: OrderedDict[Key, tuple[ReadPage, int, int, float]] = OrderedDict()
+        self._bytes = 0
+        # Keys read lately (no pages), and paths a second reader was seen on, and when.
+        self._noted: OrderedDict[Key, None] = OrderedDict()
+        self._shared: dict[str, float] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self.hits = 0
+        """Reads answered with a page another read got."""
+
+    @property
+    def held_bytes(self) -> int:
+        """The estimated memory of the pages kept now."""
+        return self._bytes
+
+    def get(self, key: Key) -> tuple[ReadPage, int] | None:
+        """The page kept for ``key`` and its stored bytes, or None."""
+        found = self._pages.get(key)
+        if found is None:
+            if key in self._noted:
+                self._shared[key[0]] = time.monotonic()  # a second reader: keep this path's pages
+            return None
+        page, stored, cost, _ = found
+        self._pages[key] = (page, stored, cost, time.monotonic())
+        self._pages.move_to_end(key)
+        self.hits += 1
+        return page, stored
+
+    def keep(self, key: Key, page: ReadPage, stored: int) -> ReadPage:
+        """Keep ``page`` (``stored`` bytes of JSON) for the next reader of ``key`` if it is full.
+
+        Returns the page to hand out: a kept one holds its events in a tuple,
+        so no reader can change what the others are given.
+        """
+        if page.at_head or not page.events or stored > MAX_PAGE_STORED or key in self._pages:
+            return page
+        shared = self._shared.get(key[0])
+        if shared is None or shared <= time.monotonic() - IDLE_SECONDS:
+            self._noted[key] = None
+            if len(self._noted) > _NOTED:
+                self._noted.popitem(last=False)
+            return page
+        cost = 2 * stored + EVENT_OVERHEAD * len(page.events)
+        if cost > self.max_bytes:
+            return page
+        page = ReadPage(tuple(page.events), page.scanned_through_offset, page.at_head)
+        self._pages[key] = (page, stored, cost, time.monotonic())
+        self._bytes += cost
+        while self._bytes > self.max_bytes:
+            self._drop_oldest()
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._expire)
+        return page
+
+    def clear(self) -> None:
+        """Drop every page (the log closed)."""
+        self._pages.clear()
+        self._noted.clear()
+        self._shared.clear()
+        self._bytes = 0
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _drop_oldest(self) -> None:
+        _, (_, _, cost, _) = self._pages.popitem(last=False)
+        self._bytes -= cost
+
+    def _expire(self) -> None:
+        self._timer = None
+        idle_since = time.monotonic() - IDLE_SECONDS
+        # Least recently used first: stop at the first page used since.
+        while self._pages and next(iter(self._pages.values()))[3] <= idle_since:
+            self._drop_oldest()
+        if self._pages:
+            self._timer = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._expire)

@@ -1,0 +1,150 @@
+"""Full pages read once are handed to the next reader of the same range (log/_shared_pages.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from streamkit.testing import memory_storage
+
+from streamkit import (
+    ProcessorEngine,
+    StreamEvent,
+    StreamProcessor,
+    define_processor_contract,
+    open_log,
+)
+from streamkit.log import _shared_pages
+from streamkit.log._log import Log
+
+
+@pytest.fixture
+async def log(tmp_path: Path) -> Any:
+    async with open_log(tmp_path / "pages.db") as opened:
+        await opened.stream("/").append(*({"type": "tick", "payload": {"n": i}} for i in range(30)))
+        yield opened
+
+
+async def shared(log: Log) -> None:
+    """Make the path shared: two readers of its first page."""
+    await log.stream("/").read(0, 5)
+    await log.stream("/").read(0, 5)
+
+
+async def test_a_lone_reader_keeps_no_page(log: Log) -> None:
+    """One reader going through a path holds no page in memory beyond its own."""
+    stream = log.stream("/")
+    for after in (0, 10):
+        await stream.read(after, 10)
+    assert log.shared_pages.held_bytes == 0
+    assert log.shared_pages.hits == 0
+
+
+async def test_once_a_second_reader_shows_up_full_pages_are_read_once(log: Log) -> None:
+    """A second reader of a page makes the path shared; its full pages then go to every reader."""
+    stream = log.stream("/")
+    await shared(log)
+    first = await stream.read(10, 10)
+    second = await stream.read(10, 10)
+    assert not first.at_head
+    assert second is first
+    assert log.shared_pages.hits == 1
+    assert [e.payload["n"] for e in second.events] == list(range(10, 20))
+
+
+async def test_a_page_that_reaches_the_head_is_read_again(log: Log) -> None:
+    """A page at the head may grow: it is never kept, so a later read sees what came after."""
+    stream = log.stream("/")
+    await shared(log)
+    before = await stream.read(20, 50)
+    assert before.at_head
+    await stream.append({"type": "tick", "payload": {"n": 30}})
+    after = await stream.read(20, 50)
+    assert log.shared_pages.hits == 0
+    assert len(after.events) == len(before.events) + 1
+
+
+async def test_kept_pages_stay_within_the_memory_budget(log: Log) -> None:
+    """Past the budget the least recently used page is dropped (and read again when asked)."""
+    stream = log.stream("/")
+    await shared(log)
+    one_page = log.shared_pages.held_bytes
+    log.shared_pages.max_bytes = one_page * 3 // 2  # room for one such page, not two
+    await stream.read(5, 5)
+    assert log.shared_pages.held_bytes <= log.shared_pages.max_bytes
+    await stream.read(0, 5)  # dropped: read again, not handed out
+    assert log.shared_pages.hits == 0
+    await stream.read(0, 5)
+    assert log.shared_pages.hits == 1
+
+
+async def test_pages_nobody_takes_are_dropped_after_a_while(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up's pages are given back soon after it ends."""
+    monkeypatch.setattr(_shared_pages, "IDLE_SECONDS", 0.05)
+    await shared(log)
+    assert log.shared_pages.held_bytes > 0
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if log.shared_pages.held_bytes == 0:
+            break
+    assert log.shared_pages.held_bytes == 0
+
+
+async def test_a_shared_page_cannot_be_changed_by_a_reader(log: Log) -> None:
+    """A kept page holds its events in a tuple: no reader can alter what others are given."""
+    await shared(log)
+    page = await log.stream("/").read(0, 5)
+    assert isinstance(page.events, tuple)
+
+
+class Total(BaseModel):
+    total: int = 0
+
+
+def summing(slug: str) -> StreamProcessor[Total]:
+    class Summing(StreamProcessor[Total]):
+        contract = define_processor_contract(
+            slug=slug, version="1", state_schema=Total, consumes=["tick"]
+        )
+
+        def reduce(self, event: StreamEvent, state: Total) -> Total:
+            return Total(total=state.total + event.payload["n"])
+
+    return Summing()
+
+
+async def test_processors_catching_up_together_decode_each_page_once(tmp_path: Path) -> None:
+    """Three engines over one log share the pages the first of them read, and all reduce right."""
+    async with open_log(tmp_path / "fan.db") as log:
+        stream = log.stream("/")
+        for _ in range(6):
+            await stream.append(*({"type": "tick", "payload": {"n": 1}} for _i in range(500)))
+        engines = [
+            ProcessorEngine(
+                summing(f"s{i}"), stream=stream.for_processor(f"s{i}"), storage=memory_storage()
+            )
+            for i in range(3)
+        ]
+        await asyncio.gather(*(engine.catch_up_from_log() for engine in engines))
+        for engine in engines:
+            assert (await engine.snapshot()).state.total == 3000
+        assert log.shared_pages.hits >= 2
+        for engine in engines:
+            await engine.aclose()
+
+
+async def test_a_page_of_large_events_is_never_kept(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages past MAX_PAGE_STORED of JSON are read again: large events would fill the budget."""
+    monkeypatch.setattr(_shared_pages, "MAX_PAGE_STORED", 10)
+    await shared(log)
+    await log.stream("/").read(10, 10)
+    await log.stream("/").read(10, 10)
+    assert log.shared_pages.held_bytes == 0
+    assert log.shared_pages.hits == 0
