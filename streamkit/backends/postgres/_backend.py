@@ -34,7 +34,12 @@ import psycopg
 from streamkit._requests import AppendCall, FollowJob, Job, TransactionJob
 from streamkit._targets import PostgresTarget
 from streamkit.backends._writer_thread import check_busy_timeout
-from streamkit.backends.postgres._connect import connect, open_error, storage_error
+from streamkit.backends.postgres._connect import (
+    connect,
+    is_disconnect,
+    open_error,
+    storage_error,
+)
 from streamkit.backends.postgres._listener import Listener
 from streamkit.backends.postgres._notify import Fed
 from streamkit.backends.postgres._read import Reads
@@ -177,17 +182,30 @@ class PostgresLogBackend:
 
     # -- reads: the reader threads --------------------------------------------------------
 
-    def _reader(self) -> psycopg.Connection[Any]:
+    def _reader(self) -> tuple[psycopg.Connection[Any], bool]:
+        """This reader thread's connection, and whether it was made just now."""
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or conn.broken:
-            conn = connect(self.target.conninfo, self.target.shown, role="reader")
-            self._local.conn = conn
-            with self._connections_lock:
-                self._connections.append(conn)
-        return conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn, False
+        conn = connect(self.target.conninfo, self.target.shown, role="reader")
+        self._local.conn = conn
+        with self._connections_lock:
+            self._connections.append(conn)
+        return conn, True
 
     def _run_read(self, fn: Callable[[psycopg.Connection[Any]], T], what: str) -> T:
-        conn = self._reader()
+        conn, fresh = self._reader()
+        try:
+            return fn(conn)
+        except psycopg.Error as exc:
+            if fresh or not is_disconnect(exc):
+                raise storage_error(exc, what, outcome="nothing was read") from exc
+        # A connection kept from before that broke while idle (the server restarted, or
+        # ended it): found out only now. A read changes nothing, so it runs once more on
+        # a new connection; if that fails too, the server really is out of reach.
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
+        conn, _ = self._reader()
         try:
             return fn(conn)
         except psycopg.Error as exc:
