@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamkit.contract import ProcessorContract
+from streamkit.engine import _checkpointed as checkpointed
 from streamkit.engine._batch import BatchInfo, BatchRules
 from streamkit.engine._checkpointed import MAX_CATCH_UP_PAGE, PAGE_SIZE
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
@@ -158,6 +159,8 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
         self._publish_live = publish_live
         # A batch skipped publishing (nobody wanted it): the live state lags the state.
         self._live_behind = False
+        # The size of the state JSON last written: whether a catch-up's pages grow.
+        self._state_bytes = 0
         # The highest `through` any push showed: what decides whether a push
         # reaches the head (rule 5).
         self._pushed_through: int | None = None
@@ -569,8 +572,8 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
                 page = await self._stream.read(after, limit)
             through = page.scanned_through_offset
             ahead: ReadPage | None = None
-            if not page.at_head:
-                # A backlog: the next batch takes more, so its per-batch costs amortize.
+            if not page.at_head and self._state_bytes >= checkpointed.GROW_PAGES_AT:
+                # A backlog and a costly checkpoint: spread it over more events.
                 limit = min(limit * 2, MAX_CATCH_UP_PAGE)
             if through > after:
                 ahead = await self._run_batch(

@@ -251,13 +251,16 @@ class Log:
         job = TransactionJob(loop, future, fn, short=inline)
         # ``fn`` is the caller's code: only on request may it hold the event loop, and
         # only when nothing else is waiting to run (see ``_submit``).
-        if not inline:
-            self._backend.submit(job)
-        elif self._commits_now(loop):
+        if inline and self._commits_now(loop):
             if not self._backend.try_inline([job]):
                 self._backend.submit(job)
+        elif inline and self._pending and self._pending[0].loop is loop:
+            self._pending.append(job)  # rides the group commit of this turn's appends
         else:
-            self._submit(job)
+            # The thread commits it while the loop runs the work that is ready (a
+            # catch-up reads its next page meanwhile), still grouped with any append
+            # queued there beside it.
+            self._backend.submit(job)
         return await future
 
     async def query(self, fn: Callable[[Connection], T]) -> T:
@@ -335,7 +338,7 @@ class Log:
         self._submit(AppendCall(loop, future, path, events, fence, seal, expect_head))
         return future
 
-    def _submit(self, job: AppendCall | TransactionJob) -> None:
+    def _submit(self, job: AppendCall) -> None:
         """Hand ``job`` to the writer at the end of this loop turn, with its turn's peers.
 
         The job is registered at once (so a close that follows still commits

@@ -9,10 +9,13 @@ another reader got: it is the page it would read. A page that reaches the
 head is never kept, since a later read of it may find more. Events are
 immutable, so sharing them is what pushes already do.
 
-Pages are kept only for a path that more than one reader is reading: the
+Pages are kept only for a path that several readers are reading at once: the
 first read of each page is only noted, and once a second reader asks for a
-page already read, the path counts as shared for :data:`IDLE_SECONDS` and
-its full pages are kept from then on. A lone reader (one processor catching
+page read less than :data:`TOGETHER_SECONDS` before, the path counts as
+shared for :data:`IDLE_SECONDS` and its full pages are kept from then on. (A
+reader that goes through the same pages again later, one after the other,
+gains nothing from pages held meanwhile, and holding them costs every garbage
+collection of the process.) A lone reader (one processor catching
 up) holds no page in memory beyond its own. What is kept is bounded by an
 estimate of its memory (:data:`MAX_SHARED_BYTES`, the least recently used
 page dropped first) and by time: a page no reader took for
@@ -40,6 +43,9 @@ MAX_PAGE_STORED = 1024 * 1024
 """A page of more stored JSON than this is never kept: its decoding costs little next to
 its bytes, and a few of them would fill the budget (events of up to 1 MiB each)."""
 
+TOGETHER_SECONDS = 2.0
+"""Two reads of one page this close in time are two readers reading together."""
+
 _NOTED = 4096
 """Page keys remembered, to notice a second reader of the same page."""
 
@@ -59,8 +65,8 @@ class SharedPages:
         # key -> (page, stored bytes, estimated bytes, last use on the monotonic clock)
         self._pages: OrderedDict[Key, tuple[ReadPage, int, int, float]] = OrderedDict()
         self._bytes = 0
-        # Keys read lately (no pages), and paths a second reader was seen on, and when.
-        self._noted: OrderedDict[Key, None] = OrderedDict()
+        # Keys read lately (no pages) and when, and paths a second reader was seen on, and when.
+        self._noted: OrderedDict[Key, float] = OrderedDict()
         self._shared: dict[str, float] = {}
         self._timer: asyncio.TimerHandle | None = None
         self.hits = 0
@@ -75,8 +81,10 @@ class SharedPages:
         """The page kept for ``key`` and its stored bytes, or None."""
         found = self._pages.get(key)
         if found is None:
-            if key in self._noted:
-                self._shared[key[0]] = time.monotonic()  # a second reader: keep this path's pages
+            noted = self._noted.get(key)
+            now = time.monotonic()
+            if noted is not None and now - noted < TOGETHER_SECONDS:
+                self._shared[key[0]] = now  # a second reader: keep this path's pages
             return None
         page, stored, cost, _ = found
         self._pages[key] = (page, stored, cost, time.monotonic())
@@ -94,7 +102,8 @@ class SharedPages:
             return page
         shared = self._shared.get(key[0])
         if shared is None or shared <= time.monotonic() - IDLE_SECONDS:
-            self._noted[key] = None
+            self._noted[key] = time.monotonic()
+            self._noted.move_to_end(key)
             if len(self._noted) > _NOTED:
                 self._noted.popitem(last=False)
             return page

@@ -148,3 +148,16 @@ async def test_a_page_of_large_events_is_never_kept(
     await log.stream("/").read(10, 10)
     assert log.shared_pages.held_bytes == 0
     assert log.shared_pages.hits == 0
+
+
+async def test_one_reader_going_over_the_same_pages_again_later_keeps_nothing(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only readers reading together share: a re-read long after the first holds no page."""
+    monkeypatch.setattr(_shared_pages, "TOGETHER_SECONDS", 0.05)
+    stream = log.stream("/")
+    await stream.read(0, 5)
+    await asyncio.sleep(0.1)
+    await stream.read(0, 5)
+    await stream.read(5, 5)
+    assert log.shared_pages.held_bytes == 0
