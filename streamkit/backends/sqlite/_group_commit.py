@@ -35,7 +35,7 @@ from streamkit.errors import StorageError, StreamkitError
 from streamkit.events import PreparedEvent, StreamEvent
 from streamkit.log._follow import Feed, Push, WakeList
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "transaction_error"]
 
 
 class _BusyWait:
@@ -170,11 +170,7 @@ class GroupCommit(Placement):
                         if isinstance(exc, StreamkitError) and not isinstance(exc, StorageError):
                             self.refused += 1
                 for job in transactions:
-                    if isinstance(exc, sqlite3.Error):
-                        job.error = storage_error(exc, "write_transaction")
-                        job.error.__cause__ = exc
-                    else:
-                        job.error = exc
+                    job.error = transaction_error(exc)
                 break
             finally:
                 self._in_transaction = False
@@ -275,11 +271,7 @@ class GroupCommit(Placement):
                 raise
             conn.execute("ROLLBACK TO streamkit_transaction")
             conn.execute("RELEASE streamkit_transaction")
-            if isinstance(exc, sqlite3.Error):
-                job.error = storage_error(exc, "write_transaction")
-                job.error.__cause__ = exc
-            else:
-                job.error = exc
+            job.error = transaction_error(exc)
             return False
         if not conn.in_transaction:
             raise StorageError(
@@ -385,6 +377,15 @@ class GroupCommit(Placement):
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
             # Keeping the block only costs a hole in the offsets; nothing is lost.
+
+
+def transaction_error(exc: BaseException) -> BaseException:
+    """What the caller of a write transaction gets: a sqlite3 error as a StorageError."""
+    if isinstance(exc, sqlite3.Error):
+        error = storage_error(exc, "write_transaction")
+        error.__cause__ = exc
+        return error
+    return exc
 
 
 def _json_bytes(events: Sequence[PreparedEvent]) -> int:

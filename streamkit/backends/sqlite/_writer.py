@@ -47,6 +47,7 @@ from streamkit.backends._writer_thread import WriterThread
 from streamkit.backends.sqlite._group_commit import (
     GroupCommit,
     _TakenElsewhere,
+    transaction_error,
 )
 from streamkit.backends.sqlite._offsets import PathState
 from streamkit.backends.sqlite._read import (
@@ -370,11 +371,7 @@ class Writer(WriterThread, GroupCommit):
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                job.error = storage_error(exc, "write_transaction")
-                job.error.__cause__ = exc
-            else:
-                job.error = exc
+            job.error = transaction_error(exc)
         finally:
             # The function may have touched any table: trust nothing cached.
             self._invalidate()
