@@ -32,13 +32,8 @@ push are always delivered when consumed. The cursor never regresses.
 Persist first, then emit: the live-state delta of a batch goes out after its
 checkpoint is written, so a crash in between loses a notification, never state.
 
-Live state costs nothing while nobody wants it: with ``publish_live=False`` (or
-a callable that says False) a batch projects, diffs and appends nothing; the
-live state only falls behind. The first batch published once it is wanted
-again sends one delta from the last revision sent, which a client holding
-that revision may apply; :meth:`~ProcessorEngine.live_snapshot` instead
-adopts the present as a new revision with no delta, so a client holding an
-older one sees a gap and re-seeds. The revision chain rules never change.
+Live state costs nothing while nobody wants it (``publish_live``, see
+:mod:`._live`): the revision chain rules never change.
 """
 
 from __future__ import annotations
@@ -55,6 +50,7 @@ from streamkit.engine._checkpointed import MAX_CATCH_UP_PAGE, PAGE_SIZE
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
 from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
+from streamkit.engine._live import LivePublishing
 from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import (
     InvalidContract,
@@ -86,7 +82,7 @@ class ProcessorSnapshot(NamedTuple, Generic[S]):
     state: S
 
 
-class ProcessorEngine(BatchRules[S], Generic[S]):
+class ProcessorEngine(BatchRules[S], LivePublishing[S], Generic[S]):
     """Drives ``processor`` over ``stream``, checkpointing into ``storage``.
 
     ``fed_by_pushes=True`` is the host's word that every commit the processor
@@ -410,59 +406,6 @@ class ProcessorEngine(BatchRules[S], Generic[S]):
             self.catch_up_from_log,
             push_first=self._fed_by_pushes and self._head_read_from_log is not None,
         )
-
-    # -- live state -----------------------------------------------------------------
-
-    def publish_live_state(self) -> None:
-        """Re-project the state and send a live-state delta if the projection changed.
-
-        The engine calls this after every batch; a host calls it when a runtime
-        field of the processor changed outside a batch. While ``publish_live``
-        says no, it only notes that the live state is behind. A projection that
-        raises costs only this notification. Before the checkpoint is loaded
-        there is nothing to publish.
-        """
-        if self._live is None:
-            return
-        if not self._live_wanted():
-            self._live_behind = True
-            return
-        self._project_live()
-
-    @property
-    def live_behind(self) -> bool:
-        """Whether batches ran unpublished since the last delta (``publish_live`` said no)."""
-        return self._live_behind
-
-    def _live_wanted(self) -> bool:
-        wanted = self._publish_live
-        if isinstance(wanted, bool):
-            return wanted
-        try:
-            return bool(wanted())
-        except Exception as exc:
-            self._swallowed("processor.publish_live_failed", exc, None)
-            return True
-
-    def _project_live(self, *, rebase: bool = False) -> LiveSnapshot:
-        """Project the state now and hand it to the live state: a delta if it changed.
-
-        With ``rebase`` the projection is adopted without a delta (the revision
-        still moves if it changed), for a seed taken while the live state lagged.
-        """
-        live = self._live
-        assert live is not None
-        try:
-            projection = self._processor.project_live_state(self._state)
-        except Exception as exc:
-            self._swallowed("processor.projection_failed", exc, None)
-            self._live_behind = True  # the next seed tries again
-            return live.snapshot()
-        self._live_behind = False
-        if rebase:
-            return live.rebase(projection)
-        live.set(projection)
-        return live.snapshot()
 
     async def aclose(self, grace: float = 0.0) -> None:
         """Give background attempts ``grace`` seconds to settle, then abandon the rest.
