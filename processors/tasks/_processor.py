@@ -373,7 +373,14 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
             self._active -= len(tasks)
             raise
         runs = [self._attempt(args, task, at) for task, at in zip(tasks, started, strict=True)]
-        await asyncio.gather(*runs)
+        # Every attempt settles before this background work does: the claim covers them
+        # all, so one that fails (its outcome could not be appended) must not end it early.
+        outcomes = await asyncio.gather(*runs, return_exceptions=True)
+        errors = [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise ExceptionGroup(f"{len(errors)} task attempts failed", errors)
 
     async def _start(
         self, args: ProcessEventArgs[TasksState], tasks: list[LiveTask]

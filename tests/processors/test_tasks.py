@@ -181,6 +181,37 @@ async def test_the_attempts_of_one_pass_start_in_one_append(rig: Rig) -> None:
     assert rig.types().count(TASK_SUCCEEDED) == 5
 
 
+async def test_an_attempt_that_fails_to_record_does_not_end_its_batchmates_claim(
+    rig: Rig,
+) -> None:
+    """Attempts started together stay in flight (and claimed) until the last one settles."""
+    gate = asyncio.Event()
+
+    async def work(args: dict[str, Any], ctx: TaskContext) -> None:
+        if ctx.task_id == "slow":
+            await gate.wait()
+
+    real_append = rig.stream.append
+
+    async def failing_append(*events: Any, **kwargs: Any) -> Any:
+        if any(e["type"] == TASK_SUCCEEDED and e["payload"]["task_id"] == "fast" for e in events):
+            raise OSError("disk full")
+        return await real_append(*events, **kwargs)
+
+    rig.stream.append = failing_append  # type: ignore[method-assign]
+    engine = rig.start(TasksProcessor(handlers={"work": work}, clock=rig.clock))
+    await real_append(
+        task_requested_event(task_id="fast", name="work"),
+        task_requested_event(task_id="slow", name="work"),
+    )
+    await settle()
+    assert engine.background_in_flight == 1  # the slow attempt still runs
+    gate.set()
+    await settle()
+    assert engine.background_in_flight == 0
+    assert rig.types("slow").count(TASK_SUCCEEDED) == 1
+
+
 async def test_failures_retry_with_backoff_through_wakeups(rig: Rig) -> None:
     """A failing attempt schedules its retry as a wakeup; advancing the clock and reviving runs it."""
     calls: list[int] = []
