@@ -196,7 +196,11 @@ class ProcessorHost:
                         skipped=set(skips.get((entry.path, slug), {})),
                         on_claim=self._alarm.changed,
                         on_lease_gone=self._lease_gone,
-                        live_always=config.live_state == "always",
+                        publish_live=(
+                            True
+                            if config.live_state == "always"
+                            else functools.partial(self.watching, entry.path, slug)
+                        ),
                     )
                 )
             loop = asyncio.get_running_loop()
@@ -412,20 +416,18 @@ class ProcessorHost:
         if watch is None:
             watch = self._watches[path] = PathWatch(self._require_log(), path)
         watch.add(subscription)
-        # From now on the processor's batches publish deltas (until the last watcher leaves).
-        for runner in self._runners_of(path, key):
-            runner.watchers += 1
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Stop delivering to ``subscription``."""
         watch = self._watches.get(subscription.path)
-        if watch is not None and watch.discard(subscription):
-            for runner in self._runners_of(subscription.path, subscription.key):
-                runner.watchers -= 1
+        if watch is not None:
+            watch.discard(subscription)
 
-    def _runners_of(self, path: str, slug: str) -> list[ProcessorRunner]:
-        return [r for r in self.runners if r.path == path and r.slug == slug]
+    def watching(self, path: str, key: str) -> bool:
+        """Whether a client here watches ``key``'s live state on ``path`` (its batches publish then)."""
+        watch = self._watches.get(path)
+        return watch is not None and watch.watches(key)
 
     # -- the API the control socket serves -------------------------------------------------
 

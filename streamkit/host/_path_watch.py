@@ -54,13 +54,15 @@ class PathWatch:
             follower = self._log.stream(self._path).follow()
             self._task = asyncio.get_running_loop().create_task(self._run(follower))
 
-    def discard(self, subscription: Subscription) -> bool:
-        """Stop feeding ``subscription`` (True if it was fed); the last one stops the follower."""
-        fed = subscription in self._subscribers
+    def discard(self, subscription: Subscription) -> None:
+        """Stop feeding ``subscription``; the last one to leave stops the follower."""
         self._subscribers.discard(subscription)
         if not self._subscribers:
             self._stop()
-        return fed
+
+    def watches(self, key: str) -> bool:
+        """Whether a watcher of ``key``'s live state is fed here."""
+        return any(subscription.key == key for subscription in self._subscribers)
 
     async def close(self) -> None:
         """Drop every watcher and stop following (the host is stopping)."""

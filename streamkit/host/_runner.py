@@ -84,7 +84,7 @@ class ProcessorRunner:
         skipped: set[int],
         on_claim: Callable[[], None],
         on_lease_gone: Callable[[HeldLease], None] = lambda held: None,
-        live_always: bool = False,
+        publish_live: bool | Callable[[], bool] = True,
     ) -> None:
         self.processor = processor
         self.slug: str = processor.contract.slug
@@ -106,9 +106,8 @@ class ProcessorRunner:
         self.last_error: dict[str, Any] | None = None
         self.metrics = ProcessorMetrics()
         self.caught_up = False
-        self.watchers = 0
-        """Clients watching this processor's live state here; its batches publish only then."""
-        self._live_always = live_always
+        # Whether its batches publish live state (the host: while a client watches).
+        self._publish_live = publish_live
         self._log = log
         self._store = store
         self._retry = retry
@@ -177,7 +176,7 @@ class ProcessorRunner:
             clock=self._clock,
             on_batch=self._on_batch,
             guard=held.check,
-            publish_live=True if self._live_always else self._watched,
+            publish_live=self._publish_live,
         )
         self.caught_up = False
         # Followed from before the revive's catch-up, so that commits made while it
@@ -185,9 +184,6 @@ class ProcessorRunner:
         self._follow()
         self._due = START
         self._wake.set()
-
-    def _watched(self) -> bool:
-        return self.watchers > 0
 
     def _follow(self) -> None:
         self._unfollow()

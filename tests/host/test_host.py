@@ -704,14 +704,14 @@ async def test_a_watcher_gets_the_present_then_deltas_and_leaving_stops_them(
     watch = host.watch("tally")
     seed = await anext(watch)
     assert (seed["kind"], seed["state"]["offsets"]) == ("seed", [1, 2])
-    assert runner.watchers == 1
+    assert host.watching("/", "tally")
     (committed,) = await host.append("/", [{"type": "item"}])
     delta = await asyncio.wait_for(anext(watch), 5)
     assert (delta["kind"], delta["from"]) == ("delta", seed["rev"])
     held = apply_delta(seed["state"], delta["patch"])
     assert held["offsets"] == [1, 2, committed.offset]
     await watch.aclose()
-    assert runner.watchers == 0
+    assert not host.watching("/", "tally")
     projected = processor.projections
 
     async def work() -> None:

@@ -174,7 +174,7 @@ class GroupCommit(Placement):
                 break
             finally:
                 self._in_transaction = False
-        if calls and (calls[0].future is not None or len(calls) > 1 or transactions):
+        if calls and (calls[0].future is not None or len(calls) > 1):
             self._settle.extend(calls)  # (a lone call without a future is read off by its caller)
         if transactions:
             self._settle.extend(transactions)
@@ -276,7 +276,8 @@ class GroupCommit(Placement):
         if not conn.in_transaction:
             raise StorageError(
                 "a write_transaction function ended the transaction it shares with a group "
-                "commit; the whole group was rolled back and nothing of it was written",
+                "commit, which it must never do; whether the appends before it were written "
+                "is unknown (read the log to see); retry them with their idempotency keys",
                 details={},
             )
         conn.execute("RELEASE streamkit_transaction")
