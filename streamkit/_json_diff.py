@@ -24,7 +24,15 @@ import json
 from math import copysign
 from typing import Any
 
-__all__ = ["diff", "diff_json", "no_larger_than_replace"]
+__all__ = [
+    "REPLACE_OVERHEAD",
+    "copy_form",
+    "diff",
+    "diff_json",
+    "diff_under",
+    "no_larger_than_replace",
+    "pointer_token",
+]
 
 _CONTAINERS = frozenset((dict, list))
 
@@ -40,20 +48,39 @@ Op = dict[str, Any]
 def diff(a: Any, b: Any) -> list[Op]:
     """An RFC 6902 patch that turns JSON value ``a`` into ``b``; ``[]`` when they are equal."""
     ops: list[Op] = []
+    diff_under(a, b, "", ops)
+    return ops
+
+
+def diff_under(a: Any, b: Any, pointer: str, ops: list[Op]) -> None:
+    """Append to ``ops`` the ops that turn ``a``, held at ``pointer``, into ``b``.
+
+    :func:`diff` for a part of a larger value: every op's path starts with
+    ``pointer`` (an RFC 6901 pointer, ``""`` for the root).
+    """
     if a is b:
-        return ops
+        return
     t = type(a)
     if t is type(b):
         if t is dict:
-            _diff_dict(a, b, "", None, ops)
-            return ops
+            _diff_dict(a, b, pointer, None, ops)
+            return
         if t is list:
-            _diff_list(a, b, "", None, ops)
-            return ops
-        if a == b and (t is not float or a != 0.0 or copysign(1.0, a) == copysign(1.0, b)):
-            return ops
-    ops.append({"op": "replace", "path": "", "value": _copy(b)})
-    return ops
+            _diff_list(a, b, pointer, None, ops)
+            return
+        if a == b and (t is not float or _alike(a, b)):
+            return
+    ops.append({"op": "replace", "path": pointer, "value": _copy(b)})
+
+
+def copy_form(value: Any) -> Any:
+    """A deep copy of a JSON value, sharing no container with it (scalars are immutable)."""
+    return _copy(value)
+
+
+def pointer_token(key: str) -> str:
+    """``key`` as one JSON pointer reference token (RFC 6901)."""
+    return _token(key)
 
 
 def _token(key: str) -> str:
@@ -220,13 +247,13 @@ def no_larger_than_replace(ops: list[Op], ops_size: int, b_text: str, b: Any) ->
     the caller has both at hand, so the rule costs a comparison. A fresh copy
     of ``b`` goes into the replace, so the patch shares nothing with it.
     """
-    if ops_size > len(b_text) + _REPLACE_OVERHEAD:
+    if ops_size > len(b_text) + REPLACE_OVERHEAD:
         return [{"op": "replace", "path": "", "value": _copy(b)}]
     return ops
 
 
 # len('[{"op":"replace","path":"","value":}]'): a root replace beyond its value.
-_REPLACE_OVERHEAD = 37
+REPLACE_OVERHEAD = 37
 
 
 def diff_json(a: Any, b: Any) -> list[Op]:

@@ -43,7 +43,8 @@ import jsonpatch
 import structlog
 from pydantic import BaseModel
 
-from streamkit._json_diff import diff, no_larger_than_replace
+from streamkit._json_diff import REPLACE_OVERHEAD, diff, no_larger_than_replace
+from streamkit._json_forms import ABSENT, Step, Unplanned, step
 from streamkit.errors import InvalidRequest
 
 __all__ = [
@@ -158,7 +159,13 @@ class LiveState(Generic[S]):
     """
 
     def __init__(
-        self, sink: LiveStateSink, key: str, initial: S, *, epoch: int | None = None
+        self,
+        sink: LiveStateSink,
+        key: str,
+        initial: S,
+        *,
+        epoch: int | None = None,
+        reuse_forms: bool = True,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise InvalidRequest(
@@ -190,11 +197,16 @@ class LiveState(Generic[S]):
         # The diff base: the last value that serialized, i.e. what a client that
         # applied every delta holds. Kept apart from the held value so a value
         # the wire cannot carry never becomes the base later diffs start from.
-        self._base_text: str | None
-        self._base_form: Any
+        # With reuse_forms, a pydantic value's form and patch are built side by
+        # side with the base value (the value the base form is the form of),
+        # walking only what changed (streamkit._json_forms).
+        self._reuse_forms = reuse_forms
+        self._base_value: Any = ABSENT
+        self._base_text: str | None = None
+        self._base_form: Any = _NO_BASE
         try:
-            self._base_text = _serialize(initial)
-            self._base_form = json.loads(self._base_text)
+            _, self._base_text, self._base_form = self._build(initial)
+            self._base_value = initial
         except Exception as exc:  # anything json refuses (TypeError, ValueError, RecursionError)
             self._base_text, self._base_form = None, _NO_BASE
             _log.warning(
@@ -255,17 +267,56 @@ class LiveState(Generic[S]):
 
     def _rebase(self, value: S) -> None:
         self._state = value
+        walked: Step | None = None
         try:
-            text = _serialize(value)
-            form = json.loads(text)
+            walked, text, form = self._build(value)
         except Exception as exc:
             text, form = None, _NO_BASE
             _log.warning("live_state.unserializable", key=self._key, rev=self._rev, error=repr(exc))
-        if text is not None and text == self._base_text:
+        if form is not _NO_BASE and self._same_json(walked, text, form):
+            self._base_value = value
             return
-        self._base_text, self._base_form = text, form
+        self._adopt(value, text, form)
         self._rev += 1
         _floor.note(self._rev)
+
+    def _build(self, value: object) -> tuple[Step | None, str | None, Any]:
+        """The value's form, and its JSON text or (walked beside the base) its patch.
+
+        A pydantic value is walked beside the base value when it can be: only
+        what changed is visited, and the step carries the ops from the base
+        form. Otherwise it is serialized and parsed. Raises what the plain
+        path raises for a value JSON cannot carry.
+        """
+        if self._reuse_forms and isinstance(value, BaseModel):
+            based = self._base_form is not _NO_BASE
+            try:
+                walked = step(
+                    value,
+                    self._base_value if based else ABSENT,
+                    self._base_form if based else ABSENT,
+                )
+            except (Unplanned, RecursionError):
+                pass
+            else:
+                return walked, None, walked.form
+        text = _serialize(value)
+        return None, text, json.loads(text)
+
+    def _adopt(self, value: object, text: str | None, form: Any) -> None:
+        """Make ``form`` (of ``value``; ``text`` if known) the base later deltas start from."""
+        self._base_text, self._base_form = text, form
+        self._base_value = ABSENT if form is _NO_BASE else value
+
+    def _same_json(self, walked: Step | None, text: str | None, form: Any) -> bool:
+        """Whether ``form`` is the diff base's JSON value, under strict JSON equality."""
+        if self._base_form is _NO_BASE:
+            return False
+        if walked is not None:
+            return not walked.ops
+        if text is not None and self._base_text is not None:
+            return text == self._base_text
+        return not diff(self._base_form, form)
 
     async def drain(self) -> None:
         """Wait until every delta append issued so far has settled.
@@ -281,8 +332,9 @@ class LiveState(Generic[S]):
     def _set(self, next: S) -> None:
         if next is self._state:
             return
+        walked: Step | None = None
         try:
-            text = _serialize(next)
+            walked, text, form = self._build(next)
         except Exception as exc:
             self._state = next
             self._rev += 1
@@ -296,23 +348,26 @@ class LiveState(Generic[S]):
             )
             return
         self._state = next
-        if text == self._base_text:
+        if text is not None and text == self._base_text:
+            self._base_value = next  # the same JSON: the base form is its form too
             return
         patch: list[dict[str, Any]] | None
-        form: Any
         try:
-            form = json.loads(text)
-            patch = None if self._base_form is _NO_BASE else diff(self._base_form, form)
+            if self._base_form is _NO_BASE:
+                patch = None
+            elif walked is not None:
+                patch = walked.ops
+            else:
+                patch = diff(self._base_form, form)
         except Exception as exc:
             # Serializable but not diffable here (nesting too deep, say): still a
             # change, so send it as a re-seed rather than lose it silently.
             _log.warning("live_state.diff_failed", key=self._key, rev=self._rev, error=repr(exc))
-            form, patch = _NO_BASE, None
+            form, patch, walked = _NO_BASE, None, None
+        self._adopt(next, text, form)
         if patch is not None and not patch:
             # Equal JSON written differently (key order): nothing for clients.
-            self._base_text, self._base_form = text, form
             return
-        self._base_text, self._base_form = text, form
         from_rev = self._rev
         to_rev = from_rev + 1
         self._rev = to_rev
@@ -325,7 +380,7 @@ class LiveState(Generic[S]):
                     "key": self._key,
                     "from": from_rev,
                     "to": to_rev,
-                    "patch": self._wire_patch(patch, from_rev, to_rev, text, form),
+                    "patch": self._wire_patch(patch, from_rev, to_rev, text, form, walked),
                 },
             }
         )
@@ -335,8 +390,9 @@ class LiveState(Generic[S]):
         patch: list[dict[str, Any]] | None,
         from_rev: int,
         to_rev: int,
-        text: str,
+        text: str | None,
         form: Any,
+        walked: Step | None,
     ) -> list[dict[str, Any]] | None:
         """The patch as sent, or None if the delta would be too big.
 
@@ -344,15 +400,27 @@ class LiveState(Generic[S]):
         nothing with the diff base and a sink that mutates it cannot corrupt the
         next diff; it goes out as it is, serialized here only to measure it. A
         patch larger than a ``replace`` of the whole value (``text``, parsed as
-        ``form``) goes out as that replace instead.
+        ``form``) goes out as that replace instead. A walked form has no text:
+        the floor on its size the walk found usually shows it is larger than
+        the patch, and only otherwise is the whole form measured.
         """
         if patch is None:
             return None
         patch_text = json.dumps(patch, separators=_COMPACT)
+        if text is None:
+            if walked is not None and walked.floor >= len(patch_text) - REPLACE_OVERHEAD:
+                return self._bounded(patch, patch_text, from_rev, to_rev)
+            text = json.dumps(form, separators=_COMPACT)
         bounded = no_larger_than_replace(patch, len(patch_text), text, form)
         if bounded is not patch:
             patch = bounded
             patch_text = json.dumps(patch, separators=_COMPACT)
+        return self._bounded(patch, patch_text, from_rev, to_rev)
+
+    def _bounded(
+        self, patch: list[dict[str, Any]], patch_text: str, from_rev: int, to_rev: int
+    ) -> list[dict[str, Any]] | None:
+        """The patch, or None if its delta event would pass :data:`MAX_PATCH_BYTES`."""
         size = self._delta_overhead + len(str(from_rev)) + len(str(to_rev)) + len(patch_text)
         if size > MAX_PATCH_BYTES:
             _log.info(

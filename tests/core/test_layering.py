@@ -46,6 +46,7 @@ BASE = {
     "streamkit._json",
     "streamkit._fast",
     "streamkit._json_diff",
+    "streamkit._json_forms",
 }
 
 # layer -> the layers it may import (besides itself); a module's layer is its first
