@@ -1,9 +1,12 @@
 """Reduce checkpoints: what a processor's stored state and cursor are, and the rules a write obeys.
 
 A checkpoint is one row per processor slug: the contract version the state was
-reduced under, the offset it was reduced through, and the state as JSON (NULL
-while the reduce has never changed the initial state). The engine reads it once
-when it starts and writes it once per batch.
+reduced under, the cursor (the offset every effect has run through), the state
+as JSON (NULL while the reduce has never changed the initial state), and the
+offset that state was reduced through (NULL: the cursor). The engine reads it
+once when it starts and writes it once per batch; a large state is written
+only every so many events, and a restart reduces the durable events between
+the state's offset and the cursor again (reduce only: their effects ran).
 
 Every store (:class:`~streamkit.protocols.CheckpointStorage`; the SQLite one
 is :class:`~streamkit.ReduceCheckpointTable`) keeps these rules:
@@ -12,6 +15,9 @@ is :class:`~streamkit.ReduceCheckpointTable`) keeps these rules:
   or nothing at all.
 - ``state_json=None`` leaves the stored state exactly as it was; the cursor and
   version still move. An unchanged state costs no rewrite of a large column.
+- ``state_offset`` is stored as given: ``None`` says the state (written now or
+  kept) is the cursor's; an offset says it lags, reduced through that offset.
+  It is never past the cursor.
 - :func:`check_checkpoint` runs before any storage is touched: a malformed
   write, or a state past :data:`MAX_CHECKPOINT_STATE_BYTES`, is refused and the
   stored checkpoint stays as it was.
@@ -38,16 +44,29 @@ class ReduceCheckpoint:
     """A stored checkpoint as read back.
 
     ``state_json`` is ``None`` when the reduce never changed the initial state;
-    the caller then starts from its contract's initial state.
+    the caller then starts from its contract's initial state. ``state_offset``
+    is ``None`` when that state is the cursor's, else the offset it was
+    reduced through (the events after it, up to the cursor, are reduced
+    again on restore).
     """
 
     reducer_version: str
     reduced_through_offset: int
     state_json: str | None
+    state_offset: int | None = None
+
+    @property
+    def state_through_offset(self) -> int:
+        """The offset the stored state was reduced through."""
+        return self.reduced_through_offset if self.state_offset is None else self.state_offset
 
 
 def check_checkpoint(
-    slug: object, reducer_version: object, reduced_through_offset: object, state_json: object
+    slug: object,
+    reducer_version: object,
+    reduced_through_offset: object,
+    state_json: object,
+    state_offset: object = None,
 ) -> None:
     """Refuse a checkpoint write no store may take, before any storage is touched.
 
@@ -57,7 +76,7 @@ def check_checkpoint(
     :data:`MAX_CHECKPOINT_STATE_BYTES` is :class:`~streamkit.errors.CheckpointTooLarge`
     (not retryable). Nothing is written in any of these cases.
     """
-    _check_arguments(slug, reducer_version, reduced_through_offset, state_json)
+    _check_arguments(slug, reducer_version, reduced_through_offset, state_json, state_offset)
     if isinstance(state_json, str):
         try:
             size = len(state_json.encode("utf-8"))
@@ -80,7 +99,11 @@ def check_checkpoint(
 
 
 def _check_arguments(
-    slug: object, reducer_version: object, reduced_through_offset: object, state_json: object
+    slug: object,
+    reducer_version: object,
+    reduced_through_offset: object,
+    state_json: object,
+    state_offset: object,
 ) -> None:
     problem: str | None = None
     if not isinstance(slug, str) or not slug:
@@ -95,6 +118,15 @@ def _check_arguments(
         problem = f"reduced_through_offset must be an integer >= 0, got {reduced_through_offset!r}"
     elif state_json is not None and not isinstance(state_json, str):
         problem = f"state_json must be a JSON string or None, got {type(state_json).__name__}"
+    elif state_offset is not None and (
+        isinstance(state_offset, bool)
+        or not isinstance(state_offset, int)
+        or not 0 <= state_offset <= reduced_through_offset
+    ):
+        problem = (
+            f"state_offset must be None or an integer from 0 to reduced_through_offset "
+            f"({reduced_through_offset}), got {state_offset!r}"
+        )
     if problem is not None:
         raise InvalidRequest(
             f"checkpoint write refused: {problem}; nothing was written",

@@ -167,10 +167,13 @@ class CheckpointStorage(Protocol):
         reducer_version: str,
         reduced_through_offset: int,
         state_json: str | None,
+        state_offset: int | None = None,
     ) -> None:
         """Write the checkpoint of ``slug`` in one statement.
 
-        ``state_json=None`` keeps the stored state. A state over
+        ``state_json=None`` keeps the stored state. ``state_offset`` is stored
+        as given: ``None`` when the state (written now or kept) is the
+        cursor's, else the offset the stored state was reduced through. A state over
         :data:`~streamkit.checkpoint.MAX_CHECKPOINT_STATE_BYTES` raises
         :class:`~streamkit.errors.CheckpointTooLarge` and writes nothing.
         """

@@ -73,7 +73,13 @@ def status_rows(
 
 
 def checkpoint_snapshot_of(slug: str, checkpoint: ReduceCheckpoint | None) -> dict[str, Any]:
-    """``{offset, state, version, source: "checkpoint"}``; InvalidRequest if there is none."""
+    """``{offset, cursor, state, version, source: "checkpoint"}``; InvalidRequest if there is none.
+
+    ``offset`` is where the stored state was reduced through, ``cursor`` where
+    the processor's effects ran through: a large state's write waits for
+    later batches, so it may lag the cursor (the processor reduces the events
+    between again when it next starts).
+    """
     if checkpoint is None:
         raise InvalidRequest(
             f"processor {slug!r} has no checkpoint in this log (it never ran here, or the slug "
@@ -82,7 +88,8 @@ def checkpoint_snapshot_of(slug: str, checkpoint: ReduceCheckpoint | None) -> di
         )
     state = None if checkpoint.state_json is None else json.loads(checkpoint.state_json)
     return {
-        "offset": checkpoint.reduced_through_offset,
+        "offset": checkpoint.state_through_offset,
+        "cursor": checkpoint.reduced_through_offset,
         "state": state,
         "version": checkpoint.reducer_version,
         "source": "checkpoint",

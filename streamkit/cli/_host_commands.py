@@ -236,7 +236,11 @@ def add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     p.add_argument("--path", help="the stream path, if the host runs the slug on several")
     add_socket_flag(p)
-    p.add_argument("--json", action="store_true", help="print {offset, state, source} as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print {offset, state, source} as JSON (from a checkpoint: version, cursor too)",
+    )
     p.set_defaults(handler=_cmd_snapshot)
 
 
@@ -254,7 +258,11 @@ def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         out.write(json.dumps(snapshot, separators=(",", ":")) + "\n")
     else:
-        out.write(f"offset {snapshot['offset']} ({snapshot['source']})\n")
+        lag = ""
+        cursor = snapshot.get("cursor")
+        if cursor is not None and cursor != snapshot["offset"]:
+            lag = f"; cursor {cursor}, the events after the offset are reduced again at start"
+        out.write(f"offset {snapshot['offset']} ({snapshot['source']}{lag})\n")
         out.write(json.dumps(snapshot["state"], indent=2, sort_keys=True) + "\n")
     return 0
 

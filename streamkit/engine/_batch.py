@@ -134,13 +134,20 @@ class BatchRules(CheckpointedState[S], Generic[S]):
         new_cursor = through if through > cursor_before else cursor_before
         wrote = False
         ahead: ReadPage | None = None
+        if not from_read and any(e.ephemeral and reduces(e) for e in fresh):
+            # The log cannot replay an ephemeral: the state it reduced must be
+            # written by the next checkpoint, whatever it would defer.
+            self._unreplayable = True
         if fresh_durable:
-            state_json = None if state is self._persisted_state else self._encode(state)
+            state_json = self._state_to_write(state, delivered)
+            state_offset = self._state_offset_for(state, state_json)
             if read_ahead:
-                ahead = await self._save_reading_ahead(new_cursor, state_json, read_ahead)
+                ahead = await self._save_reading_ahead(
+                    new_cursor, state_json, state_offset, read_ahead
+                )
             else:
-                await self._save(new_cursor, state_json)
-            self._persisted_state = state
+                await self._save(new_cursor, state_json, state_offset)
+            self._wrote_checkpoint(state, new_cursor, state_offset, delivered)
             wrote = True
         self._events_reduced += delivered
         self._batches += 1

@@ -146,7 +146,13 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], Generic[S]):
 
         self._loaded = False
         self._state: S = contract.initial_state()
+        # The state the stored checkpoint holds, the offset it was reduced
+        # through, and the events reduced since (a large state's write waits).
         self._persisted_state: object = self._state
+        self._state_offset = 0
+        self._deferred_events = 0
+        # An ephemeral was reduced since the state was last written: write it next.
+        self._unreplayable = False
         self._cursor = 0
         # A checkpoint of another contract version (or one that no longer
         # restores): its cursor, re-reduced up to before anything else runs.
@@ -411,10 +417,17 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], Generic[S]):
         """Give background attempts ``grace`` seconds to settle, then abandon the rest.
 
         An abandoned attempt keeps its claim, so the next host revives the
-        processor and the at-head pass restarts what state says is owed. Waits
-        for queued claims and live-state deltas to reach the stream.
+        processor and the at-head pass restarts what state says is owed. Writes
+        a state whose write was deferred (so the next start replays nothing; a
+        failure costs only that replay). Waits for queued claims and live-state
+        deltas to reach the stream.
         """
         await self._claims.abandon(grace)
+        if self._loaded and self._latched is None and self._state is not self._persisted_state:
+            try:
+                await self._on_chain(self._write_state_now)
+            except Exception as exc:
+                self._swallowed("processor.state_write_failed", exc, None)
         if self._live is not None:
             await self._live.drain()
 

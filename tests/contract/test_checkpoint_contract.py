@@ -76,6 +76,34 @@ async def test_no_state_keeps_the_stored_state_and_moves_the_cursor(
     assert await checkpoints.load("board") == ReduceCheckpoint("2", 9, '{"n":7}')
 
 
+async def test_a_lagging_state_keeps_its_own_offset_until_it_is_written(
+    checkpoints: CheckpointStorage,
+) -> None:
+    """state_offset is stored as given: a kept state lags the cursor until a write makes it current."""
+    await save(checkpoints, "board", 5, '{"n":5}')
+    assert (await checkpoints.load("board")) == ReduceCheckpoint("1", 5, '{"n":5}', None)
+    await checkpoints.save(
+        "board", reducer_version="1", reduced_through_offset=9, state_json=None, state_offset=5
+    )
+    stored = await checkpoints.load("board")
+    assert stored == ReduceCheckpoint("1", 9, '{"n":5}', 5)
+    assert stored is not None
+    assert stored.state_through_offset == 5
+    await save(checkpoints, "board", 12, '{"n":12}')
+    stored = await checkpoints.load("board")
+    assert stored == ReduceCheckpoint("1", 12, '{"n":12}', None)
+    assert stored is not None
+    assert stored.state_through_offset == 12
+
+
+async def test_a_first_checkpoint_may_lag_with_no_state(checkpoints: CheckpointStorage) -> None:
+    """A first row with no state and an offset: the initial state, reduced through that offset."""
+    await checkpoints.save(
+        "fresh", reducer_version="1", reduced_through_offset=4, state_json=None, state_offset=0
+    )
+    assert await checkpoints.load("fresh") == ReduceCheckpoint("1", 4, None, 0)
+
+
 async def test_slugs_are_independent(checkpoints: CheckpointStorage) -> None:
     """Two slugs keep two checkpoints."""
     await save(checkpoints, "a", 1, '"a"')
@@ -106,6 +134,10 @@ async def test_a_state_over_the_ceiling_is_refused_and_nothing_changes(
         ("reduced_through_offset", True),
         ("state_json", {"not": "text"}),
         ("state_json", '"\ud800"'),
+        ("state_offset", 3),
+        ("state_offset", -1),
+        ("state_offset", True),
+        ("state_offset", "1"),
     ],
 )
 async def test_bad_arguments_are_refused_before_anything_is_written(

@@ -1,10 +1,17 @@
-"""Property: any schedule of appends, dropped pushes and restarts reduces like the pure fold."""
+"""Property: any schedule of appends, dropped pushes and restarts reduces like the pure fold.
+
+Run twice: as the engine writes a small state (every batch), and with every
+state's write deferred for a few events (``deferring``), so restarts after a
+crash replay the events since the state's offset.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -12,6 +19,7 @@ from streamkit.testing import ManualClock, memory_storage, memory_stream, reduce
 from support.engine import Recorder, Tally, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
+from streamkit.engine import _checkpointed
 
 DURABLE = st.sampled_from(
     [item(1), item(2), item(5), {"type": "item.added", "payload": {"n": "bad"}}, note()]
@@ -23,6 +31,8 @@ STEP = st.one_of(
     st.tuples(st.just("ephemeral"), st.sampled_from([ping(), {"type": "x", "ephemeral": True}])),
     st.tuples(st.just("drop"), st.booleans()),
     st.tuples(st.just("restart"), st.none()),
+    # A host that died: no clean close, so a deferred state stays deferred.
+    st.tuples(st.just("crash"), st.none()),
     st.tuples(st.just("yield"), st.none()),
     st.tuples(st.just("catch_up"), st.none()),
 )
@@ -62,6 +72,16 @@ class Witness(Recorder):
         )
 
 
+@contextmanager
+def deferring() -> Iterator[None]:
+    """Every state's write waits for a few events (a Tally of 25-60 bytes: 4 to 10)."""
+    with (
+        mock.patch.object(_checkpointed, "DEFER_STATE_FROM", 0),
+        mock.patch.object(_checkpointed, "BYTES_PER_DEFERRED_EVENT", 6),
+    ):
+        yield
+
+
 async def run_schedule(steps: list[tuple[str, Any]]) -> None:
     stream = memory_stream()
     with memory_storage() as storage:
@@ -91,6 +111,10 @@ async def run_schedule(steps: list[tuple[str, Any]]) -> None:
                 stream.engines.remove(current)
                 await current.finish()
                 current = start()
+            elif kind == "crash":
+                stream.engines.remove(current)
+                await asyncio.gather(*current.tasks, return_exceptions=True)
+                current = start()
             elif kind == "yield":
                 await asyncio.sleep(0)
             else:
@@ -104,10 +128,10 @@ async def run_schedule(steps: list[tuple[str, Any]]) -> None:
         # The final state is the pure fold of the durable log.
         assert snapshot.state == reduce_processor(Recorder(), stream.events)
         assert snapshot.offset >= stream.head
-        # The checkpoint is the fold of the durable prefix it claims to cover.
+        # The checkpoint's state is the fold of the durable prefix it claims to cover.
         checkpoint = storage.read("recorder")
         if checkpoint is not None:
-            prefix = [e for e in stream.events if e.offset <= checkpoint.reduced_through_offset]
+            prefix = [e for e in stream.events if e.offset <= checkpoint.state_through_offset]
             stored = (
                 Tally()
                 if checkpoint.state_json is None
@@ -144,3 +168,26 @@ def test_any_schedule_reduces_each_durable_event_like_the_pure_fold(
 ) -> None:
     """Appends, ephemerals, dropped pushes and restarts end in reduce_processor's state."""
     asyncio.run(run_schedule(steps))
+
+
+@settings(
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(st.lists(STEP, max_size=25))
+@example(
+    [
+        ("durable", [item(1)]),
+        ("durable", [item(2)]),
+        ("crash", None),
+        ("durable", [item(5)]),
+        ("crash", None),
+    ]
+)
+def test_any_schedule_with_deferred_states_reduces_like_the_pure_fold(
+    steps: list[tuple[str, Any]],
+) -> None:
+    """With state writes deferred, crashes replay the events since the state's offset, exactly."""
+    with deferring():
+        asyncio.run(run_schedule(steps))

@@ -41,8 +41,20 @@ from streamkit.errors import LogOpenError
 
 __all__ = ["SCHEMA_VERSION", "ensure_schema", "stored_version"]
 
-SCHEMA_VERSION = 1
-"""The layout this release writes and reads; a log of another version is refused."""
+SCHEMA_VERSION = 2
+"""The layout this release writes and reads. 2: a checkpoint's state has an offset of its own.
+
+A log of version 1 is upgraded in place when opened; any other is refused.
+"""
+
+_UPGRADES = {
+    1: ("ALTER TABLE {schema}.streamkit_checkpoints ADD COLUMN IF NOT EXISTS state_offset bigint",),
+}
+"""The statements that bring a log of an older version to :data:`SCHEMA_VERSION`.
+
+1 to 2: NULL in ``state_offset`` reads as "the state is the cursor's", true of
+every row version 1 wrote (it wrote the state every batch).
+"""
 
 _ATTEMPTS = 20
 """How many times a creator that lost the race to a concurrent one looks again."""
@@ -94,7 +106,8 @@ _TABLES = (
         slug text PRIMARY KEY,
         reducer_version text NOT NULL,
         reduced_through_offset bigint NOT NULL,
-        state text
+        state text,
+        state_offset bigint
     )""",
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_skips (
         path text NOT NULL,
@@ -144,7 +157,7 @@ def stored_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
 
 
 def ensure_schema(conn: psycopg.Connection[Any], schema: str, shown: str) -> None:
-    """Create the log's tables in ``schema`` if missing; refuse a layout of another version.
+    """Create the log's tables in ``schema`` if missing, upgrade an older layout, refuse another.
 
     ``conn`` must be in autocommit mode (each attempt is its own transaction);
     ``shown`` names the target in messages. Raises
@@ -157,6 +170,9 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str, shown: str) -> Non
                 version = stored_version(conn, schema)
                 if version is None:
                     _create(conn, schema)
+                    return
+                if version in _UPGRADES:
+                    _upgrade(conn, schema, version)
                     return
             _check_version(version, schema, shown)
             return
@@ -186,6 +202,28 @@ def _create(conn: psycopg.Connection[Any], schema: str) -> None:
     # went in, or theirs did; either way the version must now be this one.
     if stored_version(conn, schema) != SCHEMA_VERSION:
         raise _Raced
+
+
+def _upgrade(conn: psycopg.Connection[Any], schema: str, version: int) -> None:
+    """Bring the log to :data:`SCHEMA_VERSION` in the caller's transaction.
+
+    The meta row is locked first, so of two hosts upgrading at once the second
+    waits, then finds the version moved and changes nothing. The version moves
+    in the same transaction as the tables, so a release that does not know
+    the new layout refuses the log instead of misreading it.
+    """
+    name = sql.Identifier(schema)
+    row = conn.execute(
+        sql.SQL("SELECT schema_version FROM {}.streamkit_meta FOR UPDATE").format(name)
+    ).fetchone()
+    if row is None or int(row[0]) != version:
+        return  # upgraded (or changed) by a concurrent opener meanwhile
+    for statement in _UPGRADES[version]:
+        conn.execute(sql.SQL(statement).format(schema=name))
+    conn.execute(
+        sql.SQL("UPDATE {}.streamkit_meta SET schema_version = %s").format(name),
+        (SCHEMA_VERSION,),
+    )
 
 
 def _check_version(version: int, schema: str, shown: str) -> None:

@@ -51,19 +51,20 @@ class _Tables:
         s = f'"{schema}"'
         self.leases = Leases(schema)
         self.read_checkpoint = (
-            "SELECT reducer_version, reduced_through_offset, state "
+            "SELECT reducer_version, reduced_through_offset, state, state_offset "
             f"FROM {s}.streamkit_checkpoints WHERE slug = %s"
         )
         self.all_checkpoints = (
-            "SELECT slug, reducer_version, reduced_through_offset, state "
+            "SELECT slug, reducer_version, reduced_through_offset, state, state_offset "
             f'FROM {s}.streamkit_checkpoints ORDER BY slug COLLATE "C"'
         )
         self.write_checkpoint = (
             f"INSERT INTO {s}.streamkit_checkpoints AS c "
-            "(slug, reducer_version, reduced_through_offset, state) VALUES (%s, %s, %s, %s) "
+            "(slug, reducer_version, reduced_through_offset, state, state_offset) "
+            "VALUES (%s, %s, %s, %s, %s) "
             "ON CONFLICT (slug) DO UPDATE SET reducer_version = excluded.reducer_version, "
             "reduced_through_offset = excluded.reduced_through_offset, "
-            "state = COALESCE(excluded.state, c.state)"
+            "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset"
         )
         self.skips = f'SELECT path, slug, "offset", skip_event_offset FROM {s}.streamkit_skips'
         self.skip_at = (
@@ -117,6 +118,7 @@ class _Tables:
             reducer_version=str(row[0]),
             reduced_through_offset=int(row[1]),
             state_json=None if row[2] is None else str(row[2]),
+            state_offset=None if row[3] is None else int(row[3]),
         )
 
     # -- skips (the SkipStore of the shared rules) ----------------------------------------
@@ -160,9 +162,10 @@ class _Tables:
                     reducer_version=str(version),
                     reduced_through_offset=int(offset),
                     state_json=None if state is None else str(state),
+                    state_offset=None if state_offset is None else int(state_offset),
                 ),
             )
-            for slug, version, offset, state in conn.execute(self.all_checkpoints)
+            for slug, version, offset, state, state_offset in conn.execute(self.all_checkpoints)
         ]
 
         def head_and_lag(path: str, cursor: int) -> tuple[int, int]:
@@ -227,15 +230,19 @@ class _FencedCheckpoints:
         reducer_version: str,
         reduced_through_offset: int,
         state_json: str | None,
+        state_offset: int | None = None,
     ) -> None:
         """Check the fence and write the checkpoint in one transaction (LeaseLost: nothing written)."""
-        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
+        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json, state_offset)
         fence = self.held.fence
         statement = self._tables.write_checkpoint
 
         def fenced_write(conn: psycopg.Connection[Any]) -> None:
             fence(conn)
-            conn.execute(statement, (slug, reducer_version, reduced_through_offset, state_json))
+            conn.execute(
+                statement,
+                (slug, reducer_version, reduced_through_offset, state_json, state_offset),
+            )
 
         await self._log.write_transaction(fenced_write)
 

@@ -20,8 +20,10 @@ from streamkit.backends.sqlite._wal_guard import refuse_replaced_wal
 from streamkit.errors import LogOpenError, StorageBusy, StorageError
 
 __all__ = [
+    "CHECKPOINT_TABLE",
     "MEMORY",
     "SCHEMA_VERSION",
+    "add_state_offset",
     "connect_reader",
     "connect_writer",
     "is_busy",
@@ -29,7 +31,14 @@ __all__ = [
 ]
 
 MEMORY = ":memory:"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The layout this release writes. 2: a checkpoint's state has an offset of its own."""
+
+CHECKPOINT_TABLE = "streamkit_checkpoints"
+"""The table a host keeps its checkpoints in (made by the host store, not at open)."""
+
+_UPGRADABLE = frozenset({"1"})
+"""Older layouts the writer upgrades in place when it opens the file."""
 
 # Events are keyed by (path, offset) in a WITHOUT ROWID table: a read of a
 # path's range is one ordered b-tree walk and an append writes one b-tree plus
@@ -208,11 +217,59 @@ def _inspect(path: str) -> bool:
         raise _refuse(path, f"it is not a SQLite database ({exc})") from exc
     finally:
         probe.close()
-    _check_version(path, None if row is None else row[0])
+    _check_version(path, None if row is None else row[0], upgradable=True)
     return False
 
 
-def _check_version(path: str, version: object) -> None:
+def add_state_offset(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) -> None:
+    """Give a checkpoint table made before states had their own offset its column.
+
+    Its rows keep NULL there, which reads as "the state is the cursor's": true
+    of every row such a release wrote, since it wrote the state every batch.
+    """
+    columns = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
+    if columns and "state_offset" not in columns:
+        conn.execute(f'ALTER TABLE "{table}" ADD COLUMN state_offset INTEGER')
+
+
+def _upgrade(conn: sqlite3.Connection, path: str) -> None:
+    """Bring a file of an older layout to :data:`SCHEMA_VERSION`, in one transaction.
+
+    1 to 2: the checkpoint table gains ``state_offset`` (NULL on every old
+    row: that release wrote the state every batch, so it is the cursor's).
+    The version goes to 2 in the same transaction, so a release that does not
+    know the column refuses the file instead of taking a lagging state as
+    current.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute(
+            "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
+        ).fetchone()
+        version = None if row is None else str(row[0])
+        if version in _UPGRADABLE:
+            add_state_offset(conn)
+            conn.execute(
+                "UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'",
+                (str(SCHEMA_VERSION),),
+            )
+        else:
+            _check_version(path, version)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _check_version(path: str, version: object, *, upgradable: bool = False) -> None:
+    if upgradable and str(version) in _UPGRADABLE:
+        return
+    if str(version) in _UPGRADABLE:
+        raise _refuse(
+            path,
+            f"its schema_version is {version!r}, written by an earlier streamkit; it is "
+            f"upgraded to {SCHEMA_VERSION} when a host (or any writer) opens it with write access",
+        )
     if str(version) != str(SCHEMA_VERSION):
         raise _refuse(
             path,
@@ -270,7 +327,10 @@ def connect_writer(
             row = conn.execute(
                 "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
             ).fetchone()
-            _check_version(path, None if row is None else row[0])
+            version = None if row is None else row[0]
+            _check_version(path, version, upgradable=True)
+            if str(version) in _UPGRADABLE:
+                _upgrade(conn, path)
     except sqlite3.Error as exc:
         conn.close()
         known = _classify(path, exc) if path != MEMORY else None

@@ -5,6 +5,8 @@ Guarantees of :class:`ReduceCheckpointTable`, beyond the rules of
 
 - Every write is ONE SQL statement (an UPSERT), so the cursor and the state can
   never be half-written: either the whole row moved or nothing did.
+- A table made before the state had its own offset gains the column when the
+  class is built with ``create_table=True``; its rows read as current.
 - A write leaves no transaction open that it opened itself. When the caller
   already holds a transaction on the connection, the write joins it and the
   caller's commit decides (this is how a host writes outputs and position
@@ -20,13 +22,13 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from streamkit.backends.sqlite._schema import storage_error
+from streamkit.backends.sqlite._schema import add_state_offset, storage_error
 from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
 from streamkit.errors import InvalidRequest, StorageError
 
 __all__ = ["DEFAULT_CHECKPOINT_TABLE", "ReduceCheckpointTable"]
 
-DEFAULT_CHECKPOINT_TABLE = "streamkit_checkpoints"
+from streamkit.backends.sqlite._schema import CHECKPOINT_TABLE as DEFAULT_CHECKPOINT_TABLE
 
 # The table name is interpolated into SQL (placeholders cannot name tables), so
 # only plain identifiers are accepted; quoting then also covers SQL keywords.
@@ -69,25 +71,28 @@ class ReduceCheckpointTable:
                     " slug TEXT PRIMARY KEY,"
                     " reducer_version TEXT NOT NULL,"
                     " reduced_through_offset INTEGER NOT NULL,"
-                    " state TEXT"
+                    " state TEXT,"
+                    " state_offset INTEGER"
                     ")"
                 )
+                add_state_offset(conn, table)
 
     def read(self, slug: str) -> ReduceCheckpoint | None:
         """The checkpoint of ``slug``, or ``None`` if none was ever written."""
         with self._statement(f'read the checkpoint of "{slug}"'):
             row = self._conn.execute(
-                f"SELECT reducer_version, reduced_through_offset, state"
+                f"SELECT reducer_version, reduced_through_offset, state, state_offset"
                 f" FROM {self._quoted} WHERE slug = ?",
                 (slug,),
             ).fetchone()
         if row is None:
             return None
-        version, offset, state = row
+        version, offset, state, state_offset = row
         return ReduceCheckpoint(
             reducer_version=str(version),
             reduced_through_offset=int(offset),
             state_json=None if state is None else str(state),
+            state_offset=None if state_offset is None else int(state_offset),
         )
 
     def write(
@@ -97,23 +102,27 @@ class ReduceCheckpointTable:
         reducer_version: str,
         reduced_through_offset: int,
         state_json: str | None,
+        state_offset: int | None = None,
     ) -> None:
         """Write the checkpoint of ``slug`` in exactly one statement.
 
-        The version and cursor always move; the state column moves only when
-        ``state_json`` is given. Refusals (bad arguments, a state over the
-        ceiling) happen before any SQL, so the stored row is untouched.
+        The version, the cursor and the state's offset always move; the state
+        column moves only when ``state_json`` is given. Refusals (bad
+        arguments, a state over the ceiling) happen before any SQL, so the
+        stored row is untouched.
         """
-        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
+        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json, state_offset)
         with self._statement(f'write the checkpoint of "{slug}"'):
             self._conn.execute(
                 f"INSERT INTO {self._quoted}"
-                " (slug, reducer_version, reduced_through_offset, state) VALUES (?, ?, ?, ?)"
+                " (slug, reducer_version, reduced_through_offset, state, state_offset)"
+                " VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT(slug) DO UPDATE SET"
                 " reducer_version = excluded.reducer_version,"
                 " reduced_through_offset = excluded.reduced_through_offset,"
-                f" state = COALESCE(excluded.state, {self._quoted}.state)",
-                (slug, reducer_version, reduced_through_offset, state_json),
+                f" state = COALESCE(excluded.state, {self._quoted}.state),"
+                " state_offset = excluded.state_offset",
+                (slug, reducer_version, reduced_through_offset, state_json, state_offset),
             )
         self.writes += 1
 
@@ -128,6 +137,7 @@ class ReduceCheckpointTable:
         reducer_version: str,
         reduced_through_offset: int,
         state_json: str | None,
+        state_offset: int | None = None,
     ) -> None:
         """Async twin of :meth:`write` (runs it directly, on the calling thread)."""
         self.write(
@@ -135,6 +145,7 @@ class ReduceCheckpointTable:
             reducer_version=reducer_version,
             reduced_through_offset=reduced_through_offset,
             state_json=state_json,
+            state_offset=state_offset,
         )
 
     def slugs(self) -> list[str]:

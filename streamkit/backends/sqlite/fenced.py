@@ -49,6 +49,7 @@ class FencedCheckpointStorage:
         reducer_version: str,
         reduced_through_offset: int,
         state_json: str | None,
+        state_offset: int | None = None,
     ) -> None:
         """Check the fence and write the checkpoint in one transaction.
 
@@ -64,6 +65,7 @@ class FencedCheckpointStorage:
                 reducer_version=reducer_version,
                 reduced_through_offset=reduced_through_offset,
                 state_json=state_json,
+                state_offset=state_offset,
             )
 
         # Short (a fence read and one UPSERT): it may commit on the loop when nothing waits.

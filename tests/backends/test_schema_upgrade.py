@@ -1,0 +1,170 @@
+"""Logs of schema 1 are upgraded in place when opened for writing, in both backends.
+
+Schema 2 gave a checkpoint's state an offset of its own (``state_offset``). A
+row schema 1 wrote reads as current (NULL), the version moves in the same
+transaction as the column, and a reader that may not write says how to
+upgrade instead of guessing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from support.postgres import dropped_after, fresh_schema_name, postgres_url
+
+from streamkit import LogOpenError, ReduceCheckpoint, ReduceCheckpointTable, open_log
+from streamkit.backends import host_store
+from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
+from streamkit.cli import main
+
+
+def downgrade_sqlite(path: Path) -> None:
+    """Make ``path`` look as schema 1 left it: no state_offset column, version 1."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN state_offset")
+        conn.execute("UPDATE streamkit_meta SET value = '1' WHERE key = 'schema_version'")
+        conn.commit()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def columns(path: Path) -> set[str]:
+    with closing(sqlite3.connect(path)) as conn:
+        return {row[1] for row in conn.execute("PRAGMA table_info(streamkit_checkpoints)")}
+
+
+def version(path: Path) -> str:
+    with closing(sqlite3.connect(path)) as conn:
+        row = conn.execute("SELECT value FROM streamkit_meta WHERE key = 'schema_version'")
+        return str(row.fetchone()[0])
+
+
+async def make_schema_1_log(path: Path) -> None:
+    async with open_log(path) as log:
+        await log.stream("/").append({"type": "item"})
+        await host_store(log).prepare()
+        await log.write_transaction(
+            lambda conn: ReduceCheckpointTable(conn, create_table=False).write(
+                "tally", reducer_version="1", reduced_through_offset=1, state_json='{"n":1}'
+            )
+        )
+    downgrade_sqlite(path)
+
+
+async def test_a_sqlite_log_of_schema_1_is_upgraded_when_opened_for_writing(
+    tmp_path: Path,
+) -> None:
+    """The writer adds the column and moves the version; the old row reads as current."""
+    path = tmp_path / "old.db"
+    await make_schema_1_log(path)
+    assert "state_offset" not in columns(path)
+    assert version(path) == "1"
+    async with open_log(path) as log:
+        stored = await log.query(
+            lambda conn: ReduceCheckpointTable(conn, create_table=False).read("tally")
+        )
+        assert stored == ReduceCheckpoint("1", 1, '{"n":1}', None)
+        assert [e.offset for e in (await log.stream("/").read()).events] == [1]
+    assert "state_offset" in columns(path)
+    assert version(path) == "2"
+
+
+async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
+    tmp_path: Path,
+) -> None:
+    """A reader that may not write refuses it, unchanged, and names the way out."""
+    path = tmp_path / "old.db"
+    await make_schema_1_log(path)
+    before = path.read_bytes()
+    with pytest.raises(LogOpenError, match="upgraded to 2 when a host"):
+        open_log(path, read_only=True)
+    assert path.read_bytes() == before
+
+
+def test_a_user_checkpoint_table_of_schema_1_gains_the_column(tmp_path: Path) -> None:
+    """ReduceCheckpointTable over a table made before the column adds it; old rows are current."""
+    with closing(sqlite3.connect(tmp_path / "app.db")) as conn:
+        conn.execute(
+            "CREATE TABLE mine (slug TEXT PRIMARY KEY, reducer_version TEXT NOT NULL,"
+            " reduced_through_offset INTEGER NOT NULL, state TEXT)"
+        )
+        conn.execute("INSERT INTO mine VALUES ('a', '1', 4, '[1]')")
+        conn.commit()
+        table = ReduceCheckpointTable(conn, table="mine")
+        assert table.read("a") == ReduceCheckpoint("1", 4, "[1]", None)
+        table.write(
+            "a", reducer_version="1", reduced_through_offset=6, state_json=None, state_offset=4
+        )
+        assert table.read("a") == ReduceCheckpoint("1", 6, "[1]", 4)
+
+
+def _connect() -> psycopg.Connection[Any]:
+    return psycopg.connect(postgres_url(), autocommit=True)
+
+
+def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
+    """ensure_schema adds the column and moves the version in one transaction; rows survive."""
+    schema = fresh_schema_name()
+    with dropped_after(postgres_url(), schema), _connect() as conn:
+        ensure_schema(conn, schema, "test")
+        name = sql.Identifier(schema)
+        conn.execute(
+            sql.SQL("ALTER TABLE {}.streamkit_checkpoints DROP COLUMN state_offset").format(name)
+        )
+        conn.execute(
+            sql.SQL("INSERT INTO {}.streamkit_checkpoints VALUES ('tally', '1', 4, '[1]')").format(
+                name
+            )
+        )
+        conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 1").format(name))
+        assert stored_version(conn, schema) == 1
+
+        ensure_schema(conn, schema, "test")
+        assert stored_version(conn, schema) == SCHEMA_VERSION == 2
+        row = conn.execute(
+            sql.SQL(
+                "SELECT reduced_through_offset, state, state_offset FROM {}.streamkit_checkpoints"
+            ).format(name)
+        ).fetchone()
+        assert row == (4, "[1]", None)
+        ensure_schema(conn, schema, "test")  # a second opener changes nothing
+        assert stored_version(conn, schema) == 2
+
+
+async def write_lagging_checkpoint(path: Path) -> None:
+    async with open_log(path) as log:
+        await host_store(log).prepare()
+        await log.write_transaction(
+            lambda conn: ReduceCheckpointTable(conn, create_table=False).write(
+                "tally",
+                reducer_version="1",
+                reduced_through_offset=9,
+                state_json='{"n":4}',
+                state_offset=4,
+            )
+        )
+
+
+def test_a_stopped_processor_s_snapshot_names_the_state_s_offset_and_the_cursor(
+    tmp_path: Path,
+) -> None:
+    """``streamkit snapshot`` from a checkpoint whose state lags prints both offsets."""
+    path = tmp_path / "lag.db"
+    asyncio.run(write_lagging_checkpoint(path))
+    out = io.StringIO()
+    assert main(["snapshot", "tally", "--db", str(path), "--json"], out=out) == 0
+    shown = json.loads(out.getvalue())
+    assert (shown["offset"], shown["cursor"], shown["state"]) == (4, 9, {"n": 4})
+    out = io.StringIO()
+    assert main(["snapshot", "tally", "--db", str(path)], out=out) == 0
+    assert out.getvalue().splitlines()[0] == (
+        "offset 4 (checkpoint; cursor 9, the events after the offset are reduced again at start)"
+    )
