@@ -11,7 +11,8 @@ it reports:
 - **live set**: ``LiveState.set`` of the next projection, alone (what the
   delta costs the batch);
 - **checkpoint JSON**: ``contract.dump_state`` of the state, alone (what the
-  checkpoint's encoding costs the batch).
+  checkpoint's encoding costs when it is written: from 64 KiB of state, once
+  every so many events rather than every batch).
 
 The ratio of the 10,000-entry row to the 10-entry row is what "cost that
 follows the change, not the state" is measured by.
