@@ -418,12 +418,18 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], Generic[S]):
 
         An abandoned attempt keeps its claim, so the next host revives the
         processor and the at-head pass restarts what state says is owed. Writes
-        a state whose write was deferred (so the next start replays nothing; a
-        failure costs only that replay). Waits for queued claims and live-state
-        deltas to reach the stream.
+        a state whose write was deferred, if no batch is in flight (so the next
+        start replays nothing; skipping it, or a failure, costs only that
+        replay; closing never waits behind a batch for it). Waits for queued
+        claims and live-state deltas to reach the stream.
         """
         await self._claims.abandon(grace)
-        if self._loaded and self._latched is None and self._state is not self._persisted_state:
+        if (
+            self._loaded
+            and self._latched is None
+            and not self._lock.locked()
+            and self._state is not self._persisted_state
+        ):
             try:
                 await self._on_chain(self._write_state_now)
             except Exception as exc:
