@@ -30,6 +30,7 @@ __all__ = [
     "LogOpenError",
     "LogTampered",
     "MalformedRequest",
+    "NotFound",
     "OffsetConflict",
     "ProcessorTimeout",
     "RemoteError",
@@ -39,6 +40,7 @@ __all__ = [
     "StorageBusy",
     "StorageError",
     "StreamkitError",
+    "Unauthorized",
     "UndeclaredEmit",
     "UnknownOperation",
     "UntrustedSocket",
@@ -234,6 +236,18 @@ class RequestTooLarge(StreamkitError, ValueError):
     """A control request line was longer than the server accepts; it was discarded unread."""
 
     code = "REQUEST_TOO_LARGE"
+
+
+class Unauthorized(StreamkitError, PermissionError):
+    """An HTTP request without the host's bearer token (or with another); nothing was done."""
+
+    code = "UNAUTHORIZED"
+
+
+class NotFound(StreamkitError, LookupError):
+    """An HTTP request named a processor, task or route this host does not have; nothing was done."""
+
+    code = "NOT_FOUND"
 
 
 class InternalError(StreamkitError, RuntimeError):

@@ -121,6 +121,15 @@ class LogBackend(Protocol):
         """This backend's counters."""
         ...
 
+    def follow_looked_at(self) -> float | None:
+        """When (``time.monotonic()``) it last looked for other processes' commits.
+
+        None while nobody follows the log (it then has no reason to look).
+        A value that stops moving while followers wait is a follow loop that
+        died or hangs: health checks read it.
+        """
+        ...
+
     async def query(self, fn: Callable[[Connection], T], what: str = "reading the log") -> T:
         """Run read-only ``fn`` on the backend's read connection."""
         ...

@@ -30,13 +30,13 @@ from streamkit.cli._common import (
     served,
     socket_of,
 )
-from streamkit.config import add_host_arguments, config_from_namespace, find_config
+from streamkit.config import HostConfig, add_host_arguments, config_from_namespace, find_config
 from streamkit.control._client import ControlClient, request_sync
 from streamkit.errors import (
     InvalidConfig,
 )
 from streamkit.events import StreamEvent, format_timestamp
-from streamkit.host._host import ProcessorHost
+from streamkit.host._host import HostService, ProcessorHost
 from streamkit.host._logging import configure_logging
 
 __all__ = ["add_host", "add_skip", "add_snapshot", "add_status", "add_watch"]
@@ -76,10 +76,26 @@ def _cmd_host(args: argparse.Namespace, out: TextIO) -> int:
         os.chdir(Path(file).resolve().parent)
     # Build the host (import and check every processor) before logging is set up, so a
     # refused configuration leaves no trace but its error line.
-    host = ProcessorHost(config)
+    host = ProcessorHost(config, services=_services(config))
     configure_logging(config.resolved_log_format())
     asyncio.run(host.run())
     return 0
+
+
+def _services(config: HostConfig) -> list[HostService]:
+    """What the host serves beside its socket: the HTTP surface when ``http`` is set."""
+    if config.http is None:
+        return []
+    try:
+        # The web extra (Starlette, uvicorn, prometheus-client): a plain install lacks it.
+        from streamkit.web import HttpService
+    except ImportError as exc:
+        raise InvalidConfig(
+            f"--http (or http = in streamkit.toml) needs the web extra, which is not installed "
+            f"({exc.name} is missing): pip install 'streamkit[web]'; nothing was started",
+            details={"missing": exc.name},
+        ) from exc
+    return [HttpService(config.http)]
 
 
 # -- status -----------------------------------------------------------------

@@ -54,6 +54,7 @@ from streamkit.config._processors import resolve_processors, shared_slug
 from streamkit.config._settings import (
     DEFAULT_CONFIG_NAME,
     HostConfig,
+    HttpSettings,
     LeaseSettings,
     LimitSettings,
     ProcessorSpec,
@@ -73,6 +74,7 @@ __all__ = [
     "DEFAULT_CONFIG_NAME",
     "MAX_SOCKET_PATH_BYTES",
     "HostConfig",
+    "HttpSettings",
     "LeaseSettings",
     "LimitSettings",
     "ProcessorSpec",

@@ -166,6 +166,89 @@ class LimitSettings(_Section):
     """Unread data one watcher or follower may have queued before the slow-reader policy acts."""
 
 
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class HttpSettings(_Section):
+    """The HTTP surface (the ``web`` extra): where it listens, who may call it, when it is unhealthy.
+
+    ``http = "127.0.0.1:8700"`` in streamkit.toml is short for ``[http]``
+    with ``listen`` alone. Any address but the loopback needs a token.
+    """
+
+    listen: str
+    """``HOST:PORT`` (``[::1]:8700`` for IPv6; ``:8700`` is the loopback); port 0 takes a free one."""
+    token_file: Path | None = None
+    """A file holding the bearer token every request but ``/healthz`` must carry."""
+    open_metrics: bool = False
+    """Serve ``/metrics`` without the token (for a scraper that cannot send one)."""
+    stuck_after: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    """Seconds a processor's cursor may stand still behind a moving head before it is unhealthy."""
+    follow_stale_after: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    """Seconds without a look for other processes' commits before the host is unhealthy."""
+    max_connections: int = Field(default=256, ge=1, le=100_000)
+    """Connections served at once; more are answered 503."""
+    max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    """The largest request body (each event is still held to the log's own limit)."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins whose pages may call this host from a browser (none: CORS stays off)."""
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in value:
+            if origin == "*" or not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise _refusal(
+                    f"{origin!r} is not an origin a browser sends",
+                    'name each one as scheme://host[:port], e.g. "https://ops.example.com" '
+                    "(no wildcard: the token must not be usable from any page)",
+                )
+        return value
+
+    @field_validator("listen")
+    @classmethod
+    def _an_address(cls, value: str) -> str:
+        split_address(value)
+        return value
+
+    @model_validator(mode="after")
+    def _token_off_loopback(self) -> HttpSettings:
+        host, _ = split_address(self.listen)
+        if host not in _LOOPBACK and self.token_file is None:
+            raise _refusal(
+                f"listening on {host!r} (not the loopback) without a token would let anyone "
+                "who reaches it append and skip",
+                'set token_file = "http.token" under [http] or pass --http-token-file FILE',
+                key="token_file",
+            )
+        return self
+
+    @property
+    def host(self) -> str:
+        """The address to bind."""
+        return split_address(self.listen)[0]
+
+    @property
+    def port(self) -> int:
+        """The port to bind (0: any free one)."""
+        return split_address(self.listen)[1]
+
+
+def split_address(text: str) -> tuple[str, int]:
+    """``(host, port)`` of ``HOST:PORT`` or ``[IPV6]:PORT``; refused (as a config error) otherwise."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if sep and not host:
+        host = "127.0.0.1"  # ":8700": the loopback, the safe default
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise _refusal(
+            f"{text!r} is not an address to listen on",
+            'write HOST:PORT, e.g. "127.0.0.1:8700" (port 0 takes a free one)',
+        )
+    return host, int(port)
+
+
 class HostConfig(_Section):
     """Everything ``streamkit host`` needs, validated; see the module docstring for the file."""
 
@@ -184,6 +267,13 @@ class HostConfig(_Section):
     """The control socket; ``None`` means ``<db>.sock`` (see :attr:`socket_path`)."""
     shared_socket_dir: bool = False
     """Start even though other users may replace files in the socket's directory."""
+    http: HttpSettings | None = None
+    """The HTTP surface; None serves none (``http = "HOST:PORT"`` is short for its listen)."""
+
+    @field_validator("http", mode="before")
+    @classmethod
+    def _http_shorthand(cls, value: object) -> object:
+        return {"listen": value} if isinstance(value, str) else value
 
     @field_validator("db", mode="before")
     @classmethod

@@ -64,6 +64,8 @@ def config_from_args(
     log_format: str | None = None,
     socket: str | os.PathLike[str] | None = None,
     shared_socket_dir: bool | None = None,
+    http: str | None = None,
+    http_token_file: str | os.PathLike[str] | None = None,
     cwd: Path | None = None,
 ) -> HostConfig:
     """The file at ``config`` (if any) with each given flag overriding its key.
@@ -84,6 +86,16 @@ def config_from_args(
     if shared_socket_dir:
         data["shared_socket_dir"] = True
         origins["shared_socket_dir"] = "--shared-socket-dir"
+    if http is not None or http_token_file is not None:
+        table = data.get("http")
+        table = {"listen": table} if isinstance(table, str) else dict(table or {})
+        if http is not None:
+            table["listen"] = http
+            origins["http.listen"] = "--http"
+        if http_token_file is not None:
+            table["token_file"] = str(_path_from(base, http_token_file))
+            origins["http.token_file"] = "--http-token-file"
+        data["http"] = table
     if lease_ttl is not None:
         lease = data.get("lease")
         data["lease"] = {**(lease if isinstance(lease, dict) else {}), "ttl": lease_ttl}
@@ -139,6 +151,16 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--socket", metavar="FILE", help="control socket (default <db>.sock)")
     parser.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve HTTP there too (the web extra), e.g. 127.0.0.1:8700",
+    )
+    parser.add_argument(
+        "--http-token-file",
+        metavar="FILE",
+        help="a file holding the bearer token HTTP requests must carry (required off loopback)",
+    )
+    parser.add_argument(
         "--shared-socket-dir",
         action="store_true",
         default=None,
@@ -159,8 +181,15 @@ def config_from_namespace(args: argparse.Namespace, *, cwd: Path | None = None) 
         log_format=args.log_format,
         socket=args.socket,
         shared_socket_dir=args.shared_socket_dir,
+        http=args.http,
+        http_token_file=args.http_token_file,
         cwd=base,
     )
+
+
+def _path_from(base: Path, value: str | os.PathLike[str]) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
 
 
 def _resolve(base: Path, value: str | os.PathLike[str]) -> str:

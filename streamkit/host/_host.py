@@ -51,7 +51,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -82,7 +82,25 @@ from streamkit.log._log import Log
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import Clock, HostStore
 
-__all__ = ["ProcessorHost"]
+__all__ = ["HostService", "ProcessorHost"]
+
+
+class HostService(Protocol):
+    """Something a host starts after its own parts and closes before them (the HTTP server).
+
+    ``start`` runs near the end of :meth:`ProcessorHost.start` (before the
+    control socket answers), on the host's loop; a start that raises fails
+    the host's start (everything is torn down again). ``close`` runs first in
+    the host's stop; what it raises is logged.
+    """
+
+    async def start(self, host: ProcessorHost) -> None:
+        """Begin serving ``host``."""
+        ...
+
+    async def close(self) -> None:
+        """Stop serving; idempotent."""
+        ...
 
 
 _log = structlog.get_logger("streamkit.host")
@@ -115,6 +133,7 @@ class ProcessorHost:
         clock: Clock = time.time,
         owner: str | None = None,
         serve_control: bool = True,
+        services: Sequence[HostService] = (),
     ) -> None:
         self.config = config
         self.clock = clock
@@ -122,6 +141,8 @@ class ProcessorHost:
         self.served_db = served_name(config.db)
         """The log this host serves, in one spelling (what ``hello`` tells clients)."""
         self._serve_control = serve_control
+        self._services = tuple(services)
+        self._services_started: list[HostService] = []
         entries: list[_Entry] = []
         if processors is None:
             for resolved in resolve_processors(config):
@@ -225,6 +246,11 @@ class ProcessorHost:
             await self._heartbeat_once()
             self._tasks.append(loop.create_task(self._heartbeat()))
             self._tasks.append(loop.create_task(self._alarm.run()))
+            # Services first: one that cannot start (a port taken) fails the start
+            # before the socket tells clients this host is up.
+            for service in self._services:
+                await service.start(self)
+                self._services_started.append(service)
             if self._serve_control:
                 await self._serve_socket(log)
         except BaseException:
@@ -275,6 +301,12 @@ class ProcessorHost:
         _log.info("host.stopped")
 
     async def _teardown(self, grace: float) -> None:
+        services, self._services_started = self._services_started, []
+        for service in reversed(services):
+            try:
+                await service.close()
+            except Exception as exc:  # a service's failure must not keep the leases held
+                _log.warning("host.service_close_failed", service=repr(service), error=repr(exc))
         if self._control is not None:
             await self._control.close()
             self._control = None

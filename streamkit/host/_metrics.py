@@ -28,12 +28,13 @@ _BUCKETS = 120  # _LOW * _GROWTH**120 is about 1.4e2 seconds; later samples shar
 class LatencyHistogram:
     """Counts of latency samples in log-spaced buckets; percentiles from the counts."""
 
-    __slots__ = ("_counts", "count", "max")
+    __slots__ = ("_counts", "count", "max", "sum")
 
     def __init__(self) -> None:
         self._counts = [0] * (_BUCKETS + 1)
         self.count = 0
         self.max = 0.0
+        self.sum = 0.0
 
     def record(self, seconds: float) -> None:
         """Add one sample (negative samples, from clock skew between processes, count as 0)."""
@@ -45,7 +46,24 @@ class LatencyHistogram:
             index = min(_BUCKETS, 1 + int(math.log(seconds / _LOW, _GROWTH)))
         self._counts[index] += 1
         self.count += 1
+        self.sum += seconds
         self.max = max(self.max, seconds)
+
+    def cumulative(self, edges: tuple[float, ...]) -> list[int]:
+        """For each edge (ascending, seconds), the samples in buckets whose upper edge is <= it.
+
+        A Prometheus histogram's ``le`` counts: exact at the internal bucket
+        edges, and never more than the samples truly at or below each edge.
+        """
+        counts: list[int] = []
+        seen = 0
+        index = 0
+        for edge in edges:
+            while index <= _BUCKETS and _LOW * _GROWTH**index <= edge:
+                seen += self._counts[index]
+                index += 1
+            counts.append(seen)
+        return counts
 
     def percentile(self, p: float) -> float | None:
         """The upper edge of the bucket holding the ``p``-th percentile (0-100), or None if empty."""
@@ -63,13 +81,22 @@ class LatencyHistogram:
 class ProcessorMetrics:
     """What the host counts for one processor (this host incarnation only)."""
 
-    __slots__ = ("_rate_window", "batch_failures", "batches", "events_reduced", "latency")
+    __slots__ = (
+        "_rate_window",
+        "batch_failures",
+        "batches",
+        "events_reduced",
+        "last_batch_at",
+        "latency",
+    )
 
     def __init__(self) -> None:
         self.events_reduced = 0
         self.batches = 0
         self.batch_failures = 0
         self.latency = LatencyHistogram()
+        self.last_batch_at: float | None = None
+        """When (monotonic) the last batch committed: the last time the cursor moved here."""
         # (monotonic seconds, events reduced so far) samples for a recent rate.
         self._rate_window: deque[tuple[float, int]] = deque(maxlen=64)
 
@@ -77,6 +104,7 @@ class ProcessorMetrics:
         """Count one committed batch of ``delivered`` events; ``latency`` if it had durables."""
         self.batches += 1
         self.events_reduced += delivered
+        self.last_batch_at = now_monotonic
         if latency is not None:
             self.latency.record(latency)
         window = self._rate_window
@@ -103,6 +131,11 @@ class ProcessorMetrics:
             "batches": self.batches,
             "batch_failures": self.batch_failures,
             "events_per_second": round(self.rate(now_monotonic), 1),
+            "last_batch_age": (
+                None
+                if self.last_batch_at is None
+                else round(max(0.0, now_monotonic - self.last_batch_at), 3)
+            ),
             "latency_ms": {
                 "samples": self.latency.count,
                 "p50": None if p50 is None else round(p50 * 1000, 3),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import math
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -165,6 +166,16 @@ class Log:
     def stats(self) -> LogStats:
         """A snapshot of this log's counters (see :class:`~streamkit.protocols.LogStats`)."""
         return self._backend.stats()
+
+    def follow_age(self) -> float | None:
+        """Seconds since the log last looked for other processes' commits (None: nobody follows).
+
+        Followers (every processor a host runs) hear of other processes'
+        commits only through that look; an age that keeps growing means they
+        hear of nothing any more, whatever else still answers.
+        """
+        looked = self._backend.follow_looked_at()
+        return None if looked is None else max(0.0, time.monotonic() - looked)
 
     @property
     def backend(self) -> LogBackend:

@@ -118,3 +118,19 @@ async def test_a_path_followed_again_gets_what_came_between_at_once(log: Log) ->
     pushes = await collect_until(second, 3)
     check_contiguous(pushes, 0)
     assert [e.offset for events, _ in pushes for e in events] == [1, 2, 3]
+
+
+async def test_the_follow_age_is_none_until_someone_follows_then_stays_fresh(log: Log) -> None:
+    """follow_age: None with no follower; then seconds since the last look, kept small."""
+    assert log.follow_age() is None
+    follower = log.stream("/").follow(0)
+    try:
+        await log.stream("/").append({"type": "t"})
+        async for _events, _ in follower:
+            break
+        await asyncio.sleep(1.2)  # past PostgreSQL's poll period: a look happened meanwhile
+        age = log.follow_age()
+        assert age is not None
+        assert 0.0 <= age < 1.2
+    finally:
+        follower.close()

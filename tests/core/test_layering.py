@@ -59,7 +59,8 @@ MAY_IMPORT = {
     "control": {"base"},
     "config": {"base", "control"},
     "host": {"base", "log", "backends", "engine", "control", "config"},
-    "cli": {"base", "log", "backends", "engine", "control", "config", "host", "face"},
+    "web": {"base", "log", "control", "config", "host"},
+    "cli": {"base", "log", "backends", "engine", "control", "config", "host", "face", "web"},
     "face": {"base", "log", "backends", "engine", "control", "config", "host"},
 }
 
@@ -68,6 +69,9 @@ MAY_IMPORT = {
 LOCAL_IMPORTS_ALLOWED = {
     ("streamkit.processors.notifications.channels", "httpx"),
     ("streamkit.backends", "streamkit.backends.postgres"),  # psycopg: the postgres extra
+    # starlette, uvicorn, prometheus-client: the web extra (the package and its name)
+    ("streamkit.cli._host_commands", "streamkit.web"),
+    ("streamkit.cli._host_commands", "streamkit.web.HttpService"),
 }
 # String imports allowed, each where the user names what to load.
 STRING_IMPORTS_ALLOWED = {

@@ -6,16 +6,21 @@ fresh temporary directory, with top-level ``await`` allowed; a block tagged
 each ``$ `` line is run by the shell (with the venv's ``streamkit`` on PATH)
 and the lines after it, up to the next ``$ ``, must equal what it printed; a
 line ``...`` in the expected output matches any number of lines, and an
-expected line ending in ``...`` matches any line with that beginning.
+expected line ending in ``...`` matches any line with that beginning. A
+transcript that starts a daemon in the background writes its pid to a
+``*.pid`` file in the directory; whatever happens, that process is killed
+when the page is done.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +95,17 @@ def test_console_blocks_run(page: Path, tmp_path: Path) -> None:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env["STREAMKIT_DOCS_TEST"] = "1"
+    try:
+        _run_transcripts(page, tmp_path, env)
+    finally:
+        # A transcript that starts a daemon in the background writes its pid to
+        # a *.pid file; a failed step must not leave it running (and its port held).
+        for pid_file in tmp_path.glob("*.pid"):
+            with contextlib.suppress(ValueError, OSError):
+                os.kill(int(pid_file.read_text().strip()), signal.SIGKILL)
+
+
+def _run_transcripts(page: Path, tmp_path: Path, env: dict[str, str]) -> None:
     for info, source, line in _blocks(page):
         if info.split()[:1] != ["console"] or "no-run" in info.split()[1:]:
             continue

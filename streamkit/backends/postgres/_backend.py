@@ -169,6 +169,10 @@ class PostgresLogBackend:
             with contextlib.suppress(psycopg.Error):
                 conn.close()
 
+    def follow_looked_at(self) -> float | None:
+        """When the listener last read the followed paths (None before anyone followed)."""
+        return self.listener.looked_at
+
     def stats(self) -> LogStats:
         """The writer's counters since the log was opened."""
         w = self.writer

@@ -74,6 +74,8 @@ class Listener:
         """Whether the listener's connection is up (False while the server is unreachable)."""
         self.reconnects = 0
         """Connections opened again after one broke."""
+        self.looked_at: float | None = None
+        """When (monotonic) the thread last read the followed paths; None before it started."""
 
     def follow(self, path: str) -> None:
         """Start publishing ``path``'s commits (the thread starts with the first follower)."""
@@ -122,6 +124,7 @@ class Listener:
                     self._start_following(conn)
                     self._cut = False
                     more = self._read_dirty(conn)
+                    self.looked_at = time.monotonic()
                     timeout = (
                         0.0
                         if more

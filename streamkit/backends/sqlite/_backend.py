@@ -127,6 +127,10 @@ class SqliteLogBackend:
         if self._reader is not None:
             self._reader.close()
 
+    def follow_looked_at(self) -> float | None:
+        """When the writer last looked for other processes' commits (None: nobody follows)."""
+        return self.writer.looked_at()
+
     def stats(self) -> LogStats:
         """The writer's counters since the log was opened."""
         w = self.writer

@@ -202,6 +202,14 @@ class Writer(WriterThread, GroupCommit):
             conn_lock.release()
         return True
 
+    def looked_at(self) -> float | None:
+        """When (monotonic) the last look for other processes' commits ran; None if nobody follows.
+
+        Every transaction looks, and the idle thread polls every
+        :data:`POLL_SECONDS` while anyone follows.
+        """
+        return self._synced_at if self._feed.has_subscribers() else None
+
     # -- the thread ---------------------------------------------------------------------
 
     def _run(self) -> None:

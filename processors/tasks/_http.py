@@ -1,0 +1,97 @@
+"""``/v1/tasks``: the tasks processor's operator verbs over HTTP, a plugin of ``streamkit.http``.
+
+- ``GET /v1/tasks?path=/``: the live tasks (waiting, scheduled, running,
+  cancelling) and the counts, from the running host's state;
+- ``POST /v1/tasks/{task_id}/cancel?path=/`` with ``{"reason", "by"}``
+  (both optional): appends ``task.cancel-requested``; 202 with the event.
+  The processor then records ``task.cancelled`` (or ``task.rejected`` for a
+  task that is not live);
+- ``/metrics`` gains ``streamkit_tasks{path,status}`` and
+  ``streamkit_tasks_events{path,outcome}`` (the ``streamkit.metrics`` group).
+
+The core HTTP surface never imports this module; the web layer loads it by
+its entry point.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamkit.processors.tasks._events import cancel_requested_event
+
+from streamkit import InvalidRequest
+from streamkit.web import Gauge, HttpAnswer, HttpCall, HttpRoute
+
+__all__ = ["gauges", "routes"]
+
+_SLUG = "tasks"
+_STATUSES = ("waiting", "scheduled", "retrying", "running", "cancelling")
+
+
+def routes() -> list[HttpRoute]:
+    """The routes this package adds."""
+    return [
+        HttpRoute("GET", "/v1/tasks", _list),
+        HttpRoute("POST", "/v1/tasks/{task_id}/cancel", _cancel),
+    ]
+
+
+async def _list(call: HttpCall) -> Any:
+    path = call.query.get("path", "/")
+    snapshot = await call.host.snapshot(_SLUG, path)
+    state = snapshot.get("state") or {}
+    tasks = sorted((state.get("tasks") or {}).values(), key=lambda t: t.get("request_offset", 0))
+    return {
+        "offset": snapshot.get("offset"),
+        "tasks": [{**task, "status": _status(task)} for task in tasks],
+        "counts": state.get("counts") or {},
+    }
+
+
+def _status(task: dict[str, Any]) -> str:
+    if task.get("cancel_requested"):
+        return "cancelling"
+    if task.get("running"):
+        return "running"
+    if task.get("attempt"):
+        return "retrying"
+    if task.get("due"):
+        return "scheduled"
+    return "waiting"
+
+
+async def _cancel(call: HttpCall) -> HttpAnswer:
+    body = call.body if call.body is not None else {}
+    if not isinstance(body, dict):
+        raise InvalidRequest(
+            'the body must be an object ({"reason": "...", "by": "..."}, both optional); '
+            "nothing was written",
+            details={"got": type(body).__name__},
+        )
+    event = cancel_requested_event(
+        call.path_params["task_id"], reason=body.get("reason"), requested_by=body.get("by", "http")
+    )
+    (committed,) = await call.host.append(call.query.get("path", "/"), [event])
+    return HttpAnswer(202, {"event": committed.to_dict()})
+
+
+async def gauges(host: Any) -> list[Gauge]:
+    """``streamkit_tasks`` (live tasks by status) and ``streamkit_tasks_events`` (the counts)."""
+    live = Gauge("streamkit_tasks", "Live tasks, by status.", ("path", "status"))
+    counted = Gauge(
+        "streamkit_tasks_events",
+        "Task outcomes since the log began (requested, succeeded, dead_lettered, ...).",
+        ("path", "outcome"),
+    )
+    for runner in host.runners:
+        if runner.slug != _SLUG or runner.engine is None:
+            continue
+        snapshot = await host.snapshot(_SLUG, runner.path)
+        state = snapshot.get("state") or {}
+        by_status = dict.fromkeys(_STATUSES, 0)
+        for task in (state.get("tasks") or {}).values():
+            by_status[_status(task)] += 1
+        live.samples.extend(((runner.path, s), float(n)) for s, n in by_status.items())
+        counts = state.get("counts") or {}
+        counted.samples.extend(((runner.path, k), float(v)) for k, v in counts.items())
+    return [live, counted]

@@ -1,0 +1,231 @@
+"""The ASGI application of a host's HTTP surface: routes, the token rule, refusals as problems.
+
+:func:`build_app` binds :class:`~._routes.Endpoints` to a host. Guarantees:
+
+- with a token, every request but ``GET /healthz``, ``GET /problems/...`` (what
+  a refusal's ``type`` names), the admin page's own files (``/`` and
+  ``/static/...``: no data; the page sends the token with every request it
+  makes) and ``GET /metrics`` when ``open_metrics`` carries
+  ``Authorization: Bearer <token>``, compared in
+  constant time; any other request is refused (401) before its body is read;
+- no cookie is ever read or set, so a page elsewhere cannot make a browser
+  write here (no CSRF surface); no CORS header is sent unless origins are
+  named (``cors_origins``, never a wildcard), so browsers keep other
+  origins' scripts out;
+- every refusal is ``application/problem+json`` with the error's code, and a
+  handler that fails unexpectedly answers 500 ``INTERNAL`` (logged with its
+  traceback); nothing a client sends stops the server.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from streamkit.errors import (
+    InternalError,
+    InvalidRequest,
+    NotFound,
+    StreamkitError,
+    Unauthorized,
+)
+from streamkit.web._body import json_body
+from streamkit.web._plugins import HttpAnswer, HttpCall, HttpRoute, plugin_routes
+from streamkit.web._problems import problem
+from streamkit.web._routes import Endpoints
+
+if TYPE_CHECKING:
+    from streamkit.config import HttpSettings
+    from streamkit.host._host import ProcessorHost
+
+__all__ = ["build_app"]
+
+_log = structlog.get_logger("streamkit.web")
+
+
+def build_app(
+    host: ProcessorHost,
+    settings: HttpSettings,
+    token: str | None,
+    *,
+    plugins: Sequence[HttpRoute] | None = None,
+) -> ASGIApp:
+    """The application serving ``host``; ``token`` (if any) guards it as the module says.
+
+    ``plugins`` are the routes packages add (default: the installed
+    ``streamkit.http`` entry points, :mod:`._plugins`).
+    """
+    endpoints = Endpoints(host, settings)
+    routes = [
+        Route("/v1/events", endpoints.append, methods=["POST"]),
+        Route("/v1/events", endpoints.events, methods=["GET"]),
+        Route("/v1/processors", endpoints.processors, methods=["GET"]),
+        Route("/v1/processors/{slug}", endpoints.processor, methods=["GET"]),
+        Route("/v1/processors/{slug}/live", endpoints.live, methods=["GET"]),
+        Route("/v1/processors/{slug}/skip", endpoints.skip, methods=["POST"]),
+        Route("/healthz", endpoints.healthz, methods=["GET"]),
+        Route("/metrics", endpoints.metrics, methods=["GET"]),
+        Route("/problems/{code}", endpoints.problem_type, methods=["GET"]),
+        Route("/", _admin_page, methods=["GET"]),
+        Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
+    ]
+    for route in plugin_routes() if plugins is None else plugins:
+        routes.append(
+            Route(route.path, _plugin_endpoint(host, settings, route), methods=[route.method])
+        )
+    app = Starlette(
+        routes=routes,
+        exception_handlers={
+            StreamkitError: _refused,
+            HTTPException: _http_refused,
+            Exception: _failed,
+        },
+    )
+    served: ASGIApp = app
+    if settings.cors_origins:
+        served = CORSMiddleware(
+            app,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "If-Match", "Idempotency-Key"],
+            allow_credentials=False,
+            max_age=600,
+        )
+    if token is None:
+        return served
+    open_paths = {"/", "/healthz"} | ({"/metrics"} if settings.open_metrics else set())
+    return _BearerToken(served, token, open_paths)
+
+
+STATIC = Path(__file__).parent / "static"
+"""The admin page's files: HTML, CSS and JavaScript, served as they are (no build step)."""
+
+# The page loads its own script and style only: no inline code, no other origin.
+_PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+async def _admin_page(request: Request) -> Response:
+    return FileResponse(
+        STATIC / "index.html",
+        headers={"Content-Security-Policy": _PAGE_POLICY, "Cache-Control": "no-store"},
+    )
+
+
+def _plugin_endpoint(
+    host: ProcessorHost, settings: HttpSettings, route: HttpRoute
+) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        body = None
+        if route.method == "POST":
+            body = await json_body(request, settings.max_request_bytes)
+        call = HttpCall(host, dict(request.path_params), dict(request.query_params), body)
+        answer = await route.handler(call)
+        if isinstance(answer, HttpAnswer):
+            return JSONResponse(answer.body, status_code=answer.status)
+        return JSONResponse(answer)
+
+    return endpoint
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StreamkitError)
+    return problem(exc, instance=request.url.path)
+
+
+async def _http_refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        error: StreamkitError = NotFound(
+            f"{request.method} {request.url.path} is not served here (see docs/http.md for "
+            "the endpoints); nothing was done",
+            details={"path": request.url.path},
+        )
+        return problem(error, instance=request.url.path)
+    error = InvalidRequest(
+        f"{request.method} {request.url.path} was refused ({exc.status_code}: {exc.detail}); "
+        "nothing was done",
+        details={"status": exc.status_code},
+    )
+    response = problem(error, instance=request.url.path)
+    response.status_code = exc.status_code
+    return response
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    _log.error(
+        "http.handler_failed",
+        method=request.method,
+        path=request.url.path,
+        error=repr(exc),
+        exc_info=exc,
+    )
+    error = InternalError(
+        f"the host failed to answer {request.method} {request.url.path} ({type(exc).__name__}); "
+        "it was logged; what the request asked may or may not have been done",
+        details={},
+    )
+    return problem(error, instance=request.url.path)
+
+
+# Served to anyone: the admin page's own files (a browser cannot add a header to a
+# page load; they carry no data, and every request the page makes sends the token),
+# and what a refusal's type names.
+_OPEN_PREFIXES = ("/static/", "/problems/")
+
+
+class _BearerToken:
+    """Refuses (401) every request without the token, but those to ``open_paths``."""
+
+    def __init__(self, app: ASGIApp, token: str, open_paths: set[str]) -> None:
+        self._app = app
+        self._expected = f"Bearer {token}".encode()
+        self._open = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        method = scope.get("method")
+        if (
+            scope["type"] != "http"
+            # A CORS preflight never carries the token (browsers send none); it reads
+            # and writes nothing, and the request it clears must carry the token.
+            or method == "OPTIONS"
+            or (
+                method in ("GET", "HEAD")
+                and (path in self._open or path.startswith(_OPEN_PREFIXES))
+            )
+        ):
+            await self._app(scope, receive, send)
+            return
+        given = _header(scope, b"authorization")
+        if given is not None and hmac.compare_digest(given, self._expected):
+            await self._app(scope, receive, send)
+            return
+        error = Unauthorized(
+            "this host's HTTP surface needs its token: send Authorization: Bearer <token> (the "
+            "contents of the host's http token file); nothing was done",
+            details={"path": scope["path"]},
+        )
+        await problem(error, instance=scope["path"])(scope, receive, send)
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    headers: Any = scope.get("headers") or []
+    for key, value in headers:
+        if key.lower() == name:
+            return bytes(value)
+    return None

@@ -1,0 +1,75 @@
+"""Whether a host is healthy: the rules ``/healthz`` answers by, on facts the host reports.
+
+A health check that cannot go red is not one. Each rule below names a way a
+host can look alive (its socket answers, its process runs) while its
+processors make no progress, and says which:
+
+- **the database does not answer**: nothing can be read or written;
+- **a processor is stalled**: its batches keep failing (the runner said so);
+- **a processor is stuck**: it runs here, the head is ahead of its cursor,
+  and its cursor has not moved for ``stuck_after`` seconds (a batch hung in
+  a handler, say, or a push lost with nothing to repair it);
+- **the follow loop stopped**: the log has not looked for other processes'
+  commits for ``follow_stale_after`` seconds while processors follow it, so
+  appends from elsewhere never reach them.
+
+:func:`assess` is a pure function of the status the host reports and the
+follow loop's age: the rules are tested without a server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Health", "assess"]
+
+
+@dataclass(frozen=True)
+class Health:
+    """The verdict: healthy or not, and why not (one sentence per failed rule)."""
+
+    healthy: bool
+    reasons: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON ``/healthz`` answers with."""
+        return {"status": "ok" if self.healthy else "unhealthy", "reasons": self.reasons}
+
+
+def assess(
+    status: dict[str, Any],
+    follow_age: float | None,
+    *,
+    stuck_after: float,
+    follow_stale_after: float,
+) -> Health:
+    """The host's health from its ``status()`` and the log's ``follow_age()``."""
+    reasons: list[str] = []
+    database = status.get("database") or {}
+    if not database.get("reachable", True):
+        reasons.append(f"the database does not answer: {database.get('error')}")
+    uptime = (status.get("host") or {}).get("uptime") or 0.0
+    for row in status.get("processors", []):
+        name = f"processor {row['slug']!r} on {row['path']!r}"
+        if row.get("stalled"):
+            error = (row.get("last_error") or {}).get("error", "its batches keep failing")
+            reasons.append(f"{name} is stalled at offset {row.get('stalled_at')}: {error}")
+            continue
+        lag = row.get("lag")
+        if not row.get("lease_held_here") or not lag:
+            continue
+        still = row.get("last_batch_age")
+        if still is None:
+            still = uptime  # no batch yet in this host: standing still since it started
+        if still >= stuck_after:
+            reasons.append(
+                f"{name} is stuck: the head is {lag} event(s) ahead and its cursor has not "
+                f"moved for {still:.0f} s (over {stuck_after:g} s)"
+            )
+    if follow_age is not None and follow_age >= follow_stale_after:
+        reasons.append(
+            f"the follow loop stopped: the log has not looked for other processes' commits "
+            f"for {follow_age:.0f} s (over {follow_stale_after:g} s)"
+        )
+    return Health(not reasons, reasons)

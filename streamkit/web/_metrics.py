@@ -1,0 +1,199 @@
+"""``/metrics``: the host's status in the Prometheus text format, rebuilt on every scrape.
+
+Each scrape asks the host for its status (the same as ``streamkit status``)
+and the log for its counters, and writes them through prometheus-client's
+exposition: no metric state is kept between scrapes, so nothing here can
+drift from what ``status`` says. Every metric is documented in
+docs/metrics.md; the names and labels below are the contract.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from streamkit.web._plugins import Gauge
+
+__all__ = ["CONTENT_TYPE_LATEST", "LATENCY_BUCKETS", "exposition"]
+
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+"""The ``le`` edges (seconds) of the append-to-process latency histogram."""
+
+_LABELS = ["slug", "path"]
+
+
+class _Scrape:
+    """A collector over one scrape's facts (registered in a registry of its own)."""
+
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+def exposition(
+    status: dict[str, Any],
+    *,
+    follow_age: float | None,
+    log_stats: Any,
+    lag_seconds: dict[tuple[str, str], float],
+    histograms: dict[tuple[str, str], tuple[list[int], int, float]],
+    gauges: Sequence[Gauge] = (),
+) -> bytes:
+    """The Prometheus text of one scrape (``gauges``: what plugins report).
+
+    ``lag_seconds`` is the age of the oldest unprocessed event per
+    ``(slug, path)``; ``histograms`` the cumulative latency counts at
+    :data:`LATENCY_BUCKETS`, the sample count and their sum.
+    """
+    families = _processor_families(status, lag_seconds, histograms)
+    families.extend(_host_families(status, follow_age, log_stats))
+    for gauge in gauges:
+        family = GaugeMetricFamily(gauge.name, gauge.help, labels=list(gauge.labels))
+        for labels, value in gauge.samples:
+            family.add_metric(list(labels), value)
+        families.append(family)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Scrape(families))
+    return generate_latest(registry)
+
+
+def _processor_families(
+    status: dict[str, Any],
+    lag_seconds: dict[tuple[str, str], float],
+    histograms: dict[tuple[str, str], tuple[list[int], int, float]],
+) -> list[Metric]:
+    def gauge(name: str, doc: str) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"streamkit_processor_{name}", doc, labels=_LABELS)
+
+    def counter(name: str, doc: str) -> CounterMetricFamily:
+        return CounterMetricFamily(f"streamkit_processor_{name}", doc, labels=_LABELS)
+
+    cursor = gauge("cursor", "The offset the processor has reduced and processed through.")
+    head = gauge("head", "The last durable offset of the processor's path.")
+    lag = gauge("lag_events", "Durable events after the cursor.")
+    lag_s = gauge("lag_seconds", "Age of the oldest durable event not yet processed (0 if none).")
+    since = gauge(
+        "seconds_since_progress",
+        "Seconds since the cursor last moved in this host (its uptime if never).",
+    )
+    stalled = gauge("stalled", "1 while the processor is stalled (its batches keep failing).")
+    running = gauge("running", "1 while this host holds the processor's lease and runs it.")
+    reduced = counter("events_reduced", "Events reduced by this host.")
+    batches = counter("batches", "Batches committed by this host.")
+    failures = counter("batch_failures", "Batches that failed in this host (each retried whole).")
+    malformed = counter(
+        "malformed_payloads", "Events skipped because their payload failed its schema."
+    )
+    reduce_failures = counter("reduce_failures", "Events whose reduce raised (state kept).")
+    latency = HistogramMetricFamily(
+        "streamkit_processor_latency_seconds",
+        "Seconds from an event's commit to its batch's checkpoint in this host.",
+        labels=_LABELS,
+    )
+    uptime = float((status.get("host") or {}).get("uptime") or 0.0)
+    for row in status.get("processors", []):
+        key = (row["slug"], row["path"])
+        labels = list(key)
+        if row.get("cursor") is not None:
+            cursor.add_metric(labels, float(row["cursor"]))
+        if row.get("head") is not None:
+            head.add_metric(labels, float(row["head"]))
+        if row.get("lag") is not None:
+            lag.add_metric(labels, float(row["lag"]))
+        lag_s.add_metric(labels, lag_seconds.get(key, 0.0))
+        age = row.get("last_batch_age")
+        since.add_metric(labels, float(uptime if age is None else age))
+        stalled.add_metric(labels, 1.0 if row.get("stalled") else 0.0)
+        running.add_metric(labels, 1.0 if row.get("lease_held_here") else 0.0)
+        reduced.add_metric(labels, float(row.get("events_reduced", 0)))
+        batches.add_metric(labels, float(row.get("batches", 0)))
+        failures.add_metric(labels, float(row.get("batch_failures", 0)))
+        malformed.add_metric(labels, float(row.get("malformed_payloads", 0)))
+        reduce_failures.add_metric(labels, float(row.get("reduce_failures", 0)))
+        counts, total, seconds = histograms.get(key, ([0] * len(LATENCY_BUCKETS), 0, 0.0))
+        buckets = [(_le(edge), float(n)) for edge, n in zip(LATENCY_BUCKETS, counts, strict=True)]
+        buckets.append(("+Inf", float(total)))
+        latency.add_metric(labels, buckets, seconds)
+    return [
+        cursor,
+        head,
+        lag,
+        lag_s,
+        since,
+        stalled,
+        running,
+        reduced,
+        batches,
+        failures,
+        malformed,
+        reduce_failures,
+        latency,
+    ]
+
+
+def _host_families(
+    status: dict[str, Any], follow_age: float | None, log_stats: Any
+) -> list[Metric]:
+    database = status.get("database") or {}
+    up = GaugeMetricFamily("streamkit_database_reachable", "1 while the log's database answers.")
+    up.add_metric([], 1.0 if database.get("reachable", True) else 0.0)
+    follow = GaugeMetricFamily(
+        "streamkit_host_follow_age_seconds",
+        "Seconds since the log last looked for other processes' commits (absent: nobody follows).",
+    )
+    if follow_age is not None:
+        follow.add_metric([], follow_age)
+    leases = GaugeMetricFamily("streamkit_host_leases_held", "Processor leases this host holds.")
+    leases.add_metric(
+        [], float(sum(1 for row in status.get("processors", []) if row.get("lease_held_here")))
+    )
+    uptime = GaugeMetricFamily("streamkit_host_uptime_seconds", "Seconds since the host started.")
+    uptime.add_metric([], float((status.get("host") or {}).get("uptime") or 0.0))
+    appended = CounterMetricFamily(
+        "streamkit_host_appended_events", "Durable events this host's log connection committed."
+    )
+    appended.add_metric([], float(log_stats.appended))
+    commits = CounterMetricFamily(
+        "streamkit_host_commits", "Write transactions this host's log connection committed."
+    )
+    commits.add_metric([], float(log_stats.transactions))
+    refused = CounterMetricFamily(
+        "streamkit_host_refused_appends", "Append calls this host's log refused (nothing written)."
+    )
+    refused.add_metric([], float(log_stats.refused))
+    scraped = GaugeMetricFamily(
+        "streamkit_scrape_timestamp_seconds", "When this scrape was taken (Unix time)."
+    )
+    scraped.add_metric([], time.time())
+    return [up, follow, leases, uptime, appended, commits, refused, scraped]
+
+
+def _le(edge: float) -> str:
+    return f"{edge:g}"

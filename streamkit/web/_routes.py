@@ -1,0 +1,313 @@
+"""The HTTP endpoints: events, processors, health and metrics, each a thin layer over the host.
+
+Every endpoint calls the same host method the control socket does, so a
+rule (what an append takes, what a skip refuses) lives in one place and
+HTTP only translates: query parameters and headers in, JSON (or SSE, or
+the Prometheus text) out, and any :class:`~streamkit.errors.StreamkitError`
+as ``application/problem+json`` (:mod:`._problems`). Nothing here writes
+unless the host's method does, and a refusal writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from streamkit.errors import InvalidRequest, NotFound, SlowConsumer, StreamkitError
+from streamkit.host._metrics import parse_created_at
+from streamkit.web._body import json_body
+from streamkit.web._health import assess
+from streamkit.web._metrics import CONTENT_TYPE_LATEST, LATENCY_BUCKETS, exposition
+from streamkit.web._plugins import plugin_gauges
+from streamkit.web._problems import described
+from streamkit.web._sse import SSE_TYPE, frame, with_heartbeat
+
+if TYPE_CHECKING:
+    from streamkit.config import HttpSettings
+    from streamkit.host._host import ProcessorHost
+    from streamkit.host._runner import ProcessorRunner
+
+__all__ = ["Endpoints"]
+
+_IF_MATCH = re.compile(r'\A\s*(?:W/)?"?(\d+)"?\s*\Z')
+_COMPACT = (",", ":")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=_COMPACT, ensure_ascii=False)
+
+
+class Endpoints:
+    """The handlers, bound to one host and its HTTP settings."""
+
+    def __init__(self, host: ProcessorHost, settings: HttpSettings) -> None:
+        self._host = host
+        self._settings = settings
+
+    # -- events ---------------------------------------------------------------------------
+
+    async def append(self, request: Request) -> Response:
+        """``POST /v1/events?path=/``: one event object or a list; 201 with the committed events."""
+        path = request.query_params.get("path", "/")
+        body = await json_body(request, self._settings.max_request_bytes)
+        events = body if isinstance(body, list) else [body]
+        if not events or not all(isinstance(e, dict) for e in events):
+            raise InvalidRequest(
+                "the body must be one event object or a non-empty list of them; nothing was "
+                "written",
+                details={"got": type(body).__name__},
+            )
+        key = request.headers.get("idempotency-key")
+        if key is not None:
+            if isinstance(body, list):
+                raise InvalidRequest(
+                    "Idempotency-Key names one event, and the body is a list; give each event "
+                    "its own idempotency_key instead; nothing was written",
+                    details={"idempotency_key": key[:200]},
+                )
+            given = body.get("idempotency_key")
+            if given is not None and given != key:
+                raise InvalidRequest(
+                    f"the Idempotency-Key header ({key!r}) and the event's idempotency_key "
+                    f"({given!r}) differ; send one, or both the same; nothing was written",
+                    details={"header": key[:200], "body": str(given)[:200]},
+                )
+            events = [{**body, "idempotency_key": key}]
+        expect_head = _if_match(request.headers.get("if-match"))
+        committed = await self._host.append(path, events, expect_head=expect_head)
+        return JSONResponse({"events": [e.to_dict() for e in committed]}, status_code=201)
+
+    async def events(self, request: Request) -> Response:
+        """``GET /v1/events``: a page with its proof, or (``Accept: text/event-stream``) a follow."""
+        params = request.query_params
+        path = params.get("path", "/")
+        after = _int_param(params.get("after"), "after", 0)
+        if SSE_TYPE in request.headers.get("accept", ""):
+            resume = request.headers.get("last-event-id")
+            if resume is not None:
+                after = _int_param(resume, "Last-Event-ID", after)
+            return _sse(self._follow(path, after))
+        limit = _int_param(params.get("limit"), "limit", 500)
+        page = await self._host.read(path, after, limit)
+        return JSONResponse(
+            {
+                "events": [event.to_dict() for event in page.events],
+                "scanned_through_offset": page.scanned_through_offset,
+                "at_head": page.at_head,
+            }
+        )
+
+    async def _follow(self, path: str, after: int) -> AsyncIterator[bytes]:
+        log = self._host.log
+        if log is None:
+            return
+        follower = log.stream(path).follow(after)
+        sent = after
+        try:
+            async for events, _ in follower:
+                if follower.overflows:
+                    error = SlowConsumer(
+                        f"this client fell more than its byte budget behind {path!r} and the "
+                        f"host dropped what it held for it (ephemerals in it are gone); durable "
+                        f"events are intact: reconnect with Last-Event-ID: {sent}",
+                        details={"path": path, "resume_after": sent},
+                    )
+                    yield frame(_json(error.to_dict()), event="error")
+                    return
+                for event in events:
+                    if event.ephemeral:
+                        yield frame(_json(event.to_dict()), event="event")
+                    else:
+                        sent = event.offset
+                        yield frame(_json(event.to_dict()), event="event", id=str(sent))
+        finally:
+            closer = getattr(follower, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    # -- processors -----------------------------------------------------------------------
+
+    async def processors(self, request: Request) -> Response:
+        """``GET /v1/processors``: what ``streamkit status --json`` shows."""
+        return JSONResponse(await self._host.status())
+
+    async def processor(self, request: Request) -> Response:
+        """``GET /v1/processors/{slug}``: ``{offset, rev, state, ...}``."""
+        runner = self._runner(request)
+        return JSONResponse(await self._host.snapshot(runner.slug, runner.path))
+
+    async def live(self, request: Request) -> Response:
+        """``GET /v1/processors/{slug}/live``: SSE, a ``seed`` then ``delta`` events."""
+        runner = self._runner(request)
+        if runner.engine is None:
+            raise InvalidRequest(
+                f"processor {runner.slug!r} is not running in this host (another host holds "
+                "its lease); watch it through that host; nothing was done",
+                details={"slug": runner.slug, "path": runner.path},
+            )
+        return _sse(self._live(runner))
+
+    async def _live(self, runner: ProcessorRunner) -> AsyncIterator[bytes]:
+        watch = self._host.watch(runner.slug, runner.path)
+        try:
+            async for message in watch:
+                if message.get("kind") == "seed":
+                    data = {"rev": message["rev"], "state": message["state"]}
+                    yield frame(_json(data), event="seed", id=str(message["rev"]))
+                else:
+                    data = {"from": message["from"], "to": message["to"], "patch": message["patch"]}
+                    yield frame(_json(data), event="delta", id=str(message["to"]))
+        except StreamkitError as exc:
+            yield frame(_json(exc.to_dict()), event="error")
+        finally:
+            closer = getattr(watch, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    async def skip(self, request: Request) -> Response:
+        """``POST /v1/processors/{slug}/skip``: ``{offset, reason[, by]}``; 201 with the skip event."""
+        runner = self._runner(request)
+        body = await json_body(request, self._settings.max_request_bytes)
+        if not isinstance(body, dict):
+            raise InvalidRequest(
+                'the body must be {"offset": N, "reason": "..."}; nothing was written',
+                details={"got": type(body).__name__},
+            )
+        offset, reason = body.get("offset"), body.get("reason")
+        by = body.get("by", "http")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+            raise InvalidRequest(
+                f"offset must be the positive offset of the event to skip, got {offset!r}; "
+                "nothing was written",
+                details={"offset": repr(offset)[:100]},
+            )
+        if not isinstance(reason, str) or not reason.strip() or not isinstance(by, str):
+            raise InvalidRequest(
+                "reason (why the event is skipped, for the record) must be a non-empty string, "
+                "and by a string; nothing was written",
+                details={},
+            )
+        event = await self._host.skip(runner.slug, offset, by=by, reason=reason, path=runner.path)
+        return JSONResponse({"event": event.to_dict()}, status_code=201)
+
+    def _runner(self, request: Request) -> ProcessorRunner:
+        slug = request.path_params["slug"]
+        path = request.query_params.get("path")
+        found = [
+            r for r in self._host.runners if r.slug == slug and (path is None or r.path == path)
+        ]
+        if not found:
+            known = ", ".join(f"{r.slug}@{r.path}" for r in self._host.runners) or "none"
+            raise NotFound(
+                f"processor {slug!r} is not run by this host (it runs: {known}); nothing was done",
+                details={"slug": slug, "path": path},
+            )
+        if len(found) > 1:
+            raise InvalidRequest(
+                f"processor {slug!r} runs on several paths here; name one with ?path=; "
+                "nothing was done",
+                details={"slug": slug, "paths": [r.path for r in found]},
+            )
+        return found[0]
+
+    async def problem_type(self, request: Request) -> Response:
+        """``GET /problems/{code}``: what a problem's ``type`` names (its code, status, meaning)."""
+        found = described(request.path_params["code"])
+        if found is None:
+            raise NotFound(
+                f"there is no problem type {request.path_params['code']!r}; nothing was done",
+                details={"code": request.path_params["code"]},
+            )
+        return JSONResponse(found)
+
+    # -- health and metrics ---------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        """``GET /healthz``: 200, or 503 with the reasons (:mod:`._health`)."""
+        host = self._host
+        status = await host.status()
+        log = host.log
+        health = assess(
+            status,
+            None if log is None else log.follow_age(),
+            stuck_after=self._settings.stuck_after,
+            follow_stale_after=self._settings.follow_stale_after,
+        )
+        return JSONResponse(
+            health.to_dict(),
+            status_code=200 if health.healthy else 503,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics``: the Prometheus text format (:mod:`._metrics`)."""
+        host = self._host
+        log = host.log
+        status = await host.status()
+        lag_seconds: dict[tuple[str, str], float] = {}
+        now = time.time()
+        for row in status.get("processors", []):
+            if row.get("lag") and row.get("cursor") is not None:
+                try:
+                    page = await host.read(row["path"], row["cursor"], 1)
+                except StreamkitError:
+                    continue
+                stamp = parse_created_at(page.events[0].created_at) if page.events else None
+                if stamp is not None:
+                    lag_seconds[(row["slug"], row["path"])] = max(0.0, now - stamp)
+        histograms = {}
+        for runner in host.runners:
+            latency = runner.metrics.latency
+            histograms[(runner.slug, runner.path)] = (
+                latency.cumulative(LATENCY_BUCKETS),
+                latency.count,
+                latency.sum,
+            )
+        text = exposition(
+            status,
+            follow_age=None if log is None else log.follow_age(),
+            log_stats=None if log is None else log.stats,
+            lag_seconds=lag_seconds,
+            histograms=histograms,
+            gauges=await plugin_gauges(host),
+        )
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+
+def _sse(source: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        with_heartbeat(source),
+        media_type=SSE_TYPE,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+def _if_match(value: str | None) -> int | None:
+    """The ``expect_head`` an ``If-Match: "N"`` header asks for (None without one)."""
+    if value is None:
+        return None
+    match = _IF_MATCH.match(value)
+    if match is None:
+        raise InvalidRequest(
+            f'If-Match must be the head the append expects, as "N" (e.g. "41"), got {value!r}; '
+            "nothing was written",
+            details={"if_match": value[:100]},
+        )
+    return int(match.group(1))
+
+
+def _int_param(value: str | None, name: str, default: int) -> int:
+    if value is None or value == "":
+        return default
+    if not value.isdigit():
+        raise InvalidRequest(
+            f"{name} must be a whole number >= 0, got {value!r}; nothing was read",
+            details={name: value[:100]},
+        )
+    return int(value)

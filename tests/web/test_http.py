@@ -1,0 +1,559 @@
+"""The HTTP surface over a real uvicorn server on 127.0.0.1 and a real HTTP client (httpx).
+
+Each test starts a host in process with its HTTP service on a free port; the
+requests go over a real socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
+from support.host import Fragile, Gated, Tally
+
+from streamkit import StreamEvent, StreamProcessor, define_processor_contract
+from streamkit.config import HostConfig
+from streamkit.errors import InvalidConfig
+from streamkit.host import ProcessorHost
+from streamkit.web import HttpService
+
+PROBLEM = "application/problem+json"
+
+
+@dataclass
+class Served:
+    host: ProcessorHost
+    http: HttpService
+    client: httpx.AsyncClient
+
+
+Serve = Callable[..., Awaitable[Served]]
+
+
+@pytest.fixture
+async def serve(tmp_path: Path) -> AsyncIterator[Serve]:
+    """Start hosts with an HTTP service; every one is stopped after the test."""
+    started: list[Served] = []
+
+    async def start(
+        *processors: StreamProcessor[Any], http: dict[str, Any] | None = None, **config: Any
+    ) -> Served:
+        settings = {"listen": "127.0.0.1:0", **(http or {})}
+        host_config = HostConfig(db=tmp_path / f"h{len(started)}.db", http=settings, **config)
+        assert host_config.http is not None
+        service = HttpService(host_config.http)
+        host = ProcessorHost(
+            host_config,
+            processors=list(processors) or [Tally()],
+            serve_control=False,
+            services=[service],
+        )
+        await host.start()
+        client = httpx.AsyncClient(base_url=service.url, timeout=10.0)
+        served = Served(host, service, client)
+        started.append(served)
+        return served
+
+    yield start
+    for served in reversed(started):
+        await served.client.aclose()
+        await served.host.stop(grace=0.5)
+
+
+def item(n: int = 1, **extra: Any) -> dict[str, Any]:
+    return {"type": "item", "payload": {"n": n}, **extra}
+
+
+async def durable_offsets(served: Served) -> list[int]:
+    page = await served.host.read("/", 0, 1000)
+    return [e.offset for e in page.events]
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body = response.json()
+    assert (body["status"], body["code"], body["title"]) == (status, code, code)
+    assert body["detail"]
+    return body
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+async def test_an_event_posted_is_committed_and_read_back_with_its_proof(serve: Serve) -> None:
+    """POST one event: 201 with it committed; GET returns it with scanned_through_offset."""
+    served = await serve()
+    response = await served.client.post("/v1/events", json=item(7))
+    assert response.status_code == 201
+    (event,) = response.json()["events"]
+    assert (event["type"], event["payload"], event["offset"]) == ("item", {"n": 7}, 1)
+    page = (await served.client.get("/v1/events", params={"after": 0})).json()
+    assert [e["offset"] for e in page["events"]] == [1]
+    assert (page["scanned_through_offset"], page["at_head"]) == (1, True)
+    listed = await served.client.post("/v1/events?path=/", json=[item(1), item(2)])
+    assert [e["offset"] for e in listed.json()["events"]] == [2, 3]
+
+
+async def test_an_idempotent_retry_returns_the_first_commit_and_writes_nothing(
+    serve: Serve,
+) -> None:
+    """The same Idempotency-Key and event twice: one event; another event under it: 409."""
+    served = await serve()
+    headers = {"Idempotency-Key": "order-7"}
+    first = await served.client.post("/v1/events", json=item(1), headers=headers)
+    again = await served.client.post("/v1/events", json=item(1), headers=headers)
+    assert first.status_code == again.status_code == 201
+    assert first.json()["events"] == again.json()["events"]
+    other = await served.client.post("/v1/events", json=item(2), headers=headers)
+    body = assert_problem(other, 409, "IDEMPOTENCY_CONFLICT")
+    assert body["type"] == "/problems/idempotency-conflict"
+    described = (await served.client.get(body["type"])).json()
+    assert (described["status"], described["retryable"]) == (409, False)
+    assert_problem(await served.client.get("/problems/no-such-code"), 404, "NOT_FOUND")
+    assert "nothing was appended" in body["detail"] or "nothing was written" in body["detail"]
+    assert await durable_offsets(served) == [1]
+
+
+async def test_if_match_is_the_expected_head(serve: Serve) -> None:
+    """If-Match: "N" appends only on head N; a stale one is 412 and writes nothing."""
+    served = await serve()
+    await served.client.post("/v1/events", json=item())
+    stale = await served.client.post("/v1/events", json=item(), headers={"If-Match": '"0"'})
+    assert_problem(stale, 412, "OFFSET_CONFLICT")
+    fresh = await served.client.post("/v1/events", json=item(), headers={"If-Match": '"1"'})
+    assert fresh.status_code == 201
+    bad = await served.client.post("/v1/events", json=item(), headers={"If-Match": "soon"})
+    assert_problem(bad, 400, "INVALID_REQUEST")
+    assert await durable_offsets(served) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "code"),
+    [
+        (b'{"payload": {}}', {}, 422, "INVALID_EVENT"),
+        (b'{"type": "item", "payload": NaN}', {}, 400, "MALFORMED_REQUEST"),
+        (b"{not json", {}, 400, "MALFORMED_REQUEST"),
+        (b"\xff\xfe", {}, 400, "MALFORMED_REQUEST"),
+        (b"", {}, 400, "MALFORMED_REQUEST"),
+        (b"[]", {}, 400, "INVALID_REQUEST"),
+        (b"[1, 2]", {}, 400, "INVALID_REQUEST"),
+        (b'[{"type": "item"}]', {"Idempotency-Key": "k"}, 400, "INVALID_REQUEST"),
+        (
+            b'{"type": "item", "idempotency_key": "a"}',
+            {"Idempotency-Key": "b"},
+            400,
+            "INVALID_REQUEST",
+        ),
+        (b'{"type": "item", "payload": "' + b"x" * 2_000_000 + b'"}', {}, 413, "REQUEST_TOO_LARGE"),
+    ],
+)
+async def test_a_refused_append_is_a_problem_and_writes_nothing(
+    serve: Serve, body: bytes, headers: dict[str, str], status: int, code: str
+) -> None:
+    """Each refusal: its status, problem+json with the code, and nothing in the log."""
+    served = await serve(http={"max_request_bytes": 1024 * 1024})
+    response = await served.client.post(
+        "/v1/events", content=body, headers={"Content-Type": "application/json", **headers}
+    )
+    assert_problem(response, status, code)
+    assert await durable_offsets(served) == []
+    assert (await served.client.get("/healthz")).status_code == 200  # still serving
+
+
+async def sse_events(response: httpx.Response, count: int) -> list[dict[str, Any]]:
+    """The first ``count`` SSE events of a streaming response, as {event, id, data}."""
+    found: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    async for line in response.aiter_lines():
+        if line.startswith(":"):
+            continue
+        if not line:
+            if current:
+                found.append(current)
+                current = {}
+                if len(found) == count:
+                    return found
+            continue
+        name, _, value = line.partition(": ")
+        if name == "data":
+            current["data"] = json.loads(value)
+        else:
+            current[name] = value
+    return found
+
+
+async def test_a_follow_over_sse_resumes_after_last_event_id(serve: Serve) -> None:
+    """Accept: text/event-stream follows; id is the offset; Last-Event-ID resumes after it."""
+    served = await serve()
+    await served.client.post("/v1/events", json=[item(1), item(2)])
+    headers = {"Accept": "text/event-stream"}
+    async with served.client.stream("GET", "/v1/events", headers=headers) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        first = await sse_events(response, 2)
+    assert [(e["event"], e["id"], e["data"]["offset"]) for e in first] == [
+        ("event", "1", 1),
+        ("event", "2", 2),
+    ]
+    await served.client.post("/v1/events", json=item(3))
+    resumed_headers = {**headers, "Last-Event-ID": "2"}
+    async with served.client.stream("GET", "/v1/events", headers=resumed_headers) as response:
+        task = asyncio.ensure_future(sse_events(response, 2))
+        await asyncio.sleep(0.2)
+        await served.client.post("/v1/events", json=item(4))
+        resumed = await asyncio.wait_for(task, 10)
+    assert [e["data"]["offset"] for e in resumed] == [3, 4]
+
+
+# -- processors -------------------------------------------------------------------------
+
+
+async def test_processors_status_and_snapshot(serve: Serve) -> None:
+    """GET /v1/processors is the status; /v1/processors/{slug} its state; unknown: 404."""
+    served = await serve()
+    (event,) = (await served.client.post("/v1/events", json=item())).json()["events"]
+    await served.host.wait_until_processed("tally", event["offset"])
+    status = (await served.client.get("/v1/processors")).json()
+    (row,) = status["processors"]
+    assert (row["slug"], row["cursor"], row["lag"]) == ("tally", 1, 0)
+    snapshot = (await served.client.get("/v1/processors/tally")).json()
+    assert (snapshot["offset"], snapshot["state"]["offsets"]) == (1, [1])
+    assert "rev" in snapshot
+    missing = await served.client.get("/v1/processors/nobody")
+    assert_problem(missing, 404, "NOT_FOUND")
+    assert_problem(await served.client.get("/nowhere"), 404, "NOT_FOUND")
+
+
+async def test_live_state_over_sse_is_a_seed_then_deltas(serve: Serve) -> None:
+    """The live stream sends a seed {rev, state}, then a delta {from, to, patch} per change."""
+    served = await serve()
+    async with served.client.stream("GET", "/v1/processors/tally/live") as response:
+        task = asyncio.ensure_future(sse_events(response, 2))
+        await asyncio.sleep(0.3)
+        await served.client.post("/v1/events", json=item())
+        seed, delta = await asyncio.wait_for(task, 10)
+    assert seed["event"] == "seed"
+    assert seed["data"]["state"]["offsets"] == []
+    assert delta["event"] == "delta"
+    assert delta["data"]["from"] == seed["data"]["rev"]
+    assert delta["data"]["to"] == seed["data"]["rev"] + 1
+    assert delta["data"]["patch"] == [{"op": "add", "path": "/offsets/0", "value": 1}]
+
+
+async def test_a_skip_over_http_moves_a_stalled_processor_past_its_poison(serve: Serve) -> None:
+    """POST skip records the skip event; the processor moves on; bad bodies are refused."""
+    served = await serve(Fragile(), retry={"initial_delay": 0.05, "max_delay": 0.05})
+    (poison,) = (
+        await served.client.post("/v1/events", json={"type": "item", "payload": {"boom": True}})
+    ).json()["events"]
+    refused = await served.client.post("/v1/processors/fragile/skip", json={"offset": "x"})
+    assert_problem(refused, 400, "INVALID_REQUEST")
+    skipped = await served.client.post(
+        "/v1/processors/fragile/skip", json={"offset": poison["offset"], "reason": "poison"}
+    )
+    assert skipped.status_code == 201
+    assert skipped.json()["event"]["type"] == "streamkit.event-skipped"
+    await served.host.wait_until_processed("fragile", skipped.json()["event"]["offset"])
+
+
+# -- health -----------------------------------------------------------------------------
+
+
+async def test_healthz_is_ok_while_processors_progress(serve: Serve) -> None:
+    """A host whose processors keep up answers 200 with no reasons."""
+    served = await serve()
+    response = await served.client.get("/healthz")
+    assert (response.status_code, response.json()) == (200, {"status": "ok", "reasons": []})
+
+
+async def test_healthz_goes_red_when_a_processor_stalls(serve: Serve) -> None:
+    """A processor whose batches keep failing makes /healthz 503 and names it."""
+    served = await serve(
+        Fragile(), retry={"initial_delay": 0.01, "max_delay": 0.01, "stall_after": 2}
+    )
+    await served.client.post("/v1/events", json={"type": "item", "payload": {"boom": True}})
+    for _ in range(300):
+        response = await served.client.get("/healthz")
+        if response.status_code == 503:
+            break
+        await asyncio.sleep(0.02)
+    assert response.status_code == 503
+    (reason,) = response.json()["reasons"]
+    assert "'fragile'" in reason
+    assert "stalled" in reason
+
+
+async def test_healthz_goes_red_when_a_cursor_stands_behind_a_moving_head(serve: Serve) -> None:
+    """A batch hung in its effect: the head moves, the cursor does not, /healthz says stuck."""
+    gated = Gated()
+    served = await serve(gated, http={"stuck_after": 0.3})
+    await served.client.post("/v1/events", json=[item(1)])
+    await asyncio.sleep(0.1)
+    await served.client.post("/v1/events", json=[item(2)])
+    for _ in range(200):
+        response = await served.client.get("/healthz")
+        if response.status_code == 503:
+            break
+        await asyncio.sleep(0.02)
+    assert response.status_code == 503
+    (reason,) = response.json()["reasons"]
+    assert "'gated'" in reason
+    assert "stuck" in reason
+    gated.gate.set()
+    for _ in range(200):
+        response = await served.client.get("/healthz")
+        if response.status_code == 200:
+            break
+        await asyncio.sleep(0.02)
+    assert response.status_code == 200
+
+
+async def test_healthz_goes_red_when_the_follow_loop_is_blocked(serve: Serve) -> None:
+    """The log's writer thread held off its connection: no look at other commits, 503."""
+    served = await serve(http={"follow_stale_after": 0.3})
+    assert (await served.client.get("/healthz")).status_code == 200
+    log = served.host.log
+    assert log is not None
+    lock = log.backend.writer._conn_lock  # type: ignore[attr-defined]
+    release = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        await asyncio.sleep(0.5)
+        response = await served.client.get("/healthz")
+        assert response.status_code == 503
+        (reason,) = response.json()["reasons"]
+        assert "follow loop stopped" in reason
+    finally:
+        release.set()
+        holder.join()
+    for _ in range(100):
+        if (await served.client.get("/healthz")).status_code == 200:
+            break
+        await asyncio.sleep(0.02)
+    assert (await served.client.get("/healthz")).status_code == 200
+
+
+# -- metrics ----------------------------------------------------------------------------
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+async def test_metrics_are_the_status_in_prometheus_text(serve: Serve) -> None:
+    """Cursor, head, lag, counters and the latency histogram, labelled by slug and path."""
+    served = await serve()
+    for n in range(3):
+        (event,) = (await served.client.post("/v1/events", json=item(n))).json()["events"]
+    await served.host.wait_until_processed("tally", event["offset"])
+    response = await served.client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    found = samples(response.text)
+    labels = (("path", "/"), ("slug", "tally"))
+    assert found[("streamkit_processor_cursor", labels)] == 3
+    assert found[("streamkit_processor_head", labels)] == 3
+    assert found[("streamkit_processor_lag_events", labels)] == 0
+    assert found[("streamkit_processor_events_reduced_total", labels)] == 3
+    assert found[("streamkit_processor_stalled", labels)] == 0
+    assert found[("streamkit_processor_running", labels)] == 1
+    assert found[("streamkit_processor_latency_seconds_count", labels)] >= 1
+    assert found[("streamkit_host_leases_held", ())] == 1
+    assert found[("streamkit_host_appended_events_total", ())] >= 3
+    assert found[("streamkit_database_reachable", ())] == 1
+    assert ("streamkit_host_follow_age_seconds", ()) in found
+
+
+# -- the token --------------------------------------------------------------------------
+
+
+def token_file(tmp_path: Path, mode: int = 0o600) -> Path:
+    path = tmp_path / "http.token"
+    path.write_text("s3cret-token-0123456789\n")
+    os.chmod(path, mode)
+    return path
+
+
+async def test_with_a_token_every_request_but_healthz_needs_it(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """No token or a wrong one: 401 problem, nothing written; the right one passes."""
+    served = await serve(http={"token_file": str(token_file(tmp_path))})
+    bare = await served.client.post("/v1/events", json=item())
+    refusal = assert_problem(bare, 401, "UNAUTHORIZED")
+    described = await served.client.get(refusal["type"])  # the type names a page, open to all
+    assert described.json()["code"] == "UNAUTHORIZED"
+    assert bare.headers["www-authenticate"].startswith("Bearer")
+    wrong = await served.client.get("/v1/processors", headers={"Authorization": "Bearer nope"})
+    assert_problem(wrong, 401, "UNAUTHORIZED")
+    assert_problem(await served.client.get("/metrics"), 401, "UNAUTHORIZED")
+    assert (await served.client.get("/healthz")).status_code == 200
+    good = {"Authorization": "Bearer s3cret-token-0123456789"}
+    assert (await served.client.post("/v1/events", json=item(), headers=good)).status_code == 201
+    assert (await served.client.get("/metrics", headers=good)).status_code == 200
+    assert await durable_offsets(served) == [1]
+
+
+async def test_open_metrics_serves_metrics_without_the_token(serve: Serve, tmp_path: Path) -> None:
+    """open_metrics lets a scraper in without the token; everything else still needs it."""
+    served = await serve(http={"token_file": str(token_file(tmp_path)), "open_metrics": True})
+    assert (await served.client.get("/metrics")).status_code == 200
+    assert_problem(await served.client.get("/v1/processors"), 401, "UNAUTHORIZED")
+
+
+async def test_a_token_file_others_may_read_is_refused_at_start(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """A token readable by the group or others fails the host's start; nothing is served."""
+    with pytest.raises(InvalidConfig, match="may be read by other users"):
+        await serve(http={"token_file": str(token_file(tmp_path, 0o644))})
+
+
+def test_listening_off_the_loopback_needs_a_token(tmp_path: Path) -> None:
+    """Any address but the loopback without a token is refused by the settings."""
+    from streamkit.config import config_from_args
+
+    with pytest.raises(InvalidConfig, match="without a token"):
+        config_from_args(db=tmp_path / "a.db", http="0.0.0.0:8700", cwd=tmp_path)
+    config = config_from_args(
+        db=tmp_path / "a.db", http="0.0.0.0:8700", http_token_file="t", cwd=tmp_path
+    )
+    assert config.http is not None
+    assert config.http.token_file == tmp_path / "t"
+    with pytest.raises(InvalidConfig, match="not an address"):
+        config_from_args(db=tmp_path / "a.db", http="8700", cwd=tmp_path)
+
+
+class Page(BaseModel):
+    text: str = ""
+    edits: int = 0
+
+
+class Pager(StreamProcessor[Page]):
+    """``grow`` makes the text over a megabyte: a change too large to send as a patch."""
+
+    contract = define_processor_contract(
+        slug="pager", version="1", state_schema=Page, consumes=["grow", "edit"]
+    )
+
+    def reduce(self, event: StreamEvent, state: Page) -> Page:
+        if event.type == "grow":
+            return Page(text="y" * 1_100_000, edits=state.edits + 1)
+        return Page(text=state.text, edits=state.edits + 1)
+
+
+async def test_a_live_client_is_re_seeded_when_a_delta_cannot_carry_the_change(
+    serve: Serve,
+) -> None:
+    """A change past the patch limit breaks the chain: the stream sends a fresh seed, then deltas."""
+    served = await serve(Pager())
+    async with served.client.stream("GET", "/v1/processors/pager/live") as response:
+        task = asyncio.ensure_future(sse_events(response, 3))
+        await asyncio.sleep(0.3)
+        await served.client.post("/v1/events", json={"type": "grow"})
+        await asyncio.sleep(0.3)
+        await served.client.post("/v1/events", json={"type": "edit"})
+        first, again, delta = await asyncio.wait_for(task, 10)
+    assert (first["event"], first["data"]["state"]["text"]) == ("seed", "")
+    assert again["event"] == "seed"
+    assert again["data"]["rev"] > first["data"]["rev"]
+    assert len(again["data"]["state"]["text"]) == 1_100_000
+    assert delta["event"] == "delta"
+    assert delta["data"]["from"] == again["data"]["rev"]
+    assert delta["data"]["patch"] == [{"op": "replace", "path": "/edits", "value": 2}]
+
+
+async def test_cors_is_off_unless_origins_are_named(serve: Serve, tmp_path: Path) -> None:
+    """No CORS header by default; a named origin gets them, preflight included, token or not."""
+    origin = {"Origin": "https://ops.example.com"}
+    plain = await serve()
+    response = await plain.client.get("/healthz", headers=origin)
+    assert "access-control-allow-origin" not in response.headers
+    named = await serve(
+        http={"cors_origins": ["https://ops.example.com"], "token_file": str(token_file(tmp_path))}
+    )
+    preflight = await named.client.options(
+        "/v1/events",
+        headers={
+            **origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "https://ops.example.com"
+    refused = await named.client.get("/v1/processors", headers=origin)
+    assert refused.status_code == 401
+    other = await named.client.options(
+        "/v1/events",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+    )
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_a_wildcard_origin_and_a_bare_port_are_read_as_the_settings_say(tmp_path: Path) -> None:
+    """cors_origins refuses "*"; ":8700" listens on the loopback."""
+    from streamkit.config import HostConfig
+
+    with pytest.raises(ValueError, match="not an origin"):
+        HostConfig(db=tmp_path / "a.db", http={"listen": ":0", "cors_origins": ["*"]})
+    config = HostConfig(db=tmp_path / "a.db", http=":8700")
+    assert config.http is not None
+    assert (config.http.host, config.http.port) == ("127.0.0.1", 8700)
+
+
+def test_streamkit_toml_takes_http_as_an_address_or_a_table(tmp_path: Path) -> None:
+    """``http = "HOST:PORT"`` is short for the [http] table with listen alone."""
+    from streamkit.config import load_config
+
+    short = tmp_path / "short.toml"
+    short.write_text('db = "app.db"\nhttp = "127.0.0.1:8700"\n')
+    config = load_config(short)
+    assert config.http is not None
+    assert (config.http.host, config.http.port, config.http.token_file) == ("127.0.0.1", 8700, None)
+    table = tmp_path / "table.toml"
+    table.write_text(
+        'db = "app.db"\n[http]\nlisten = "0.0.0.0:9000"\ntoken_file = "t"\nopen_metrics = true\n'
+    )
+    config = load_config(table)
+    assert config.http is not None
+    assert (config.http.host, config.http.open_metrics) == ("0.0.0.0", True)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('db = "app.db"\n[http]\nlisten = "0.0.0.0:9000"\n')
+    with pytest.raises(InvalidConfig, match="without a token"):
+        load_config(bad)
+
+
+async def test_connections_past_the_limit_are_answered_503(serve: Serve) -> None:
+    """max_connections bounds what is served at once; the rest get 503 until one ends."""
+    served = await serve(http={"max_connections": 2})
+    headers = {"Accept": "text/event-stream"}
+    async with (
+        served.client.stream("GET", "/v1/events", headers=headers),
+        served.client.stream("GET", "/v1/events", headers=headers),
+        httpx.AsyncClient(base_url=served.http.url) as other,
+    ):
+        response = await other.get("/healthz")
+        assert response.status_code == 503
+    async with httpx.AsyncClient(base_url=served.http.url) as other:
+        assert (await other.get("/healthz")).status_code == 200
