@@ -248,6 +248,12 @@ async def test_live_state_over_sse_is_a_seed_then_deltas(serve: Serve) -> None:
     assert delta["data"]["from"] == seed["data"]["rev"]
     assert delta["data"]["to"] == seed["data"]["rev"] + 1
     assert delta["data"]["patch"] == [{"op": "add", "path": "/offsets/0", "value": 1}]
+    # The client is gone: its subscription ends, so batches stop publishing for it.
+    for _ in range(100):
+        if not served.host.watching("/", "tally"):
+            break
+        await asyncio.sleep(0.02)
+    assert not served.host.watching("/", "tally")
 
 
 async def test_a_skip_over_http_moves_a_stalled_processor_past_its_poison(serve: Serve) -> None:
