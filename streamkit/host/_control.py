@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 
 from streamkit.control._server import NoArgs, Operation
-from streamkit.errors import InvalidRequest, SlowConsumer, UnknownOperation
+from streamkit.errors import InvalidRequest, UnknownOperation
 from streamkit.events import MAX_OFFSET, EventInput, ReadPage, StreamEvent
 from streamkit.log._log import Log
 
@@ -58,6 +58,8 @@ class ServedHost(Protocol):
     async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]: ...
 
     def watch(self, slug: str, path: str | None = None) -> AsyncIterator[dict[str, Any]]: ...
+
+    def follow(self, path: str, after_offset: int = 0) -> AsyncIterator[StreamEvent]: ...
 
     async def skip(
         self, slug: str, offset: int, *, by: str, reason: str, path: str | None = None
@@ -169,28 +171,14 @@ class HostControlHandler:
 
 
 async def _follow(host: ServedHost, path: str, after: int) -> AsyncIterator[Any]:
-    log = host.log
-    if log is None:
+    if host.log is None:
         return
-    follower = log.stream(path).follow(after)
-    sent = after
+    follow = host.follow(path, after)
     try:
-        async for events, _ in follower:
-            if follower.overflows:
-                # The client read too slowly: the host dropped what it buffered for it
-                # (and with it, ephemerals). Say so and where to resume, then end.
-                raise SlowConsumer(
-                    f"the follower of {path!r} fell more than its byte budget behind and the "
-                    f"host dropped what it held for it (ephemerals in it are gone); durable "
-                    f"events are intact: follow again after offset {sent}",
-                    details={"path": path, "resume_after": sent},
-                )
-            for event in events:
-                if not event.ephemeral:
-                    sent = event.offset
-                yield event.to_dict()
+        async for event in follow:
+            yield event.to_dict()
     finally:
-        closer = getattr(follower, "aclose", None)
+        closer = getattr(follow, "aclose", None)
         if closer is not None:
             await closer()
 

@@ -65,6 +65,7 @@ from streamkit.errors import (
     InvalidConfig,
     InvalidRequest,
     LeaseLost,
+    SlowConsumer,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, StreamEvent
@@ -491,6 +492,35 @@ class ProcessorHost:
     async def read(self, path: str, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Read durable events of a stream of the host's log."""
         return await self._require_log().stream(path).read(after_offset, limit)
+
+    async def follow(self, path: str, after_offset: int = 0) -> AsyncIterator[StreamEvent]:
+        """Every event of ``path`` after ``after_offset``, then each commit as it lands.
+
+        A client that reads slower than its byte budget
+        (``limits.subscriber_bytes``) loses what the host buffered for it:
+        the follow ends with :class:`~streamkit.errors.SlowConsumer`, whose
+        ``resume_after`` is the last durable offset yielded (durable events
+        are intact; skipped ephemerals are gone).
+        """
+        follower = self._require_log().stream(path).follow(after_offset)
+        sent = after_offset
+        try:
+            async for events, _ in follower:
+                if follower.overflows:
+                    raise SlowConsumer(
+                        f"the follower of {path!r} fell more than its byte budget behind and "
+                        f"the host dropped what it held for it (ephemerals in it are gone); "
+                        f"durable events are intact: follow again after offset {sent}",
+                        details={"path": path, "resume_after": sent},
+                    )
+                for event in events:
+                    if not event.ephemeral:
+                        sent = event.offset
+                    yield event
+        finally:
+            closer = getattr(follower, "aclose", None)
+            if closer is not None:
+                await closer()
 
     async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]:
         """``{offset, state, source}``: live from the engine here, else from the checkpoint.

@@ -104,30 +104,17 @@ class Endpoints:
         )
 
     async def _follow(self, path: str, after: int) -> AsyncIterator[bytes]:
-        log = self._host.log
-        if log is None:
-            return
-        follower = log.stream(path).follow(after)
-        sent = after
+        # A durable event's id is its offset, so Last-Event-ID resumes after it; an
+        # ephemeral has none (the client's last id stays the last durable one).
+        follow = self._host.follow(path, after)
         try:
-            async for events, _ in follower:
-                if follower.overflows:
-                    error = SlowConsumer(
-                        f"this client fell more than its byte budget behind {path!r} and the "
-                        f"host dropped what it held for it (ephemerals in it are gone); durable "
-                        f"events are intact: reconnect with Last-Event-ID: {sent}",
-                        details={"path": path, "resume_after": sent},
-                    )
-                    yield frame(_json(error.to_dict()), event="error")
-                    return
-                for event in events:
-                    if event.ephemeral:
-                        yield frame(_json(event.to_dict()), event="event")
-                    else:
-                        sent = event.offset
-                        yield frame(_json(event.to_dict()), event="event", id=str(sent))
+            async for event in follow:
+                data = _json(event.to_dict())
+                yield frame(data, event="event", id=None if event.ephemeral else str(event.offset))
+        except SlowConsumer as exc:  # the SSE form of the same refusal: resume after it
+            yield frame(_json(exc.to_dict()), event="error")
         finally:
-            closer = getattr(follower, "aclose", None)
+            closer = getattr(follow, "aclose", None)
             if closer is not None:
                 await closer()
 
