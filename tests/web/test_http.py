@@ -282,18 +282,23 @@ async def test_healthz_is_ok_while_processors_progress(serve: Serve) -> None:
     assert (response.status_code, response.json()) == (200, {"status": "ok", "reasons": []})
 
 
+async def healthz_becomes(served: Served, status: int) -> httpx.Response:
+    """Poll /healthz every 20 ms until it answers ``status`` (at most 6 s); its last answer."""
+    for _ in range(300):
+        response = await served.client.get("/healthz")
+        if response.status_code == status:
+            return response
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"/healthz never answered {status}: {response.text}")
+
+
 async def test_healthz_goes_red_when_a_processor_stalls(serve: Serve) -> None:
     """A processor whose batches keep failing makes /healthz 503 and names it."""
     served = await serve(
         Fragile(), retry={"initial_delay": 0.01, "max_delay": 0.01, "stall_after": 2}
     )
     await served.client.post("/v1/events", json={"type": "item", "payload": {"boom": True}})
-    for _ in range(300):
-        response = await served.client.get("/healthz")
-        if response.status_code == 503:
-            break
-        await asyncio.sleep(0.02)
-    assert response.status_code == 503
+    response = await healthz_becomes(served, 503)
     (reason,) = response.json()["reasons"]
     assert "'fragile'" in reason
     assert "stalled" in reason
@@ -306,22 +311,12 @@ async def test_healthz_goes_red_when_a_cursor_stands_behind_a_moving_head(serve:
     await served.client.post("/v1/events", json=[item(1)])
     await asyncio.sleep(0.1)
     await served.client.post("/v1/events", json=[item(2)])
-    for _ in range(200):
-        response = await served.client.get("/healthz")
-        if response.status_code == 503:
-            break
-        await asyncio.sleep(0.02)
-    assert response.status_code == 503
+    response = await healthz_becomes(served, 503)
     (reason,) = response.json()["reasons"]
     assert "'gated'" in reason
     assert "stuck" in reason
     gated.gate.set()
-    for _ in range(200):
-        response = await served.client.get("/healthz")
-        if response.status_code == 200:
-            break
-        await asyncio.sleep(0.02)
-    assert response.status_code == 200
+    await healthz_becomes(served, 200)
 
 
 async def test_healthz_goes_red_when_the_follow_loop_is_blocked(serve: Serve) -> None:
@@ -348,11 +343,7 @@ async def test_healthz_goes_red_when_the_follow_loop_is_blocked(serve: Serve) ->
     finally:
         release.set()
         holder.join()
-    for _ in range(100):
-        if (await served.client.get("/healthz")).status_code == 200:
-            break
-        await asyncio.sleep(0.02)
-    assert (await served.client.get("/healthz")).status_code == 200
+    await healthz_becomes(served, 200)
 
 
 # -- metrics ----------------------------------------------------------------------------
