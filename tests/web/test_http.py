@@ -405,6 +405,10 @@ async def test_with_a_token_every_request_but_healthz_needs_it(
     assert_problem(wrong, 401, "UNAUTHORIZED")
     assert_problem(await served.client.get("/metrics"), 401, "UNAUTHORIZED")
     assert (await served.client.get("/healthz")).status_code == 200
+    page = await served.client.get("/")  # the admin page's files carry no data
+    assert page.status_code == 200
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert (await served.client.get("/static/admin.js")).status_code == 200
     good = {"Authorization": "Bearer s3cret-token-0123456789"}
     assert (await served.client.post("/v1/events", json=item(), headers=good)).status_code == 201
     assert (await served.client.get("/metrics", headers=good)).status_code == 200
