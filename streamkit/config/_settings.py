@@ -263,6 +263,8 @@ class HostConfig(_Section):
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     live_state: Literal["watched", "always"] = "watched"
     """When batches publish live-state deltas: while a client watches (no cost otherwise), or always."""
+    processor_share: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)
+    """While clients append, the most of the time the processors' batches take (1: no pacing)."""
     socket: Path | None = Field(default=None, validate_default=True)
     """The control socket; ``None`` means ``<db>.sock`` (see :attr:`socket_path`)."""
     shared_socket_dir: bool = False

@@ -70,6 +70,7 @@ from streamkit.host._acquire import LeaseAcquirer
 from streamkit.host._alarm import Alarm
 from streamkit.host._control import HostControlHandler
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
+from streamkit.host._pacer import Pacer
 from streamkit.host._path_watch import PathWatch
 from streamkit.host._recorded_skips import obey_recorded_skips
 from streamkit.host._runner import ProcessorRunner
@@ -200,6 +201,11 @@ class ProcessorHost(HostVerbs):
             await store.prepare()
             skips = await store.load_skips()
             self._alarm = Alarm(self.runners, clock=self.clock)
+            pacer = (
+                Pacer(config.processor_share, log.clients_active)
+                if config.processor_share < 1
+                else None
+            )
             for entry in self._entries:
                 slug = entry.processor.contract.slug
                 self.runners.append(
@@ -219,6 +225,7 @@ class ProcessorHost(HostVerbs):
                             if config.live_state == "always"
                             else functools.partial(self.watching, entry.path, slug)
                         ),
+                        pacer=pacer,
                     )
                 )
             loop = asyncio.get_running_loop()

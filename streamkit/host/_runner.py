@@ -42,6 +42,7 @@ from streamkit.events import ScannedRange, StreamEvent
 from streamkit.host._engine_stream import EngineStream
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
+from streamkit.host._pacer import Pacer
 from streamkit.log._follow import Follow
 from streamkit.log._log import Log
 from streamkit.processor import StreamProcessor
@@ -85,8 +86,10 @@ class ProcessorRunner:
         on_claim: Callable[[], None],
         on_lease_gone: Callable[[HeldLease], None] = lambda held: None,
         publish_live: bool | Callable[[], bool] = True,
+        pacer: Pacer | None = None,
     ) -> None:
         self.processor = processor
+        self._pacer = pacer
         self.slug: str = processor.contract.slug
         self.version: str = processor.contract.version
         self.path = path
@@ -347,6 +350,9 @@ class ProcessorRunner:
                 if engine is self.engine:
                     follower.skip_to(engine.cursor)  # what the revive read needs no push
                 continue
+            pacer = self._pacer
+            if pacer is not None:
+                await pacer.turn()  # clients first (see the pacer's module)
             try:
                 got = await follower.next_or_woken()
             except StopAsyncIteration:
@@ -380,8 +386,11 @@ class ProcessorRunner:
                     detail="fell too far behind to be held in memory: reading the log instead",
                 )
             events, scanned = got
+            began = time.monotonic()
             async with self._item:
                 await self._until_done((events, scanned, follower.at_head))
+            if pacer is not None:
+                pacer.ran(time.monotonic() - began)
 
     async def _until_done(self, item: Item) -> None:
         while not self._stopping:

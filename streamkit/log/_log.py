@@ -17,8 +17,10 @@ backend (:class:`~streamkit.protocols.LogBackend`; the contract suites of
 
 What this module adds above the backend: argument checks and event
 validation (nothing malformed reaches storage), the gathering of the appends
-that become ready in one event-loop turn into one group commit, and the
-fan-out of new events to followers. One :class:`Log` per process and target;
+that become ready in one event-loop turn into one group commit (a
+processor's write made while clients append waits briefly to join a
+client's: see :meth:`Log._enqueue`), and the fan-out of new events to
+followers. One :class:`Log` per process and target;
 ``open_log`` (in :mod:`streamkit.backends`) builds it over the backend the
 target names.
 """
@@ -60,6 +62,11 @@ __all__ = ["MAX_READ_LIMIT", "Log", "ProcessorStreamView", "Stream"]
 T = TypeVar("T")
 
 MAX_READ_LIMIT = 10_000
+
+CLIENT_ACTIVE_SECONDS = 0.005
+"""How recent a client's append must be for clients to count as appending now."""
+HOLD_SECONDS = 0.001
+"""How long a processor's write waits, while clients append, for a client's commit to ride."""
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
@@ -106,6 +113,11 @@ class Log:
         self._inline_commits = inline_commits and not read_only
         _check_int("follower_bytes", follower_bytes, 1)
         self._pending: list[AppendCall | TransactionJob] = []
+        # When _pending is handed over: at the end of this loop turn, or (while it
+        # holds processors' writes only) after HOLD_SECONDS, unless a client comes first.
+        self._handover: asyncio.Handle | None = None
+        self._handover_soon = False
+        self._client_at = -math.inf
         self.shared_pages = SharedPages()
         """Full pages read lately, handed to the next reader of the same range (see its module)."""
         self.path = path
@@ -198,6 +210,17 @@ class Log:
                 "(open it again to use it)"
             )
 
+    def clients_active(self) -> bool:
+        """Whether a client appended in the last :data:`CLIENT_ACTIVE_SECONDS`.
+
+        A client is any caller appending without a lease's fence: not a
+        processor of a host. While clients append, processors' writes wait
+        briefly to share their commits, and a host paces its processors'
+        batches (``HostConfig.processor_share``), so that a producer on the
+        same event loop is never starved by the work its own events cause.
+        """
+        return time.monotonic() - self._client_at < CLIENT_ACTIVE_SECONDS
+
     def _commits_now(self, loop: asyncio.AbstractEventLoop) -> bool:
         """The one decision to commit on the loop, now, rather than hand over to the backend.
 
@@ -235,7 +258,9 @@ class Log:
 
     # -- the writer connection ------------------------------------------------------------
 
-    async def write_transaction(self, fn: Callable[[Connection], T], *, inline: bool = False) -> T:
+    async def write_transaction(
+        self, fn: Callable[[Connection], T], *, inline: bool = False, processor: bool = False
+    ) -> T:
         """Run ``fn(conn)`` on the backend's writer connection in its own write transaction.
 
         ``conn`` is the backend's connection (a ``sqlite3.Connection`` for
@@ -255,6 +280,11 @@ class Log:
         may also share one group commit with the appends queued beside it
         (one fsync for all), in a savepoint of its own: its writes still
         commit together or not at all, and its error is its own.
+
+        ``processor=True`` (with ``inline``) marks a processor's write, such as
+        its checkpoint: while clients append (:meth:`clients_active`) it waits
+        up to :data:`HOLD_SECONDS` to share a client's commit, as a fenced
+        append does.
         """
         self._check_writable()
         loop = asyncio.get_running_loop()
@@ -262,11 +292,12 @@ class Log:
         job = TransactionJob(loop, future, fn, short=inline)
         # ``fn`` is the caller's code: only on request may it hold the event loop, and
         # only when nothing else is waiting to run (see ``_submit``).
-        if inline and self._commits_now(loop):
+        hold = processor and self._inline_commits and self.clients_active()
+        if inline and not hold and self._commits_now(loop):
             if not self._backend.try_inline([job]):
                 self._backend.submit(job)
-        elif inline and self._pending and self._pending[0].loop is loop:
-            self._pending.append(job)  # rides the group commit of this turn's appends
+        elif inline and (hold or (self._pending and self._pending[0].loop is loop)):
+            self._enqueue(job, hold=hold)  # rides the group commit of this turn's appends
         else:
             # The thread commits it while the loop runs the work that is ready (a
             # catch-up reads its next page meanwhile), still grouped with any append
@@ -335,7 +366,12 @@ class Log:
             self._check_writable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[StreamEvent]]
-        if self._commits_now(loop):
+        if fence is None:
+            self._client_at = time.monotonic()
+            hold = False
+        else:
+            hold = self._inline_commits and self.clients_active()
+        if not hold and self._commits_now(loop):
             call = AppendCall(loop, None, path, events, fence, seal, expect_head)
             if self._backend.try_inline([call]):
                 if call.error is not None:
@@ -346,7 +382,11 @@ class Log:
             self._backend.submit(call)
             return future
         future = loop.create_future()
-        self._submit(AppendCall(loop, future, path, events, fence, seal, expect_head))
+        job = AppendCall(loop, future, path, events, fence, seal, expect_head)
+        if hold:
+            self._enqueue(job, hold=True)
+        else:
+            self._submit(job)
         return future
 
     def _submit(self, job: AppendCall) -> None:
@@ -369,12 +409,40 @@ class Log:
             if not self._backend.try_inline([job]):
                 self._backend.submit(job)
             return
+        self._enqueue(job, hold=False)
+
+    def _enqueue(self, job: AppendCall | TransactionJob, *, hold: bool) -> None:
+        """Add ``job`` to this turn's group; ``hold``: a processor's write, which may wait.
+
+        A processor's write made while clients append waits up to
+        :data:`HOLD_SECONDS` for a client's append, whose hand-over takes it
+        along: one commit for both, where there would be two, each the other's
+        wait (measured: 1.3 to 1.6 commits per durable task, 1.0 with it).
+        Nothing waits on the loop meanwhile; the writer is merely not asked yet.
+        """
+        if self._pending and self._pending[0].loop is not job.loop:
+            self._backend.submit(job)
+            return
         self._pending.append(job)
-        if len(self._pending) == 1:
-            job.loop.call_soon(self._hand_over)
+        if not hold:
+            self._hand_over_soon(job.loop)
+        elif self._handover is None:
+            self._handover = job.loop.call_later(HOLD_SECONDS, self._hand_over)
+
+    def _hand_over_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._handover_soon:
+            return
+        if self._handover is not None:
+            self._handover.cancel()  # the timer of held writes: they go now, with this one
+        self._handover = loop.call_soon(self._hand_over)
+        self._handover_soon = True
 
     def _queue_pending(self) -> None:
         """Appends registered but not yet handed over go to the writer's queue (before a close)."""
+        if self._handover is not None:
+            self._handover.cancel()
+            self._handover = None
+            self._handover_soon = False
         jobs, self._pending = self._pending, []
         for job in jobs:
             try:
@@ -384,6 +452,8 @@ class Log:
                     job.loop.call_soon_threadsafe(_fail, job.future, exc)
 
     def _hand_over(self) -> None:
+        self._handover = None
+        self._handover_soon = False
         jobs, self._pending = self._pending, []
         if not jobs:  # a close queued them already
             return

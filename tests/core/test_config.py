@@ -606,3 +606,18 @@ def test_a_boolean_is_not_a_number(tmp_path: Path, text: str, key: str) -> None:
     error = refusal(lambda: load_config(path))
     assert keys(error) == [key]
     assert "is a boolean, not a number" in str(error)
+
+
+@pytest.mark.parametrize("share", ["0", "-0.5", "1.5", "nan", "true"])
+def test_a_processor_share_outside_zero_to_one_is_refused(tmp_path: Path, share: str) -> None:
+    """``processor_share`` is a fraction of the time: above 0, at most 1."""
+    error = refusal(
+        lambda: load_config(write_toml(tmp_path, f'db = "app.db"\nprocessor_share = {share}\n'))
+    )
+    assert keys(error) == ["processor_share"]
+
+
+def test_processor_share_defaults_to_a_fifth_and_one_turns_pacing_off(tmp_path: Path) -> None:
+    assert load_config(write_toml(tmp_path, 'db = "app.db"\n')).processor_share == 0.2
+    path = write_toml(tmp_path, 'db = "app.db"\nprocessor_share = 1\n')
+    assert load_config(path).processor_share == 1.0

@@ -69,4 +69,4 @@ class FencedCheckpointStorage:
             )
 
         # Short (a fence read and one UPSERT): it may commit on the loop when nothing waits.
-        await self._log.write_transaction(fenced_write, inline=True)
+        await self._log.write_transaction(fenced_write, inline=True, processor=True)
