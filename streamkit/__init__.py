@@ -48,6 +48,7 @@ from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot, LiveState, ap
 from streamkit.log import Log, Stream
 from streamkit.processor import Delivery, ProcessEventArgs, StreamProcessor, consumes_event
 from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream
+from streamkit.shared_map import SharedMap
 
 __version__ = "0.1.0"
 
@@ -93,6 +94,7 @@ __all__ = [
     "RemoteError",
     "RequestTooLarge",
     "ScannedRange",
+    "SharedMap",
     "SlowConsumer",
     "StateNotSerializable",
     "StorageBusy",

@@ -20,7 +20,8 @@ caller takes the plain path:
   fields, no extra fields, no ``serialize_by_alias`` and no ``ser_json_inf_nan``
   setting, and every field's type is ``str``, ``int``, ``float``, ``bool``,
   ``None``, a ``Literal`` of those, a qualifying model, ``list[X]``,
-  ``dict[str, X]`` or ``X | None`` of these (constraints such as ``ge`` are
+  ``dict[str, X]``, ``SharedMap[str, X]`` (walked bucket by bucket) or
+  ``X | None`` of these (constraints such as ``ge`` are
   allowed: they do not change the JSON);
 - at run time each value the walk builds must have exactly the declared type
   (a subclass of the declared model, an ``int`` in a ``float`` field, an
@@ -48,6 +49,7 @@ import annotated_types
 from pydantic import BaseModel, RootModel
 
 from streamkit._json_diff import Op, copy_form, diff_under, pointer_token
+from streamkit.shared_map import SharedMap
 
 __all__ = ["ABSENT", "Step", "Unplanned", "fresh_form", "plain_form_of", "step"]
 
@@ -180,7 +182,10 @@ def _type_plan(annotation: Any) -> _Plan | None:
         return None if item is None else _list(item)
     if origin is dict and len(args) == 2 and args[0] is str:
         item = _type_plan(args[1])
-        return None if item is None else _dict(item)
+        return None if item is None else _mapping(item, dict)
+    if origin is SharedMap and len(args) == 2 and args[0] is str:
+        item = _type_plan(args[1])
+        return None if item is None else _mapping(item, SharedMap)
     if (origin is Union or origin is types.UnionType) and len(args) == 2 and type(None) in args:
         inner = _type_plan(next(arg for arg in args if arg is not type(None)))
         return None if inner is None else _optional(inner)
@@ -290,20 +295,23 @@ def _model(cls: type[BaseModel]) -> _Plan:
     return form
 
 
-def _dict(item: _Plan) -> _Plan:
+def _mapping(item: _Plan, kind: type[dict[Any, Any]] | type[SharedMap[Any, Any]]) -> _Plan:
+    """A ``dict[str, X]`` or a ``SharedMap[str, X]``: a JSON object either way."""
+    beside: Callable[..., dict[str, Any]] = _dict_beside if kind is dict else _shared_beside
+
     def form(value: Any, previous: Any, previous_form: Any, pointer: str, walk: _Walk) -> Any:
         if value is previous and previous_form is not _ABSENT:
             walk.floor += 4 * len(previous_form)
             return previous_form
-        if type(value) is not dict:
+        if type(value) is not kind:
             raise Unplanned
         walk.floor += 4 * len(value)
-        if type(previous) is not dict or type(previous_form) is not dict:
+        if type(previous) is not kind or type(previous_form) is not dict:
             if value and set(map(type, value)) != {str}:
                 raise Unplanned
             built = {key: item(v, _ABSENT, _ABSENT, "", walk) for key, v in value.items()}
             return _replaced(built, previous_form, pointer, walk)
-        return _dict_beside(item, value, previous, previous_form, pointer, walk)
+        return beside(item, value, previous, previous_form, pointer, walk)
 
     return form
 
@@ -322,12 +330,36 @@ def _dict_beside(
     only those are walked. A key the previous dict held keeps its form's
     place; a new key goes last, as in a patched copy.
     """
-    get = previous.get
-    changed = list(map(operator.is_not, value.values(), map(get, value, repeat(_ABSENT))))
-    count = changed.count(True)
-    if not count and len(value) == len(previous):
+    changed = _changed(value, previous)
+    if changed is None:
         return previous_form  # the same entries: an equal dict, rebuilt
     form = previous_form.copy()
+    _edit(item, value, previous, changed, form, previous_form, pointer, walk)
+    return form
+
+
+def _changed(value: dict[Any, Any], previous: dict[Any, Any]) -> list[bool] | None:
+    """Per key of ``value``, whether its entry is not the previous one; None if none changed."""
+    get = previous.get
+    changed = list(map(operator.is_not, value.values(), map(get, value, repeat(_ABSENT))))
+    if len(value) == len(previous) and True not in changed:
+        return None
+    return changed
+
+
+def _edit(
+    item: _Plan,
+    value: dict[Any, Any],
+    previous: dict[Any, Any],
+    changed: list[bool],
+    form: dict[str, Any],
+    previous_form: dict[str, Any],
+    pointer: str,
+    walk: _Walk,
+) -> None:
+    """Edit ``form`` (a copy of the previous form) where ``value`` differs from ``previous``."""
+    get = previous.get
+    count = changed.count(True)
     added = 0
     if count:
         keys = list(value)
@@ -365,7 +397,28 @@ def _dict_beside(
             except KeyError:
                 raise Unplanned from None
             walk.ops.append({"op": "remove", "path": f"{pointer}/{pointer_token(key)}"})
-    return form
+
+
+def _shared_beside(
+    item: _Plan,
+    value: SharedMap[Any, Any],
+    previous: SharedMap[Any, Any],
+    previous_form: dict[str, Any],
+    pointer: str,
+    walk: _Walk,
+) -> dict[str, Any]:
+    """As :func:`_dict_beside`, bucket by bucket: a bucket that is the same object is skipped."""
+    edited: dict[str, Any] | None = None
+    for bucket, before in zip(value.buckets, previous.buckets, strict=True):
+        if bucket is before:
+            continue
+        changed = _changed(bucket, before)
+        if changed is None:
+            continue
+        if edited is None:
+            edited = previous_form.copy()
+        _edit(item, bucket, before, changed, edited, previous_form, pointer, walk)
+    return previous_form if edited is None else edited
 
 
 def _list(item: _Plan) -> _Plan:

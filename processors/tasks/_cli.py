@@ -108,7 +108,8 @@ def _task_line(task: dict[str, Any]) -> str:
 def _tasks_list(args: argparse.Namespace, out: TextIO) -> int:
     snapshot = _need_tasks_state(args)
     state = snapshot["state"] or {}
-    tasks = list((state.get("tasks") or {}).values())
+    # In request order (the state keeps its live tasks in a SharedMap's order).
+    tasks = sorted((state.get("tasks") or {}).values(), key=lambda t: t.get("request_offset", 0))
     counts = state.get("counts") or {}
     if args.json:
         out.write(

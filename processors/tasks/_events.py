@@ -14,7 +14,7 @@ from streamkit.processors.dlq import (
     ReplayRef,
 )
 
-from streamkit import EventDefinition, InvalidEvent, define_processor_contract
+from streamkit import EventDefinition, InvalidEvent, SharedMap, define_processor_contract
 
 TASK_REQUESTED = "task.requested"
 TASK_ATTEMPT_STARTED = "task.attempt-started"
@@ -141,9 +141,14 @@ class TaskCounts(BaseModel):
 
 
 class TasksState(BaseModel):
-    """Live tasks by id, and counters."""
+    """Live tasks by id, and counters.
 
-    tasks: dict[str, LiveTask] = Field(default_factory=dict)
+    ``tasks`` is a :class:`~streamkit.SharedMap`: a reduce that changes one
+    task copies a sliver of it, not every live task (its JSON is an object,
+    as a dict's; its order is not request order).
+    """
+
+    tasks: SharedMap[str, LiveTask] = Field(default_factory=SharedMap)
     counts: TaskCounts = Field(default_factory=TaskCounts)
 
 

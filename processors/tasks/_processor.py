@@ -76,6 +76,7 @@ from streamkit import (
     IdempotencyConflict,
     InvalidContract,
     ProcessEventArgs,
+    SharedMap,
     StreamEvent,
     StreamProcessor,
 )
@@ -85,7 +86,7 @@ __all__ = [
 ]
 
 
-def _state(tasks: dict[str, LiveTask], counts: TaskCounts) -> TasksState:
+def _state(tasks: SharedMap[str, LiveTask], counts: TaskCounts) -> TasksState:
     """A new state from parts that are validated already.
 
     Validating them again would walk every live task on every event, a cost
@@ -198,7 +199,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                 dlq=replay_ref(event),
             )
             return _state(
-                {**state.tasks, p.task_id: created},
+                state.tasks.set(p.task_id, created),
                 counts.model_copy(update={"requested": counts.requested + 1}),
             )
         if isinstance(p, TaskCancelRequested):
@@ -206,7 +207,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
             if live is None or live.cancel_requested:
                 return None
             changed = live.model_copy(update={"cancel_requested": True, "cancel_reason": p.reason})
-            return state.model_copy(update={"tasks": {**state.tasks, p.task_id: changed}})
+            return state.model_copy(update={"tasks": state.tasks.set(p.task_id, changed)})
         if isinstance(p, TaskRejected):
             return state.model_copy(
                 update={"counts": counts.model_copy(update={"rejected": counts.rejected + 1})}
@@ -223,7 +224,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                 update={"attempt": p.attempt, "running": True, "started_at": p.started_at}
             )
             return _state(
-                {**state.tasks, p.task_id: changed},
+                state.tasks.set(p.task_id, changed),
                 counts.model_copy(update={"attempts": counts.attempts + 1}),
             )
         if isinstance(p, TaskAttemptFailed):
@@ -233,7 +234,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                 update={"running": False, "due": p.retry_at, "last_error": p.error}
             )
             return _state(
-                {**state.tasks, p.task_id: changed},
+                state.tasks.set(p.task_id, changed),
                 counts.model_copy(update={"failed_attempts": counts.failed_attempts + 1}),
             )
         if isinstance(p, TaskSucceeded):
@@ -244,9 +245,10 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
             field = "cancelled"
         else:
             return None
-        remaining = dict(state.tasks)
-        del remaining[p.task_id]
-        return _state(remaining, counts.model_copy(update={field: getattr(counts, field) + 1}))
+        return _state(
+            state.tasks.delete(p.task_id),
+            counts.model_copy(update={field: getattr(counts, field) + 1}),
+        )
 
     # -- effects --------------------------------------------------------------------
 

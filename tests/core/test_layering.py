@@ -6,7 +6,7 @@ checker sees is still a knot in the design). The rules are the layering of
 docs/internals.md, from the bottom up:
 
 - the base modules (errors, events, contract, processor, live_state,
-  protocols, checkpoint, the JSON helpers) import only each other;
+  protocols, checkpoint, shared_map, the JSON helpers) import only each other;
 - ``log/`` imports only the base; ``backends/`` the base and ``log/``;
 - ``engine/`` and ``control/`` import only the base;
 - ``host/`` never imports ``cli/``; nothing below the CLI imports it;
@@ -47,6 +47,7 @@ BASE = {
     "streamkit._fast",
     "streamkit._json_diff",
     "streamkit._json_forms",
+    "streamkit.shared_map",
 }
 
 # layer -> the layers it may import (besides itself); a module's layer is its first

@@ -52,6 +52,7 @@ EXPECTED = {
     "RequestTooLarge",
     "SlowConsumer",
     "ScannedRange",
+    "SharedMap",
     "StateNotSerializable",
     "StorageBusy",
     "StorageUnavailable",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -305,12 +306,20 @@ async def test_replay_pages_through_many_records_with_bounded_state(rig: Rig) ->
 async def test_interrupted_replay_resumes_without_replaying_twice(rig: Rig) -> None:
     """A replay pass cut off by a crash resumes from its progress and re-appends nothing."""
     calls: list[str] = []
+    stuck = asyncio.Event()  # never set: the first host's pass stops in its second page
 
     async def ok(rec: DlqRecord, ctx: ReplayContext) -> None:
         calls.append(rec.record_id)
 
+    async def stops_at_600(rec: DlqRecord, ctx: ReplayContext) -> None:
+        if len(calls) >= 600:
+            await stuck.wait()
+        calls.append(rec.record_id)
+
     await rig.stream.append(*(record(f"r{i}") for i in range(700)))
-    first = rig.start(DlqProcessor(stream=rig.stream, handlers={"op": ok}, clock=rig.clock))
+    first = rig.start(
+        DlqProcessor(stream=rig.stream, handlers={"op": stops_at_600}, clock=rig.clock)
+    )
     await first.catch_up_from_log()
     await rig.stream.append(replay_requested_event())
     # Crash once the first page's progress is written.

@@ -46,7 +46,7 @@ from streamkit.testing import (
 )
 from support.daemon import DaemonRig
 
-from streamkit import InvalidEvent, ProcessorEngine, ProcessorHost, open_log
+from streamkit import InvalidEvent, ProcessorEngine, ProcessorHost, SharedMap, open_log
 from streamkit.cli import main
 from streamkit.config import HostConfig
 
@@ -649,6 +649,42 @@ def _cli(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     code = main(list(argv), out=out)
     return code, out.getvalue()
+
+
+async def test_cli_tasks_list_shows_live_tasks_in_request_order() -> None:
+    """The state keeps its live tasks in a SharedMap's order; the listing is in request order."""
+    ids = [f"job-{i}" for i in range(12)]
+    assert list(SharedMap(dict.fromkeys(ids, 0))) != ids
+    short = Path(tempfile.mkdtemp(dir="/tmp", prefix="skt"))
+    db = str(short / "t.db")
+    config = HostConfig.model_validate({"db": db, "shutdown_grace": 0.5})
+    gate = asyncio.Event()
+
+    async def wait_for_gate(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+
+    host = ProcessorHost(
+        config, processors=[TasksProcessor(handlers={"wait": wait_for_gate}, concurrency=1)]
+    )
+    await host.start()
+    try:
+        await host.append("/", [task_requested_event(task_id=i, name="wait") for i in ids])
+        listed: list[str] = []
+
+        async def all_listed() -> bool:
+            code, text = await asyncio.to_thread(_cli, "tasks", "list", "--db", db, "--json")
+            assert code == 0
+            listed[:] = [t["task_id"] for t in json.loads(text)["tasks"]]
+            return len(listed) == len(ids)
+
+        await _wait(all_listed)
+        assert listed == ids
+        code, text = await asyncio.to_thread(_cli, "tasks", "list", "--db", db)
+        assert code == 0
+        assert [line.split()[0] for line in text.splitlines()[1:]] == ids
+    finally:
+        gate.set()
+        await host.stop()
 
 
 async def test_cli_tasks_and_dlq_through_a_running_host() -> None:
