@@ -651,6 +651,37 @@ def _cli(*argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+async def test_outcomes_ride_group_commits_in_a_host(tmp_path: Path) -> None:
+    """50 tasks make 150 events; one transaction per outcome would take 100 or more."""
+
+    async def noop(args: dict[str, Any], ctx: TaskContext) -> None:
+        return None
+
+    config = HostConfig.model_validate({"db": str(tmp_path / "g.db"), "shutdown_grace": 0.5})
+    host = ProcessorHost(
+        config,
+        processors=[TasksProcessor(handlers={"noop": noop}, concurrency=64)],
+        serve_control=False,
+    )
+    await host.start()
+    try:
+        assert host.log is not None
+        before = host.log.stats
+        await host.append(
+            "/", [task_requested_event(task_id=f"t{i}", name="noop") for i in range(50)]
+        )
+
+        async def all_succeeded() -> bool:
+            return bool((await host.snapshot("tasks"))["state"]["counts"]["succeeded"] == 50)
+
+        await _wait(all_succeeded)
+        after = host.log.stats
+        assert after.appended - before.appended == 150
+        assert after.transactions - before.transactions < 50
+    finally:
+        await host.stop()
+
+
 async def test_cli_tasks_list_shows_live_tasks_in_request_order() -> None:
     """The state keeps its live tasks in a SharedMap's order; the listing is in request order."""
     ids = [f"job-{i}" for i in range(12)]
