@@ -24,7 +24,7 @@ from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
 from streamkit.host import _runner as runner_module
 from streamkit.host._pacer import MAX_PAUSE_SECONDS, Pacer
-from streamkit.log import _log as log_module
+from streamkit.log import _grouping as log_module
 
 
 class _Clock:

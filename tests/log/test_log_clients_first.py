@@ -17,7 +17,7 @@ import pytest
 from support.log import offsets, order
 
 from streamkit import OffsetConflict, open_log
-from streamkit.log import _log as log_module
+from streamkit.log import _grouping as log_module
 
 
 def _fence(conn: sqlite3.Connection) -> None:

@@ -1,7 +1,7 @@
 """The log on an event loop that is not asyncio's own (uvloop): same outcomes, thread commits.
 
 The inline-commit decision reads asyncio's private ready queue in one place
-(``streamkit.log._log.Log._commits_now``); a loop without it must take the
+(``streamkit.log._grouping.CommitGrouping._commits_now``); a loop without it must take the
 writer thread every time and keep every rule of the log.
 """
 
