@@ -59,6 +59,11 @@ def test_it_behaves_as_a_dict_and_no_version_ever_changes(ops: list[tuple[str, s
         assert len(current) == len(twin)
         assert set(current) == set(twin)
         assert all(current[k] == v and k in current for k, v in twin.items())
+        assert dict(current.items()) == twin
+        assert sorted(current.values()) == sorted(twin.values())
+        assert set(current.keys()) == set(twin)
+        assert list(current.items()) == list(current.to_dict().items())
+        assert current == SharedMap(dict(reversed(list(twin.items()))))  # any insertion order
     for version, snapshot in versions:
         assert version == snapshot
         assert version.to_dict() == snapshot
@@ -80,6 +85,18 @@ def test_a_change_copies_one_bucket_and_shares_the_rest() -> None:
     assert len(removed) == 9_999
     assert big.set("t7", 7) is big  # setting the same object changes nothing
     assert big.delete("absent") is big
+
+
+def test_equality_needs_the_same_items_and_a_map_is_not_hashable() -> None:
+    m: SharedMap[str, int] = SharedMap({"a": 1, "b": 2})
+    assert m == {"b": 2, "a": 1}
+    assert m != {"a": 1}
+    assert m != {"a": 1, "b": 3}
+    assert m != SharedMap({"a": 1, "b": 3})
+    assert m != [("a", 1), ("b", 2)]
+    assert SharedMap() == {}
+    with pytest.raises(TypeError):
+        hash(m)
 
 
 def test_only_str_keys() -> None:
