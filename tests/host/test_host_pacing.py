@@ -91,10 +91,10 @@ def test_a_pacer_refuses_a_share_outside_zero_to_one() -> None:
 
 
 class _Slow(Tally):
-    """Takes 5 ms per event, so that a range takes a time worth measuring."""
+    """Takes 20 ms per event: its pause outlasts several appends even on a loaded machine."""
 
     def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
-        time.sleep(0.005)
+        time.sleep(0.02)
         return super().reduce(event, state)
 
 
@@ -120,7 +120,7 @@ async def test_while_clients_append_a_host_pauses_between_ranges_and_takes_bigge
     try:
         for n in range(40):
             await host.append("/", [{"type": "item", "payload": {"n": n}}])
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(0.001)
         await host.wait_until_processed("tally", 40, timeout=30)
     finally:
         await host.stop(grace=1.0)
