@@ -386,11 +386,12 @@ class ProcessorRunner:
                     detail="fell too far behind to be held in memory: reading the log instead",
                 )
             events, scanned = got
-            began = time.monotonic()
             async with self._item:
+                began = time.monotonic()  # (not the wait for the item lock: no work)
                 await self._until_done((events, scanned, follower.at_head))
+                took = time.monotonic() - began
             if pacer is not None:
-                pacer.ran(time.monotonic() - began)
+                pacer.ran(took)
 
     async def _until_done(self, item: Item) -> None:
         while not self._stopping:
