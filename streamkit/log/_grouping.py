@@ -64,6 +64,14 @@ class CommitGrouping:
         """
         return time.monotonic() - self._client_at < CLIENT_ACTIVE_SECONDS
 
+    def _holds(self) -> bool:
+        """Whether a processor's write made now waits for a client's commit (see :meth:`_enqueue`).
+
+        Only where this log groups commits on the loop: a backend that groups
+        them on its own thread (PostgreSQL) holds nothing.
+        """
+        return self._inline_commits and self.clients_active()
+
     def _commits_now(self, loop: asyncio.AbstractEventLoop) -> bool:
         """The one decision to commit on the loop, now, rather than hand over to the backend.
 

@@ -245,7 +245,7 @@ class Log(CommitGrouping):
         job = TransactionJob(loop, future, fn, short=inline)
         # ``fn`` is the caller's code: only on request may it hold the event loop, and
         # only when nothing else is waiting to run (see ``_submit``).
-        hold = processor and self._inline_commits and self.clients_active()
+        hold = processor and self._holds()
         if inline and not hold and self._commits_now(loop):
             if not self._backend.try_inline([job]):
                 self._backend.submit(job)
@@ -323,7 +323,7 @@ class Log(CommitGrouping):
             self._client_appends()
             hold = False
         else:
-            hold = self._inline_commits and self.clients_active()
+            hold = self._holds()
         if not hold and self._commits_now(loop):
             call = AppendCall(loop, None, path, events, fence, seal, expect_head)
             if self._backend.try_inline([call]):
