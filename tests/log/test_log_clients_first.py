@@ -128,3 +128,16 @@ async def test_a_close_commits_a_held_write(log_file: Path) -> None:
     assert written.offset == 2
     async with open_log(log_file) as again:
         assert await offsets(again) == [1, 2]
+
+
+@pytest.mark.usefixtures("wide")
+async def test_a_log_that_groups_on_its_thread_holds_nothing(log_file: Path) -> None:
+    """As PostgreSQL's: with inline commits off, a processor's write is handed over at once."""
+    async with open_log(log_file, inline_commits=False) as log:
+        stream = log.stream("/")
+        await stream.append(order(1))
+        assert log.clients_active()
+        (written,) = await asyncio.wait_for(stream.append(order(2), fence=_fence), 10)
+        assert written.offset == 2
+        done = log.write_transaction(lambda conn: "ok", inline=True, processor=True)
+        assert await asyncio.wait_for(done, 10) == "ok"
