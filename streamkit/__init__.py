@@ -47,7 +47,7 @@ from streamkit.host import ProcessorHost
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot, LiveState, apply_delta
 from streamkit.log import Log, Stream
 from streamkit.processor import Delivery, ProcessEventArgs, StreamProcessor, consumes_event
-from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream
+from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream, TypedReads
 from streamkit.shared_map import SharedMap
 
 __version__ = "0.1.0"
@@ -104,6 +104,7 @@ __all__ = [
     "StreamEvent",
     "StreamProcessor",
     "StreamkitError",
+    "TypedReads",
     "Unauthorized",
     "UndeclaredEmit",
     "UnknownOperation",

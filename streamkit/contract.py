@@ -210,6 +210,10 @@ class ProcessorContract(Generic[S]):
         """The payload model of ``event_type`` (owned locally or by a dependency), or None."""
         return self._schemas.get(event_type)
 
+    def payload_schemas(self) -> dict[str, type[BaseModel]]:
+        """Every event type with a payload model (owned locally or by a dependency)."""
+        return dict(self._schemas)
+
     def dump_state(self, state: S) -> str:
         """The JSON a checkpoint stores: a pydantic state's own JSON, anything else via json.
 

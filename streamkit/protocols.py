@@ -21,8 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from pydantic import BaseModel
+
+from streamkit._fast import payload_validator
 from streamkit._requests import AppendCall, Connection, FollowJob, Job, TransactionJob
 from streamkit.checkpoint import ReduceCheckpoint
+from streamkit.errors import InvalidRequest
 from streamkit.events import EventInput, ReadPage, StreamEvent
 
 __all__ = [
@@ -63,6 +67,51 @@ class ProcessorStream(Protocol):
 
     async def claim(self, at: float | None) -> None:
         """Ask to be revived by epoch second ``at``; ``None`` releases the claim."""
+        ...
+
+
+PayloadTypes = Mapping[str, Callable[[Any], Any]]
+"""Event type -> the function that validates its decoded payload into its model.
+
+What a backend's typed read is handed: each event whose type it names is
+built once, with its payload already the model a processor's fold would make
+of it. A payload its function refuses is left as decoded JSON; the fold
+validates it again, meets the same refusal, and reports it as malformed, as
+for an untyped read. The function runs on the thread the backend reads on.
+"""
+
+
+def payload_validators(types: object) -> PayloadTypes:
+    """The :data:`PayloadTypes` of a ``read_typed`` call's ``types`` (event type -> model).
+
+    Anything but a mapping of type strings to pydantic model classes is
+    refused before anything is read.
+    """
+    if isinstance(types, Mapping) and all(
+        isinstance(etype, str) and isinstance(schema, type) and issubclass(schema, BaseModel)
+        for etype, schema in types.items()
+    ):
+        return {etype: payload_validator(schema) for etype, schema in types.items()}
+    raise InvalidRequest(
+        "types must map event type strings to pydantic model classes, got "
+        f"{types!r:.200}; nothing was read",
+        details={"types": repr(types)[:200]},
+    )
+
+
+@runtime_checkable
+class TypedReads(Protocol):
+    """A stream that can also read with payloads already validated (optional).
+
+    A :class:`ProcessorEngine` over a stream that has it reads its catch-up
+    pages this way, so each event is built once, with the payload its fold
+    needs, instead of once decoded and once more typed.
+    """
+
+    async def read_typed(
+        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
+    ) -> ReadPage:
+        """:meth:`ProcessorStream.read`, each payload of a type in ``types`` validated into its model."""
         ...
 
 
@@ -139,9 +188,19 @@ class LogBackend(Protocol):
         ...
 
     async def read_sized(
-        self, path: str, after: int, limit: int, upto: int | None
+        self,
+        path: str,
+        after: int,
+        limit: int,
+        upto: int | None,
+        types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
-        """:meth:`read`, with the size in bytes of the page's stored JSON."""
+        """:meth:`read`, with the size in bytes of the page's stored JSON.
+
+        With ``types`` (event type -> validate function), the payloads of
+        those types are validated into their models as the events are built;
+        one its function refuses stays decoded JSON.
+        """
         ...
 
     async def head(self, path: str) -> int:

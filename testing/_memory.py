@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import sqlite3
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
+
+from pydantic import BaseModel
 
 from streamkit import ReduceCheckpointTable
 from streamkit.errors import IdempotencyConflict, InvalidRequest, OffsetConflict
@@ -36,7 +39,7 @@ from streamkit.events import (
     validate_path,
 )
 from streamkit.log import MAX_READ_LIMIT
-from streamkit.protocols import Clock
+from streamkit.protocols import Clock, payload_validators
 
 __all__ = ["MemoryStorage", "MemoryStream", "memory_storage", "memory_stream"]
 
@@ -185,6 +188,29 @@ class MemoryStream:
         if len(page) == limit:
             return ReadPage(page, page[-1].offset, page[-1].offset == head)
         return ReadPage(page, max(after_offset, head), True)
+
+    async def read_typed(
+        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
+    ) -> ReadPage:
+        """:meth:`read`, payloads of the types in ``types`` validated into their models.
+
+        As the log's ``Stream.read_typed``: a payload that does not validate
+        stays as stored.
+        """
+        validators = payload_validators(types)
+        page = await self.read(after_offset, limit)
+        typed: list[StreamEvent] = []
+        for event in page.events:
+            validate = validators.get(event.type)
+            if validate is not None:
+                try:
+                    payload = validate({} if event.payload is None else event.payload)
+                except Exception:  # refused: stays as stored, for the reader to report
+                    pass
+                else:
+                    event = dataclasses.replace(event, payload=payload)
+            typed.append(event)
+        return ReadPage(typed, page.scanned_through_offset, page.at_head)
 
     async def claim(self, at: float | None) -> None:
         """Record the claim (a test that wants the revive calls ``engine.revive()`` itself)."""

@@ -1,8 +1,10 @@
 """Stored events: committed events built from rows or appended inputs, and a page's proof.
 
 Both directions decode the stored JSON texts, so an event an append returns
-equals the one a later read returns, field for field. Nothing is validated
+equals the one a later read returns, field for field. Nothing is checked
 here: every text was validated and encoded by the log before it was written.
+A typed read (``types``) only validates payloads into the models a reader
+asked for, as each event is built, so a catch-up builds each event once.
 A stored row is ``(offset, type, payload, metadata, source, idempotency_key,
 created_at)``, the column order every backend's reads select.
 
@@ -16,12 +18,14 @@ one snapshot shows is its last row (or at most ``after``), or through
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from streamkit._fast import make_event
 from streamkit._json import decode, decode_many
 from streamkit.events import PreparedEvent, ReadPage, StreamEvent
+from streamkit.protocols import PayloadTypes
 
-__all__ = ["MAX_PAGE_BYTES", "Row", "decode_prepared", "decode_rows", "page_of"]
+__all__ = ["MAX_PAGE_BYTES", "PayloadTypes", "Row", "decode_prepared", "decode_rows", "page_of"]
 
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """The stored JSON a read page holds at most (one event always fits, whatever its size)."""
@@ -30,12 +34,21 @@ Row = tuple[int, str, str, str, str | None, str | None, str]
 """A stored event: offset, type, payload, metadata, source, idempotency key, created_at."""
 
 
-def decode_rows(path: str, rows: Sequence[Row]) -> list[StreamEvent]:
-    """Committed events from stored rows (no validation: they were validated when written)."""
+def decode_rows(
+    path: str, rows: Sequence[Row], types: PayloadTypes | None = None
+) -> list[StreamEvent]:
+    """Committed events from stored rows (no validation: they were validated when written).
+
+    With ``types``, the payload of each event whose type it names is
+    validated into that type's model as the event is built (see
+    :data:`~streamkit.protocols.PayloadTypes`).
+    """
     if not rows:
         return []
     payloads = decode_many([row[2] for row in rows])
     metadatas = decode_many([row[3] for row in rows])
+    if types:
+        return _decode_typed(path, rows, payloads, metadatas, types)
     make = make_event
     return [
         make(
@@ -53,6 +66,45 @@ def decode_rows(path: str, rows: Sequence[Row]) -> list[StreamEvent]:
             rows, payloads, metadatas, strict=True
         )
     ]
+
+
+def _decode_typed(
+    path: str,
+    rows: Sequence[Row],
+    payloads: list[Any],
+    metadatas: list[Any],
+    types: PayloadTypes,
+) -> list[StreamEvent]:
+    make = make_event
+    typed = types.get
+    events: list[StreamEvent] = []
+    add = events.append
+    for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
+        rows, payloads, metadatas, strict=True
+    ):
+        validate = typed(etype)
+        if validate is not None:
+            # An absent payload is ``{}``, as everywhere a payload is validated. A
+            # refused one stays decoded: the reader's fold reports it (a try, not
+            # contextlib.suppress: this runs once per event of a catch-up).
+            try:  # noqa: SIM105
+                payload = validate({} if payload is None else payload)
+            except Exception:
+                pass
+        add(
+            make(
+                path,
+                offset,
+                etype,
+                payload,
+                metadata,
+                None if source is None else decode(source),
+                key,
+                created_at,
+                False,
+            )
+        )
+    return events
 
 
 def decode_prepared(
@@ -98,12 +150,19 @@ def decode_prepared(
     ]
 
 
-def page_of(path: str, rows: Sequence[Row], after: int, upto: int | None, full: bool) -> ReadPage:
+def page_of(
+    path: str,
+    rows: Sequence[Row],
+    after: int,
+    upto: int | None,
+    full: bool,
+    types: PayloadTypes | None = None,
+) -> ReadPage:
     """The page of ``rows`` (read in one snapshot) with its proof; ``full``: cut short."""
     if full:
-        return ReadPage(decode_rows(path, rows), rows[-1][0], False)
+        return ReadPage(decode_rows(path, rows, types), rows[-1][0], False)
     # Nothing lies past the last row (within ``upto``): the proof reaches the head, or ``upto``.
     through = max(after, rows[-1][0]) if rows else after
     if upto is not None:
         through = max(through, upto)
-    return ReadPage(decode_rows(path, rows), through, True)
+    return ReadPage(decode_rows(path, rows, types), through, True)

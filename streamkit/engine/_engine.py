@@ -43,6 +43,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from pydantic import BaseModel
+
 from streamkit.contract import ProcessorContract
 from streamkit.engine import _checkpointed as checkpointed
 from streamkit.engine._batch import BatchInfo, BatchRules
@@ -61,7 +63,7 @@ from streamkit.errors import (
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.live_state import LiveSnapshot, LiveState
 from streamkit.processor import ProcessEventArgs, StreamProcessor, Work
-from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream
+from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream, TypedReads
 
 __all__ = [
     "MAX_CATCH_UP_PAGE",
@@ -140,6 +142,12 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._delivering: int | None = None
         self._failed_at: int | None = None
         self._fold: Fold[S] = Fold(processor, on_error=self._note_error)
+        # The pages this engine folds are read typed where the stream can (see
+        # _read_page): each event is then built once, with the payload its reduce takes.
+        types = self._fold.payload_types()
+        self._typed_reads: tuple[TypedReads, dict[str, type[BaseModel]]] | None = (
+            (stream, types) if types and isinstance(stream, TypedReads) else None
+        )
         # Without an overridden process_event there are no effects to run, so
         # the batch loop skips building their arguments altogether.
         self._has_effects = type(processor).process_event is not StreamProcessor.process_event
@@ -416,7 +424,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         # return, so it is processed after, never replaced.
         while self._cursor < scanned.after:
             after = self._cursor
-            page = await self._stream.read(after, PAGE_SIZE)
+            page = await self._read_page(after, PAGE_SIZE)
             if page.scanned_through_offset <= after:
                 break  # the rest of the gap is offsets handed to ephemerals
             limit = scanned.after
@@ -436,7 +444,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         while True:
             after = self._cursor
             if page is None:
-                page = await self._stream.read(after, limit)
+                page = await self._read_page(after, limit)
             through = page.scanned_through_offset
             ahead: ReadPage | None = None
             if not page.at_head and self._state_bytes >= checkpointed.GROW_PAGES_AT:

@@ -87,6 +87,14 @@ class Fold(Generic[S]):
         self.last_malformed: dict[str, Any] | None = None
         self.last_reduce_failure: dict[str, Any] | None = None
 
+    def payload_types(self) -> dict[str, type[BaseModel]]:
+        """The payload model of each durable type this processor reduces: what a typed read types."""
+        consumes = self._contract.consumes
+        schemas = self._contract.payload_schemas()
+        if consumes is None or "*" in consumes:
+            return {t: s for t, s in schemas.items() if t not in _NEVER_REDUCED}
+        return {t: s for t, s in schemas.items() if t in consumes}
+
     def _validator_for(self, etype: str) -> tuple[type[BaseModel], _Validate] | None:
         schema = self._contract.payload_schema_for(etype)
         entry: tuple[type[BaseModel], _Validate] | None = None

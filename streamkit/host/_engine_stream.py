@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.log._log import ProcessorStreamView
@@ -55,6 +57,12 @@ class EngineStream:
 
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         page = await self._view.read(after_offset, limit)
+        return filter_page(page, self._skipped)
+
+    async def read_typed(
+        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
+    ) -> ReadPage:
+        page = await self._view.read_typed(after_offset, limit, types)
         return filter_page(page, self._skipped)
 
     async def claim(self, at: float | None) -> None:

@@ -34,6 +34,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from streamkit._requests import (
     AppendCall,
     ClaimCall,
@@ -55,7 +57,7 @@ from streamkit.events import (
 from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
 from streamkit.log._grouping import CommitGrouping
 from streamkit.log._shared_pages import SharedPages
-from streamkit.protocols import LogBackend, LogStats
+from streamkit.protocols import LogBackend, LogStats, PayloadTypes, payload_validators
 
 __all__ = ["MAX_READ_LIMIT", "Log", "ProcessorStreamView", "Stream"]
 
@@ -270,18 +272,31 @@ class Log(CommitGrouping):
         return await self._backend.query(fn)
 
     async def _read_sized(
-        self, path: str, after: int, limit: int, upto: int | None
+        self,
+        path: str,
+        after: int,
+        limit: int,
+        upto: int | None,
+        types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
         self._check_open()
         key = (path, after, limit, upto)
-        shared = self.shared_pages.get(key)
+        pages = self.shared_pages
+        shared = pages.get(key)
         if shared is not None:
-            return shared
+            return shared  # decoded untyped: a typed reader's fold types what it needs
+        if types and not pages.is_shared(path):
+            # A lone reader's page is never kept, so it may be typed for that reader alone.
+            page, size = await self._backend.read_sized(path, after, limit, upto, types)
+            pages.note(key)
+            return page, size
         page, size = await self._backend.read_sized(path, after, limit, upto)
-        return self.shared_pages.keep(key, page, size), size
+        return pages.keep(key, page, size), size
 
-    async def _read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
-        page, _ = await self._read_sized(path, after, limit, upto)
+    async def _read(
+        self, path: str, after: int, limit: int, upto: int | None, types: PayloadTypes | None = None
+    ) -> ReadPage:
+        page, _ = await self._read_sized(path, after, limit, upto, types)
         return page
 
     async def append_control(self, path: str, event: Mapping[str, Any], seal: Seal) -> StreamEvent:
@@ -428,6 +443,20 @@ class Stream:
         _check_int("limit", limit, 1, MAX_READ_LIMIT)
         return await self.log._read(self.path, after_offset, limit, None)
 
+    async def read_typed(
+        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
+    ) -> ReadPage:
+        """:meth:`read`, each payload of a type in ``types`` validated into that type's model.
+
+        ``types`` maps event types to pydantic models. A payload that does not
+        validate is left as its decoded JSON (check ``type(event.payload)``),
+        and events of other types are as :meth:`read` gives them. A processor
+        engine reads its catch-up this way, so each event is built once.
+        """
+        _check_int("after_offset", after_offset, 0, MAX_OFFSET)
+        _check_int("limit", limit, 1, MAX_READ_LIMIT)
+        return await self.log._read(self.path, after_offset, limit, None, payload_validators(types))
+
     async def head(self) -> int:
         """The durable head: the highest committed offset of this path (0 if it is empty)."""
         self.log._check_open()
@@ -511,6 +540,12 @@ class ProcessorStreamView:
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Same as :meth:`Stream.read`."""
         return await self.stream.read(after_offset, limit)
+
+    async def read_typed(
+        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
+    ) -> ReadPage:
+        """Same as :meth:`Stream.read_typed`."""
+        return await self.stream.read_typed(after_offset, limit, types)
 
     async def head(self) -> int:
         """Same as :meth:`Stream.head`."""

@@ -92,6 +92,18 @@ class SharedPages:
         self.hits += 1
         return page, stored
 
+    def is_shared(self, path: str) -> bool:
+        """Whether several readers read ``path`` together lately (its full pages are kept)."""
+        shared = self._shared.get(path)
+        return shared is not None and shared > time.monotonic() - IDLE_SECONDS
+
+    def note(self, key: Key) -> None:
+        """Note a read of ``key`` that is not kept, so a second reader of it is still seen."""
+        self._noted[key] = time.monotonic()
+        self._noted.move_to_end(key)
+        if len(self._noted) > _NOTED:
+            self._noted.popitem(last=False)
+
     def keep(self, key: Key, page: ReadPage, stored: int) -> ReadPage:
         """Keep ``page`` (``stored`` bytes of JSON) for the next reader of ``key`` if it is full.
 
@@ -100,12 +112,8 @@ class SharedPages:
         """
         if page.at_head or not page.events or stored > MAX_PAGE_STORED or key in self._pages:
             return page
-        shared = self._shared.get(key[0])
-        if shared is None or shared <= time.monotonic() - IDLE_SECONDS:
-            self._noted[key] = time.monotonic()
-            self._noted.move_to_end(key)
-            if len(self._noted) > _NOTED:
-                self._noted.popitem(last=False)
+        if not self.is_shared(key[0]):
+            self.note(key)
             return page
         cost = 2 * stored + EVENT_OVERHEAD * len(page.events)
         if cost > self.max_bytes:

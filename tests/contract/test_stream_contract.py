@@ -7,10 +7,12 @@ double cannot drift from the log it stands in for.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from streamkit.testing import memory_storage, memory_stream
 from support.backends import BACKENDS
 
@@ -25,6 +27,7 @@ from streamkit import (
 )
 from streamkit.contract import ProcessorContract
 from streamkit.events import StreamEvent
+from streamkit.protocols import TypedReads
 
 PATH = "/orders"
 
@@ -158,6 +161,48 @@ async def test_bad_read_arguments_are_refused(stream: Any, after: Any, limit: An
     """A negative after, a limit outside 1..10000, or a non-integer is refused."""
     with pytest.raises(InvalidRequest, match="nothing was read"):
         await stream.read(after, limit)
+
+
+class Order(BaseModel):
+    n: int
+
+
+async def test_a_typed_read_gives_the_named_types_models_and_the_rest_as_read(
+    stream: Any,
+) -> None:
+    """read_typed types the payloads of the named types; others, and refused ones, stay decoded."""
+    await stream.append(
+        order(1),
+        {"type": "order.noted", "payload": {"text": "hi"}},
+        {"type": "order.placed", "payload": {"n": "not a number"}},
+        order(4, metadata={"via": "api"}),
+    )
+    assert isinstance(stream, TypedReads)
+    plain = await stream.read(0, 10)
+    typed = await stream.read_typed(0, 10, {"order.placed": Order})
+    assert [e.payload for e in typed.events] == [
+        Order(n=1),
+        {"text": "hi"},
+        {"n": "not a number"},
+        Order(n=4),
+    ]
+    # Everything but the typed payloads is what a plain read gives.
+    untyped = [
+        dataclasses.replace(
+            e, payload=e.payload.model_dump() if isinstance(e.payload, Order) else e.payload
+        )
+        for e in typed.events
+    ]
+    assert untyped == list(plain.events)
+    assert (typed.scanned_through_offset, typed.at_head) == (plain.scanned_through_offset, True)
+
+
+@pytest.mark.parametrize("types", [{"order.placed": dict}, {1: Order}, [("order.placed", Order)]])
+async def test_a_typed_read_refuses_types_that_are_not_models(stream: Any, types: Any) -> None:
+    """Types must map type strings to pydantic models; anything else is refused before reading."""
+    await stream.append(order(1))
+    with pytest.raises(InvalidRequest, match="nothing was read"):
+        await stream.read_typed(0, 10, types)
 
 
 async def test_claims_are_accepted_and_released(stream: Any) -> None:

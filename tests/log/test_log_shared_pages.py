@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from streamkit.testing import memory_storage
 
 from streamkit import (
+    EventDefinition,
     ProcessorEngine,
     StreamEvent,
     StreamProcessor,
@@ -161,3 +162,62 @@ async def test_one_reader_going_over_the_same_pages_again_later_keeps_nothing(
     await stream.read(0, 5)
     await stream.read(5, 5)
     assert log.shared_pages.held_bytes == 0
+
+
+class Tick(BaseModel):
+    n: int
+
+
+async def test_a_typed_page_is_never_kept_for_another_reader(log: Log) -> None:
+    """A lone typed read is not kept; once the path is shared, typed reads share plain pages."""
+    stream = log.stream("/")
+    lone = await stream.read_typed(0, 10, {"tick": Tick})
+    assert [e.payload for e in lone.events] == [Tick(n=n) for n in range(10)]
+    assert log.shared_pages.held_bytes == 0
+    # A second reader of the same page makes the path shared: its pages are kept
+    # decoded as a plain read gives them, since readers may type them differently.
+    again = await stream.read_typed(0, 10, {"tick": Tick})
+    assert again is not lone
+    kept = await stream.read_typed(10, 10, {"tick": Tick})
+    assert log.shared_pages.held_bytes > 0
+    assert [e.payload for e in kept.events] == [{"n": n} for n in range(10, 20)]
+    assert await stream.read(10, 10) is kept
+
+
+def typed_summing(slug: str) -> StreamProcessor[Total]:
+    class TypedSumming(StreamProcessor[Total]):
+        contract = define_processor_contract(
+            slug=slug,
+            version="1",
+            state_schema=Total,
+            events={"tick": EventDefinition(description="a tick", payload_schema=Tick)},
+            consumes=["tick"],
+        )
+
+        def reduce(self, event: StreamEvent, state: Total) -> Total:
+            return Total(total=state.total + event.payload.n)
+
+    return TypedSumming()
+
+
+async def test_typed_processors_catching_up_together_still_share_pages(tmp_path: Path) -> None:
+    """Engines that read typed share the pages of a path read together, and reduce right."""
+    async with open_log(tmp_path / "fan.db") as log:
+        stream = log.stream("/")
+        for _ in range(6):
+            await stream.append(*({"type": "tick", "payload": {"n": 1}} for _i in range(500)))
+        engines = [
+            ProcessorEngine(
+                typed_summing(f"t{i}"),
+                stream=stream.for_processor(f"t{i}"),
+                storage=memory_storage(),
+            )
+            for i in range(3)
+        ]
+        await asyncio.gather(*(engine.catch_up_from_log() for engine in engines))
+        for engine in engines:
+            assert (await engine.snapshot()).state.total == 3000
+            assert engine.incidents["malformed_payloads"] == 0
+        assert log.shared_pages.hits >= 2
+        for engine in engines:
+            await engine.aclose()

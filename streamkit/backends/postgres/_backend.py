@@ -48,7 +48,7 @@ from streamkit.backends.postgres._writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed, LogOpenError, StorageError
 from streamkit.events import ReadPage
 from streamkit.log._follow import Feed
-from streamkit.protocols import Clock, LogStats
+from streamkit.protocols import Clock, LogStats, PayloadTypes
 
 __all__ = ["READERS", "PostgresLogBackend"]
 
@@ -236,12 +236,18 @@ class PostgresLogBackend:
         return page
 
     async def read_sized(
-        self, path: str, after: int, limit: int, upto: int | None
+        self,
+        path: str,
+        after: int,
+        limit: int,
+        upto: int | None,
+        types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
         """:meth:`read`, with the bytes of stored JSON the page holds (for follow budgets)."""
         reads = self._reads
         return await self.query(
-            lambda conn: reads.page_sized(conn, path, after, limit, upto), f"reading {path!r}"
+            lambda conn: reads.page_sized(conn, path, after, limit, upto, types=types),
+            f"reading {path!r}",
         )
 
     async def head(self, path: str) -> int:

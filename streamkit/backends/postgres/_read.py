@@ -18,6 +18,7 @@ import psycopg
 
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.events import ReadPage, StreamEvent
+from streamkit.protocols import PayloadTypes
 
 __all__ = ["Reads"]
 
@@ -63,6 +64,7 @@ class Reads:
         limit: int,
         upto: int | None = None,
         max_bytes: int = MAX_PAGE_BYTES,
+        types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
         """A page of ``path`` in ``(after, upto]`` (at most ``limit``), and its stored JSON bytes."""
         found = conn.execute(
@@ -85,7 +87,7 @@ class Reads:
                 break
             rows.append(row[:7])
             size += row_size
-        return page_of(path, rows, after, upto, full), size
+        return page_of(path, rows, after, upto, full, types), size
 
     def head(self, conn: psycopg.Connection[Any], path: str) -> int:
         """The highest durable offset of ``path`` (0 if it holds no event)."""

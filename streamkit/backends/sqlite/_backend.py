@@ -38,7 +38,7 @@ from streamkit.backends.sqlite._writer import Writer
 from streamkit.errors import InvalidRequest
 from streamkit.events import ReadPage
 from streamkit.log._follow import Feed
-from streamkit.protocols import Clock, LogStats
+from streamkit.protocols import Clock, LogStats, PayloadTypes
 
 __all__ = ["SqliteLogBackend"]
 
@@ -165,11 +165,17 @@ class SqliteLogBackend:
         return page
 
     async def read_sized(
-        self, path: str, after: int, limit: int, upto: int | None
+        self,
+        path: str,
+        after: int,
+        limit: int,
+        upto: int | None,
+        types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
         """:meth:`read`, with the bytes of stored JSON the page holds (for follow budgets)."""
         return await self.query(
-            lambda conn: read_page_sized(conn, path, after, limit, upto), f"reading {path!r}"
+            lambda conn: read_page_sized(conn, path, after, limit, upto, types=types),
+            f"reading {path!r}",
         )
 
     async def head(self, path: str) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.events import ReadPage, StreamEvent
+from streamkit.protocols import PayloadTypes
 
 __all__ = [
     "MAX_PAGE_BYTES",
@@ -64,6 +65,7 @@ def read_page_sized(
     limit: int,
     upto: int | None = None,
     max_bytes: int = MAX_PAGE_BYTES,
+    types: PayloadTypes | None = None,
 ) -> tuple[ReadPage, int]:
     """A page of ``path``, and the bytes of stored JSON (payload and metadata) its events hold.
 
@@ -118,7 +120,7 @@ def read_page_sized(
     if len(rows) > limit:
         del rows[limit:]
         full = True
-    return page_of(path, rows, after, upto, full), size
+    return page_of(path, rows, after, upto, full, types), size
 
 
 def durable_head(conn: sqlite3.Connection, path: str) -> int:

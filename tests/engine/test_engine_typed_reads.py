@@ -1,0 +1,146 @@
+"""A catch-up over a stream that types its reads builds each event once (engine/_checkpointed.py).
+
+The log's processor view offers ``read_typed``: the payloads of the types a
+processor reduces come out of the page already validated into their models,
+so the fold hands the page's own events to ``reduce`` instead of copying each
+one with its typed payload. A stream without it is read plainly and the fold
+types the payloads itself: both give the same states and the same reports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from streamkit.testing import memory_storage
+
+from streamkit import (
+    EventDefinition,
+    ProcessorEngine,
+    ReadPage,
+    StreamEvent,
+    StreamProcessor,
+    define_processor_contract,
+    open_log,
+)
+
+
+class Tick(BaseModel):
+    n: int
+
+
+class Total(BaseModel):
+    total: int = 0
+
+
+class Summing(StreamProcessor[Total]):
+    contract = define_processor_contract(
+        slug="summing",
+        version="1",
+        state_schema=Total,
+        events={"tick": EventDefinition(description="a tick", payload_schema=Tick)},
+        consumes=["tick"],
+    )
+
+    def __init__(self) -> None:
+        self.seen: list[StreamEvent] = []
+
+    def reduce(self, event: StreamEvent, state: Total) -> Total:
+        self.seen.append(event)
+        return Total(total=state.total + event.payload.n)
+
+
+class Recording:
+    """A processor stream over a real view that keeps every page it returns."""
+
+    def __init__(self, view: Any) -> None:
+        self._view = view
+        self.path = view.path
+        self.plain: list[ReadPage] = []
+
+    async def append(self, *events: Any) -> list[StreamEvent]:
+        return list(await self._view.append(*events))
+
+    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
+        page: ReadPage = await self._view.read(after_offset, limit)
+        self.plain.append(page)
+        return page
+
+    async def claim(self, at: float | None) -> None:
+        await self._view.claim(at)
+
+
+class RecordingTyped(Recording):
+    """The same, able to read typed."""
+
+    def __init__(self, view: Any) -> None:
+        super().__init__(view)
+        self.typed: list[ReadPage] = []
+
+    async def read_typed(self, after_offset: int, limit: int, types: Any) -> ReadPage:
+        page: ReadPage = await self._view.read_typed(after_offset, limit, types)
+        self.typed.append(page)
+        return page
+
+
+def ticks(*values: Any) -> list[dict[str, Any]]:
+    return [{"type": "tick", "payload": {"n": n}} for n in values]
+
+
+async def test_a_catch_up_hands_reduce_the_pages_own_events(tmp_path: Path) -> None:
+    """Reduce gets the very events of the typed pages, their payloads already models."""
+    async with open_log(tmp_path / "typed.db") as log:
+        await log.stream("/").append(*ticks(*range(1200)))
+        stream = RecordingTyped(log.stream("/").for_processor("summing"))
+        processor = Summing()
+        engine = ProcessorEngine(processor, stream=stream, storage=memory_storage())
+        assert (await engine.snapshot()).state.total == sum(range(1200))
+        await engine.aclose()
+    assert stream.typed
+    assert not stream.plain
+    read = {id(event) for page in stream.typed for event in page.events}
+    assert len(processor.seen) == 1200
+    assert all(id(event) in read for event in processor.seen)
+    assert all(type(event.payload) is Tick for event in processor.seen)
+
+
+async def test_a_malformed_payload_in_a_typed_page_is_reported_and_skipped(
+    tmp_path: Path,
+) -> None:
+    """A payload the typed read could not type reaches the fold as read, and is reported there."""
+    async with open_log(tmp_path / "typed.db") as log:
+        await log.stream("/").append(*ticks(1, "one", 2))
+        stream = RecordingTyped(log.stream("/").for_processor("summing"))
+        engine = ProcessorEngine(Summing(), stream=stream, storage=memory_storage())
+        assert (await engine.snapshot()).state.total == 3
+        incidents = engine.incidents
+        await engine.aclose()
+    assert stream.typed[0].events[1].payload == {"n": "one"}
+    assert incidents["malformed_payloads"] == 1
+    assert incidents["last_malformed"]["offset"] == 2
+
+
+async def test_a_stream_without_typed_reads_gives_the_same_state_and_reports(
+    tmp_path: Path,
+) -> None:
+    """Over a stream that only reads plainly, the fold types the payloads: same outcome."""
+    async with open_log(tmp_path / "plain.db") as log:
+        await log.stream("/").append(*ticks(1, "one", 2, *range(600)))
+        outcomes = []
+        for stream in (
+            Recording(log.stream("/").for_processor("summing")),
+            RecordingTyped(log.stream("/").for_processor("summing")),
+        ):
+            processor = Summing()
+            engine = ProcessorEngine(processor, stream=stream, storage=memory_storage())
+            snapshot = await engine.snapshot()
+            outcomes.append((snapshot, engine.incidents["malformed_payloads"], processor.seen))
+            await engine.aclose()
+    (plain_snapshot, plain_malformed, plain_seen), (typed_snapshot, typed_malformed, typed_seen) = (
+        outcomes
+    )
+    assert plain_snapshot == typed_snapshot
+    assert plain_snapshot.state.total == 3 + sum(range(600))
+    assert plain_malformed == typed_malformed == 1
+    assert plain_seen == typed_seen
