@@ -58,6 +58,7 @@ _INPUT_FIELDS = frozenset(
 _PATH_RE = re.compile(r"^/(?:[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*)?$")
 _MAX_PATH_LENGTH = 512
 _MAX_KEY_LENGTH = 1024
+_FAST_FIELDS = frozenset({"type", "payload", "idempotency_key", "source", "metadata"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -299,7 +300,7 @@ def prepare_event(
     which checks every field (the fast path's twin: the same event or the
     same refusal for every input).
     """
-    if type(raw) is dict and len(raw) == 2 and not control:
+    if type(raw) is dict and not control:
         etype = raw.get("type")
         payload = raw.get("payload")
         if (
@@ -310,10 +311,45 @@ def prepare_event(
             and not etype.isspace()
             and not etype.startswith(RESERVED_PREFIX)
         ):
-            payload_json = _dump_object(index, "payload", payload)
-            if len(etype) + len(payload_json) + 2 <= MAX_EVENT_BYTES:  # 2: metadata "{}"
-                return PreparedEvent(etype, payload_json, "{}", None, None, None, False, index)
+            if len(raw) == 2:
+                payload_json = _dump_object(index, "payload", payload)
+                if len(etype) + len(payload_json) + 2 <= MAX_EVENT_BYTES:  # 2: metadata "{}"
+                    return PreparedEvent(etype, payload_json, "{}", None, None, None, False, index)
+            elif raw.keys() <= _FAST_FIELDS:
+                # What a processor appends: a key, a source, maybe metadata, all plain.
+                prepared = _prepare_keyed(raw, etype, payload, index)
+                if prepared is not None:
+                    return prepared
     return prepare_event_plain(raw, index, control=control)
+
+
+def _prepare_keyed(
+    raw: dict[str, Any], etype: str, payload: dict[str, Any], index: int
+) -> PreparedEvent | None:
+    """:func:`prepare_event`'s shortcut for a plain dict with a key, a source or metadata.
+
+    None when a field is not of the plain kind (the full checks then decide).
+    """
+    key = raw.get("idempotency_key")
+    source = raw.get("source")
+    metadata = raw.get("metadata")
+    if key is not None and (
+        type(key) is not str or not 0 < len(key) <= _MAX_KEY_LENGTH or not key.isascii()
+    ):
+        return None
+    if (source is not None and type(source) is not dict) or (
+        metadata is not None and type(metadata) is not dict
+    ):
+        return None
+    payload_json = _dump_object(index, "payload", payload)
+    metadata_json = "{}" if metadata is None else _dump_object(index, "metadata", metadata)
+    source_json = None if source is None else _dump_object(index, "source", source)
+    size = len(etype) + len(payload_json) + len(metadata_json) + len(source_json or "")
+    if key is not None:
+        size += len(key)
+    if size > MAX_EVENT_BYTES:
+        return None
+    return PreparedEvent(etype, payload_json, metadata_json, source_json, key, None, False, index)
 
 
 def prepare_event_plain(

@@ -83,7 +83,7 @@ class Outcomes:
         events: list[Mapping[str, Any]] = [
             {
                 "type": TASK_SUCCEEDED,
-                "payload": body.model_dump(mode="json"),
+                "payload": body,
                 "idempotency_key": self._key(task, f"{attempt}/outcome"),
             }
         ]
@@ -115,7 +115,7 @@ class Outcomes:
             args,
             {
                 "type": TASK_ATTEMPT_FAILED,
-                "payload": body.model_dump(mode="json"),
+                "payload": body,
                 "idempotency_key": self._key(task, f"{attempt}/outcome"),
             },
         )
@@ -145,7 +145,7 @@ class Outcomes:
             args,
             {
                 "type": TASK_DEAD_LETTERED,
-                "payload": body.model_dump(mode="json"),
+                "payload": body,
                 "idempotency_key": self._key(task, f"{attempts}/outcome"),
             },
             dead_lettered_event(
@@ -178,7 +178,7 @@ class Outcomes:
         events: list[Mapping[str, Any]] = [
             {
                 "type": TASK_CANCELLED,
-                "payload": body.model_dump(mode="json"),
+                "payload": body,
                 "idempotency_key": self._key(task, "cancelled"),
             }
         ]

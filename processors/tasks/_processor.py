@@ -342,9 +342,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         assert isinstance(p, TaskRequested | TaskCancelRequested)
         rejected = {
             "type": TASK_REJECTED,
-            "payload": TaskRejected(
-                task_id=p.task_id, offset=event.offset, reason=reason
-            ).model_dump(mode="json"),
+            "payload": TaskRejected(task_id=p.task_id, offset=event.offset, reason=reason),
             "idempotency_key": self.idempotency_key("rejected", event),
         }
         events: list[dict[str, Any]] = [rejected]
@@ -403,7 +401,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                     request_offset=task.request_offset,
                     attempt=task.attempt + 1,
                     started_at=now,
-                ).model_dump(mode="json"),
+                ),
                 "idempotency_key": self._key(task, f"{task.attempt + 1}/started"),
             }
             for task in tasks

@@ -145,13 +145,22 @@ class EffectAppender:
             )
         schema = self._contract.payload_schema_for(etype)
         payload = data.get("payload")
-        if schema is not None and not isinstance(payload, schema):
+        checked = schema is None or isinstance(payload, schema)
+        if isinstance(payload, BaseModel):
+            # Its JSON form, once, here: the log then takes a plain dict by its
+            # shortest path, and a model of the declared schema needs no check.
             try:
-                schema.model_validate(
-                    payload.model_dump(mode="json")
-                    if isinstance(payload, BaseModel)
-                    else payload or {}
-                )
+                payload = payload.model_dump(mode="json")
+            except Exception as exc:
+                raise InvalidEvent(
+                    f'event #{index}: the payload of "{etype}" cannot be serialized to JSON '
+                    f"({exc}); nothing was appended",
+                    details={"index": index, "field": "payload", "type": etype},
+                ) from exc
+            data["payload"] = payload
+        if schema is not None and not checked:
+            try:
+                schema.model_validate(payload or {})
             except Exception as exc:
                 raise InvalidEvent(
                     f'event #{index}: the payload of "{etype}" does not match its declared '

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
@@ -176,6 +176,18 @@ inputs = (
         {"type": event_types, "payload": payloads},
         optional={"metadata": objects, "idempotency_key": st.text(max_size=4)},
     )
+    # What a processor appends: a key and a source, each also of every wrong kind.
+    | st.fixed_dictionaries(
+        {"type": event_types, "payload": payloads},
+        optional={
+            "idempotency_key": st.text(max_size=4)
+            | st.sampled_from(["", " ", "é", "\ud800", "k" * 1024, "k" * 1025])
+            | st.integers()
+            | st.none(),
+            "source": objects | st.none() | values | st.just({"s": "\ud800"}),
+            "metadata": objects | st.none() | values,
+        },
+    )
 )
 
 
@@ -187,6 +199,14 @@ def _outcome(prepare: Any, raw: Any, control: bool) -> Any:
 
 
 @given(inputs, st.booleans())
+# The refusals a keyed shortcut could miss: a key no reader could decode, a source
+# likewise, and a key that takes the event past the size ceiling.
+@example({"type": "t", "payload": {}, "idempotency_key": "\ud800"}, False)
+@example({"type": "t", "payload": {}, "source": {"s": "\ud800"}}, False)
+@example(
+    {"type": "t", "payload": {"z": "z" * (MAX_EVENT_BYTES - 20)}, "idempotency_key": "k" * 20},
+    False,
+)
 def test_prepare_event_is_its_plain_twin(raw: dict[str, Any], control: bool) -> None:
     """The common-input shortcut prepares the same event, or refuses with the same error."""
     assert _outcome(prepare_event, raw, control) == _outcome(prepare_event_plain, raw, control)

@@ -184,6 +184,48 @@ async def test_append_refuses_a_payload_that_breaks_its_schema(rig: Rig) -> None
     assert [e.type for e in rig.stream.events] == ["item.added"]
 
 
+class Loose(BaseModel):
+    """A model whose field takes anything, so its JSON form can fail."""
+
+    n: Any
+
+
+async def test_append_refuses_a_model_payload_that_is_not_json(rig: Rig) -> None:
+    """A model payload whose JSON form fails is refused with INVALID_EVENT; nothing is written."""
+    errors: list[InvalidEvent] = []
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        try:
+            args.append({"type": "item.echoed", "payload": Loose(n=object())})
+        except InvalidEvent as exc:
+            errors.append(exc)
+
+    rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    (error,) = errors
+    assert error.code == "INVALID_EVENT"
+    assert "cannot be serialized" in str(error)
+    assert "nothing was appended" in str(error)
+    assert [e.type for e in rig.stream.events] == ["item.added"]
+
+
+async def test_a_model_payload_of_the_declared_schema_is_appended_as_its_json(rig: Rig) -> None:
+    """The declared schema's own model goes in as its JSON form, read back as a plain dict."""
+    tasks: list[Any] = []
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None:
+            tasks.append(args.append({"type": "item.echoed", "payload": Echo(n=5)}))
+
+    rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    (echoed,) = await tasks[0]
+    assert echoed.payload == {"n": 5}
+    assert rig.stream.events[-1].payload == {"n": 5}
+
+
 async def test_a_failed_append_nobody_awaits_is_reported(rig: Rig) -> None:
     """An append the stream refuses later is reported through structlog with its context."""
 

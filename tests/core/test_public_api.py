@@ -44,6 +44,7 @@ EXPECTED = {
     "ProcessorHost",
     "ProcessorSnapshot",
     "ProcessorStream",
+    "TypedReads",
     "ProcessorTimeout",
     "ReadPage",
     "ReduceCheckpoint",
