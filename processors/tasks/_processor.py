@@ -78,6 +78,7 @@ from streamkit import (
     ProcessEventArgs,
     SharedMap,
     StreamEvent,
+    StreamkitError,
     StreamProcessor,
 )
 
@@ -172,6 +173,10 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         # an interrupted attempt, a dead-letter. Each is appended once.
         self._settling: set[tuple[str, str]] = set()
         self._index = TaskIndex()
+        # The latest at-head pass (its args and state) while no event came since:
+        # slots that free up before the next pass are filled from it (_refill).
+        self._at_head: tuple[ProcessEventArgs[TasksState], TasksState] | None = None
+        self._refill_due = False
 
     # -- pure parts -----------------------------------------------------------------
 
@@ -254,6 +259,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
 
     def process_event(self, args: ProcessEventArgs[TasksState]) -> None:
         event = args.event
+        self._at_head = None
         if event is not None:
             task_id = getattr(event.payload, "task_id", None)
             self._index.follow(args.previous_state, args.state, task_id, self._owns)
@@ -304,6 +310,55 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                 break
         if starting:
             args.run_in_background(partial(self._attempts, args, starting))
+        self._at_head = (args, state)
+
+    def _refill_soon(self) -> None:
+        """A slot freed: fill the free slots once the attempts ending now have all freed theirs."""
+        if not self._refill_due:
+            self._refill_due = True
+            asyncio.get_running_loop().call_soon(self._refill)
+
+    def _refill(self) -> None:
+        """Start waiting tasks in the free slots, as the latest at-head pass would now.
+
+        Only while nothing was delivered since that pass (its state is still the
+        head as far as this processor knows): an attempt's outcome would
+        otherwise bring the next pass only once it is committed and read back,
+        and the slot would idle meanwhile. The tasks it starts are due, have a
+        handler, and are started as a pass starts them; anything else (a
+        wakeup to ask, a task to dead-letter) waits for the next pass.
+        """
+        self._refill_due = False
+        head = self._at_head
+        if head is None:
+            return
+        args, state = head
+        if self._index.state is not state:
+            return  # an event came since: the pass of its batch decides
+        now = self._clock()
+        slots = self._concurrency - self._active
+        starting: list[LiveTask] = []
+        while slots > 0 and (task := self._index.waiting(state)) is not None:
+            if task.due > now or task.name not in self._handlers:
+                break
+            self._index.taken()
+            run = run_key(task)
+            if self._owns(task, task.attempt + 1):
+                continue  # started here; its start is on the way
+            slots -= 1
+            self._owned.add(f"{run}/{task.attempt + 1}")
+            self._active += 1
+            starting.append(task)
+        if not starting:
+            return
+        try:
+            args.run_in_background(partial(self._attempts, args, starting))
+        except StreamkitError:
+            # This engine may start nothing more (its lease was lost, it stopped):
+            # the tasks stay waiting in the state for whoever runs the processor next.
+            self._active -= len(starting)
+            for task in starting:
+                self._owned.discard(f"{run_key(task)}/{task.attempt + 1}")
 
     def _owns(self, task: LiveTask, attempt: int) -> bool:
         """Whether this incarnation started ``attempt`` of ``task``'s run."""
@@ -428,6 +483,9 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
             if held:
                 held = False
                 self._active -= 1
+                current = asyncio.current_task()
+                if current is None or not current.cancelling():
+                    self._refill_soon()  # a cancelled attempt (a stop) starts no other
 
         try:
             if started_at is not None:

@@ -61,6 +61,7 @@ class ClaimKeeper:
         self._claimed: object = _UNKNOWN
         self._last_sent: asyncio.Task[None] | None = None
         self._stopped = False
+        self._closing = False
 
     @property
     def in_flight(self) -> int:
@@ -87,7 +88,18 @@ class ClaimKeeper:
     # -- background work -------------------------------------------------------------
 
     def start(self, during: StreamEvent | None, work: Work) -> None:
-        """Start one attempt; unless a standing deadline covers it, claim ``now + REVIVE_AFTER``."""
+        """Start one attempt; unless a standing deadline covers it, claim ``now + REVIVE_AFTER``.
+
+        Refused once the engine is closing: an attempt started then would
+        outlive the engine, neither awaited nor cancelled by the close.
+        """
+        if self._closing:
+            raise InvalidRequest(
+                "run_in_background was called while the engine is closing; nothing was "
+                "started (whatever the state says is owed is started by the next at-head pass "
+                "of whoever runs the processor next)",
+                details={"offset": None if during is None else during.offset},
+            )
         self._in_flight += 1
         now = self._clock()
         latest = now + REVIVE_AFTER
@@ -134,7 +146,11 @@ class ClaimKeeper:
             self._background_deadline = None
 
     async def abandon(self, grace: float) -> None:
-        """Give attempts ``grace`` seconds, cancel the rest, and wait for queued claims."""
+        """Give attempts ``grace`` seconds, cancel the rest, and wait for queued claims.
+
+        From here on no attempt starts (see :meth:`start`).
+        """
+        self._closing = True
         if self._attempts:
             pending = set(self._attempts)
             if grace > 0:

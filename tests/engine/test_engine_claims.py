@@ -9,6 +9,7 @@ import structlog
 from streamkit.testing import settle
 from support.engine import Recorder, Rig, item
 
+from streamkit import InvalidRequest
 from streamkit.engine import REVIVE_AFTER, REVIVE_AFTER_MAX
 from streamkit.processor import ProcessEventArgs
 
@@ -416,3 +417,39 @@ async def test_a_wakeup_replaces_the_background_claim_once_the_attempt_settles(r
     await settle()
     assert rig.stream.claims == [t0 + REVIVE_AFTER, t0 + 60]
     assert engine.claim_held == engine.claimed_at == t0 + 60
+
+
+async def test_no_background_work_starts_once_the_engine_is_closing(rig: Rig) -> None:
+    """An attempt that settles during a close's grace cannot start another: it is refused."""
+    gate = asyncio.Event()
+    refused: list[Exception] = []
+    second: list[int] = []
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is not None and args.event.offset == 1:
+
+            async def attempt() -> None:
+                await gate.wait()
+
+                async def more() -> None:
+                    second.append(1)
+
+                try:
+                    args.run_in_background(more)
+                except InvalidRequest as exc:
+                    refused.append(exc)
+
+            args.run_in_background(attempt)
+
+    engine = rig.engine(Recorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    closing = asyncio.ensure_future(engine.aclose(grace=5))
+    await settle()
+    gate.set()
+    await closing
+    await settle()
+    assert second == []
+    (error,) = refused
+    assert "nothing was started" in str(error)
+    assert engine.background_in_flight == 0

@@ -181,6 +181,60 @@ async def test_the_attempts_of_one_pass_start_in_one_append(rig: Rig) -> None:
     assert rig.types().count(TASK_SUCCEEDED) == 5
 
 
+async def test_freed_slots_are_filled_before_the_outcomes_come_back(rig: Rig) -> None:
+    """A slot that frees starts the next waiting task at once, not when its outcome is read back.
+
+    With every push lost after the first pass, no later pass runs: the backlog
+    still drains, each finished attempt starting the next from the latest
+    at-head pass's state.
+    """
+    ran: list[str] = []
+    gate = asyncio.Event()
+
+    async def work(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+        ran.append(ctx.task_id)
+
+    rig.start(TasksProcessor(handlers={"work": work}, concurrency=2, clock=rig.clock))
+    await rig.stream.append(*(task_requested_event(task_id=f"t{i}", name="work") for i in range(6)))
+    await until(lambda: rig.types().count(TASK_ATTEMPT_STARTED) == 2)
+    rig.stream.drop_pushes = True
+    gate.set()
+    await until(lambda: len(ran) == 6)
+    await settle()
+    assert sorted(ran) == [f"t{i}" for i in range(6)]
+    assert rig.types().count(TASK_ATTEMPT_STARTED) == 6
+    assert rig.types().count(TASK_SUCCEEDED) == 6
+
+
+async def test_a_freed_slot_starts_no_task_before_it_is_due(rig: Rig) -> None:
+    """Filling a slot starts only due tasks: one not due yet waits for its wakeup's pass."""
+    ran: list[str] = []
+
+    gate = asyncio.Event()
+
+    async def work(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+        ran.append(ctx.task_id)
+
+    engine = rig.start(TasksProcessor(handlers={"work": work}, concurrency=1, clock=rig.clock))
+    await rig.stream.append(
+        task_requested_event(task_id="now", name="work"),
+        task_requested_event(task_id="later", name="work", not_before=T0 + 60),
+    )
+    await until(lambda: rig.types().count(TASK_ATTEMPT_STARTED) == 1)
+    rig.stream.drop_pushes = True
+    gate.set()
+    await until(lambda: ran == ["now"])
+    await settle()
+    assert ran == ["now"]
+    assert rig.types("later") == ["task.requested"]
+    rig.stream.drop_pushes = False
+    rig.clock.advance(61)
+    await engine.revive()
+    await until(lambda: ran == ["now", "later"])
+
+
 async def test_an_attempt_that_fails_to_record_does_not_end_its_batchmates_claim(
     rig: Rig,
 ) -> None:
