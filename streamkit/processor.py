@@ -132,6 +132,8 @@ class EffectHost(Protocol):
 
     def request_wakeup(self, at: float) -> None: ...
 
+    def clients_first(self) -> bool: ...
+
     def guard(self) -> None: ...
 
 
@@ -210,6 +212,17 @@ class ProcessEventArgs(Generic[State]):
         from state in the ``delivery.caught_up`` pass.
         """
         self._host.request_wakeup(at)
+
+    def yield_to_clients(self) -> bool:
+        """Whether the host asks its processors to hold back now, its clients appending.
+
+        True while a host's clients append and it paces its processors
+        (host.md, "Clients first"): work a processor may do now or leave to
+        its next pass (filling a free slot between passes, say) is best left
+        to the pass then. Always False for an engine used directly. It may be
+        asked from background work too.
+        """
+        return self._host.clients_first()
 
     def __repr__(self) -> str:
         offset = None if self.event is None else self.event.offset

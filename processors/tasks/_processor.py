@@ -326,7 +326,9 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         otherwise bring the next pass only once it is committed and read back,
         and the slot would idle meanwhile. The tasks it starts are due, have a
         handler, and are started as a pass starts them; anything else (a
-        wakeup to ask, a task to dead-letter) waits for the next pass.
+        wakeup to ask, a task to dead-letter) waits for the next pass. Nor
+        while the host gives its clients first claim: its passes are paced
+        then, and what a refill starts would run in the pauses meant for them.
         """
         self._refill_due = False
         head = self._at_head
@@ -335,6 +337,8 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         args, state = head
         if self._index.state is not state:
             return  # an event came since: the pass of its batch decides
+        if args.yield_to_clients():
+            return  # clients first: the host's paced passes start what is due
         now = self._clock()
         slots = self._concurrency - self._active
         starting: list[LiveTask] = []

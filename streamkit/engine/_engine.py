@@ -93,7 +93,9 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
     then trust the head a catch-up read reached and skip reading the log until a
     push shows a later one. ``clock`` gives epoch seconds for claims and
     wakeups. ``on_batch`` is called after each committed batch (a failure in it
-    is reported and ignored).
+    is reported and ignored). ``clients_first`` is the host's word that its
+    clients are appending and it paces its processors meanwhile (what
+    ``args.yield_to_clients()`` tells the processor); without it, never.
 
     ``publish_live`` says whether batches publish live-state deltas: ``True``
     (the default) after every batch; ``False`` never by themselves (only
@@ -117,6 +119,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         clock: Clock = time.time,
         on_batch: Callable[[BatchInfo], None] | None = None,
         guard: Callable[[], None] | None = None,
+        clients_first: Callable[[], bool] | None = None,
         publish_live: bool | Callable[[], bool] = True,
     ) -> None:
         contract: ProcessorContract[S] | None = getattr(processor, "contract", None)
@@ -137,6 +140,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._clock = clock
         self._on_batch = on_batch
         self._guard = guard
+        self._clients_first = clients_first
         self._chain_tasks: set[asyncio.Task[None]] = set()
         # The offset whose delivery is under way, and the one a failed batch stopped at.
         self._delivering: int | None = None
@@ -525,3 +529,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
     def request_wakeup(self, at: float) -> None:
         """Record a wakeup request (see ``args.schedule_wakeup``)."""
         self._claims.wake_at(at)
+
+    def clients_first(self) -> bool:
+        """Whether the host gives its clients first claim now (see ``args.yield_to_clients``)."""
+        return self._clients_first is not None and self._clients_first()

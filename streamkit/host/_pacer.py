@@ -58,6 +58,10 @@ class Pacer:
         self._sleep = sleep
         self._ready_at = 0.0
 
+    def pacing(self) -> bool:
+        """Whether ranges are paced now: clients append and the share is below 1."""
+        return self._factor > 0 and self._clients_active()
+
     async def turn(self) -> None:
         """Wait, while clients append, until the ranges run so far have had their pause."""
         wait = self._ready_at - self._clock()

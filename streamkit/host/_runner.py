@@ -179,6 +179,7 @@ class ProcessorRunner:
             clock=self._clock,
             on_batch=self._on_batch,
             guard=held.check,
+            clients_first=None if self._pacer is None else self._pacer.pacing,
             publish_live=self._publish_live,
         )
         self.caught_up = False

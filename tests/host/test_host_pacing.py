@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from support.host import Offsets, Tally
 
-from streamkit import StreamEvent
+from streamkit import ProcessEventArgs, StreamEvent
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
 from streamkit.host import _runner as runner_module
@@ -74,6 +74,41 @@ async def test_no_pause_while_no_client_appends_nor_at_a_share_of_one() -> None:
     whole.ran(5.0)
     await whole.turn()
     assert whole_clock.slept == []
+
+
+def test_pacing_is_on_only_while_clients_append_at_a_share_below_one() -> None:
+    """What processors are told (args.yield_to_clients): clients append and ranges are paced."""
+    clients = [False]
+    pacer, _ = _pacer(0.2, clients)
+    assert not pacer.pacing()
+    clients[0] = True
+    assert pacer.pacing()
+    whole, _ = _pacer(1.0, [True])
+    assert not whole.pacing()
+
+
+async def test_a_host_tells_its_processors_to_yield_while_clients_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """args.yield_to_clients() is True in a host while a client appends, False once they stop."""
+    monkeypatch.setattr(log_module, "CLIENT_ACTIVE_SECONDS", 0.2)
+    seen: list[ProcessEventArgs[Any]] = []
+
+    class Asking(Tally):
+        def process_event(self, args: ProcessEventArgs[Any]) -> None:
+            seen.append(args)
+
+    config = HostConfig.model_validate({"db": str(tmp_path / "y.db"), "shutdown_grace": 1.0})
+    host = ProcessorHost(config, processors=[Asking()], serve_control=False)
+    await host.start()
+    try:
+        await host.append("/", [{"type": "item", "payload": {"n": 1}}])
+        await host.wait_until_processed("tally", 1, timeout=10)
+        assert seen[-1].yield_to_clients()  # the client appended just now
+        await asyncio.sleep(0.3)
+        assert not seen[-1].yield_to_clients()  # asked from later work: no client since
+    finally:
+        await host.stop(grace=1.0)
 
 
 async def test_one_pause_is_bounded() -> None:

@@ -62,11 +62,17 @@ class Rig:
         self.storage: MemoryStorage = memory_storage()
         self.engine: ProcessorEngine[TasksState] | None = None
 
-    def start(self, processor: TasksProcessor) -> ProcessorEngine[TasksState]:
+    def start(
+        self, processor: TasksProcessor, *, clients_first: Any = None
+    ) -> ProcessorEngine[TasksState]:
         """Build an engine for ``processor`` (replacing the previous one) and feed it pushes."""
         self.stream.engines.clear()
         self.engine = ProcessorEngine(
-            processor, stream=self.stream, storage=self.storage, clock=self.clock
+            processor,
+            stream=self.stream,
+            storage=self.storage,
+            clock=self.clock,
+            clients_first=clients_first,
         )
         self.stream.engines.append(self.engine)
         return self.engine
@@ -205,6 +211,31 @@ async def test_freed_slots_are_filled_before_the_outcomes_come_back(rig: Rig) ->
     assert sorted(ran) == [f"t{i}" for i in range(6)]
     assert rig.types().count(TASK_ATTEMPT_STARTED) == 6
     assert rig.types().count(TASK_SUCCEEDED) == 6
+
+
+async def test_no_slot_is_filled_between_passes_while_clients_come_first(rig: Rig) -> None:
+    """While the host gives its clients first claim, a freed slot waits for the next pass."""
+    ran: list[str] = []
+    gate = asyncio.Event()
+
+    async def work(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+        ran.append(ctx.task_id)
+
+    clients = [False]
+    rig.start(
+        TasksProcessor(handlers={"work": work}, concurrency=2, clock=rig.clock),
+        clients_first=lambda: clients[0],
+    )
+    await rig.stream.append(*(task_requested_event(task_id=f"t{i}", name="work") for i in range(6)))
+    await until(lambda: rig.types().count(TASK_ATTEMPT_STARTED) == 2)
+    rig.stream.drop_pushes = True
+    clients[0] = True
+    gate.set()
+    await until(lambda: len(ran) == 2)
+    await settle()
+    assert sorted(ran) == ["t0", "t1"]
+    assert rig.types().count(TASK_ATTEMPT_STARTED) == 2
 
 
 async def test_a_freed_slot_starts_no_task_before_it_is_due(rig: Rig) -> None:
