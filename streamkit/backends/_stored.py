@@ -48,7 +48,7 @@ def decode_rows(
     payloads = decode_many([row[2] for row in rows])
     metadatas = decode_many([row[3] for row in rows])
     if types:
-        return _decode_typed(path, rows, payloads, metadatas, types)
+        _type_payloads(rows, payloads, types)
     make = make_event
     return [
         make(
@@ -68,43 +68,20 @@ def decode_rows(
     ]
 
 
-def _decode_typed(
-    path: str,
-    rows: Sequence[Row],
-    payloads: list[Any],
-    metadatas: list[Any],
-    types: PayloadTypes,
-) -> list[StreamEvent]:
-    make = make_event
+def _type_payloads(rows: Sequence[Row], payloads: list[Any], types: PayloadTypes) -> None:
+    """Validate in place each payload whose event type ``types`` names; a refused one stays."""
     typed = types.get
-    events: list[StreamEvent] = []
-    add = events.append
-    for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
-        rows, payloads, metadatas, strict=True
-    ):
-        validate = typed(etype)
+    for at, row in enumerate(rows):
+        validate = typed(row[1])
         if validate is not None:
+            payload = payloads[at]
             # An absent payload is ``{}``, as everywhere a payload is validated. A
             # refused one stays decoded: the reader's fold reports it (a try, not
             # contextlib.suppress: this runs once per event of a catch-up).
             try:  # noqa: SIM105
-                payload = validate({} if payload is None else payload)
+                payloads[at] = validate({} if payload is None else payload)
             except Exception:
                 pass
-        add(
-            make(
-                path,
-                offset,
-                etype,
-                payload,
-                metadata,
-                None if source is None else decode(source),
-                key,
-                created_at,
-                False,
-            )
-        )
-    return events
 
 
 def decode_prepared(

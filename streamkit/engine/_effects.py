@@ -152,22 +152,23 @@ class EffectAppender:
             try:
                 payload = payload.model_dump(mode="json")
             except Exception as exc:
-                raise InvalidEvent(
-                    f'event #{index}: the payload of "{etype}" cannot be serialized to JSON '
-                    f"({exc}); nothing was appended",
-                    details={"index": index, "field": "payload", "type": etype},
-                ) from exc
+                raise _refused(index, etype, "cannot be serialized to JSON", exc) from exc
             data["payload"] = payload
         if schema is not None and not checked:
             try:
                 schema.model_validate(payload or {})
             except Exception as exc:
-                raise InvalidEvent(
-                    f'event #{index}: the payload of "{etype}" does not match its declared '
-                    f"schema {schema.__name__} ({exc}); nothing was appended",
-                    details={"index": index, "field": "payload", "type": etype},
-                ) from exc
+                why = f"does not match its declared schema {schema.__name__}"
+                raise _refused(index, etype, why, exc) from exc
         source = data.get("source")
         if source is None or isinstance(source, Mapping):
             data["source"] = {**(source or {}), "processor": processor_source}
         return data
+
+
+def _refused(index: int, etype: str, why: str, exc: Exception) -> InvalidEvent:
+    """The refusal of an emitted event's payload (``why`` it was refused, ``exc`` the cause)."""
+    return InvalidEvent(
+        f'event #{index}: the payload of "{etype}" {why} ({exc}); nothing was appended',
+        details={"index": index, "field": "payload", "type": etype},
+    )
