@@ -363,6 +363,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
             self._active -= len(starting)
             for task in starting:
                 self._owned.discard(f"{run_key(task)}/{task.attempt + 1}")
+            self._index.state = None  # their entries were taken: rebuilt at the next pass
 
     def _owns(self, task: LiveTask, attempt: int) -> bool:
         """Whether this incarnation started ``attempt`` of ``task``'s run."""

@@ -25,7 +25,7 @@ from streamkit._json import decode, decode_many
 from streamkit.events import PreparedEvent, ReadPage, StreamEvent
 from streamkit.protocols import PayloadTypes
 
-__all__ = ["MAX_PAGE_BYTES", "PayloadTypes", "Row", "decode_prepared", "decode_rows", "page_of"]
+__all__ = ["MAX_PAGE_BYTES", "Row", "decode_prepared", "decode_rows", "page_of"]
 
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """The stored JSON a read page holds at most (one event always fits, whatever its size)."""
