@@ -6,7 +6,9 @@ outcomes of one attempt share it: an append retried after a crash returns the
 event already written, and a second, different outcome for the same attempt
 (another incarnation got there first) is refused by the log, which keeps the
 first. A dead-lettered task also appends ``dlq.dead-lettered``, and a replayed
-task that settles tells the DLQ, in the same append as its outcome.
+task that settles tells the DLQ, in the same append as its outcome. The
+outcomes of attempts that end in the same loop turn go in one append call
+(:mod:`._joint`), each alone again if the log refuses the joint one.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from streamkit.processors.tasks._events import (
     TasksState,
     TaskSucceeded,
 )
+from streamkit.processors.tasks._joint import JointAppends
 
 from streamkit import IdempotencyConflict, ProcessEventArgs, StreamEvent
 
@@ -49,6 +52,8 @@ class Outcomes:
 
     idempotency_key: Callable[..., str]
     retry_delay: Callable[[str, int, int], float]
+    # An attempt's outcome goes in one append with the others ending in its loop turn.
+    _joint: JointAppends
 
     def _key(self, task: LiveTask, what: str) -> str:
         return self.idempotency_key(f"{run_key(task)}/{what}")
@@ -89,7 +94,7 @@ class Outcomes:
         ]
         if task.dlq is not None:
             events.append(record_succeeded_event(task.dlq))
-        await self._append(args, *events)
+        await self._joint.append(args, events)
 
     async def _failed(
         self,
@@ -111,14 +116,12 @@ class Outcomes:
             error=error[:_ERROR_CHARS],
             retry_at=started_at + self.retry_delay(task.task_id, task.request_offset, attempt),
         )
-        await self._append(
-            args,
-            {
-                "type": TASK_ATTEMPT_FAILED,
-                "payload": body,
-                "idempotency_key": self._key(task, f"{attempt}/outcome"),
-            },
-        )
+        failed = {
+            "type": TASK_ATTEMPT_FAILED,
+            "payload": body,
+            "idempotency_key": self._key(task, f"{attempt}/outcome"),
+        }
+        await self._joint.append(args, [failed])
 
     def _request_payload(self, task: LiveTask) -> dict[str, Any]:
         # What the DLQ replays: the request as it was, not_before dropped (a

@@ -70,6 +70,7 @@ from streamkit.processors.tasks._events import (
     _RunEvent,
 )
 from streamkit.processors.tasks._index import TaskIndex
+from streamkit.processors.tasks._joint import JointAppends
 from streamkit.processors.tasks._outcomes import Outcomes, run_key
 
 from streamkit import (
@@ -177,6 +178,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         # slots that free up before the next pass are filled from it (_refill).
         self._at_head: tuple[ProcessEventArgs[TasksState], TasksState] | None = None
         self._refill_due = False
+        self._joint = JointAppends(lambda args, events: self._append(args, *events))
 
     # -- pure parts -----------------------------------------------------------------
 

@@ -187,6 +187,66 @@ async def test_the_attempts_of_one_pass_start_in_one_append(rig: Rig) -> None:
     assert rig.types().count(TASK_SUCCEEDED) == 5
 
 
+async def test_outcomes_of_attempts_ending_together_go_in_one_append(rig: Rig) -> None:
+    """Attempts that end in the same loop turn append their outcomes in one call."""
+    gate = asyncio.Event()
+
+    async def work(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+
+    appends: list[list[str]] = []
+    real_append = rig.stream.append
+
+    async def counting_append(*events: Any, **kwargs: Any) -> Any:
+        appends.append([e["type"] for e in events])
+        return await real_append(*events, **kwargs)
+
+    rig.stream.append = counting_append  # type: ignore[method-assign]
+    rig.start(TasksProcessor(handlers={"work": work}, concurrency=8, clock=rig.clock))
+    await real_append(*(task_requested_event(task_id=f"t{i}", name="work") for i in range(5)))
+    await until(lambda: rig.types().count(TASK_ATTEMPT_STARTED) == 5)
+    gate.set()
+    await until(lambda: rig.types().count(TASK_SUCCEEDED) == 5)
+    outcomes = [types for types in appends if TASK_SUCCEEDED in types]
+    assert outcomes == [[TASK_SUCCEEDED] * 5]
+
+
+async def test_a_refused_joint_append_appends_each_outcome_alone(rig: Rig) -> None:
+    """One outcome already written with another body refuses the joint call: the rest still land."""
+    gate = asyncio.Event()
+
+    async def work(args: dict[str, Any], ctx: TaskContext) -> str:
+        await gate.wait()
+        return "done"
+
+    processor = TasksProcessor(handlers={"work": work}, concurrency=8, clock=rig.clock)
+    engine = rig.start(processor)
+    await rig.stream.append(*(task_requested_event(task_id=f"t{i}", name="work") for i in range(4)))
+    await until(lambda: rig.types().count(TASK_ATTEMPT_STARTED) == 4)
+    # Another incarnation got there first for t2 (request at offset 3), with a failure.
+    (t2,) = [e for e in rig.stream.events if e.payload.get("task_id") == "t2"][:1]
+    await rig.stream.append(
+        {
+            "type": TASK_ATTEMPT_FAILED,
+            "payload": {
+                "task_id": "t2",
+                "request_offset": t2.offset,
+                "attempt": 1,
+                "error": "elsewhere",
+                "retry_at": T0 + 3600,
+            },
+            "idempotency_key": processor.idempotency_key(f"t2@{t2.offset}/1/outcome"),
+        }
+    )
+    gate.set()
+    await until(lambda: rig.types().count(TASK_SUCCEEDED) == 3)
+    await settle()
+    assert rig.types("t2") == ["task.requested", TASK_ATTEMPT_STARTED, TASK_ATTEMPT_FAILED]
+    assert sorted(p["task_id"] for p in rig.of_type(TASK_SUCCEEDED)) == ["t0", "t1", "t3"]
+    _, state = await engine.snapshot()
+    assert list(state.tasks) == ["t2"]  # waiting for its retry, the first outcome kept
+
+
 async def test_freed_slots_are_filled_before_the_outcomes_come_back(rig: Rig) -> None:
     """A slot that frees starts the next waiting task at once, not when its outcome is read back.
 
