@@ -303,16 +303,20 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                 )
                 args.run_in_background(partial(self._dead_letter, args, task, error))
             elif slots > 0:
-                self._index.taken()
                 slots -= 1
-                self._owned.add(f"{run}/{task.attempt + 1}")
-                self._active += 1
-                starting.append(task)
+                starting.append(self._take_slot(task))
             else:
                 break
         if starting:
             args.run_in_background(partial(self._attempts, args, starting))
         self._at_head = (args, state)
+
+    def _take_slot(self, task: LiveTask) -> LiveTask:
+        """The waiting task first in the index starts here: its entry, a slot, its attempt."""
+        self._index.taken()
+        self._owned.add(f"{run_key(task)}/{task.attempt + 1}")
+        self._active += 1
+        return task
 
     def _refill_soon(self) -> None:
         """A slot freed: fill the free slots once the attempts ending now have all freed theirs."""
@@ -347,14 +351,11 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         while slots > 0 and (task := self._index.waiting(state)) is not None:
             if task.due > now or task.name not in self._handlers:
                 break
-            self._index.taken()
-            run = run_key(task)
             if self._owns(task, task.attempt + 1):
-                continue  # started here; its start is on the way
+                self._index.taken()  # started here; its start is on the way
+                continue
             slots -= 1
-            self._owned.add(f"{run}/{task.attempt + 1}")
-            self._active += 1
-            starting.append(task)
+            starting.append(self._take_slot(task))
         if not starting:
             return
         try:
