@@ -103,37 +103,58 @@ async def test_a_shared_page_cannot_be_changed_by_a_reader(log: Log) -> None:
     assert isinstance(page.events, tuple)
 
 
+class Tick(BaseModel):
+    n: int
+
+
 class Total(BaseModel):
     total: int = 0
 
 
-def summing(slug: str) -> StreamProcessor[Total]:
+def summing(slug: str, *, typed: bool = False) -> StreamProcessor[Total]:
+    """Sums ``tick`` payloads; ``typed``: the contract declares their model (read typed)."""
+    events = {"tick": EventDefinition(description="a tick", payload_schema=Tick)}
+
     class Summing(StreamProcessor[Total]):
         contract = define_processor_contract(
-            slug=slug, version="1", state_schema=Total, consumes=["tick"]
+            slug=slug,
+            version="1",
+            state_schema=Total,
+            events=events if typed else None,
+            consumes=["tick"],
         )
 
         def reduce(self, event: StreamEvent, state: Total) -> Total:
-            return Total(total=state.total + event.payload["n"])
+            n = event.payload.n if typed else event.payload["n"]
+            return Total(total=state.total + n)
 
     return Summing()
 
 
-async def test_processors_catching_up_together_decode_each_page_once(tmp_path: Path) -> None:
-    """Three engines over one log share the pages the first of them read, and all reduce right."""
+@pytest.mark.parametrize("typed", [False, True], ids=["plain", "typed"])
+async def test_processors_catching_up_together_decode_each_page_once(
+    tmp_path: Path, typed: bool
+) -> None:
+    """Three engines over one log share the pages the first of them read, and all reduce right.
+
+    Engines that read typed (their contracts declare the payload) share them too.
+    """
     async with open_log(tmp_path / "fan.db") as log:
         stream = log.stream("/")
         for _ in range(6):
             await stream.append(*({"type": "tick", "payload": {"n": 1}} for _i in range(500)))
         engines = [
             ProcessorEngine(
-                summing(f"s{i}"), stream=stream.for_processor(f"s{i}"), storage=memory_storage()
+                summing(f"s{i}", typed=typed),
+                stream=stream.for_processor(f"s{i}"),
+                storage=memory_storage(),
             )
             for i in range(3)
         ]
         await asyncio.gather(*(engine.catch_up_from_log() for engine in engines))
         for engine in engines:
             assert (await engine.snapshot()).state.total == 3000
+            assert engine.incidents["malformed_payloads"] == 0
         assert log.shared_pages.hits >= 2
         for engine in engines:
             await engine.aclose()
@@ -164,10 +185,6 @@ async def test_one_reader_going_over_the_same_pages_again_later_keeps_nothing(
     assert log.shared_pages.held_bytes == 0
 
 
-class Tick(BaseModel):
-    n: int
-
-
 async def test_a_typed_page_is_never_kept_for_another_reader(log: Log) -> None:
     """A lone typed read is not kept; once the path is shared, typed reads share plain pages."""
     stream = log.stream("/")
@@ -182,42 +199,3 @@ async def test_a_typed_page_is_never_kept_for_another_reader(log: Log) -> None:
     assert log.shared_pages.held_bytes > 0
     assert [e.payload for e in kept.events] == [{"n": n} for n in range(10, 20)]
     assert await stream.read(10, 10) is kept
-
-
-def typed_summing(slug: str) -> StreamProcessor[Total]:
-    class TypedSumming(StreamProcessor[Total]):
-        contract = define_processor_contract(
-            slug=slug,
-            version="1",
-            state_schema=Total,
-            events={"tick": EventDefinition(description="a tick", payload_schema=Tick)},
-            consumes=["tick"],
-        )
-
-        def reduce(self, event: StreamEvent, state: Total) -> Total:
-            return Total(total=state.total + event.payload.n)
-
-    return TypedSumming()
-
-
-async def test_typed_processors_catching_up_together_still_share_pages(tmp_path: Path) -> None:
-    """Engines that read typed share the pages of a path read together, and reduce right."""
-    async with open_log(tmp_path / "fan.db") as log:
-        stream = log.stream("/")
-        for _ in range(6):
-            await stream.append(*({"type": "tick", "payload": {"n": 1}} for _i in range(500)))
-        engines = [
-            ProcessorEngine(
-                typed_summing(f"t{i}"),
-                stream=stream.for_processor(f"t{i}"),
-                storage=memory_storage(),
-            )
-            for i in range(3)
-        ]
-        await asyncio.gather(*(engine.catch_up_from_log() for engine in engines))
-        for engine in engines:
-            assert (await engine.snapshot()).state.total == 3000
-            assert engine.incidents["malformed_payloads"] == 0
-        assert log.shared_pages.hits >= 2
-        for engine in engines:
-            await engine.aclose()
