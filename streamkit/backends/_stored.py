@@ -4,7 +4,8 @@ Both directions decode the stored JSON texts, so an event an append returns
 equals the one a later read returns, field for field. Nothing is checked
 here: every text was validated and encoded by the log before it was written.
 A typed read (``types``) only validates payloads into the models a reader
-asked for, as each event is built, so a catch-up builds each event once.
+asked for, as each event is built, so a catch-up builds each event once;
+its page builds them as they are taken and keeps none (:class:`TypedEvents`).
 A stored row is ``(offset, type, payload, metadata, source, idempotency_key,
 created_at)``, the column order every backend's reads select.
 
@@ -17,15 +18,15 @@ one snapshot shows is its last row (or at most ``after``), or through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, overload
 
 from streamkit._fast import make_event
 from streamkit._json import decode, decode_many
 from streamkit.events import PreparedEvent, ReadPage, StreamEvent
 from streamkit.protocols import PayloadTypes
 
-__all__ = ["MAX_PAGE_BYTES", "Row", "decode_prepared", "decode_rows", "page_of"]
+__all__ = ["MAX_PAGE_BYTES", "Row", "TypedEvents", "decode_prepared", "decode_rows", "page_of"]
 
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """The stored JSON a read page holds at most (one event always fits, whatever its size)."""
@@ -36,19 +37,19 @@ Row = tuple[int, str, str, str, str | None, str | None, str]
 
 def decode_rows(
     path: str, rows: Sequence[Row], types: PayloadTypes | None = None
-) -> list[StreamEvent]:
+) -> Sequence[StreamEvent]:
     """Committed events from stored rows (no validation: they were validated when written).
 
-    With ``types``, the payload of each event whose type it names is
-    validated into that type's model as the event is built (see
-    :data:`~streamkit.protocols.PayloadTypes`).
+    With ``types``, the events come as :class:`TypedEvents`: each payload of
+    a type ``types`` names is validated into its model as its event is built
+    (see :data:`~streamkit.protocols.PayloadTypes`).
     """
     if not rows:
         return []
     payloads = decode_many([row[2] for row in rows])
     metadatas = decode_many([row[3] for row in rows])
     if types:
-        _type_payloads(rows, payloads, types)
+        return TypedEvents(path, rows, payloads, metadatas, types)
     make = make_event
     return [
         make(
@@ -68,20 +69,114 @@ def decode_rows(
     ]
 
 
-def _type_payloads(rows: Sequence[Row], payloads: list[Any], types: PayloadTypes) -> None:
-    """Validate in place each payload whose event type ``types`` names; a refused one stays."""
-    typed = types.get
-    for at, row in enumerate(rows):
-        validate = typed(row[1])
+class TypedEvents(Sequence[StreamEvent]):
+    """The events of a typed page, each built when it is taken from the page and kept by no one.
+
+    A fold takes each event once and drops it, so a catch-up holds one event
+    and its model at a time instead of a page of them: the page's rows and
+    decoded JSON, which the garbage collector does not track, are all it keeps.
+    Held as a list, a page of events outlived the collector's young
+    generations and every one of them was promoted and scanned again: about a
+    fifth of a catch-up's time. Taking the same index twice builds two equal
+    events, not one; ``list(page.events)`` keeps them.
+    """
+
+    __slots__ = ("_metadatas", "_path", "_payloads", "_rows", "_types")
+
+    def __init__(
+        self,
+        path: str,
+        rows: Sequence[Row],
+        payloads: list[Any],
+        metadatas: list[Any],
+        types: PayloadTypes,
+    ) -> None:
+        self._path = path
+        self._rows = rows
+        self._payloads = payloads
+        self._metadatas = metadatas
+        self._types = types
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> StreamEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[StreamEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> StreamEvent | list[StreamEvent]:
+        if isinstance(index, slice):
+            return [self._build(at) for at in range(*index.indices(len(self._rows)))]
+        if index < 0:
+            index += len(self._rows)
+        if not 0 <= index < len(self._rows):
+            raise IndexError("page index out of range")
+        return self._build(index)
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        path, make, typed = self._path, make_event, self._types.get
+        for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
+            self._rows, self._payloads, self._metadatas, strict=True
+        ):
+            validate = typed(etype)
+            if validate is not None:
+                # Inline, not _typed: this runs once per event of a catch-up.
+                try:  # noqa: SIM105
+                    payload = validate({} if payload is None else payload)
+                except Exception:
+                    pass
+            yield make(
+                path,
+                offset,
+                etype,
+                payload,
+                metadata,
+                None if source is None else decode(source),
+                key,
+                created_at,
+                False,
+            )
+
+    def __eq__(self, other: object) -> bool:
+        # Equal to the list of the same events, as the plain page's list is.
+        if isinstance(other, TypedEvents | list):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"TypedEvents({list(self)!r})"
+
+    def _build(self, at: int) -> StreamEvent:
+        offset, etype, _, _, source, key, created_at = self._rows[at]
+        payload = self._payloads[at]
+        validate = self._types.get(etype)
         if validate is not None:
-            payload = payloads[at]
-            # An absent payload is ``{}``, as everywhere a payload is validated. A
-            # refused one stays decoded: the reader's fold reports it (a try, not
-            # contextlib.suppress: this runs once per event of a catch-up).
-            try:  # noqa: SIM105
-                payloads[at] = validate({} if payload is None else payload)
-            except Exception:
-                pass
+            payload = _typed(validate, payload)
+        return make_event(
+            self._path,
+            offset,
+            etype,
+            payload,
+            self._metadatas[at],
+            None if source is None else decode(source),
+            key,
+            created_at,
+            False,
+        )
+
+
+def _typed(validate: Callable[[Any], Any], payload: Any) -> Any:
+    """``payload`` validated into its model, or as it was when the model refuses it."""
+    # An absent payload is ``{}``, as everywhere a payload is validated. A
+    # refused one stays decoded: the reader's fold reports it.
+    try:
+        return validate({} if payload is None else payload)
+    except Exception:
+        return payload
 
 
 def decode_prepared(

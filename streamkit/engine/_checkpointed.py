@@ -42,7 +42,6 @@ from streamkit.protocols import CheckpointStorage, ProcessorStream, TypedReads
 __all__ = [
     "BYTES_PER_DEFERRED_EVENT",
     "DEFER_STATE_FROM",
-    "GROW_PAGES_AT",
     "MAX_CATCH_UP_PAGE",
     "PAGE_SIZE",
     "CheckpointedState",
@@ -54,19 +53,16 @@ PAGE_SIZE = 500
 """Events per read when the engine repairs a gap, and in the first page of a catch-up."""
 
 MAX_CATCH_UP_PAGE = 4000
-"""The most events one catch-up page (one batch, one checkpoint) grows to."""
+"""The most events one catch-up page (one batch, one checkpoint) grows to.
 
-GROW_PAGES_AT = 64 * 1024
-"""The state JSON (bytes) from which a catch-up's pages grow.
-
-While the state it checkpoints is at least this large, a catch-up doubles
-its page after each full one, up to :data:`MAX_CATCH_UP_PAGE`: the state's
-encoding and write, which grow with the state, are then paid once per 4,000
-events rather than per 500. A smaller state's checkpoint costs less than
-holding larger pages in memory (measured: a trivial processor catches up
-about a quarter slower with pages of 4,000), so its pages stay at 500.
+A catch-up doubles its page after each full one, up to this, so a backlog
+pays a batch's fixed costs (the checkpoint, the live-state projection, the
+read's round trip) once per 4,000 events rather than per 500. Typed pages
+keep no events (``TypedEvents``), so a larger page costs its rows and their
+decoded JSON, not 4,000 live events for the garbage collector to scan.
+Measured on 1M events of a trivial processor: 3.9 µs an event with pages
+of 4,000 against 4.6 µs with pages of 500.
 """
-
 
 DEFER_STATE_FROM = 64 * 1024
 """The state JSON (bytes, as last written) from which its write may wait for later batches.

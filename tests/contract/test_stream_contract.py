@@ -195,6 +195,12 @@ async def test_a_typed_read_gives_the_named_types_models_and_the_rest_as_read(
     ]
     assert untyped == list(plain.events)
     assert (typed.scanned_through_offset, typed.at_head) == (plain.scanned_through_offset, True)
+    # Whatever sequence holds them, it answers like the list of its events.
+    events = list(typed.events)
+    assert len(typed.events) == 4
+    assert [typed.events[i] for i in range(-4, 0)] == events
+    assert typed.events[1:3] == events[1:3]
+    assert typed.events == events
 
 
 @pytest.mark.parametrize("types", [{"order.placed": dict}, {1: Order}, [("order.placed", Order)]])

@@ -12,7 +12,6 @@ from support.engine import Recorder, Rig, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
 from streamkit.engine import MAX_CATCH_UP_PAGE, PAGE_SIZE
-from streamkit.engine import _checkpointed as checkpointed
 from streamkit.processor import ProcessEventArgs
 
 
@@ -293,7 +292,7 @@ async def test_a_push_behind_the_shown_head_is_not_caught_up(rig: Rig) -> None:
 
 
 async def test_catch_up_delivers_caught_up_on_the_last_page_only(rig: Rig) -> None:
-    """Catch-up pages of 500 (a small state); only the page reaching the head is caught up."""
+    """Catch-up pages of 500, then 1,000; only the page reaching the head is caught up."""
     rig.stream.drop_pushes = True
     for _start in range(0, 1200, 400):
         await rig.stream.append(*(item(1) for _ in range(400)))
@@ -303,15 +302,12 @@ async def test_catch_up_delivers_caught_up_on_the_last_page_only(rig: Rig) -> No
     caught = [offset for offset, caught_up in processor.calls if caught_up]
     assert caught == [1200]
     assert len(processor.calls) == 1200
-    assert rig.storage.writes == 3  # one per page: 500, 500, 200
+    assert rig.storage.writes == 2  # one per page: 500, then the 700 left
     assert engine.cursor == 1200
 
 
-async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With a costly state, a long backlog is taken in pages of 500 up to 4,000: one checkpoint each."""
-    monkeypatch.setattr(checkpointed, "GROW_PAGES_AT", 1)  # every state counts as costly here
+async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(rig: Rig) -> None:
+    """A long backlog is taken in pages of 500 up to 4,000, whatever the state: one checkpoint each."""
     rig.stream.drop_pushes = True
     for _start in range(0, 12_000, 500):
         await rig.stream.append(*(item(1) for _ in range(500)))
@@ -325,9 +321,8 @@ async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(
 
     rig.stream.read = read  # type: ignore[method-assign]
     await engine.catch_up_from_log()
-    # The second page is read while the first one's state is written: before its size is known.
-    assert pages == [PAGE_SIZE, PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE]
-    # 500 + 500 + 1,000 + 2,000 + 4,000, then the last 4,000 reach the head.
+    assert pages == [PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE]
+    # 500 + 1,000 + 2,000 + 4,000 + 4,000, then the last 500 reach the head.
     assert rig.storage.writes == 6
     assert engine.cursor == 12_000
 

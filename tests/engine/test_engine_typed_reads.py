@@ -2,8 +2,8 @@
 
 The log's processor view offers ``read_typed``: the payloads of the types a
 processor reduces come out of the page already validated into their models,
-so the fold hands the page's own events to ``reduce`` instead of copying each
-one with its typed payload. A stream without it is read plainly and the fold
+so the fold hands the events as the page builds them to ``reduce`` instead
+of copying each one with its typed payload. A stream without it is read plainly and the fold
 types the payloads itself: both give the same states and the same reports.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 from streamkit.testing import memory_storage
 
@@ -24,6 +25,7 @@ from streamkit import (
     define_processor_contract,
     open_log,
 )
+from streamkit.engine import _fold
 
 
 class Tick(BaseModel):
@@ -88,8 +90,18 @@ def ticks(*values: Any) -> list[dict[str, Any]]:
     return [{"type": "tick", "payload": {"n": n}} for n in values]
 
 
-async def test_a_catch_up_hands_reduce_the_pages_own_events(tmp_path: Path) -> None:
-    """Reduce gets the very events of the typed pages, their payloads already models."""
+async def test_a_catch_up_folds_the_typed_pages_events_without_copying_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reduce gets each event as the typed page builds it, its payload already a model."""
+    copies: list[StreamEvent] = []
+    real_copy = _fold.with_payload
+
+    def counted_copy(event: StreamEvent, payload: Any) -> StreamEvent:
+        copies.append(event)
+        return real_copy(event, payload)
+
+    monkeypatch.setattr(_fold, "with_payload", counted_copy)
     async with open_log(tmp_path / "typed.db") as log:
         await log.stream("/").append(*ticks(*range(1200)))
         stream = RecordingTyped(log.stream("/").for_processor("summing"))
@@ -99,9 +111,8 @@ async def test_a_catch_up_hands_reduce_the_pages_own_events(tmp_path: Path) -> N
         await engine.aclose()
     assert stream.typed
     assert not stream.plain
-    read = {id(event) for page in stream.typed for event in page.events}
-    assert len(processor.seen) == 1200
-    assert all(id(event) in read for event in processor.seen)
+    assert copies == []
+    assert [event.offset for event in processor.seen] == list(range(1, 1201))
     assert all(type(event.payload) is Tick for event in processor.seen)
 
 
