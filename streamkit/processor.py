@@ -55,6 +55,9 @@ def consumes_predicate(
     ``never`` names types refused whatever ``consumes`` says (the engine passes
     the live-state delta type). Built once per processor; it runs once per
     event on the catch-up path, so the named-only case checks the type alone.
+    A durable event's answer depends on its type alone, and an ephemeral one
+    is taken only if a durable one of its type would be: the engine's fold
+    caches the answer per type on that promise.
     """
     refused = frozenset(never)
     named = frozenset(consumes or ()) - refused

@@ -10,7 +10,8 @@ reports of failures the engine swallows.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar
+from enum import Enum
+from typing import Any, Final, Generic, TypeVar
 
 import structlog
 from pydantic import BaseModel
@@ -25,6 +26,16 @@ __all__ = ["Fold", "report"]
 S = TypeVar("S")
 
 _Validate = Callable[[Any], BaseModel]
+
+
+class _Skip(Enum):
+    IGNORED = "ignored"
+    """The plan of a type whose durable events this processor does not reduce."""
+
+
+_IGNORED: Final = _Skip.IGNORED
+
+_Plan = tuple[type[BaseModel], _Validate] | _Skip | None
 
 _log = structlog.get_logger("streamkit.engine")
 
@@ -55,9 +66,9 @@ class Fold(Generic[S]):
     __slots__ = (
         "_contract",
         "_on_error",
+        "_plans",
         "_reduce",
         "_slug",
-        "_validators",
         "last_malformed",
         "last_reduce_failure",
         "malformed",
@@ -76,9 +87,9 @@ class Fold(Generic[S]):
         self._on_error = on_error
         self._slug = contract.slug
         self._reduce = processor.reduce
-        # Per event type: its payload model and that model's validate function,
-        # or None for an undeclared type. Filled on first sight of each type.
-        self._validators: dict[str, tuple[type[BaseModel], _Validate] | None] = {}
+        # Per event type, filled on first sight: its payload model and that
+        # model's validate function, None for an undeclared type, or _IGNORED.
+        self._plans: dict[str, _Plan] = {}
         self.reduces = consumes_predicate(contract.consumes, never=_NEVER_REDUCED)
         # What operators see in `streamkit status`: counts, and the latest of each
         # as {offset, type, error}.
@@ -95,13 +106,23 @@ class Fold(Generic[S]):
             return {t: s for t, s in schemas.items() if t not in _NEVER_REDUCED}
         return {t: s for t, s in schemas.items() if t in consumes}
 
-    def _validator_for(self, etype: str) -> tuple[type[BaseModel], _Validate] | None:
+    def _plan_for(self, event: StreamEvent) -> _Plan:
+        """How events of ``event``'s type are folded: the cache :meth:`fold_all` reads first.
+
+        A durable event's fate depends on its type alone (``consumes``), so it
+        is cached per type; an ephemeral one is reduced only if its type is
+        named, which the fold asks each time. One reduced as ephemeral would
+        be reduced as durable too, so its plan holds for both.
+        """
+        etype = event.type
+        if not self.reduces(event):
+            if not event.ephemeral:
+                self._plans[etype] = _IGNORED
+            return _IGNORED
         schema = self._contract.payload_schema_for(etype)
-        entry: tuple[type[BaseModel], _Validate] | None = None
-        if schema is not None:
-            entry = (schema, payload_validator(schema))
-        self._validators[etype] = entry
-        return entry
+        plan: _Plan = None if schema is None else (schema, payload_validator(schema))
+        self._plans[etype] = plan
+        return plan
 
     def apply(self, event: StreamEvent, state: S) -> tuple[S, StreamEvent | None]:
         """Fold one event into ``state``; see the class docstring."""
@@ -123,19 +144,19 @@ class Fold(Generic[S]):
         the hooks must see it (what :meth:`apply` returns).
         """
         reduces = self.reduces
-        validators = self._validators
+        plans = self._plans
         reduce = self._reduce
         folded = 0
         for event in events:
-            if not reduces(event):
-                continue
             etype = event.type
             try:
-                entry = validators[etype]
+                plan = plans[etype]
             except KeyError:
-                entry = self._validator_for(etype)
-            if entry is not None:
-                schema, validate = entry
+                plan = self._plan_for(event)
+            if plan is _IGNORED or (event.ephemeral and not reduces(event)):
+                continue
+            if plan is not None:
+                schema, validate = plan
                 payload = event.payload
                 if type(payload) is not schema:
                     try:

@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 from streamkit.testing import settle
 from support.engine import Echo, Recorder, Rig, Tally, item
@@ -62,6 +64,43 @@ def test_the_consumes_rule(
     """None or "*" takes every durable event; a named type opts in, ephemeral or not."""
     assert consumes_event(consumes, _event(etype, ephemeral)) is expected
     assert consumes_event(consumes, {"type": etype, "ephemeral": ephemeral}) is expected
+
+
+class _Seen(StreamProcessor[_Nothing]):
+    """Records the events its fold reduces."""
+
+    def __init__(self, consumes: list[str] | None) -> None:
+        self.contract = define_processor_contract(
+            slug="seen", version="1", state_schema=_Nothing, consumes=consumes
+        )
+        self.reduced: list[StreamEvent] = []
+
+    def reduce(self, event: StreamEvent, state: _Nothing) -> _Nothing:
+        self.reduced.append(event)
+        return state
+
+
+@given(
+    consumes=st.none() | st.lists(st.sampled_from(["a", "b", "*"]), max_size=3),
+    events=st.lists(
+        st.tuples(st.sampled_from(["a", "b", LIVE_STATE_CHANGED]), st.booleans()), max_size=12
+    ),
+)
+def test_the_fold_reduces_what_the_consumes_rule_takes_in_any_order(
+    consumes: list[str] | None, events: list[tuple[str, bool]]
+) -> None:
+    """The fold's per-type cache never changes the rule, whichever kind of event comes first."""
+    processor = _Seen(consumes)
+    fold = Fold(processor)
+    stream = [_event(etype, ephemeral) for etype, ephemeral in events]
+    for event in stream:  # one by one, and then all at once through the filled cache
+        fold.apply(event, _Nothing())
+    fold.fold_all(stream, _Nothing())
+    taken = [event for event in stream if fold.reduces(event)]
+    assert processor.reduced == taken + taken
+    for etype, _ in events:  # an ephemeral taken would be taken durable too
+        if fold.reduces(_event(etype, ephemeral=True)):
+            assert fold.reduces(_event(etype))
 
 
 def test_the_consumes_rule_itself_lets_subscribers_watch_deltas() -> None:
