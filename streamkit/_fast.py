@@ -8,8 +8,9 @@ hypothesis test holds each pair to that (``tests/core/test_fast_paths.py``).
 
 - :func:`make_event` (positional constructor) and :func:`with_payload` (a copy
   with another payload): a frozen dataclass's ``__init__`` stores each field
-  through ``object.__setattr__``; the slot descriptors fill the same storage
-  without that detour, at about a third of the cost. Used only while
+  through ``object.__setattr__``; an unfrozen class of the same slots stores
+  them directly and the instance then takes ``StreamEvent`` as its class, at
+  about a quarter of the cost (see :class:`_Unfrozen`). Used only while
   ``StreamEvent`` has exactly the fields listed here as slots, else the plain
   constructor and :func:`dataclasses.replace`.
 - :func:`payload_validator`: a model's core validator (what
@@ -88,14 +89,51 @@ def with_payload_plain(event: StreamEvent, payload: Any) -> StreamEvent:
     return dataclasses.replace(event, payload=payload)
 
 
+class _Unfrozen:
+    """StreamEvent's slot layout without its frozen ``__setattr__``: an event's scaffold.
+
+    Its ``__init__`` stores each field with the interpreter's own slot store;
+    :func:`make_event` then sets the instance's class to ``StreamEvent``, which
+    Python allows between classes of one layout. The result is a
+    ``StreamEvent`` in every respect (its type, fields, equality and
+    frozenness), built at about 60% of the cost of nine slot descriptor calls.
+    """
+
+    __slots__ = _FIELDS
+
+    def __init__(
+        self,
+        path: str,
+        offset: int,
+        type: str,
+        payload: Any,
+        metadata: dict[str, Any],
+        source: dict[str, Any] | None,
+        idempotency_key: str | None,
+        created_at: str,
+        ephemeral: bool,
+    ) -> None:
+        self.path = path
+        self.offset = offset
+        self.type = type
+        self.payload = payload
+        self.metadata = metadata
+        self.source = source
+        self.idempotency_key = idempotency_key
+        self.created_at = created_at
+        self.ephemeral = ephemeral
+
+
 def _slot_tricks() -> tuple[EventMaker, Callable[[StreamEvent, Any], StreamEvent]] | None:
     names = tuple(f.name for f in dataclasses.fields(StreamEvent))
     if not FAST or names != _FIELDS or tuple(getattr(StreamEvent, "__slots__", ())) != _FIELDS:
         return None
-    (s_path, s_offset, s_type, s_payload, s_metadata, s_source, s_key, s_created, s_eph) = (
-        StreamEvent.__dict__[name].__set__ for name in _FIELDS
-    )
-    new = object.__new__
+    try:
+        probe: Any = _Unfrozen("/", 1, "t", {}, {}, None, None, "", False)
+        probe.__class__ = StreamEvent
+    except TypeError:  # a layout this Python will not swap: the plain twins
+        return None
+    scaffold = _Unfrozen
 
     def make(
         path: str,
@@ -108,17 +146,12 @@ def _slot_tricks() -> tuple[EventMaker, Callable[[StreamEvent, Any], StreamEvent
         created_at: str,
         ephemeral: bool,
     ) -> StreamEvent:
-        event: StreamEvent = new(StreamEvent)
-        s_path(event, path)
-        s_offset(event, offset)
-        s_type(event, etype)
-        s_payload(event, payload)
-        s_metadata(event, metadata)
-        s_source(event, source)
-        s_key(event, key)
-        s_created(event, created_at)
-        s_eph(event, ephemeral)
-        return event
+        event: Any = scaffold(
+            path, offset, etype, payload, metadata, source, key, created_at, ephemeral
+        )
+        event.__class__ = StreamEvent
+        built: StreamEvent = event
+        return built
 
     def copy(event: StreamEvent, payload: Any) -> StreamEvent:
         return make(
