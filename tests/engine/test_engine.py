@@ -12,6 +12,7 @@ from support.engine import Recorder, Rig, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
 from streamkit.engine import MAX_CATCH_UP_PAGE, PAGE_SIZE
+from streamkit.engine import _checkpointed as checkpointed
 from streamkit.processor import ProcessEventArgs
 
 
@@ -306,25 +307,72 @@ async def test_catch_up_delivers_caught_up_on_the_last_page_only(rig: Rig) -> No
     assert engine.cursor == 1200
 
 
-async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(rig: Rig) -> None:
-    """A long backlog is taken in pages of 500 up to 4,000, whatever the state: one checkpoint each."""
+class _PlainReads:
+    """The rig's stream without ``read_typed``: the engine reads plain pages from it."""
+
+    def __init__(self, stream: Any, pages: list[int]) -> None:
+        self._stream = stream
+        self.path = stream.path
+        self.pages = pages
+
+    async def append(self, *events: Any, **kwargs: Any) -> Any:
+        return await self._stream.append(*events, **kwargs)
+
+    async def read(self, after_offset: int = 0, limit: int = 500) -> Any:
+        self.pages.append(limit)
+        return await self._stream.read(after_offset, limit)
+
+    async def claim(self, at: float | None) -> None:
+        await self._stream.claim(at)
+
+
+GROWN = [PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE]
+
+
+@pytest.mark.parametrize(
+    ("typed", "costly", "pages", "writes"),
+    [
+        (True, False, GROWN, 6),  # 500 + 1,000 + 2,000 + 4,000 + 4,000, then the last 500
+        (False, False, [PAGE_SIZE] * 24, 24),
+        # The second page is read while the first one's state is written: before its size is known.
+        (False, True, [PAGE_SIZE, PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE], 6),
+    ],
+    ids=["typed", "plain", "plain-costly-state"],
+)
+async def test_catch_up_pages_double_up_to_the_cap_when_typed_or_costly(
+    rig: Rig,
+    monkeypatch: pytest.MonkeyPatch,
+    typed: bool,
+    costly: bool,
+    pages: list[int],
+    writes: int,
+) -> None:
+    """A backlog is read in pages of 500 up to 4,000 when typed, or plain with a costly state."""
+    if costly:
+        monkeypatch.setattr(checkpointed, "GROW_PAGES_AT", 1)  # every state counts as costly
     rig.stream.drop_pushes = True
     for _start in range(0, 12_000, 500):
         await rig.stream.append(*(item(1) for _ in range(500)))
-    engine = rig.engine(Recorder(), pushed=False)
-    pages: list[int] = []
-    real_read = rig.stream.read
+    read: list[int] = []
+    if typed:
+        real_read = rig.stream.read
 
-    async def read(after: int, limit: int = 500) -> Any:
-        pages.append(limit)
-        return await real_read(after, limit)
+        async def counted(after: int, limit: int = 500) -> Any:
+            read.append(limit)
+            return await real_read(after, limit)
 
-    rig.stream.read = read  # type: ignore[method-assign]
+        rig.stream.read = counted  # type: ignore[method-assign]
+        engine = rig.engine(Recorder(), pushed=False)
+    else:
+        engine = ProcessorEngine(
+            Recorder(), stream=_PlainReads(rig.stream, read), storage=rig.storage
+        )
+        rig.built.append(engine)
     await engine.catch_up_from_log()
-    assert pages == [PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE]
-    # 500 + 1,000 + 2,000 + 4,000 + 4,000, then the last 500 reach the head.
-    assert rig.storage.writes == 6
+    assert read == pages
+    assert rig.storage.writes == writes
     assert engine.cursor == 12_000
+    assert (await engine.snapshot()).state.total == 12_000
 
 
 # -- delivery: the scanned-range proof, gap repair -------------------------------------------
