@@ -18,7 +18,7 @@ one snapshot shows is its last row (or at most ``after``), or through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 from streamkit._fast import make_event
@@ -50,9 +50,30 @@ def decode_rows(
     metadatas = decode_many([row[3] for row in rows])
     if types:
         return TypedEvents(path, rows, payloads, metadatas, types)
+    return list(_events(path, rows, payloads, metadatas, None))
+
+
+def _events(
+    path: str,
+    rows: Sequence[Row],
+    payloads: Sequence[Any],
+    metadatas: Sequence[Any],
+    types: PayloadTypes | None,
+) -> Iterator[StreamEvent]:
+    """Each row as its event: the one place a stored row becomes a :class:`StreamEvent`."""
     make = make_event
-    return [
-        make(
+    typed = types.get if types else None
+    for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
+        rows, payloads, metadatas, strict=True
+    ):
+        if typed is not None and (validate := typed(etype)) is not None:
+            # An absent payload is ``{}``, as everywhere a payload is validated. A
+            # refused one stays decoded: the reader's fold reports it.
+            try:  # noqa: SIM105 (a try costs less than contextlib.suppress, once per event)
+                payload = validate({} if payload is None else payload)
+            except Exception:
+                pass
+        yield make(
             path,
             offset,
             etype,
@@ -63,10 +84,6 @@ def decode_rows(
             created_at,
             False,
         )
-        for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
-            rows, payloads, metadatas, strict=True
-        )
-    ]
 
 
 class TypedEvents(Sequence[StreamEvent]):
@@ -78,8 +95,7 @@ class TypedEvents(Sequence[StreamEvent]):
     outlived the garbage collector's youngest generation, and each was
     promoted and scanned again: about a fifth of a catch-up's time, measured.
     Taking the same index twice builds two equal events, not one;
-    ``list(page.events)`` keeps them. :meth:`__iter__` spells out
-    :meth:`_build` inline: it runs once per event of a catch-up.
+    ``list(page.events)`` keeps them.
     """
 
     __slots__ = ("_metadatas", "_path", "_payloads", "_rows", "_types")
@@ -109,35 +125,15 @@ class TypedEvents(Sequence[StreamEvent]):
 
     def __getitem__(self, index: int | slice) -> StreamEvent | list[StreamEvent]:
         if isinstance(index, slice):
-            return [self._build(at) for at in range(*index.indices(len(self._rows)))]
+            return list(self._part(index))
         if index < 0:
             index += len(self._rows)
         if not 0 <= index < len(self._rows):
             raise IndexError("page index out of range")
-        return self._build(index)
+        return next(self._part(slice(index, index + 1)))
 
     def __iter__(self) -> Iterator[StreamEvent]:
-        path, make, typed = self._path, make_event, self._types.get
-        for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
-            self._rows, self._payloads, self._metadatas, strict=True
-        ):
-            validate = typed(etype)
-            if validate is not None:
-                try:  # noqa: SIM105 (a try costs less than contextlib.suppress)
-                    payload = validate({} if payload is None else payload)
-                except Exception:
-                    pass
-            yield make(
-                path,
-                offset,
-                etype,
-                payload,
-                metadata,
-                None if source is None else decode(source),
-                key,
-                created_at,
-                False,
-            )
+        return _events(self._path, self._rows, self._payloads, self._metadatas, self._types)
 
     def __eq__(self, other: object) -> bool:
         # Equal to the list of the same events, as the plain page's list is.
@@ -150,33 +146,10 @@ class TypedEvents(Sequence[StreamEvent]):
     def __repr__(self) -> str:
         return f"TypedEvents({list(self)!r})"
 
-    def _build(self, at: int) -> StreamEvent:
-        offset, etype, _, _, source, key, created_at = self._rows[at]
-        payload = self._payloads[at]
-        validate = self._types.get(etype)
-        if validate is not None:
-            payload = _typed(validate, payload)
-        return make_event(
-            self._path,
-            offset,
-            etype,
-            payload,
-            self._metadatas[at],
-            None if source is None else decode(source),
-            key,
-            created_at,
-            False,
+    def _part(self, part: slice) -> Iterator[StreamEvent]:
+        return _events(
+            self._path, self._rows[part], self._payloads[part], self._metadatas[part], self._types
         )
-
-
-def _typed(validate: Callable[[Any], Any], payload: Any) -> Any:
-    """``payload`` validated into its model, or as it was when the model refuses it."""
-    # An absent payload is ``{}``, as everywhere a payload is validated. A
-    # refused one stays decoded: the reader's fold reports it.
-    try:
-        return validate({} if payload is None else payload)
-    except Exception:
-        return payload
 
 
 def decode_prepared(
