@@ -42,7 +42,6 @@ from streamkit.protocols import CheckpointStorage, ProcessorStream, TypedReads
 __all__ = [
     "BYTES_PER_DEFERRED_EVENT",
     "DEFER_STATE_FROM",
-    "GROW_PAGES_AT",
     "MAX_CATCH_UP_PAGE",
     "PAGE_SIZE",
     "CheckpointedState",
@@ -56,25 +55,15 @@ PAGE_SIZE = 500
 MAX_CATCH_UP_PAGE = 4000
 """The most events one catch-up page (one batch, one checkpoint) grows to.
 
-A catch-up that reads typed pages doubles its page after each full one, up
-to this, so a backlog pays a batch's fixed costs (the checkpoint, the
-live-state projection, the read's round trip) once per 4,000 events rather
-than per 500. A typed page keeps no events (``TypedEvents``), so a larger
-one costs its rows and their decoded JSON, not 4,000 live events for the
-garbage collector to scan. Measured on 1M events of a trivial processor:
-3.96-4.11 µs an event with pages of 4,000 against 4.60 µs with pages of 500.
-"""
-
-GROW_PAGES_AT = 64 * 1024
-"""The state JSON (bytes) from which a catch-up of plain pages grows them too.
-
-A plain page is a list of events, and the log may keep it for the other
-processors reading the same path (``SharedPages``, within a memory budget
-counted per event). Its pages grow only while the state is this large, when
-the state's encoding and write are worth spreading. Measured: 30 processors
-sharing pages of 4,000 caught up 200,000 events in 21 s, against 6.2 s with
-pages of 500; the budget held 16 pages of 4,000 and the processors drifted
-further apart than that.
+A catch-up doubles its page after each full one, up to this, so a backlog
+pays a batch's fixed costs (the checkpoint, the live-state projection, the
+read's round trip) once per 4,000 events rather than per 500. A typed page
+keeps no events (``TypedEvents``), so a larger one costs its rows and their
+decoded JSON, not 4,000 live events for the garbage collector to scan; the
+log caps the pages of a path several processors read at once, which it
+shares at 500 (``SHARED_PAGE_EVENTS``). Measured on 1M events of a trivial
+processor: 3.96-4.11 µs an event with pages of 4,000 against 4.60 µs with
+pages of 500.
 """
 
 DEFER_STATE_FROM = 64 * 1024

@@ -46,7 +46,6 @@ from typing import Any, Generic, NamedTuple, TypeVar
 from pydantic import BaseModel
 
 from streamkit.contract import ProcessorContract
-from streamkit.engine import _checkpointed as checkpointed
 from streamkit.engine._batch import BatchInfo, BatchRules
 from streamkit.engine._checkpointed import MAX_CATCH_UP_PAGE, PAGE_SIZE
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
@@ -451,9 +450,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
                 page = await self._read_page(after, limit)
             through = page.scanned_through_offset
             ahead: ReadPage | None = None
-            if not page.at_head and (
-                self._typed_reads is not None or self._state_bytes >= checkpointed.GROW_PAGES_AT
-            ):
+            if not page.at_head:
                 # A backlog: spread the batch's fixed costs over more events.
                 limit = min(limit * 2, MAX_CATCH_UP_PAGE)
             if through > after:

@@ -56,7 +56,7 @@ from streamkit.events import (
 )
 from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
 from streamkit.log._grouping import CommitGrouping
-from streamkit.log._shared_pages import SharedPages
+from streamkit.log._shared_pages import SHARED_PAGE_EVENTS, SharedPages
 from streamkit.protocols import LogBackend, LogStats, PayloadTypes, payload_validators
 
 __all__ = ["MAX_READ_LIMIT", "Log", "ProcessorStreamView", "Stream"]
@@ -280,8 +280,10 @@ class Log(CommitGrouping):
         types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
         self._check_open()
-        key = (path, after, limit, upto)
         pages = self.shared_pages
+        if limit > SHARED_PAGE_EVENTS and pages.is_shared(path):
+            limit = SHARED_PAGE_EVENTS  # the size its pages are shared at (SharedPages)
+        key = (path, after, limit, upto)
         shared = pages.get(key)
         if shared is not None:
             return shared  # decoded untyped: a typed reader's fold types what it needs

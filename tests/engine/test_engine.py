@@ -12,7 +12,6 @@ from support.engine import Recorder, Rig, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
 from streamkit.engine import MAX_CATCH_UP_PAGE, PAGE_SIZE
-from streamkit.engine import _checkpointed as checkpointed
 from streamkit.processor import ProcessEventArgs
 
 
@@ -326,30 +325,11 @@ class _PlainReads:
         await self._stream.claim(at)
 
 
-GROWN = [PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE]
-
-
-@pytest.mark.parametrize(
-    ("typed", "costly", "pages", "writes"),
-    [
-        (True, False, GROWN, 6),  # 500 + 1,000 + 2,000 + 4,000 + 4,000, then the last 500
-        (False, False, [PAGE_SIZE] * 24, 24),
-        # The second page is read while the first one's state is written: before its size is known.
-        (False, True, [PAGE_SIZE, PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE], 6),
-    ],
-    ids=["typed", "plain", "plain-costly-state"],
-)
-async def test_catch_up_pages_double_up_to_the_cap_when_typed_or_costly(
-    rig: Rig,
-    monkeypatch: pytest.MonkeyPatch,
-    typed: bool,
-    costly: bool,
-    pages: list[int],
-    writes: int,
+@pytest.mark.parametrize("typed", [True, False], ids=["typed", "plain"])
+async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(
+    rig: Rig, typed: bool
 ) -> None:
-    """A backlog is read in pages of 500 up to 4,000 when typed, or plain with a costly state."""
-    if costly:
-        monkeypatch.setattr(checkpointed, "GROW_PAGES_AT", 1)  # every state counts as costly
+    """A backlog is read in pages of 500 up to 4,000, typed or plain: one checkpoint each."""
     rig.stream.drop_pushes = True
     for _start in range(0, 12_000, 500):
         await rig.stream.append(*(item(1) for _ in range(500)))
@@ -369,8 +349,9 @@ async def test_catch_up_pages_double_up_to_the_cap_when_typed_or_costly(
         )
         rig.built.append(engine)
     await engine.catch_up_from_log()
-    assert read == pages
-    assert rig.storage.writes == writes
+    assert read == [PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE]
+    # 500 + 1,000 + 2,000 + 4,000 + 4,000, then the last 500 reach the head.
+    assert rig.storage.writes == 6
     assert engine.cursor == 12_000
     assert (await engine.snapshot()).state.total == 12_000
 

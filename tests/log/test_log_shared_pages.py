@@ -18,7 +18,7 @@ from streamkit import (
     define_processor_contract,
     open_log,
 )
-from streamkit.log import _shared_pages
+from streamkit.log import _log, _shared_pages
 from streamkit.log._log import Log
 
 
@@ -66,6 +66,26 @@ async def test_a_page_that_reaches_the_head_is_read_again(log: Log) -> None:
     after = await stream.read(20, 50)
     assert log.shared_pages.hits == 0
     assert len(after.events) == len(before.events) + 1
+
+
+async def test_a_shared_path_is_read_in_pages_of_the_shared_size(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking a shared path for a larger page gives the shared-size page, cut short, and shares it."""
+    monkeypatch.setattr(_log, "SHARED_PAGE_EVENTS", 4)
+    stream = log.stream("/")
+    alone = await stream.read(0, 10)
+    assert len(alone.events) == 10  # a lone reader's pages are not capped
+    await shared(log)
+    first = await stream.read(10, 8)
+    assert [e.offset for e in first.events] == [11, 12, 13, 14]
+    assert (first.scanned_through_offset, first.at_head) == (14, False)
+    second = await stream.read(10, 6)  # another reader, another limit: the same page
+    assert second is first
+    typed = await stream.read_typed(10, 20, {"tick": Tick})
+    assert typed is first  # a typed reader of a shared path is handed the plain page
+    assert log.shared_pages.hits == 2
+    assert [e.offset for e in (await stream.read(10, 3)).events] == [11, 12, 13]  # below: as asked
 
 
 async def test_kept_pages_stay_within_the_memory_budget(log: Log) -> None:
