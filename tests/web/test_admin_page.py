@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -136,13 +137,16 @@ def test_the_admin_page_follows_the_host_and_drives_it(browser: WebDriver, tmp_p
 
         eventually(up)
         browser.get(base + "/")
-        wait = WebDriverWait(browser, 10)
+        # The page re-renders its tables as it follows the host: an element found one
+        # moment may be replaced before its text is read; the next poll finds the new one.
+        stale = (StaleElementReferenceException,)
+        wait = WebDriverWait(browser, 10, ignored_exceptions=stale)
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-slug="tally"]'))
         Select(browser.find_element(By.ID, "live-slug")).select_by_value("tally")
         wait.until(lambda d: live_offsets(d) == [])
 
         # Appends from another process: the table and the live state move within 2 s.
-        quick = WebDriverWait(browser, 2)
+        quick = WebDriverWait(browser, 2, ignored_exceptions=stale)
         cursor = 'tr[data-slug="tally"] td.cursor'
         for count in (1, 2):
             append(db, {"type": "item"})
