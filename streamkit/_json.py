@@ -16,7 +16,10 @@ parts, and every caller gets the plain twins.
 - :func:`decode`: ``json.loads`` of one stored text. Fast: the C scanner
   itself, falling back to ``json.loads`` for anything but a whole value (so
   errors read as ``json``'s own).
-- :func:`decode_many`: many texts with one parser call.
+- :func:`decode_many`: many texts with one parser call. Fast: pydantic-core's
+  ``from_json`` (a third faster than ``json.loads`` on a page of small
+  objects), falling back to ``json.loads`` for any text it refuses, so a
+  page ``json`` can read is always read.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic_core import from_json
+
 __all__ = [
     "FAST",
     "decode",
     "decode_many",
+    "decode_many_plain",
     "decode_plain",
     "encode_object",
     "encode_object_plain",
@@ -100,11 +106,28 @@ decode: Callable[[str], Any] = decode_plain if _SCAN_ONCE is None else _fast_dec
 """``json.loads`` of one text, minus its per-call Python layers when the scanner is there."""
 
 
+def decode_many_plain(texts: Sequence[str]) -> list[Any]:
+    """The plain twin of :func:`decode_many`: ``json.loads`` of the texts as one array."""
+    parsed: list[Any] = json.loads("[" + ",".join(texts) + "]")
+    return parsed
+
+
+_FROM_JSON: Callable[[str], Any] | None = from_json if FAST else None
+
+
 def decode_many(texts: Sequence[str]) -> list[Any]:
     """Parse many JSON texts with one parser call (a page decodes several times faster)."""
     if len(texts) == 1:
         return [decode(texts[0])]
     if texts.count("{}") == len(texts):  # counted at C speed: most metadata is empty
         return [{} for _ in texts]
-    parsed: list[Any] = json.loads("[" + ",".join(texts) + "]")
-    return parsed
+    if _FROM_JSON is not None:
+        joined = "[" + ",".join(texts) + "]"
+        try:
+            parsed: list[Any] = _FROM_JSON(joined)
+            return parsed
+        except ValueError:
+            # What it refuses and json reads (a lone surrogate another writer
+            # stored, nesting past its depth): json's answer, or json's error.
+            return decode_many_plain(texts)
+    return decode_many_plain(texts)

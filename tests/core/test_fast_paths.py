@@ -44,6 +44,7 @@ def test_the_fast_paths_are_in_use_on_this_python() -> None:
     assert _json.FAST
     assert _fast.FAST
     assert _json.decode is not _json.decode_plain
+    assert _json._FROM_JSON is not None
     assert _json.encode_object is not _json.encode_object_plain
     assert _fast.make_event is not _fast.make_event_plain
     assert _fast.with_payload is not _fast.with_payload_plain
@@ -78,11 +79,38 @@ def test_decode_refuses_what_json_loads_refuses(text: str) -> None:
         _json.decode(text)
 
 
-@given(st.lists(objects, max_size=6))
-def test_decode_many_is_one_loads_per_text(items: list[dict[str, Any]]) -> None:
-    """One parser call over many texts gives each text's own value."""
-    texts = [json.dumps(item, separators=(",", ":")) for item in items]
-    assert _json.decode_many(texts) == [json.loads(text) for text in texts]
+@given(st.lists(objects, max_size=6), st.booleans())
+def test_decode_many_is_one_loads_per_text(items: list[dict[str, Any]], spaced: bool) -> None:
+    """One parser call over many texts gives each text's own value, as json reads it."""
+    texts = [
+        json.dumps(item) if spaced else json.dumps(item, separators=(",", ":")) for item in items
+    ]
+    many = _json.decode_many(texts)
+    assert many == [json.loads(text) for text in texts] == _json.decode_many_plain(texts)
+    # The same values down to their types (1 against 1.0, say) and key order.
+    assert json.dumps(many) == json.dumps(_json.decode_many_plain(texts))
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ['{"a":"\\ud800"}', '{"b":1}'],  # a lone surrogate escape (another writer stored it)
+        ['{"a":"\\udc00x"}', "{}"],
+        ["[" * 300 + "]" * 300, "{}"],  # deeper than pydantic-core parses
+    ],
+    ids=["lone-high-surrogate", "lone-low-surrogate", "deep"],
+)
+def test_decode_many_reads_what_json_reads_where_the_fast_parser_refuses(
+    texts: list[str],
+) -> None:
+    """What the fast parser refuses and json reads comes back as json reads it."""
+    assert _json.decode_many(texts) == _json.decode_many_plain(texts)
+
+
+def test_decode_many_refuses_what_json_refuses() -> None:
+    """A text json cannot read is refused with json's own error."""
+    with pytest.raises(json.JSONDecodeError):
+        _json.decode_many(['{"a":1}', "{nope"])
 
 
 events = st.builds(
