@@ -56,7 +56,7 @@ from streamkit.events import (
 )
 from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
 from streamkit.log._grouping import CommitGrouping
-from streamkit.log._shared_pages import SHARED_PAGE_EVENTS, SharedPages
+from streamkit.log._shared_pages import SHARED_PAGE_EVENTS, Key, SharedPages
 from streamkit.protocols import LogBackend, LogStats, PayloadTypes, payload_validators
 
 __all__ = ["MAX_READ_LIMIT", "Log", "ProcessorStreamView", "Stream"]
@@ -283,16 +283,15 @@ class Log(CommitGrouping):
         pages = self.shared_pages
         if limit > SHARED_PAGE_EVENTS and pages.is_shared(path):
             limit = SHARED_PAGE_EVENTS  # the size its pages are shared at (SharedPages)
-        key = (path, after, limit, upto)
+        # Validators compare equal for one model, so readers of the same types meet.
+        key: Key = (path, after, limit, upto, frozenset(types.items()) if types else None)
         shared = pages.get(key)
+        if shared is None and types:
+            # A plain page of the range will do: the typed reader's fold types it.
+            shared = pages.get((path, after, limit, upto, None))
         if shared is not None:
-            return shared  # decoded untyped: a typed reader's fold types what it needs
-        if types and not pages.is_shared(path):
-            # A lone reader's page is never kept, so it may be typed for that reader alone.
-            page, size = await self._backend.read_sized(path, after, limit, upto, types)
-            pages.note(key)
-            return page, size
-        page, size = await self._backend.read_sized(path, after, limit, upto)
+            return shared
+        page, size = await self._backend.read_sized(path, after, limit, upto, types)
         return pages.keep(key, page, size), size
 
     async def _read(

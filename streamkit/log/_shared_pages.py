@@ -18,7 +18,10 @@ gains nothing from pages held meanwhile, and holding them costs every garbage
 collection of the process.) A lone reader (one processor catching
 up) holds no page in memory beyond its own. A read of a shared path takes at
 most :data:`SHARED_PAGE_EVENTS` events, so readers asking for larger pages
-meet on the same ones. What is kept is bounded by an
+meet on the same ones. Pages come in kinds: plain, or typed with one set of
+models (``read_typed``); a kind's pages are kept only once two of its
+readers were seen together, so a lone typed reader on a path plain readers
+share keeps nothing, and readers of the same types share their typed events. What is kept is bounded by an
 estimate of its memory (:data:`MAX_SHARED_BYTES`, the least recently used
 page dropped first) and by time: a page no reader took for
 :data:`IDLE_SECONDS` is dropped, so the memory of a catch-up is given back
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from typing import Any
 
 from streamkit.events import ReadPage
 
@@ -73,13 +77,17 @@ _NOTED = 4096
 IDLE_SECONDS = 10.0
 """A page no reader took for this long is dropped."""
 
-Key = tuple[str, int, int, int | None]
+Kind = frozenset[tuple[str, Any]] | None
+"""A page's kind: None for a plain page, else the validators of a typed page's types."""
+
+Key = tuple[str, int, int, int | None, Kind]
+"""``(path, after, limit, bound, kind)``."""
 
 
 class SharedPages:
-    """Recently read full pages by ``(path, after, limit, bound)``, within a memory budget."""
+    """Recently read full pages by ``(path, after, limit, bound, types)``, within a memory budget."""
 
-    __slots__ = ("_bytes", "_noted", "_pages", "_shared", "_timer", "hits", "max_bytes")
+    __slots__ = ("_bytes", "_kinds", "_noted", "_pages", "_shared", "_timer", "hits", "max_bytes")
 
     def __init__(self, *, max_bytes: int = MAX_SHARED_BYTES) -> None:
         self.max_bytes = max_bytes
@@ -89,6 +97,9 @@ class SharedPages:
         # Keys read lately (no pages) and when, and paths a second reader was seen on, and when.
         self._noted: OrderedDict[Key, float] = OrderedDict()
         self._shared: dict[str, float] = {}
+        # The same, per path and kind of page (None: plain; else a typed page's types):
+        # pages are kept only for the kind two readers were seen reading together.
+        self._kinds: dict[tuple[str, Kind], float] = {}
         self._timer: asyncio.TimerHandle | None = None
         self.hits = 0
         """Reads answered with a page another read got."""
@@ -105,7 +116,9 @@ class SharedPages:
             noted = self._noted.get(key)
             now = time.monotonic()
             if noted is not None and now - noted < TOGETHER_SECONDS:
-                self._shared[key[0]] = now  # a second reader: keep this path's pages
+                # A second reader: keep this path's pages of this kind.
+                self._shared[key[0]] = now
+                self._kinds[key[0], key[4]] = now
             return None
         page, stored, cost, _ = found
         self._pages[key] = (page, stored, cost, time.monotonic())
@@ -114,7 +127,7 @@ class SharedPages:
         return page, stored
 
     def is_shared(self, path: str) -> bool:
-        """Whether several readers read ``path`` together lately (its full pages are kept)."""
+        """Whether several readers read ``path`` together lately (of one kind of page or another)."""
         shared = self._shared.get(path)
         return shared is not None and shared > time.monotonic() - IDLE_SECONDS
 
@@ -133,12 +146,17 @@ class SharedPages:
         """
         if page.at_head or not page.events or stored > MAX_PAGE_STORED or key in self._pages:
             return page
-        if not self.is_shared(key[0]):
+        kind = self._kinds.get((key[0], key[4]))
+        if kind is None or kind <= time.monotonic() - IDLE_SECONDS:
+            # No two readers of this kind together lately: a lone typed reader on a
+            # path plain readers share would fill the budget with pages nobody takes.
             self.note(key)
             return page
         cost = 2 * stored + EVENT_OVERHEAD * len(page.events)
         if cost > self.max_bytes:
             return page
+        # A tuple: no reader can change what the others are given; a typed page's
+        # events are built here, once for all its readers.
         page = ReadPage(tuple(page.events), page.scanned_through_offset, page.at_head)
         self._pages[key] = (page, stored, cost, time.monotonic())
         self._bytes += cost
@@ -153,6 +171,7 @@ class SharedPages:
         self._pages.clear()
         self._noted.clear()
         self._shared.clear()
+        self._kinds.clear()
         self._bytes = 0
         if self._timer is not None:
             self._timer.cancel()

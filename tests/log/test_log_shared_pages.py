@@ -205,17 +205,37 @@ async def test_one_reader_going_over_the_same_pages_again_later_keeps_nothing(
     assert log.shared_pages.held_bytes == 0
 
 
-async def test_a_typed_page_is_never_kept_for_another_reader(log: Log) -> None:
-    """A lone typed read is not kept; once the path is shared, typed reads share plain pages."""
+class OtherTick(BaseModel):
+    n: int
+
+
+async def test_readers_of_the_same_types_share_typed_pages(log: Log) -> None:
+    """A typed page is kept for readers of the same types only, its events built once for all."""
     stream = log.stream("/")
     lone = await stream.read_typed(0, 10, {"tick": Tick})
-    assert [e.payload for e in lone.events] == [Tick(n=n) for n in range(10)]
-    assert log.shared_pages.held_bytes == 0
-    # A second reader of the same page makes the path shared: its pages are kept
-    # decoded as a plain read gives them, since readers may type them differently.
-    again = await stream.read_typed(0, 10, {"tick": Tick})
+    assert log.shared_pages.held_bytes == 0  # a lone reader's page is never kept
+    again = await stream.read_typed(0, 10, {"tick": Tick})  # a second reader: kept
     assert again is not lone
-    kept = await stream.read_typed(10, 10, {"tick": Tick})
     assert log.shared_pages.held_bytes > 0
-    assert [e.payload for e in kept.events] == [{"n": n} for n in range(10, 20)]
-    assert await stream.read(10, 10) is kept
+    third = await stream.read_typed(0, 10, {"tick": Tick})
+    assert third is again
+    assert isinstance(third.events, tuple)
+    assert [e.payload for e in third.events] == [Tick(n=n) for n in range(10)]
+    # Other kinds of reader read their own: plain, or typed with other models.
+    plain = await stream.read(0, 10)
+    other = await stream.read_typed(0, 10, {"tick": OtherTick})
+    assert [e.payload for e in plain.events] == [{"n": n} for n in range(10)]
+    assert [type(e.payload) for e in other.events] == [OtherTick] * 10
+    assert log.shared_pages.hits == 1
+
+
+async def test_a_lone_typed_reader_on_a_path_plain_readers_share_keeps_nothing(log: Log) -> None:
+    """Its pages would fill the budget for nobody: it reads them typed, and they are not kept."""
+    stream = log.stream("/")
+    await shared(log)
+    held = log.shared_pages.held_bytes
+    for after in (5, 10, 15):
+        page = await stream.read_typed(after, 5, {"tick": Tick})
+        assert [type(e.payload) for e in page.events] == [Tick] * 5
+        assert not isinstance(page.events, tuple)
+    assert log.shared_pages.held_bytes == held
