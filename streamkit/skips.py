@@ -28,11 +28,20 @@ def without_skipped(events: Sequence[StreamEvent], skipped: Iterable[int]) -> li
 
 
 def filter_page(page: ReadPage, skipped: set[int]) -> ReadPage:
-    """A read page minus skipped events; the scanned range (the proof) is unchanged."""
-    if not skipped or not any(e.offset in skipped for e in page.events):
+    """A read page minus skipped events; the scanned range (the proof) is unchanged.
+
+    A read page's events ascend, so a page with no skipped offset between its
+    first and last is handed on as it is, without taking the events between
+    (a typed page builds each event it is asked for).
+    """
+    events = page.events
+    if not skipped or not events:
+        return page
+    first, last = events[0].offset, events[-1].offset
+    if not any(first <= offset <= last for offset in skipped):
         return page
     return ReadPage(
-        [e for e in page.events if e.offset not in skipped],
+        [e for e in events if e.offset not in skipped],
         page.scanned_through_offset,
         page.at_head,
     )
