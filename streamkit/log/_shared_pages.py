@@ -4,28 +4,30 @@ Processors that catch up one path read the same pages, and each read costs a
 query and the decoding of every row. A page that stops short of the head
 holds every durable event of its range, and no later commit can change that
 (an offset is never reused and a committed event never changes), so a reader
-asking for the same ``(path, after, limit, bound)`` may be handed the page
-another reader got: it is the page it would read. A page that reaches the
-head is never kept, since a later read of it may find more. Events are
-immutable, so sharing them is what pushes already do.
+asking for the same ``(path, after, limit, bound)`` and the same kind of page
+may be handed the page another reader got: it is the page it would read. A
+page that reaches the head is never kept, since a later read of it may find
+more. Events are immutable, so sharing them is what pushes already do.
 
-Pages are kept only for a path that several readers are reading at once: the
-first read of each page is only noted, and once a second reader asks for a
-page read less than :data:`TOGETHER_SECONDS` before, the path counts as
-shared for :data:`IDLE_SECONDS` and its full pages are kept from then on. (A
-reader that goes through the same pages again later, one after the other,
-gains nothing from pages held meanwhile, and holding them costs every garbage
-collection of the process.) A lone reader (one processor catching
-up) holds no page in memory beyond its own. A read of a shared path takes at
-most :data:`SHARED_PAGE_EVENTS` events, so readers asking for larger pages
-meet on the same ones. Pages come in kinds: plain, or typed with one set of
-models (``read_typed``); a kind's pages are kept only once two of its
-readers were seen together, so a lone typed reader on a path plain readers
-share keeps nothing, and readers of the same types share their typed events. What is kept is bounded by an
-estimate of its memory (:data:`MAX_SHARED_BYTES`, the least recently used
-page dropped first) and by time: a page no reader took for
-:data:`IDLE_SECONDS` is dropped, so the memory of a catch-up is given back
-soon after it ends.
+Pages are kept only for readers reading at once: the first read of each page
+is only noted, and once a second reader asks for a page read less than
+:data:`TOGETHER_SECONDS` before, the path counts as shared for
+:data:`IDLE_SECONDS` and its full pages are kept from then on. (A reader
+that goes through the same pages again later, one after the other, gains
+nothing from pages held meanwhile, and holding them costs every garbage
+collection of the process.) A lone reader (one processor catching up) holds
+no page in memory beyond its own.
+
+- A read of a shared path takes at most :data:`SHARED_PAGE_EVENTS` events,
+  so readers asking for larger pages meet on the same ones.
+- Pages come in kinds: plain, or typed with one set of models
+  (``read_typed``). A kind's pages are kept once two of its readers were
+  seen together, so readers of the same types share their typed events, and
+  a lone typed reader on a path plain readers share keeps nothing.
+- What is kept is bounded by an estimate of its memory
+  (:data:`MAX_SHARED_BYTES`, the least recently used page dropped first) and
+  by time: a page no reader took for :data:`IDLE_SECONDS` is dropped, so the
+  memory of a catch-up is given back soon after it ends.
 """
 
 from __future__ import annotations
