@@ -2,57 +2,54 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
 
 from streamkit import ReadPage, StreamEvent
+from streamkit.backends import _stored
+from streamkit.log._log import Log
 from streamkit.skips import filter_page
 
 
-class Counted(Sequence[StreamEvent]):
-    """A page's events that count how many are taken, as a typed page builds each one taken."""
-
-    def __init__(self, offsets: range) -> None:
-        self._events = [StreamEvent(path="/", offset=o, type="tick") for o in offsets]
-        self.taken = 0
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-    @overload
-    def __getitem__(self, index: int) -> StreamEvent: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[StreamEvent]: ...
-
-    def __getitem__(self, index: int | slice) -> StreamEvent | list[StreamEvent]:
-        if isinstance(index, slice):
-            self.taken += len(range(*index.indices(len(self._events))))
-            return self._events[index]
-        self.taken += 1
-        return self._events[index]
-
-    def __iter__(self) -> Iterator[StreamEvent]:
-        for event in self._events:
-            self.taken += 1
-            yield event
+class Tick(BaseModel):
+    n: int
 
 
-def test_a_page_with_no_skipped_offset_in_its_range_is_handed_on_untouched() -> None:
+async def typed_page(log: Log, monkeypatch: pytest.MonkeyPatch) -> tuple[ReadPage, list[int]]:
+    """A typed page of offsets 1-10 from a real log, and the offsets of the events it builds."""
+    await log.stream("/").append(*({"type": "tick", "payload": {"n": n}} for n in range(10)))
+    page = await log.stream("/").read_typed(0, 10, {"tick": Tick})
+    built: list[int] = []
+    make = _stored.make_event
+
+    def counted(path: str, offset: int, *rest: Any) -> StreamEvent:
+        built.append(offset)
+        return make(path, offset, *rest)
+
+    monkeypatch.setattr(_stored, "make_event", counted)
+    return page, built
+
+
+async def test_a_page_with_no_skipped_offset_in_its_range_is_handed_on_untouched(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Skips outside the page cost a look at its two ends, not a pass over its events."""
-    events = Counted(range(11, 21))
-    page = ReadPage(events, 20, False)
-    assert filter_page(page, {3, 10, 21, 500}) is page
-    assert events.taken == 2
+    page, built = await typed_page(log, monkeypatch)
+    assert filter_page(page, {0, 11, 500}) is page
+    assert built == [1, 10]
     assert filter_page(page, set()) is page
 
 
-def test_skipped_events_are_left_out_and_the_proof_is_kept() -> None:
-    """Each skipped offset inside the page is gone; the scanned range still proves through 20."""
-    page = ReadPage(Counted(range(11, 21)), 20, False)
-    filtered = filter_page(page, {11, 15, 20, 99})
-    assert [e.offset for e in filtered.events] == [12, 13, 14, 16, 17, 18, 19]
-    assert (filtered.scanned_through_offset, filtered.at_head) == (20, False)
+async def test_skipped_events_are_left_out_and_the_proof_is_kept(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each skipped offset inside the page is gone; the scanned range still proves through 10."""
+    page, _ = await typed_page(log, monkeypatch)
+    filtered = filter_page(page, {1, 5, 10, 99})
+    assert [e.offset for e in filtered.events] == [2, 3, 4, 6, 7, 8, 9]
+    assert (filtered.scanned_through_offset, filtered.at_head) == (10, True)
 
 
 def test_an_empty_page_is_handed_on() -> None:
