@@ -529,6 +529,14 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         """Record a wakeup request (see ``args.schedule_wakeup``)."""
         self._claims.wake_at(at)
 
+    def awaited(self) -> bool:
+        """Whether a caller waits now for the cursor to reach an offset (:meth:`wait_until_processed`)."""
+        return len(self._waiters) > 0
+
+    async def wait_awaited(self, timeout: float) -> None:  # noqa: ASYNC109 (a bounded pause)
+        """Return once a caller waits for the cursor (:meth:`awaited`), or after ``timeout`` s."""
+        await self._waiters.wait_arrival(timeout)
+
     def clients_first(self) -> bool:
         """Whether the host gives its clients first claim now (see ``args.yield_to_clients``)."""
         return self._clients_first is not None and self._clients_first()

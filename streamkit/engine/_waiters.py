@@ -31,9 +31,22 @@ class CursorWaiters:
         self._slug = slug
         self._cursor = cursor
         self._waiters: list[_Waiter] = []
+        self._arrival: asyncio.Future[None] | None = None  # see wait_arrival
 
     def __len__(self) -> int:
         return len(self._waiters)
+
+    async def wait_arrival(self, timeout: float) -> None:  # noqa: ASYNC109 (a bounded pause)
+        """Return once a caller starts to wait, or after ``timeout`` seconds, whichever is first.
+
+        What a host's pause between ranges waits on: a client that begins to
+        wait for this processor ends the pause at once.
+        """
+        if self._waiters:
+            return
+        if self._arrival is None or self._arrival.done():
+            self._arrival = asyncio.get_running_loop().create_future()
+        await asyncio.wait([self._arrival], timeout=timeout)  # (never cancels the future)
 
     def advanced(self, cursor: int) -> None:
         """The cursor moved to ``cursor``: release every waiter it reached."""
@@ -75,6 +88,8 @@ class CursorWaiters:
         future: asyncio.Future[None] = loop.create_future()
         waiter = (offset, future)
         self._waiters.append(waiter)
+        if self._arrival is not None and not self._arrival.done():
+            self._arrival.set_result(None)
 
         def catch_up_done(task: asyncio.Task[None]) -> None:
             error = None if task.cancelled() else task.exception()

@@ -8,7 +8,8 @@ One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral,
 ``expect_head``: refused unless the last durable offset is exactly that),
 ``read`` (``path``, ``after``, ``limit``), ``status``, ``snapshot``
 (``slug``, ``path``), ``skip`` (``slug``, ``offset``, ``by``, ``reason``,
-``path``), ``hello`` (which database the host serves: ``db``, ``owner``,
+``path``), ``wait`` (``slug``, ``offset``, ``timeout``, ``path``: answers once
+the processor has processed through the offset), ``hello`` (which database the host serves: ``db``, ``owner``,
 ``pid``). Every op takes an optional ``db``, the database the client means
 (a resolved path): a host serving another database refuses the request.
 Streaming ops: ``follow`` (``path``, ``after``: every commit,
@@ -67,6 +68,14 @@ class ServedHost(Protocol):
 
     async def status(self) -> dict[str, Any]: ...
 
+    async def wait_until_processed(
+        self,
+        slug: str,
+        offset: int,
+        timeout: float = 10.0,  # noqa: ASYNC109 - the engine verb's timeout
+        path: str | None = None,
+    ) -> None: ...
+
 
 class HostArgs(NoArgs):
     db: str | None = None
@@ -101,6 +110,11 @@ class SkipArgs(SlugArgs):
     reason: str = Field(default="", max_length=4096)
 
 
+class WaitArgs(SlugArgs):
+    offset: int = Field(ge=0, le=MAX_OFFSET)
+    timeout: float = Field(default=10.0, gt=0, le=60, allow_inf_nan=False)
+
+
 _OPERATIONS: dict[str, Operation] = {
     "append": Operation(AppendArgs, description="append events (durable or ephemeral)"),
     "read": Operation(ReadArgs, description="read durable events after an offset"),
@@ -109,6 +123,7 @@ _OPERATIONS: dict[str, Operation] = {
     "snapshot": Operation(SlugArgs, description="a processor's reduced state and offset"),
     "watch": Operation(SlugArgs, streaming=True, description="live state: seed, then deltas"),
     "skip": Operation(SkipArgs, description="move a processor past one event"),
+    "wait": Operation(WaitArgs, description="answer once a processor passed an offset"),
     "hello": Operation(HostArgs, description="which database this host serves, and who it is"),
 }
 
@@ -136,6 +151,9 @@ class HostControlHandler:
                 "scanned_through_offset": page.scanned_through_offset,
                 "at_head": page.at_head,
             }
+        if isinstance(args, WaitArgs):
+            await host.wait_until_processed(args.slug, args.offset, args.timeout, args.path)
+            return {"slug": args.slug, "offset": args.offset}
         if isinstance(args, SkipArgs):
             event = await host.skip(
                 args.slug, args.offset, by=args.by, reason=args.reason, path=args.path

@@ -155,6 +155,8 @@ class ProcessorHost(HostVerbs):
         self.store: HostStore | None = None
         self.runners: list[ProcessorRunner] = []
         self._alarm: Alarm | None = None
+        self.pacer: Pacer | None = None
+        """The host's clients-first pacer (None before start, or at ``processor_share = 1``)."""
         self._keeper: LeaseKeeper | None = None
         self._acquirer: LeaseAcquirer | None = None
         self._lease_tasks: set[asyncio.Task[None]] = set()
@@ -201,8 +203,8 @@ class ProcessorHost(HostVerbs):
             await store.prepare()
             skips = await store.load_skips()
             self._alarm = Alarm(self.runners, clock=self.clock)
-            pacer = (
-                Pacer(config.processor_share, log.clients_active)
+            pacer = self.pacer = (
+                Pacer(config.processor_share, log.clients_contend)
                 if config.processor_share < 1
                 else None
             )

@@ -1,4 +1,4 @@
-"""Clients first: while clients append, a host's processors take at most a share of its time.
+"""Clients first: while clients contend for the loop, a host's processors take at most a share of it.
 
 A producer appending through the host (the control socket, HTTP, a caller
 in the same process) shares the host's event loop with the work its own
@@ -6,18 +6,24 @@ events cause, and that work runs whenever it is ready: measured with one
 producer of durable tasks, the producer enqueued at 21-34% of the rate it
 reached with no processor running, and at 13-16% with sixteen producers.
 
-So, while clients append (:meth:`~streamkit.log.Log.clients_active`), the
-runners of a host take turns through one :class:`Pacer`: after a range that
-took ``B`` seconds to run, the next range of any runner starts only once
-``B * (1 - share) / share`` seconds have passed. Ranges then take at most
-``share`` of the time (``HostConfig.processor_share``). The events that
-arrive meanwhile wait in the follower and are taken as one range, so the
-batch, its checkpoint and its commit are shared by more events: the
-processors lag while clients append, and catch up by the batch.
+So the runners of a host take turns through one :class:`Pacer`: a range
+that took ``B`` seconds earns a pause of ``B * (1 - share) / share`` seconds
+(``HostConfig.processor_share``, at most :data:`MAX_PAUSE_SECONDS`) before
+the next range of any runner. A pause is not a sleep: before a range the
+runner gives the loop one turn, and goes on giving it turns only while
+clients contend (:meth:`~streamkit.log.Log.clients_contend`: a client
+appended within the last few milliseconds and other work is ready to run).
+The moment nothing else is ready, or the pause is over, the range runs.
+The events that arrive meanwhile wait in the follower and are taken as one
+range, so the batch, its checkpoint and its commit are shared by more
+events.
 
-Nothing is paused while no client appends, a range already taken always
-runs to its end, and one pause lasts at most :data:`MAX_PAUSE_SECONDS`, so a
-processor never waits long on what a short burst of clients left behind.
+So a pause never leaves the loop idle. A client that appends and then waits
+for its event to be processed (every request/response flow) has nothing
+ready while it waits, and the range that serves it runs at once: it is never
+held back on its own behalf. A range already taken always runs to its end.
+What is paused is counted (:class:`PacerStats`) and shown by ``status`` and
+``/metrics``.
 """
 
 from __future__ import annotations
@@ -25,27 +31,38 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
-__all__ = ["MAX_PAUSE_SECONDS", "Pacer"]
+__all__ = ["MAX_PAUSE_SECONDS", "Pacer", "PacerStats"]
 
 MAX_PAUSE_SECONDS = 0.1
 """The longest pause one range earns (a range of seconds earns no minute of idling)."""
 
 
+@dataclass(frozen=True, slots=True)
+class PacerStats:
+    """What one host's pacer did since it started."""
+
+    pauses: int
+    """Ranges that waited for clients' work before they ran."""
+    paused_seconds: float
+    """The time those ranges waited, in total."""
+
+
 class Pacer:
     """The turns of one host's runners (see the module docstring).
 
-    ``share`` is in (0, 1]; at 1 nothing ever waits. ``clients_active``
-    says whether clients append now; ``clock`` and ``sleep`` are
-    injectable for tests.
+    ``share`` is in (0, 1]; at 1 nothing ever waits. ``contend`` says
+    whether clients contend for the loop now; ``clock`` and ``yield_turn``
+    (one turn of the loop) are injectable for tests.
     """
 
-    __slots__ = ("_clients_active", "_clock", "_factor", "_ready_at", "_sleep")
+    __slots__ = ("_clock", "_contend", "_factor", "_paused", "_pauses", "_ready_at", "_sleep")
 
     def __init__(
         self,
         share: float,
-        clients_active: Callable[[], bool],
+        contend: Callable[[], bool],
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -53,23 +70,60 @@ class Pacer:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share!r}")
         self._factor = (1 - share) / share
-        self._clients_active = clients_active
+        self._contend = contend
         self._clock = clock
         self._sleep = sleep
         self._ready_at = 0.0
+        self._pauses = 0
+        self._paused = 0.0
 
     def pacing(self) -> bool:
-        """Whether ranges are paced now: clients append and the share is below 1."""
-        return self._factor > 0 and self._clients_active()
+        """Whether clients come first now: they contend and the share is below 1."""
+        return self._factor > 0 and self._contend()
 
-    async def turn(self) -> None:
-        """Wait, while clients append, until the ranges run so far have had their pause."""
-        wait = self._ready_at - self._clock()
-        if wait > 0 and self._clients_active():
-            await self._sleep(wait)
+    def statistics(self) -> PacerStats:
+        """How often, and for how long, ranges waited for clients."""
+        return PacerStats(pauses=self._pauses, paused_seconds=self._paused)
+
+    async def turn(
+        self,
+        *,
+        awaited: Callable[[], bool],
+        wait_awaited: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        """Before a range that is ready to take: the pause it owes, if clients contend.
+
+        ``awaited()`` says whether a caller waits for the runner's processor
+        to progress: a client waiting *for* the processor is served first of
+        all, so then nothing pauses, and a pause ends the moment one starts
+        to wait (``wait_awaited(seconds)`` returns then, or when the seconds
+        are up; without it the pause is a plain sleep). Otherwise, when a
+        pause is owed, gives the loop one turn (so that requests and timers
+        that came due while the last range ran are seen), and if clients
+        contend then, waits out the pause. Cancelling cancels only the wait.
+        """
+        if self._clock() >= self._ready_at or awaited():
+            return
+        await asyncio.sleep(0)  # what arrived during the last range is ready now, if anything
+        left = self._ready_at - self._clock()
+        if left <= 0 or awaited() or not self._contend():
+            return
+        self._pauses += 1
+        began = self._clock()
+        try:
+            await (self._sleep if wait_awaited is None else wait_awaited)(left)
+        finally:
+            self._paused += self._clock() - began
 
     def ran(self, seconds: float) -> None:
-        """A range took ``seconds``: the next one waits its pause after it (or after the last)."""
+        """A range took ``seconds``: the next range of any runner owes its pause.
+
+        Pauses of ranges that end together add up (several runners' ranges
+        share the loop's time), but what is owed never reaches further than
+        :data:`MAX_PAUSE_SECONDS` from now: pauses that were not had (no
+        client contended, or one waited for the processor) are not owed later.
+        """
         if self._factor:
-            start = max(self._ready_at, self._clock())
-            self._ready_at = start + min(seconds * self._factor, MAX_PAUSE_SECONDS)
+            now = self._clock()
+            owed = max(self._ready_at, now) + min(seconds * self._factor, MAX_PAUSE_SECONDS)
+            self._ready_at = min(owed, now + MAX_PAUSE_SECONDS)

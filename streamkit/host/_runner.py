@@ -352,9 +352,12 @@ class ProcessorRunner:
                     follower.skip_to(engine.cursor)  # what the revive read needs no push
                 continue
             pacer = self._pacer
-            if pacer is not None:
-                await pacer.turn()  # clients first (see the pacer's module)
             try:
+                if pacer is not None:
+                    # Clients first (see the pacer's module), decided once there is a range
+                    # to take, so that a caller waiting for it is known by then.
+                    await follower.ready_or_woken()
+                    await pacer.turn(awaited=engine.awaited, wait_awaited=engine.wait_awaited)
                 got = await follower.next_or_woken()
             except StopAsyncIteration:
                 if follower is self._follower:

@@ -21,6 +21,7 @@ from streamkit._targets import shown_target
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidRequest, SlowConsumer
 from streamkit.events import EventInput, ReadPage, StreamEvent
+from streamkit.host._pacer import Pacer
 from streamkit.host._runner import ProcessorRunner
 from streamkit.host._status import processor_rows
 from streamkit.host._watch import Subscription, jsonable, watch_messages
@@ -42,6 +43,7 @@ class HostVerbs:
     clock: Clock
     owner: str
     log: Log | None
+    pacer: Pacer | None
     store: HostStore | None
     runners: list[ProcessorRunner]
     socket_path: Path | None
@@ -188,8 +190,18 @@ class HostVerbs:
                 "db": shown_target(self.config.db),
                 "socket": None if self.socket_path is None else str(self.socket_path),
                 "uptime": None if started is None else round(self.clock() - started, 3),
+                "clients_first": self._clients_first(),
             },
             "processors": processors,
+        }
+
+    def _clients_first(self) -> dict[str, Any]:
+        """What favouring clients cost the processors so far (docs/host.md, "Clients first")."""
+        paced = None if self.pacer is None else self.pacer.statistics()
+        return {
+            "pauses": 0 if paced is None else paced.pauses,
+            "paused_seconds": 0.0 if paced is None else round(paced.paused_seconds, 6),
+            "held_writes": 0 if self.log is None else self.log.held_writes,
         }
 
     async def wait_until_processed(

@@ -355,6 +355,19 @@ class Follow:
         self._woken = True
         self._event.set()
 
+    async def ready_or_woken(self) -> None:
+        """Return once a yield is ready, :meth:`wake` was called or the follower ended; take nothing.
+
+        For a consumer that decides, once there is something to take, whether
+        to take it now or let more gather first (a host's pacer): what it
+        then takes with :meth:`next_or_woken` includes all that came meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        while not (self._done or self._woken or self._pushes or self._catching_up):
+            if not self._feed.wait_on(self._sub, loop, self._event):
+                return  # something is buffered (or the log closed): the next call says which
+            await self._event.wait()
+
     async def next_or_woken(self) -> tuple[list[StreamEvent], ScannedRange] | None:
         """The next yield, or ``None`` once :meth:`wake` was called; nothing is lost either way.
 

@@ -18,8 +18,8 @@ backend (:class:`~streamkit.protocols.LogBackend`; the contract suites of
 What this module adds above the backend: argument checks and event
 validation (nothing malformed reaches storage), the gathering of the appends
 that become ready in one event-loop turn into one group commit (a
-processor's write made while clients append waits briefly to join a
-client's: see :meth:`Log._enqueue`), and the fan-out of new events to
+processor's write made while clients contend waits briefly to join a
+client's: see :meth:`Log.clients_contend`), and the fan-out of new events to
 followers. One :class:`Log` per process and target;
 ``open_log`` (in :mod:`streamkit.backends`) builds it over the backend the
 target names.
@@ -237,7 +237,7 @@ class Log(CommitGrouping):
         commit together or not at all, and its error is its own.
 
         ``processor=True`` (with ``inline``) marks a processor's write, such as
-        its checkpoint: while clients append (:meth:`clients_active`) it waits
+        its checkpoint: while clients contend (:meth:`clients_contend`) it waits
         up to :data:`~streamkit.log._grouping.HOLD_SECONDS` to share a client's commit, as a fenced
         append does.
         """
@@ -335,11 +335,7 @@ class Log(CommitGrouping):
             self._check_writable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[StreamEvent]]
-        if fence is None:
-            self._client_appends()
-            hold = False
-        else:
-            hold = self._holds()
+        hold = fence is not None and self._holds()
         if not hold and self._commits_now(loop):
             call = AppendCall(loop, None, path, events, fence, seal, expect_head)
             if self._backend.try_inline([call]):
@@ -349,13 +345,15 @@ class Log(CommitGrouping):
                 return committed
             call.future = future = loop.create_future()
             self._backend.submit(call)
-            return future
-        future = loop.create_future()
-        job = AppendCall(loop, future, path, events, fence, seal, expect_head)
-        if hold:
-            self._enqueue(job, hold=True)
         else:
-            self._submit(job)
+            future = loop.create_future()
+            job = AppendCall(loop, future, path, events, fence, seal, expect_head)
+            if hold:
+                self._enqueue(job, hold=True)
+            else:
+                self._submit(job)
+        if fence is None:
+            self._client_waits(future)
         return future
 
     async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None:

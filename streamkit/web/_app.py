@@ -74,6 +74,7 @@ def build_app(
         Route("/v1/processors", endpoints.processors, methods=["GET"]),
         Route("/v1/processors/{slug}", endpoints.processor, methods=["GET"]),
         Route("/v1/processors/{slug}/live", endpoints.live, methods=["GET"]),
+        Route("/v1/processors/{slug}/processed", endpoints.processed, methods=["GET"]),
         Route("/v1/processors/{slug}/skip", endpoints.skip, methods=["POST"]),
         Route("/healthz", endpoints.healthz, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),

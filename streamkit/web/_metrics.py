@@ -188,11 +188,27 @@ def _host_families(
         "streamkit_host_refused_appends", "Append calls this host's log refused (nothing written)."
     )
     refused.add_metric([], float(log_stats.refused))
+    first = (status.get("host") or {}).get("clients_first") or {}
+    pauses = CounterMetricFamily(
+        "streamkit_host_clients_first_pauses",
+        "Processor ranges that waited for clients contending for the host (docs/host.md).",
+    )
+    pauses.add_metric([], float(first.get("pauses", 0)))
+    paused = CounterMetricFamily(
+        "streamkit_host_clients_first_paused_seconds",
+        "Seconds processor ranges waited for contending clients, in total.",
+    )
+    paused.add_metric([], float(first.get("paused_seconds", 0.0)))
+    held = CounterMetricFamily(
+        "streamkit_host_held_writes",
+        "Processors' writes that waited for a contending client's commit to share it.",
+    )
+    held.add_metric([], float(first.get("held_writes", 0)))
     scraped = GaugeMetricFamily(
         "streamkit_scrape_timestamp_seconds", "When this scrape was taken (Unix time)."
     )
     scraped.add_metric([], time.time())
-    return [up, follow, leases, uptime, appended, commits, refused, scraped]
+    return [up, follow, leases, uptime, appended, commits, refused, pauses, paused, held, scraped]
 
 
 def _le(edge: float) -> str:

@@ -11,6 +11,7 @@ unless the host's method does, and a refusal writes nothing.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections.abc import AsyncIterator
@@ -128,6 +129,23 @@ class Endpoints:
         """``GET /v1/processors/{slug}``: ``{offset, rev, state, ...}``."""
         runner = self._runner(request)
         return JSONResponse(await self._host.snapshot(runner.slug, runner.path))
+
+    async def processed(self, request: Request) -> Response:
+        """``GET /v1/processors/{slug}/processed?offset=N``: answers once the processor passed N.
+
+        Read-your-writes for a request/response flow: append, then wait here
+        until the processor has processed (and checkpointed) the offset the
+        append returned. ``timeout`` (seconds, default 10, at most 60): past
+        it the answer is a 504 ``PROCESSOR_TIMEOUT`` problem naming the cursor.
+        """
+        runner = self._runner(request)
+        params = request.query_params
+        offset = _int_param(params.get("offset"), "offset", 0)
+        timeout = _seconds_param(params.get("timeout"), "timeout", 10.0, high=60.0)
+        await self._host.wait_until_processed(runner.slug, offset, timeout, runner.path)
+        return JSONResponse(
+            {"slug": runner.slug, "path": runner.path, "offset": offset, "cursor": runner.cursor}
+        )
 
     async def live(self, request: Request) -> Response:
         """``GET /v1/processors/{slug}/live``: SSE, a ``seed`` then ``delta`` events."""
@@ -298,3 +316,19 @@ def _int_param(value: str | None, name: str, default: int) -> int:
             details={name: value[:100]},
         )
     return int(value)
+
+
+def _seconds_param(value: str | None, name: str, default: float, *, high: float) -> float:
+    if value is None or value == "":
+        return default
+    try:
+        seconds = float(value) if len(value) <= 32 else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= high:  # (NaN fails both)
+        raise InvalidRequest(
+            f"{name} must be a number of seconds above 0 and at most {high:g}, got "
+            f"{value[:40]!r}; nothing was done",
+            details={name: value[:100]},
+        )
+    return seconds

@@ -1,30 +1,33 @@
-"""Clients first: while clients append, a host paces its processors' ranges (``processor_share``).
+"""Clients first: a host pauses its processors' ranges only while clients contend (``processor_share``).
 
-The pacer's arithmetic runs on a fake clock (:class:`~streamkit.host._pacer.Pacer`);
-the host test runs a real host whose processor's ranges take measurable time
-and checks the pause each range earns before the next one starts, and that
-the events which arrived meanwhile were taken as one range. The window in
-which clients count as appending is widened so no outcome depends on how
-fast this machine runs.
+The pacer's arithmetic runs on a fake clock (:class:`~streamkit.host._pacer.Pacer`).
+The host tests run a real host: one floods it with concurrent client appends
+and checks that its ranges were paused and taken together; the others pin the
+property that once broke (a client that appends and then waits until its event
+is processed is never held back on its own behalf), with pauses made so long
+that a single one would time the client out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.host import Offsets, Tally
+from support.postgres import dropped_after, fresh_schema_name, postgres_url
 
 from streamkit import ProcessEventArgs, StreamEvent
 from streamkit.config import HostConfig
+from streamkit.engine import _waiters
 from streamkit.host import ProcessorHost
+from streamkit.host import _pacer as pacer_module
 from streamkit.host import _runner as runner_module
 from streamkit.host._pacer import MAX_PAUSE_SECONDS, Pacer
-from streamkit.log import _grouping as log_module
+from streamkit.log import _grouping
 
 
 class _Clock:
@@ -45,39 +48,84 @@ def _pacer(share: float, clients: list[bool]) -> tuple[Pacer, _Clock]:
     return Pacer(share, lambda: clients[0], clock=clock, sleep=clock.sleep), clock
 
 
+def _nobody() -> bool:
+    return False
+
+
 async def test_a_range_earns_a_pause_in_proportion_to_the_share() -> None:
+    """10 ms of work at a share of 0.2 earns 40 ms of pause, had once, and counted."""
     pacer, clock = _pacer(0.2, [True])
-    await pacer.turn()
+    await pacer.turn(awaited=_nobody)
     assert clock.slept == []  # nothing ran yet
     pacer.ran(0.010)
-    await pacer.turn()
-    assert clock.slept == [pytest.approx(0.040)]  # 10 ms of work, 80/20: 40 ms of pause
-    await pacer.turn()
+    await pacer.turn(awaited=_nobody)
+    assert clock.slept == [pytest.approx(0.040)]
+    await pacer.turn(awaited=_nobody)
     assert len(clock.slept) == 1  # the pause is had once
+    stats = pacer.statistics()
+    assert (stats.pauses, stats.paused_seconds) == (1, pytest.approx(0.040))
 
 
-async def test_ranges_of_several_runners_queue_their_pauses() -> None:
+async def test_ranges_of_several_runners_add_their_pauses_up_to_the_bound() -> None:
     pacer, clock = _pacer(0.5, [True])
     pacer.ran(0.010)
     pacer.ran(0.020)  # another runner's range, ended at the same moment
-    await pacer.turn()
+    await pacer.turn(awaited=_nobody)
     assert clock.slept == [pytest.approx(0.030)]
+    for _ in range(10):
+        pacer.ran(0.050)
+    await pacer.turn(awaited=_nobody)
+    assert clock.slept[-1] == pytest.approx(MAX_PAUSE_SECONDS)  # never owed further ahead
 
 
-async def test_no_pause_while_no_client_appends_nor_at_a_share_of_one() -> None:
+async def test_no_pause_while_no_client_contends_nor_at_a_share_of_one() -> None:
     clients = [False]
     pacer, clock = _pacer(0.2, clients)
     pacer.ran(0.010)
-    await pacer.turn()
+    await pacer.turn(awaited=_nobody)
     assert clock.slept == []
+    assert pacer.statistics().pauses == 0
     whole, whole_clock = _pacer(1.0, [True])
     whole.ran(5.0)
-    await whole.turn()
+    await whole.turn(awaited=_nobody)
     assert whole_clock.slept == []
 
 
-def test_pacing_is_on_only_while_clients_append_at_a_share_below_one() -> None:
-    """What processors are told (args.yield_to_clients): clients append and ranges are paced."""
+async def test_no_pause_while_a_caller_waits_for_the_processor() -> None:
+    """A client waiting *for* the processor is served first: no pause, though clients contend."""
+    pacer, clock = _pacer(0.2, [True])
+    pacer.ran(0.010)
+    await pacer.turn(awaited=lambda: True)
+    assert clock.slept == []
+    # One that starts to wait during the loop turn the pacer gives first: no pause either.
+    asked: list[bool] = []
+
+    def awaited() -> bool:
+        asked.append(True)
+        return len(asked) > 1
+
+    await pacer.turn(awaited=awaited)
+    assert clock.slept == []
+    assert pacer.statistics().pauses == 0
+
+
+async def test_a_pause_ends_when_a_caller_starts_to_wait() -> None:
+    """The pause waits on ``wait_awaited``, which returns when a caller begins to wait."""
+    pacer, clock = _pacer(0.2, [True])
+    pacer.ran(0.010)
+    waited: list[float] = []
+
+    async def wait_awaited(seconds: float) -> None:
+        waited.append(seconds)  # (a caller arrives at once: no time passes)
+
+    await pacer.turn(awaited=_nobody, wait_awaited=wait_awaited)
+    assert waited == [pytest.approx(0.040)]
+    assert clock.slept == []
+    assert pacer.statistics().paused_seconds == 0.0
+
+
+def test_pacing_is_on_only_while_clients_contend_at_a_share_below_one() -> None:
+    """What processors are told (args.yield_to_clients): clients contend and ranges are paced."""
     clients = [False]
     pacer, _ = _pacer(0.2, clients)
     assert not pacer.pacing()
@@ -87,34 +135,10 @@ def test_pacing_is_on_only_while_clients_append_at_a_share_below_one() -> None:
     assert not whole.pacing()
 
 
-async def test_a_host_tells_its_processors_to_yield_while_clients_append(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """args.yield_to_clients() is True in a host while a client appends, False once they stop."""
-    monkeypatch.setattr(log_module, "CLIENT_ACTIVE_SECONDS", 60.0)
-    seen: list[ProcessEventArgs[Any]] = []
-
-    class Asking(Tally):
-        def process_event(self, args: ProcessEventArgs[Any]) -> None:
-            seen.append(args)
-
-    config = HostConfig.model_validate({"db": str(tmp_path / "y.db"), "shutdown_grace": 1.0})
-    host = ProcessorHost(config, processors=[Asking()], serve_control=False)
-    await host.start()
-    try:
-        await host.append("/", [{"type": "item", "payload": {"n": 1}}])
-        await host.wait_until_processed("tally", 1, timeout=10)
-        assert seen[-1].yield_to_clients()  # a client appended within the window
-        monkeypatch.setattr(log_module, "CLIENT_ACTIVE_SECONDS", 0.0)
-        assert not seen[-1].yield_to_clients()  # asked again later: no client within it
-    finally:
-        await host.stop(grace=1.0)
-
-
 async def test_one_pause_is_bounded() -> None:
     pacer, clock = _pacer(0.01, [True])
     pacer.ran(10.0)
-    await pacer.turn()
+    await pacer.turn(awaited=_nobody)
     assert clock.slept == [pytest.approx(MAX_PAUSE_SECONDS)]
 
 
@@ -126,43 +150,123 @@ def test_a_pacer_refuses_a_share_outside_zero_to_one() -> None:
 
 
 class _Slow(Tally):
-    """Takes 20 ms per event: its pause outlasts several appends even on a loaded machine."""
+    """Takes 5 ms per event: the clients' appends come in while it works."""
 
     def reduce(self, event: StreamEvent, state: Offsets) -> Offsets | None:
-        time.sleep(0.02)
+        time.sleep(0.005)
         return super().reduce(event, state)
 
 
-async def test_while_clients_append_a_host_pauses_between_ranges_and_takes_bigger_ones(
+async def test_while_clients_flood_a_host_its_ranges_are_paused_and_taken_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log_module, "CLIENT_ACTIVE_SECONDS", 60.0)
-    ranges: list[tuple[float, float, int]] = []
+    """Sixteen clients appending at once keep commits in flight: ranges pause and grow."""
+    ranges: list[int] = []
     until_done = runner_module.ProcessorRunner._until_done
 
-    async def timed(self: runner_module.ProcessorRunner, item: Any) -> None:
-        started = time.monotonic()
+    async def counted(self: runner_module.ProcessorRunner, item: Any) -> None:
         await until_done(self, item)
         if isinstance(item, tuple):  # a range of a push (not a revive)
-            ranges.append((started, time.monotonic(), len(item[0])))
+            ranges.append(len(item[0]))
 
-    monkeypatch.setattr(runner_module.ProcessorRunner, "_until_done", timed)
+    monkeypatch.setattr(runner_module.ProcessorRunner, "_until_done", counted)
     config = HostConfig.model_validate(
         {"db": str(tmp_path / "p.db"), "processor_share": 0.5, "shutdown_grace": 1.0}
     )
     host = ProcessorHost(config, processors=[_Slow()], serve_control=False)
     await host.start()
     try:
-        for n in range(40):
-            await host.append("/", [{"type": "item", "payload": {"n": n}}])
-            await asyncio.sleep(0.001)
-        await host.wait_until_processed("tally", 40, timeout=30)
+
+        async def client(k: int) -> None:
+            for n in range(20):
+                await host.append("/", [{"type": "item", "payload": {"n": n, "k": k}}])
+
+        await asyncio.gather(*(client(k) for k in range(16)))
+        await host.wait_until_processed("tally", 320, timeout=60)
+        first = (await host.status())["host"]["clients_first"]
     finally:
         await host.stop(grace=1.0)
-    # (the first event may be caught up before the first push)
-    assert sum(count for _, _, count in ranges) >= 39
-    assert len(ranges) < 39  # events that arrived during a pause were taken together
-    assert max(count for _, _, count in ranges) > 1
-    for (start, end, _), (next_start, _, _) in itertools.pairwise(ranges):
-        # At a share of 0.5 a range earns a pause as long as itself (up to the bound).
-        assert next_start - end >= min(end - start, MAX_PAUSE_SECONDS) * 0.999
+    assert first["pauses"] > 0
+    assert first["paused_seconds"] > 0
+    assert sum(ranges) >= 300  # (the first events may be caught up before the first push)
+    assert len(ranges) < sum(ranges) / 2  # the events that came during pauses went together
+
+
+async def test_a_host_tells_its_processors_to_yield_only_while_clients_contend(
+    tmp_path: Path,
+) -> None:
+    """args.yield_to_clients(): False for a lone client that waits; True while appends are in flight."""
+    seen: list[ProcessEventArgs[Any]] = []
+    asked: list[bool] = []
+
+    class Asking(Tally):
+        def process_event(self, args: ProcessEventArgs[Any]) -> None:
+            seen.append(args)
+            asked.append(args.yield_to_clients())
+
+    config = HostConfig.model_validate({"db": str(tmp_path / "y.db"), "shutdown_grace": 1.0})
+    host = ProcessorHost(config, processors=[Asking()], serve_control=False)
+    await host.start()
+    try:
+        await host.append("/", [{"type": "item", "payload": {"n": 1}}])
+        await host.wait_until_processed("tally", 1, timeout=10)
+        assert asked[-1] is False  # the client waits for the processor: nothing contends
+        assert host.log is not None
+        # A client's append in flight (other work is ready, so it does not commit at once):
+        asyncio.get_running_loop().call_soon(lambda: None)
+        in_flight = asyncio.ensure_future(host.append("/", [{"type": "item"}]))
+        await asyncio.sleep(0)
+        if not in_flight.done():
+            assert seen[-1].yield_to_clients()
+        await in_flight
+        assert not seen[-1].yield_to_clients()  # asked again once it landed
+    finally:
+        await host.stop(grace=1.0)
+
+
+# -- the property that broke: a client waiting for the processor is never held back ---------
+
+
+def _endless_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any pause would outlast the client's wait: one pause may last an hour, one hold a minute,
+    and a waiter never reads the log itself (it relies on the runner's push alone)."""
+    monkeypatch.setattr(pacer_module, "MAX_PAUSE_SECONDS", 3600.0)
+    monkeypatch.setattr(_grouping, "HOLD_SECONDS", 60.0)
+    monkeypatch.setattr(_waiters, "PUSH_GRACE", 3600.0)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_client_that_appends_then_waits_is_never_held_back_on_its_behalf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """Append, then wait until processed, 20 times: no pause or hold ever delays the client.
+
+    The processors' share is 0.00001 and a pause may last an hour, so a
+    single pause (a range of 0.1 ms earns 10 s) or hold (a minute) applied in
+    this flow would time a wait out. On SQLite none
+    is even begun; on PostgreSQL, whose follower may hear of a commit before
+    its append is settled, a pause may begin but ends when the client starts
+    to wait.
+    """
+    _endless_pauses(monkeypatch)
+    if backend == "postgres":
+        url, schema = postgres_url(), fresh_schema_name()
+        db = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    else:
+        url, schema, db = "", "", str(tmp_path / "w.db")
+    config = HostConfig.model_validate(
+        {"db": db, "processor_share": 0.00001, "shutdown_grace": 1.0}
+    )
+    host = ProcessorHost(config, processors=[Tally()], serve_control=False)
+    with dropped_after(url, schema) if backend == "postgres" else contextlib.nullcontext():
+        await host.start()
+        try:
+            for n in range(20):
+                (event,) = await host.append("/", [{"type": "item", "payload": {"n": n}}])
+                await host.wait_until_processed("tally", event.offset, timeout=10)
+            first = (await host.status())["host"]["clients_first"]
+        finally:
+            await host.stop(grace=1.0)
+    assert first["held_writes"] == 0
+    if backend == "sqlite":
+        assert first["pauses"] == 0

@@ -1,10 +1,12 @@
-"""A processor's writes ride a client's commit while clients append (``Log.clients_active``).
+"""Clients contend while one of their appends waits for its commit (``Log.clients_contend``).
 
-A fenced append (what a host's processor makes) or a ``processor=True``
-transaction (its checkpoint) made while clients append waits, up to
-``HOLD_SECONDS``, for a client's append to take it along into one group
-commit. With no client appending it is not held at all. The windows are
-widened here so that no outcome depends on how fast this machine runs.
+Only then does a fenced append (what a host's processor makes) or a
+``processor=True`` transaction (its checkpoint) wait, up to ``HOLD_SECONDS``,
+to share a client's group commit. An append that commits at once, on an idle
+loop, is no contention: a client that appends and then waits for a
+processor has nothing in flight. A client's append is kept in flight here by
+having other work ready on the loop when it is made (it is then grouped at
+the end of the loop turn instead of committed inline).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.log import offsets, order
 
-from streamkit import OffsetConflict, open_log
+from streamkit import OffsetConflict, StreamEvent, open_log
+from streamkit.log import Log
 from streamkit.log import _grouping as log_module
 
 
@@ -24,67 +28,77 @@ def _fence(conn: sqlite3.Connection) -> None:
     assert conn.in_transaction
 
 
+async def _in_flight(log: Log, event: dict[str, Any], **kw: Any) -> asyncio.Task[list[StreamEvent]]:
+    """A client's append, started while other work is ready: handed over, not yet committed."""
+    task = asyncio.ensure_future(log.stream("/").append(event, **kw))
+    await asyncio.sleep(0)  # the task runs while this coroutine's wake-up is ready
+    assert not task.done()
+    return task
+
+
+async def test_an_append_that_commits_at_once_is_no_contention(log_file: Path) -> None:
+    async with open_log(log_file) as log:
+        assert not log.clients_contend()
+        await log.stream("/").append(order(1))
+        assert not log.clients_contend()
+
+
+async def test_clients_contend_while_an_append_of_theirs_is_in_flight(log_file: Path) -> None:
+    async with open_log(log_file) as log:
+        client = await _in_flight(log, order(1))
+        assert log.clients_contend()
+        await client
+        assert not log.clients_contend()
+
+
 @pytest.fixture
-def wide(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Clients count as appending for a minute, and a held write waits a minute for one."""
-    monkeypatch.setattr(log_module, "CLIENT_ACTIVE_SECONDS", 60.0)
+def long_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A held write waits a minute for a client (no outcome depends on this machine's speed)."""
     monkeypatch.setattr(log_module, "HOLD_SECONDS", 60.0)
 
 
-@pytest.mark.usefixtures("wide")
-async def test_a_processors_append_rides_the_next_client_commit(log_file: Path) -> None:
+@pytest.mark.usefixtures("long_hold")
+async def test_a_processors_append_rides_a_contending_clients_commit(log_file: Path) -> None:
     async with open_log(log_file) as log:
         stream = log.stream("/")
-        assert not log.clients_active()
-        await stream.append(order(1))  # a client: no fence
-        assert log.clients_active()
         before = log.stats.transactions
-        held = asyncio.create_task(stream.append(order(2), fence=_fence))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not held.done()
-        assert log.stats.transactions == before  # not even handed to the writer
-        await stream.append(order(3))
-        (written,) = await held
+        client = await _in_flight(log, order(1))
+        (written,) = await stream.append(order(2), fence=_fence)
+        await client
         assert log.stats.transactions == before + 1  # one commit for both
+        assert log.held_writes == 1
         assert written.offset == 2
-        assert await offsets(log) == [1, 2, 3]
+        assert await offsets(log) == [1, 2]
 
 
-@pytest.mark.usefixtures("wide")
+@pytest.mark.usefixtures("long_hold")
 async def test_a_processors_checkpoint_transaction_rides_too(log_file: Path) -> None:
     async with open_log(log_file) as log:
-        stream = log.stream("/")
-        await stream.append(order(1))
         await log.write_transaction(lambda conn: conn.execute("CREATE TABLE cp (n INTEGER)"))
         before = log.stats.transactions
-        held = asyncio.create_task(
-            log.write_transaction(
-                lambda conn: conn.execute("INSERT INTO cp VALUES (7)").rowcount,
-                inline=True,
-                processor=True,
-            )
+        client = await _in_flight(log, order(1))
+        written = await log.write_transaction(
+            lambda conn: conn.execute("INSERT INTO cp VALUES (7)").rowcount,
+            inline=True,
+            processor=True,
         )
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not held.done()
-        await stream.append(order(2))
-        assert await held == 1
+        await client
+        assert written == 1
         assert log.stats.transactions == before + 1
+        assert log.held_writes == 1
         rows = await log.query(lambda conn: conn.execute("SELECT n FROM cp").fetchall())
         assert rows == [(7,)]
 
 
-@pytest.mark.usefixtures("wide")
+@pytest.mark.usefixtures("long_hold")
 async def test_a_refused_client_append_still_carries_the_held_write(log_file: Path) -> None:
     async with open_log(log_file) as log:
         stream = log.stream("/")
         await stream.append(order(1))
-        held = asyncio.create_task(stream.append(order(2), fence=_fence))
-        await asyncio.sleep(0)
+        client = await _in_flight(log, order(3), expect_head=0)
+        (written,) = await stream.append(order(2), fence=_fence)
         with pytest.raises(OffsetConflict):
-            await stream.append(order(3), expect_head=0)
-        (written,) = await held
+            await client
         assert written.offset == 2
         assert await offsets(log) == [1, 2]
 
@@ -92,52 +106,75 @@ async def test_a_refused_client_append_still_carries_the_held_write(log_file: Pa
 async def test_a_held_write_goes_alone_when_no_client_comes(
     log_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(log_module, "CLIENT_ACTIVE_SECONDS", 60.0)
+    """A hold made while a client contended, whose client's commit left without it, ends."""
     monkeypatch.setattr(log_module, "HOLD_SECONDS", 0.05)
-    async with open_log(log_file) as log:
+    async with open_log(log_file, inline_commits=True) as log:
         stream = log.stream("/")
-        await stream.append(order(1))
-        before = log.stats.transactions
-        (written,) = await asyncio.wait_for(stream.append(order(2), fence=_fence), 10)
+        client = await _in_flight(log, order(1))
+        await asyncio.sleep(0)  # the client's group is handed to the writer
+        assert log.clients_contend() or client.done()
+        held = asyncio.ensure_future(stream.append(order(2), fence=_fence))
+        await client
+        (written,) = await asyncio.wait_for(held, 10)
         assert written.offset == 2
-        assert log.stats.transactions == before + 1
+        assert await offsets(log) == [1, 2]
 
 
-async def test_with_no_client_appending_a_processors_write_is_not_held(
+async def test_with_no_client_contending_a_processors_write_is_not_held(
     log_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(log_module, "HOLD_SECONDS", 3600.0)  # a hold would time the test out
     async with open_log(log_file) as log:
         stream = log.stream("/")
-        assert not log.clients_active()
-        (written,) = await asyncio.wait_for(stream.append(order(1), fence=_fence), 10)
-        assert written.offset == 1
+        await stream.append(order(1))  # a client, committed at once
+        assert not log.clients_contend()
+        (written,) = await asyncio.wait_for(stream.append(order(2), fence=_fence), 10)
+        assert written.offset == 2
         done = log.write_transaction(lambda conn: "ok", inline=True, processor=True)
         assert await asyncio.wait_for(done, 10) == "ok"
+        assert log.held_writes == 0
 
 
-@pytest.mark.usefixtures("wide")
+@pytest.mark.usefixtures("long_hold")
 async def test_a_close_commits_a_held_write(log_file: Path) -> None:
     log = open_log(log_file)
     stream = log.stream("/")
-    await stream.append(order(1))
-    held = asyncio.create_task(stream.append(order(2), fence=_fence))
+    client = await _in_flight(log, order(1))
+    held = asyncio.ensure_future(stream.append(order(2), fence=_fence))
     await asyncio.sleep(0)
     await log.aclose()
+    await client
     (written,) = await held
     assert written.offset == 2
     async with open_log(log_file) as again:
         assert await offsets(again) == [1, 2]
 
 
-@pytest.mark.usefixtures("wide")
+@pytest.mark.usefixtures("long_hold")
 async def test_a_log_that_groups_on_its_thread_holds_nothing(log_file: Path) -> None:
     """As PostgreSQL's: with inline commits off, a processor's write is handed over at once."""
     async with open_log(log_file, inline_commits=False) as log:
         stream = log.stream("/")
-        await stream.append(order(1))
-        assert log.clients_active()
+        client = await _in_flight(log, order(1))
+        assert log.clients_contend()
         (written,) = await asyncio.wait_for(stream.append(order(2), fence=_fence), 10)
+        await client
         assert written.offset == 2
         done = log.write_transaction(lambda conn: "ok", inline=True, processor=True)
         assert await asyncio.wait_for(done, 10) == "ok"
+        assert log.held_writes == 0
+
+
+async def test_a_due_timer_keeps_appends_off_the_inline_path(log_file: Path) -> None:
+    """A caller whose appends all commit inline never gives the loop a turn; a timer that came
+    due is work waiting, so the next append is handed over and the timer fires."""
+    async with open_log(log_file) as log:
+        stream = log.stream("/")
+        fired = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.01, fired.set)
+        n = 0
+        while not fired.is_set():
+            n += 1
+            assert n < 100_000, "the timer never fired: inline commits starved the loop"
+            await stream.append(order(n))
+        assert fired.is_set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 import signal
@@ -14,6 +15,9 @@ import httpx
 import pytest
 from support import ROOT
 from support.daemon import DaemonRig, eventually
+
+from streamkit.control import ControlClient
+from streamkit.errors import InvalidRequest, ProcessorTimeout
 
 SUPPORT = ROOT / "tests" / "support"
 
@@ -89,3 +93,86 @@ def _answers(client: httpx.Client) -> bool:
         return client.get("/healthz").status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_append_then_wait_over_http_and_the_socket_is_never_paced(
+    rig: DaemonRig, tmp_path: Path
+) -> None:
+    """Read-your-writes through the daemon: no pause or hold is applied on the client's behalf.
+
+    The host's processors get a share of 0.00001 (a range of 0.1 ms would earn
+    a pause of 10 s), yet a client that appends and then waits for the
+    processor over HTTP (``GET .../processed``) or the control socket (``wait``)
+    gets every answer, and the host counts no pause and no held write.
+    """
+    (tmp_path / "streamkit.toml").write_text("processor_share = 0.00001\n")
+    port = free_port()
+    rig.start_host(
+        "r",
+        "--db",
+        str(tmp_path / "r.db"),
+        "--processor",
+        "hostprocs:Tally",
+        "--http",
+        f"127.0.0.1:{port}",
+    )
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20.0) as client:
+        eventually(lambda: _answers(client))
+        for n in range(20):
+            posted = client.post("/v1/events", json={"type": "item", "payload": {"n": n}})
+            offset = posted.json()["events"][0]["offset"]
+            done = client.get("/v1/processors/tally/processed", params={"offset": offset})
+            assert done.status_code == 200, done.text
+            assert done.json()["cursor"] >= offset
+
+        async def over_the_socket() -> None:
+            async with ControlClient(rig.socket("r"), timeout=20) as control:
+                for n in range(20):
+                    (event,) = await control.request(
+                        "append", events=[{"type": "item", "payload": {"n": n}}]
+                    )
+                    await control.request("wait", slug="tally", offset=event["offset"])
+
+        asyncio.run(over_the_socket())
+        first = client.get("/v1/processors").json()["host"]["clients_first"]
+        assert first == {"pauses": 0, "paused_seconds": 0.0, "held_writes": 0}
+        metrics = client.get("/metrics").text
+        assert "streamkit_host_clients_first_pauses_total 0.0" in metrics
+        assert "streamkit_host_held_writes_total 0.0" in metrics
+
+
+def test_waiting_for_an_offset_not_reached_is_a_coded_timeout(
+    rig: DaemonRig, tmp_path: Path
+) -> None:
+    """``processed`` past the head answers 504 PROCESSOR_TIMEOUT after its timeout; bad values 400."""
+    port = free_port()
+    rig.start_host(
+        "t",
+        "--db",
+        str(tmp_path / "t.db"),
+        "--processor",
+        "hostprocs:Tally",
+        "--http",
+        f"127.0.0.1:{port}",
+    )
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20.0) as client:
+        eventually(lambda: _answers(client))
+        late = client.get("/v1/processors/tally/processed", params={"offset": 5, "timeout": 0.2})
+        assert late.status_code == 504
+        assert late.json()["code"] == "PROCESSOR_TIMEOUT"
+        for bad in ("0", "-1", "nan", "61", "1e999", "x" * 50):
+            refused = client.get(
+                "/v1/processors/tally/processed", params={"offset": 1, "timeout": bad}
+            )
+            assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_REQUEST"), bad
+        unknown = client.get("/v1/processors/nobody/processed", params={"offset": 1})
+        assert unknown.status_code == 404
+
+        async def over_the_socket() -> None:
+            async with ControlClient(rig.socket("t"), timeout=20) as control:
+                with pytest.raises(ProcessorTimeout):
+                    await control.request("wait", slug="tally", offset=5, timeout=0.2)
+                with pytest.raises(InvalidRequest):
+                    await control.request("wait", slug="tally", offset=1, timeout=0)
+
+        asyncio.run(over_the_socket())
