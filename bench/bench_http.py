@@ -12,14 +12,19 @@ same machine would:
    bench's own: httpx costs more CPU per request than the host does, and on
    the same machine it would measure itself. Reports events/s and p50/p99
    request latency.
-2. **SSE fan-out**: 100 clients follow ``/v1/processors/count/live``; one
+2. **Live, one client**: append one event, then wait until the processor
+   has processed it (``GET /v1/processors/count/processed?offset=N`` over
+   HTTP, the ``wait`` op over the control socket), repeat: a
+   request/response flow that reads its own write. Reports events/s and
+   p50/p99 of the pair.
+3. **SSE fan-out**: 100 clients follow ``/v1/processors/count/live``; one
    producer appends M events, one every ``--interval`` ms, each changing the
    state (so each is one delta). Reports deltas delivered per second in
    total and the p50/p99 delay from the append's request to each client's
    receipt of its delta.
 
 Usage: ``.venv/bin/python bench/bench_http.py [--appends N] [--deltas M]
-[--clients 100] [--interval 5]``.
+[--live N] [--clients 100] [--interval 5]``.
 """
 
 from __future__ import annotations
@@ -103,12 +108,15 @@ class _RawHttp:
         self._writer: asyncio.StreamWriter | None = None
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        return await self.request("POST", path, body)
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
         assert self._reader is not None
         head = (
-            f"POST {path} HTTP/1.1\r\nHost: {self._host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: {self._host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         self._writer.write(head.encode() + body)
         status_line = await self._reader.readline()
@@ -172,6 +180,33 @@ async def _appends_socket(sock: str, n: int, clients: int) -> dict[str, float]:
     return await _timed(connections, n, send)
 
 
+async def _live_http(base: str, n: int) -> dict[str, float]:
+    host, port = base.removeprefix("http://").split(":")
+    body = json.dumps({"type": "tick"}).encode()
+
+    async def send(connection: _RawHttp) -> None:
+        status, answer = await connection.post("/v1/events", body)
+        assert status == 201, answer
+        offset = json.loads(answer)["events"][0]["offset"]
+        status, answer = await connection.request(
+            "GET", f"/v1/processors/count/processed?offset={offset}"
+        )
+        assert status == 200, answer
+
+    return await _timed([_RawHttp(host, int(port))], n, send)
+
+
+async def _live_socket(sock: str, n: int) -> dict[str, float]:
+    connection = ControlClient(sock, timeout=30)
+    await connection.connect()
+
+    async def send(client: ControlClient) -> None:
+        (event,) = await client.request("append", path="/", events=[{"type": "tick"}])
+        await client.request("wait", slug="count", offset=event["offset"])
+
+    return await _timed([connection], n, send)
+
+
 async def _fan_out(base: str, deltas: int, clients: int, interval: float) -> dict[str, float]:
     sent_at: dict[int, float] = {}  # the counter's value after the append -> request start
     delays: list[float] = []
@@ -231,6 +266,7 @@ async def _fan_out(base: str, deltas: int, clients: int, interval: float) -> dic
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--appends", type=int, default=4000)
+    parser.add_argument("--live", type=int, default=2000)
     parser.add_argument("--deltas", type=int, default=300)
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--interval", type=float, default=5.0, help="ms between appends")
@@ -240,6 +276,8 @@ async def main() -> None:
         try:
             http = await _appends_http(base, opts.appends, 16)
             unix = await _appends_socket(sock, opts.appends, 16)
+            live_http = await _live_http(base, opts.live)
+            live_unix = await _live_socket(sock, opts.live)
             fan: dict[str, Any] = await _fan_out(base, opts.deltas, opts.clients, opts.interval)
         finally:
             child.send_signal(signal.SIGTERM)
@@ -250,6 +288,15 @@ async def main() -> None:
     for name, row in (("HTTP (keep-alive)", http), ("control socket", unix)):
         print(f"| {name} | {row['per_s']:,.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |")
     print(f"\nHTTP / socket: **{http['per_s'] / unix['per_s']:.2f}x**\n")
+    print(
+        f"### Live: {opts.live:,} times one client appends one event, then waits until "
+        "the processor has processed it\n"
+    )
+    print("| transport | events/s | p50 ms | p99 ms |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, row in (("HTTP (keep-alive)", live_http), ("control socket", live_unix)):
+        print(f"| {name} | {row['per_s']:,.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |")
+    print()
     print(
         f"### Live state to {opts.clients} SSE clients: {opts.deltas} changes, "
         f"one every {opts.interval:g} ms\n"

@@ -25,9 +25,16 @@ Cases (``--cases``):
 - ``backlog``: B tasks enqueued first, then the worker started: seconds per
   task to drain, for a small and a large B (the cost of a task as the
   backlog grows).
+- ``steady``: one producer requesting tasks at a steady ``--rate`` (tasks/s,
+  below what either side drains), the worker running: request-to-start
+  latency (streamkit: ``task.attempt-started`` committed; Huey: the task
+  function entered) and request-to-completion latency, p50/p99. What a
+  producer sees when the queue keeps up, rather than the backlog a flood
+  builds.
 
 Usage: ``.venv/bin/python bench/bench_tasks.py [--tasks N] [--trials T]
-[--cases 1p,16p,backlog] [--backlogs 100,10000]``. Huey comes with the
+[--cases 1p,16p,backlog,steady] [--backlogs 100,10000] [--rate 200]
+[--processor-share S]``. Huey comes with the
 ``bench`` extra (``pip install -e '.[bench]'``).
 """
 
@@ -57,16 +64,27 @@ async def _noop(args: dict[str, Any], ctx: Any) -> None:
     return None
 
 
-async def streamkit_run(db: Path, n: int, producers: int, *, worker: bool, backlog: bool) -> dict:
-    from streamkit.processors.tasks import TASK_SUCCEEDED, TasksProcessor, task_requested_event
+async def streamkit_run(
+    db: Path, n: int, producers: int, *, worker: bool, backlog: bool, rate: float | None = None
+) -> dict:
+    from streamkit.processors.tasks import (
+        TASK_ATTEMPT_STARTED,
+        TASK_SUCCEEDED,
+        TasksProcessor,
+        task_requested_event,
+    )
 
     from streamkit import HostConfig, ProcessorHost, open_log
 
     requested: dict[str, float] = {}
+    started_at: dict[str, float] = {}
     succeeded: dict[str, float] = {}
 
     async def produce(log_or_host: Any, ids: list[str]) -> None:
-        for task_id in ids:
+        begin = time.perf_counter()
+        for i, task_id in enumerate(ids):
+            if rate:
+                await asyncio.sleep(max(0.0, begin + i / rate - time.perf_counter()))
             event = task_requested_event(task_id=task_id, name="noop")
             requested[task_id] = time.perf_counter()
             await log_or_host.append("/", [event])
@@ -90,7 +108,10 @@ async def streamkit_run(db: Path, n: int, producers: int, *, worker: bool, backl
         if not worker:
             return {"enqueue_per_s": n / enqueued, "synchronous": sync}
 
-    config = HostConfig(db=db, lease={"ttl": 10.0})
+    share = os.environ.get("BENCH_PROCESSOR_SHARE")
+    config = HostConfig(
+        db=db, lease={"ttl": 10.0}, **({"processor_share": float(share)} if share else {})
+    )
     host = ProcessorHost(
         config, processors=[TasksProcessor(handlers={"noop": _noop})], serve_control=False
     )
@@ -105,6 +126,8 @@ async def streamkit_run(db: Path, n: int, producers: int, *, worker: bool, backl
             for event in events:
                 if event.type == TASK_SUCCEEDED:
                     succeeded.setdefault(event.to_dict()["payload"]["task_id"], now)
+                elif event.type == TASK_ATTEMPT_STARTED:
+                    started_at.setdefault(event.to_dict()["payload"]["task_id"], now)
             if len(succeeded) >= n:
                 done.set()
                 return
@@ -127,6 +150,7 @@ async def streamkit_run(db: Path, n: int, producers: int, *, worker: bool, backl
             "tasks_per_s": n / (finished - started),
             "enqueue_per_s": n / enqueued,
             **_latencies(requested, succeeded),
+            **_latencies(requested, started_at, "start_"),
             "synchronous": sync,
         }
     finally:
@@ -138,19 +162,24 @@ async def streamkit_run(db: Path, n: int, producers: int, *, worker: bool, backl
 # -- Huey ------------------------------------------------------------------------------
 
 
-def huey_run(db: Path, n: int, producers: int, *, worker: bool, backlog: bool) -> dict:
+def huey_run(
+    db: Path, n: int, producers: int, *, worker: bool, backlog: bool, rate: float | None = None
+) -> dict:
     from huey import SqliteHuey
     from huey.signals import SIGNAL_COMPLETE
 
     huey = SqliteHuey("bench", filename=str(db), fsync=True)
     requested: dict[str, float] = {}
+    started_at: dict[str, float] = {}
     succeeded: dict[str, float] = {}
     lock = threading.Lock()
     done = threading.Event()
 
-    @huey.task()
-    def noop() -> None:
-        return None
+    @huey.task(context=True)
+    def noop(task: Any = None) -> None:
+        now = time.perf_counter()
+        with lock:
+            started_at.setdefault(task.id, now)
 
     @huey.signal(SIGNAL_COMPLETE)
     def _completed(signal: str, task: Any, *args: Any, **kwargs: Any) -> None:
@@ -161,7 +190,10 @@ def huey_run(db: Path, n: int, producers: int, *, worker: bool, backlog: bool) -
                 done.set()
 
     def produce(count: int) -> None:
-        for _ in range(count):
+        begin = time.perf_counter()
+        for i in range(count):
+            if rate:
+                time.sleep(max(0.0, begin + i / rate - time.perf_counter()))
             before = time.perf_counter()
             result = noop()
             with lock:
@@ -207,6 +239,7 @@ def huey_run(db: Path, n: int, producers: int, *, worker: bool, backlog: bool) -
             "tasks_per_s": n / (finished - started),
             "enqueue_per_s": n / enqueued,
             **_latencies(requested, succeeded),
+            **_latencies(requested, started_at, "start_"),
             "synchronous": _pragma_synchronous(db, huey),
         }
     finally:
@@ -216,11 +249,13 @@ def huey_run(db: Path, n: int, producers: int, *, worker: bool, backlog: bool) -
 # -- shared ----------------------------------------------------------------------------
 
 
-def _latencies(requested: dict[str, float], succeeded: dict[str, float]) -> dict[str, float]:
-    spans = sorted(succeeded[k] - requested[k] for k in succeeded if k in requested)
+def _latencies(
+    requested: dict[str, float], reached: dict[str, float], prefix: str = ""
+) -> dict[str, float]:
+    spans = sorted(reached[k] - requested[k] for k in reached if k in requested)
     return {
-        "p50_ms": statistics.median(spans) * 1000,
-        "p99_ms": spans[min(len(spans) - 1, int(len(spans) * 0.99))] * 1000,
+        f"{prefix}p50_ms": statistics.median(spans) * 1000,
+        f"{prefix}p99_ms": spans[min(len(spans) - 1, int(len(spans) * 0.99))] * 1000,
     }
 
 
@@ -241,21 +276,31 @@ def _pragma_synchronous(db: Path, huey: Any = None) -> str:
     return {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[level]
 
 
-def one(side: str, n: int, producers: int, worker: bool, backlog: bool) -> dict:
+def one(
+    side: str, n: int, producers: int, worker: bool, backlog: bool, rate: float | None = None
+) -> dict:
     with tempfile.TemporaryDirectory() as directory:
         db = Path(directory) / f"{side}.db"
+        run = dict(worker=worker, backlog=backlog, rate=rate)
         if side == "streamkit":
-            return asyncio.run(streamkit_run(db, n, producers, worker=worker, backlog=backlog))
-        return huey_run(db, n, producers, worker=worker, backlog=backlog)
+            return asyncio.run(streamkit_run(db, n, producers, **run))  # type: ignore[arg-type]
+        return huey_run(db, n, producers, **run)  # type: ignore[arg-type]
 
 
 def measure(
-    side: str, n: int, producers: int, *, worker: bool = True, backlog: bool = False
+    side: str,
+    n: int,
+    producers: int,
+    *,
+    worker: bool = True,
+    backlog: bool = False,
+    rate: float | None = None,
 ) -> dict:
     """One measurement in a fresh interpreter (its JSON line)."""
     argv = [sys.executable, __file__, "--one", side, str(n), str(producers)]
     argv += ["--worker" if worker else "--no-worker"]
     argv += ["--backlog"] if backlog else []
+    argv += ["--rate", str(rate)] if rate else []
     out = subprocess.run(argv, check=True, capture_output=True, text=True, env=os.environ)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -273,10 +318,19 @@ def main() -> None:
     parser.add_argument("--one", nargs=3, metavar=("SIDE", "N", "PRODUCERS"))
     parser.add_argument("--worker", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--backlog", action="store_true")
+    parser.add_argument("--rate", type=float, default=200.0, help="tasks/s of the steady case")
+    parser.add_argument(
+        "--processor-share",
+        type=float,
+        help="streamkit's HostConfig.processor_share (default: the host's own; 1: no pacing)",
+    )
     opts = parser.parse_args()
+    if opts.processor_share is not None:
+        os.environ["BENCH_PROCESSOR_SHARE"] = str(opts.processor_share)  # the measured children's
     if opts.one:
         side, n, producers = opts.one
-        print(json.dumps(one(side, int(n), int(producers), opts.worker, opts.backlog)))
+        rate = opts.rate if "--rate" in sys.argv else None
+        print(json.dumps(one(side, int(n), int(producers), opts.worker, opts.backlog, rate)))
         return
 
     cases = opts.cases.split(",")
@@ -293,6 +347,20 @@ def main() -> None:
                         f"| {side} | {b:,} | {_median(s, 'per_task_ms'):.3f} | "
                         f"{_median(s, 'tasks_per_s'):,.0f} |"
                     )
+            continue
+        if case == "steady":
+            count = min(opts.tasks, int(opts.rate * 10))
+            print(
+                f"\n### {count:,} no-op tasks from 1 producer at {opts.rate:g}/s, worker running\n"
+            )
+            print("| side | start p50 ms | start p99 ms | done p50 ms | done p99 ms |")
+            print("| --- | ---: | ---: | ---: | ---: |")
+            for side in ("streamkit", "huey"):
+                s = [measure(side, count, 1, rate=opts.rate) for _ in range(opts.trials)]
+                print(
+                    f"| {side} | {_median(s, 'start_p50_ms'):.1f} | {_median(s, 'start_p99_ms'):.1f}"
+                    f" | {_median(s, 'p50_ms'):.1f} | {_median(s, 'p99_ms'):.1f} |"
+                )
             continue
         producers = PRODUCERS[case]
         print(f"\n### {opts.tasks:,} no-op tasks, {producers} producer(s), worker running\n")

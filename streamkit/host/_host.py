@@ -204,9 +204,7 @@ class ProcessorHost(HostVerbs):
             skips = await store.load_skips()
             self._alarm = Alarm(self.runners, clock=self.clock)
             pacer = self.pacer = (
-                Pacer(config.processor_share, log.clients_contend)
-                if config.processor_share < 1
-                else None
+                Pacer(config.processor_share, log) if config.processor_share < 1 else None
             )
             for entry in self._entries:
                 slug = entry.processor.contract.slug

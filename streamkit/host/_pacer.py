@@ -32,8 +32,9 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["MAX_PAUSE_SECONDS", "Pacer", "PacerStats"]
+__all__ = ["MAX_PAUSE_SECONDS", "PAUSE_CHECK_SECONDS", "Clients", "Pacer", "PacerStats"]
 
 MAX_PAUSE_SECONDS = 0.1
 """The longest pause one range earns (a range of seconds earns no minute of idling)."""
@@ -49,20 +50,37 @@ class PacerStats:
     """The time those ranges waited, in total."""
 
 
+class Clients(Protocol):
+    """What the pacer asks of the log about its clients (:class:`~streamkit.log.Log` is one)."""
+
+    def clients_contend(self) -> bool:
+        """Whether one of the clients' appends waits for its commit now."""
+        ...
+
+    @property
+    def client_handovers(self) -> int:
+        """How many clients' appends so far could not commit at once."""
+        ...
+
+
+PAUSE_CHECK_SECONDS = 0.002
+"""How often a pause looks whether clients still contend (it ends when they stopped)."""
+
+
 class Pacer:
     """The turns of one host's runners (see the module docstring).
 
-    ``share`` is in (0, 1]; at 1 nothing ever waits. ``contend`` says
-    whether clients contend for the loop now; ``clock`` and ``yield_turn``
-    (one turn of the loop) are injectable for tests.
+    ``share`` is in (0, 1]; at 1 nothing ever waits. ``clients`` says
+    whether clients contend for the loop; ``clock`` and ``sleep`` are
+    injectable for tests.
     """
 
-    __slots__ = ("_clock", "_contend", "_factor", "_paused", "_pauses", "_ready_at", "_sleep")
+    __slots__ = ("_clients", "_clock", "_factor", "_paused", "_pauses", "_ready_at", "_sleep")
 
     def __init__(
         self,
         share: float,
-        contend: Callable[[], bool],
+        clients: Clients,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -70,7 +88,7 @@ class Pacer:
         if not 0 < share <= 1:
             raise ValueError(f"share must be in (0, 1], got {share!r}")
         self._factor = (1 - share) / share
-        self._contend = contend
+        self._clients = clients
         self._clock = clock
         self._sleep = sleep
         self._ready_at = 0.0
@@ -79,7 +97,7 @@ class Pacer:
 
     def pacing(self) -> bool:
         """Whether clients come first now: they contend and the share is below 1."""
-        return self._factor > 0 and self._contend()
+        return self._factor > 0 and self._clients.clients_contend()
 
     def statistics(self) -> PacerStats:
         """How often, and for how long, ranges waited for clients."""
@@ -91,39 +109,55 @@ class Pacer:
         awaited: Callable[[], bool],
         wait_awaited: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
-        """Before a range that is ready to take: the pause it owes, if clients contend.
+        """Before a range that is ready to take: the pause it owes, while clients contend.
 
         ``awaited()`` says whether a caller waits for the runner's processor
         to progress: a client waiting *for* the processor is served first of
         all, so then nothing pauses, and a pause ends the moment one starts
         to wait (``wait_awaited(seconds)`` returns then, or when the seconds
-        are up; without it the pause is a plain sleep). Otherwise, when a
-        pause is owed, gives the loop one turn (so that requests and timers
-        that came due while the last range ran are seen), and if clients
-        contend then, waits out the pause. Cancelling cancels only the wait.
+        are up; without it the pause sleeps). Otherwise, when a pause is
+        owed, gives the loop one turn (so that requests and timers that came
+        due while the last range ran are seen); if clients contend then, the
+        pause lasts until it is over, or until a look every
+        :data:`PAUSE_CHECK_SECONDS` finds that no client's append is in flight
+        and none was handed over since the last look. Cancelling cancels only
+        the wait.
         """
         if self._clock() >= self._ready_at or awaited():
             return
         await asyncio.sleep(0)  # what arrived during the last range is ready now, if anything
-        left = self._ready_at - self._clock()
-        if left <= 0 or awaited() or not self._contend():
+        clients = self._clients
+        if awaited() or not clients.clients_contend():
             return
-        self._pauses += 1
+        wait = self._sleep if wait_awaited is None else wait_awaited
         began = self._clock()
-        try:
-            await (self._sleep if wait_awaited is None else wait_awaited)(left)
-        finally:
-            self._paused += self._clock() - began
+        counted = False
+        seen = clients.client_handovers
+        while (left := self._ready_at - self._clock()) > 0:
+            if not counted:
+                self._pauses += 1
+                counted = True
+            try:
+                await wait(min(left, PAUSE_CHECK_SECONDS))
+            finally:
+                now = self._clock()
+                self._paused += now - began
+                began = now
+            if awaited():
+                return
+            handed = clients.client_handovers
+            if handed == seen and not clients.clients_contend():
+                return  # the clients went quiet: the range is not held for nobody
+            seen = handed
 
     def ran(self, seconds: float) -> None:
-        """A range took ``seconds``: the next range of any runner owes its pause.
+        """A range took ``seconds``: the next range of any runner owes its pause from now.
 
-        Pauses of ranges that end together add up (several runners' ranges
-        share the loop's time), but what is owed never reaches further than
-        :data:`MAX_PAUSE_SECONDS` from now: pauses that were not had (no
-        client contended, or one waited for the processor) are not owed later.
+        Owed from now, not added to what was owed before: a pause that was not
+        had (nobody contended, or a caller waited for the processor) is not
+        owed later, so ranges run while the loop was free never build up a
+        debt that a client's first append in flight would then pay.
         """
         if self._factor:
-            now = self._clock()
-            owed = max(self._ready_at, now) + min(seconds * self._factor, MAX_PAUSE_SECONDS)
-            self._ready_at = min(owed, now + MAX_PAUSE_SECONDS)
+            pause = min(seconds * self._factor, MAX_PAUSE_SECONDS)
+            self._ready_at = max(self._ready_at, self._clock() + pause)

@@ -70,11 +70,14 @@ class CommitGrouping:
         self._handover_soon = False
         # Clients' appends handed over and not yet settled.
         self._client_commits: set[asyncio.Future[Any]] = set()
+        self.client_handovers = 0
+        """Clients' appends that could not commit at once (each was in flight for a while)."""
         self.held_writes = 0
         """Processors' writes that waited for a client's commit (see :meth:`_enqueue`)."""
 
     def _client_waits(self, future: asyncio.Future[Any]) -> None:
         """A client's append did not commit at once: it is in flight until ``future`` settles."""
+        self.client_handovers += 1
         self._client_commits.add(future)
         future.add_done_callback(self._client_commits.discard)
 

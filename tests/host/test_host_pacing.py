@@ -26,7 +26,7 @@ from streamkit.engine import _waiters
 from streamkit.host import ProcessorHost
 from streamkit.host import _pacer as pacer_module
 from streamkit.host import _runner as runner_module
-from streamkit.host._pacer import MAX_PAUSE_SECONDS, Pacer
+from streamkit.host._pacer import MAX_PAUSE_SECONDS, PAUSE_CHECK_SECONDS, Pacer
 from streamkit.log import _grouping
 
 
@@ -43,9 +43,30 @@ class _Clock:
         self.now += seconds
 
 
+class _Clients:
+    """The log's side of the pacer: whether an append is in flight, and the hand-overs so far.
+
+    While ``busy[0]``, each look the pacer takes finds one more hand-over (a
+    steady stream of clients' appends); once not, nothing moves.
+    """
+
+    def __init__(self, busy: list[bool]) -> None:
+        self.busy = busy
+        self.handed = 0
+
+    def clients_contend(self) -> bool:
+        return self.busy[0]
+
+    @property
+    def client_handovers(self) -> int:
+        if self.busy[0]:
+            self.handed += 1
+        return self.handed
+
+
 def _pacer(share: float, clients: list[bool]) -> tuple[Pacer, _Clock]:
     clock = _Clock()
-    return Pacer(share, lambda: clients[0], clock=clock, sleep=clock.sleep), clock
+    return Pacer(share, _Clients(clients), clock=clock, sleep=clock.sleep), clock
 
 
 def _nobody() -> bool:
@@ -59,23 +80,23 @@ async def test_a_range_earns_a_pause_in_proportion_to_the_share() -> None:
     assert clock.slept == []  # nothing ran yet
     pacer.ran(0.010)
     await pacer.turn(awaited=_nobody)
-    assert clock.slept == [pytest.approx(0.040)]
+    assert sum(clock.slept) == pytest.approx(0.040)
+    assert max(clock.slept) == pytest.approx(PAUSE_CHECK_SECONDS)  # looked at on the way
+    looks = len(clock.slept)
     await pacer.turn(awaited=_nobody)
-    assert len(clock.slept) == 1  # the pause is had once
+    assert len(clock.slept) == looks  # the pause is had once
     stats = pacer.statistics()
     assert (stats.pauses, stats.paused_seconds) == (1, pytest.approx(0.040))
 
 
-async def test_ranges_of_several_runners_add_their_pauses_up_to_the_bound() -> None:
+async def test_ranges_run_without_a_pause_build_up_no_debt() -> None:
+    """The pause owed is the longest a recent range earned, never the sum of many."""
     pacer, clock = _pacer(0.5, [True])
-    pacer.ran(0.010)
-    pacer.ran(0.020)  # another runner's range, ended at the same moment
-    await pacer.turn(awaited=_nobody)
-    assert clock.slept == [pytest.approx(0.030)]
     for _ in range(10):
-        pacer.ran(0.050)
+        pacer.ran(0.010)  # ten ranges back to back, nobody pausing them
+    pacer.ran(0.020)
     await pacer.turn(awaited=_nobody)
-    assert clock.slept[-1] == pytest.approx(MAX_PAUSE_SECONDS)  # never owed further ahead
+    assert sum(clock.slept) == pytest.approx(0.020)
 
 
 async def test_no_pause_while_no_client_contends_nor_at_a_share_of_one() -> None:
@@ -113,13 +134,13 @@ async def test_a_pause_ends_when_a_caller_starts_to_wait() -> None:
     """The pause waits on ``wait_awaited``, which returns when a caller begins to wait."""
     pacer, clock = _pacer(0.2, [True])
     pacer.ran(0.010)
-    waited: list[float] = []
+    waiting: list[float] = []
 
     async def wait_awaited(seconds: float) -> None:
-        waited.append(seconds)  # (a caller arrives at once: no time passes)
+        waiting.append(seconds)  # a caller arrives at once: no time passes
 
-    await pacer.turn(awaited=_nobody, wait_awaited=wait_awaited)
-    assert waited == [pytest.approx(0.040)]
+    await pacer.turn(awaited=lambda: bool(waiting), wait_awaited=wait_awaited)
+    assert waiting == [pytest.approx(PAUSE_CHECK_SECONDS)]
     assert clock.slept == []
     assert pacer.statistics().paused_seconds == 0.0
 
@@ -139,14 +160,32 @@ async def test_one_pause_is_bounded() -> None:
     pacer, clock = _pacer(0.01, [True])
     pacer.ran(10.0)
     await pacer.turn(awaited=_nobody)
-    assert clock.slept == [pytest.approx(MAX_PAUSE_SECONDS)]
+    assert sum(clock.slept) == pytest.approx(MAX_PAUSE_SECONDS)
+
+
+async def test_a_pause_ends_once_the_clients_go_quiet() -> None:
+    """A pause is for clients that contend: the first look that finds them quiet ends it."""
+    busy = [True]
+    pacer, clock = _pacer(0.01, busy)
+    pacer.ran(1.0)  # earns the longest pause
+
+    async def sleep(seconds: float) -> None:
+        await clock.sleep(seconds)
+        if len(clock.slept) == 3:
+            busy[0] = False  # the clients stop appending during the third look
+
+    pacer._sleep = sleep
+    await pacer.turn(awaited=_nobody)
+    assert len(clock.slept) == 3  # the look after they went quiet ended it
+    assert sum(clock.slept) == pytest.approx(3 * PAUSE_CHECK_SECONDS)
+    assert pacer.statistics().pauses == 1
 
 
 def test_a_pacer_refuses_a_share_outside_zero_to_one() -> None:
     # (streamkit.toml refuses it first, by name: tests/core/test_config.py)
     for share in (0, -0.5, 1.5):
         with pytest.raises(ValueError, match="share must be in"):
-            Pacer(share, lambda: True)
+            Pacer(share, _Clients([True]))
 
 
 class _Slow(Tally):
