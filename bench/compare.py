@@ -291,7 +291,7 @@ def machine(directory: Path) -> dict[str, Any]:
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "sqlite": sqlite3.sqlite_version,
-        "streamkit": version("streamkit"),
+        "streamkit": version("streamkit-events"),
         "eventsourcing": version("eventsourcing"),
         "pydantic": version("pydantic"),
         "file_system": file_system(directory),

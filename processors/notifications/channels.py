@@ -229,7 +229,7 @@ class WebhookChannel:
       loop (httpx), so nothing is left running and no thread is held.
     - At most :data:`MAX_RESPONSE_BYTES` of the answer's body are read.
 
-    Needs httpx (``pip install 'streamkit[webhook]'``): an async client whose
+    Needs httpx (``pip install 'streamkit-events[webhook]'``): an async client whose
     cancellation really ends the request and which follows no redirect unless
     told to.
     """
@@ -263,7 +263,7 @@ class WebhookChannel:
         except ImportError as exc:
             raise InvalidConfig(
                 "the webhook channel needs httpx, which is not installed; install it with "
-                "`pip install 'streamkit[webhook]'`; no channel was built",
+                "`pip install 'streamkit-events[webhook]'`; no channel was built",
                 details={"field": "kind", "missing": "httpx"},
             ) from exc
         self._httpx = httpx

@@ -106,7 +106,7 @@ def _open_postgres(
     except ImportError as exc:
         raise LogOpenError(
             f"the target {parsed.shown!r} needs the PostgreSQL driver, which is not installed "
-            f"({exc}); nothing was opened (pip install 'streamkit[postgres]')",
+            f"({exc}); nothing was opened (pip install 'streamkit-events[postgres]')",
             details={"target": parsed.shown},
         ) from None
     backend = functools.partial(

@@ -92,7 +92,7 @@ def _services(config: HostConfig) -> list[HostService]:
     except ImportError as exc:
         raise InvalidConfig(
             f"--http (or http = in streamkit.toml) needs the web extra, which is not installed "
-            f"({exc.name} is missing): pip install 'streamkit[web]'; nothing was started",
+            f"({exc.name} is missing): pip install 'streamkit-events[web]'; nothing was started",
             details={"missing": exc.name},
         ) from exc
     return [HttpService(config.http)]

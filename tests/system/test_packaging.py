@@ -50,7 +50,7 @@ def test_wheel_maps_packages_and_ships_py_typed(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    (wheel,) = tmp_path.glob("streamkit-*.whl")
+    (wheel,) = tmp_path.glob("streamkit_events-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "streamkit/py.typed" in names
     assert "streamkit/processors/__init__.py" in names
