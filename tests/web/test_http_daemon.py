@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -38,19 +39,26 @@ def rig(tmp_path: Path) -> Iterator[DaemonRig]:
         made.close()
 
 
-def test_the_daemon_serves_http_and_stops_it_on_sigterm(rig: DaemonRig, tmp_path: Path) -> None:
-    """Appends over HTTP reach the processor; /healthz is green; SIGTERM ends it cleanly."""
+def _tally_over_http(
+    rig: DaemonRig, tmp_path: Path, name: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A daemon running ``hostprocs:Tally`` on ``<name>.db``, serving HTTP: it and its base URL."""
     port = free_port()
     daemon = rig.start_host(
-        "w",
+        name,
         "--db",
-        str(tmp_path / "w.db"),
+        str(tmp_path / f"{name}.db"),
         "--processor",
         "hostprocs:Tally",
         "--http",
         f"127.0.0.1:{port}",
     )
-    base = f"http://127.0.0.1:{port}"
+    return daemon, f"http://127.0.0.1:{port}"
+
+
+def test_the_daemon_serves_http_and_stops_it_on_sigterm(rig: DaemonRig, tmp_path: Path) -> None:
+    """Appends over HTTP reach the processor; /healthz is green; SIGTERM ends it cleanly."""
+    daemon, base = _tally_over_http(rig, tmp_path, "w")
     with httpx.Client(base_url=base, timeout=10.0) as client:
         eventually(lambda: _answers(client))
         response = client.post("/v1/events", json=[{"type": "item"}, {"type": "item"}])
@@ -106,17 +114,8 @@ def test_append_then_wait_over_http_and_the_socket_is_never_paced(
     gets every answer, and the host counts no pause and no held write.
     """
     (tmp_path / "streamkit.toml").write_text("processor_share = 0.00001\n")
-    port = free_port()
-    rig.start_host(
-        "r",
-        "--db",
-        str(tmp_path / "r.db"),
-        "--processor",
-        "hostprocs:Tally",
-        "--http",
-        f"127.0.0.1:{port}",
-    )
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20.0) as client:
+    _, base = _tally_over_http(rig, tmp_path, "r")
+    with httpx.Client(base_url=base, timeout=20.0) as client:
         eventually(lambda: _answers(client))
         for n in range(20):
             posted = client.post("/v1/events", json={"type": "item", "payload": {"n": n}})
@@ -145,17 +144,8 @@ def test_waiting_for_an_offset_not_reached_is_a_coded_timeout(
     rig: DaemonRig, tmp_path: Path
 ) -> None:
     """``processed`` past the head answers 504 PROCESSOR_TIMEOUT after its timeout; bad values 400."""
-    port = free_port()
-    rig.start_host(
-        "t",
-        "--db",
-        str(tmp_path / "t.db"),
-        "--processor",
-        "hostprocs:Tally",
-        "--http",
-        f"127.0.0.1:{port}",
-    )
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20.0) as client:
+    _, base = _tally_over_http(rig, tmp_path, "t")
+    with httpx.Client(base_url=base, timeout=20.0) as client:
         eventually(lambda: _answers(client))
         late = client.get("/v1/processors/tally/processed", params={"offset": 5, "timeout": 0.2})
         assert late.status_code == 504
