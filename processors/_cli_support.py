@@ -46,7 +46,8 @@ def host_socket_of(args: argparse.Namespace, slug: str | None = None) -> str | N
 def add_common_flags(p: argparse.ArgumentParser, *, json_help: str) -> None:
     """``--db``, ``--path``, ``--socket`` and ``--json``, as every verb of these commands has."""
     p.add_argument(
-        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+        "--db",
+        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
     )
     p.add_argument("--path", default="/", help="the stream path (default: /)")
     p.add_argument("--socket", help="the host's control socket (default: the db path + .sock)")

@@ -1,9 +1,10 @@
-"""streamkit: event-sourced stream processing over a durable SQLite log.
+"""streamkit: event-sourced stream processing over a durable log (a SQLite file, or PostgreSQL).
 
 The public names live here; everything else is an implementation detail.
 """
 
 from streamkit._json_diff import diff_json
+from streamkit._version import __version__
 from streamkit.backends import open_log
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.checkpoint import ReduceCheckpoint
@@ -49,8 +50,6 @@ from streamkit.log import Log, Stream
 from streamkit.processor import Delivery, ProcessEventArgs, StreamProcessor, consumes_event
 from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream, TypedReads
 from streamkit.shared_map import SharedMap
-
-__version__ = "0.1.0"
 
 __all__ = [
     "LIVE_STATE_CHANGED",

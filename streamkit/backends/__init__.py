@@ -137,7 +137,8 @@ def host_store(log: Log) -> HostStore:
         return PostgresHostStore(log)
     raise InvalidRequest(
         f"the log {log.path!r} has no host store (its backend, {type(log.backend).__name__}, "
-        "keeps no leases or checkpoints); nothing was done; run hosts on a SQLite log",
+        "keeps no leases or checkpoints); nothing was done; run hosts on a SQLite file or a "
+        "PostgreSQL log",
         details={"path": log.path},
     )
 

@@ -110,7 +110,8 @@ def add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "rates and latencies); with no host, reads what the database says.",
     )
     p.add_argument(
-        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+        "--db",
+        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
     )
     add_socket_flag(p)
     p.add_argument("--json", action="store_true", help="print the status as one JSON object")
@@ -248,7 +249,8 @@ def add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     p.add_argument("slug", help="the processor's contract slug")
     p.add_argument(
-        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+        "--db",
+        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
     )
     p.add_argument("--path", help="the stream path, if the host runs the slug on several")
     add_socket_flag(p)
@@ -296,7 +298,8 @@ def add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("slug", help="the processor's contract slug")
     p.add_argument(
-        "--db", help="the SQLite log file the host runs on; default: the db of ./streamkit.toml"
+        "--db",
+        help="the log the host runs on: a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
     )
     p.add_argument("--path", help="the stream path, if the host runs the slug on several")
     p.add_argument(
@@ -352,7 +355,8 @@ def add_skip(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("slug", help="the processor's contract slug")
     p.add_argument(
-        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+        "--db",
+        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
     )
     p.add_argument("--offset", type=positive_int, required=True, help="the event to skip")
     p.add_argument("--path", help="the stream path (default: the host's; / without a host)")

@@ -47,7 +47,10 @@ def add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "Prints the committed event; an idempotent retry prints the event already committed.",
     )
     p.add_argument("type", help="the event type, e.g. task.requested")
-    p.add_argument("--db", help="the SQLite log file; default: the db of ./streamkit.toml")
+    p.add_argument(
+        "--db",
+        help="the log: a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
+    )
     p.add_argument("--path", default="/", help="the stream path (default: /)")
     p.add_argument("--payload", type=json_object("--payload"), help="the payload, a JSON object")
     p.add_argument("--metadata", type=json_object("--metadata"), help="the metadata, a JSON object")
@@ -163,7 +166,8 @@ def add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "keep printing new events as they are committed (by any process) until interrupted.",
     )
     p.add_argument(
-        "--db", help="the SQLite log file (must exist); default: the db of ./streamkit.toml"
+        "--db",
+        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
     )
     p.add_argument("--path", default="/", help="the stream path (default: /)")
     p.add_argument(

@@ -70,7 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (used by ``main`` and by the docs test of every command)."""
     parser = _Parser(
         prog="streamkit",
-        description="streamkit: event-sourced stream processing over a durable SQLite log.",
+        description=(
+            "streamkit: event-sourced stream processing over a durable log "
+            "(a SQLite file, or PostgreSQL)."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"streamkit {__version__}")
     sub: argparse._SubParsersAction[argparse.ArgumentParser] = parser.add_subparsers(

@@ -10,7 +10,7 @@ opened, no socket is created, no processor is built.
 The file (every key but ``db`` is optional; relative ``db`` and ``socket``
 paths are resolved against the directory holding the file)::
 
-    db = "app.db"                  # the SQLite log file
+    db = "app.db"                  # the log: a SQLite file or a postgresql:// URL
     socket = "/tmp/app.sock"       # control socket; default: "<db>.sock" beside the db
     shared_socket_dir = false      # allow a socket directory other users may write (see host.md)
     log_format = "auto"            # "auto" (JSON unless stderr is a TTY), "json", "console"

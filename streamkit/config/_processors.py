@@ -115,8 +115,11 @@ def _import_class(class_path: str, base: type) -> type:
     walked = module_name
     for part in attribute.split("."):
         if not hasattr(target, part):
+            # Suggest what may be named here: a processor class, where the module has one
+            # (the state model beside it is usually the closest name, and the wrong one).
             names = [n for n in dir(target) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=1)
+            processors = [n for n in names if _is_subclass(getattr(target, n, None), base)]
+            close = difflib.get_close_matches(part, processors or names, n=1)
             hint = f"did you mean {walked}:{close[0]}? " if close else ""
             raise _Refused(
                 "class",
@@ -173,3 +176,7 @@ def _slug_of(instance: object, spec: ProcessorSpec) -> str:
             "set contract = define_processor_contract(slug=..., ...) on the class",
         )
     return slug
+
+
+def _is_subclass(value: object, base: type) -> bool:
+    return isinstance(value, type) and issubclass(value, base) and value is not base

@@ -132,7 +132,9 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help=f"a {DEFAULT_CONFIG_NAME} (default: ./{DEFAULT_CONFIG_NAME} if it exists)",
     )
-    parser.add_argument("--db", metavar="FILE", help="the SQLite log file")
+    parser.add_argument(
+        "--db", metavar="FILE", help="the log: a SQLite file or a postgresql:// URL"
+    )
     parser.add_argument(
         "--processor",
         action="append",

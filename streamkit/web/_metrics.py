@@ -9,6 +9,7 @@ docs/metrics.md; the names and labels below are the contract.
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -18,9 +19,11 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 
+from streamkit._version import __version__
 from streamkit.web._plugins import Gauge
 
 __all__ = ["CONTENT_TYPE_LATEST", "LATENCY_BUCKETS", "exposition"]
@@ -204,11 +207,29 @@ def _host_families(
         "Processors' writes that waited for a contending client's commit to share it.",
     )
     held.add_metric([], float(first.get("held_writes", 0)))
+    build = InfoMetricFamily(
+        "streamkit_build",
+        "The streamkit and Python versions this host runs.",
+        value={"version": __version__, "python": platform.python_version()},
+    )
     scraped = GaugeMetricFamily(
         "streamkit_scrape_timestamp_seconds", "When this scrape was taken (Unix time)."
     )
     scraped.add_metric([], time.time())
-    return [up, follow, leases, uptime, appended, commits, refused, pauses, paused, held, scraped]
+    return [
+        up,
+        follow,
+        leases,
+        uptime,
+        appended,
+        commits,
+        refused,
+        pauses,
+        paused,
+        held,
+        build,
+        scraped,
+    ]
 
 
 def _le(edge: float) -> str:

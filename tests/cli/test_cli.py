@@ -158,6 +158,20 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"usage: streamkit {name}" in capsys.readouterr().out
 
 
+def test_no_help_text_speaks_of_a_sqlite_only_world(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every --db says the log may be a SQLite file or a PostgreSQL URL; no help says "SQLite log"."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "PostgreSQL" in capsys.readouterr().out
+    for name, parser in _subcommands().items():
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        out = " ".join(capsys.readouterr().out.split())  # (argparse wraps the help)
+        assert "SQLite log" not in out, name
+        if any("--db" in action.option_strings for action in parser._actions):
+            assert "postgresql:// URL" in out, name
+
+
 def test_every_command_and_flag_is_documented() -> None:
     """docs/cli.md has a section per command naming every one of its flags."""
     text = DOCS.read_text(encoding="utf-8")

@@ -37,6 +37,10 @@ class State(BaseModel):
     count: int = 0
 
 
+class BoardState(BaseModel):
+    cards: int = 0
+
+
 class Board(StreamProcessor[State]):
     contract = define_processor_contract(slug="board", version="1", state_schema=State)
 
@@ -536,6 +540,8 @@ def test_same_slug_on_one_path_is_refused(tmp_path: Path, procs: str) -> None:
     [
         ("no_such_module_here:Board", "class", "module 'no_such_module_here' could not be found"),
         ("{procs}:Bord", "class", "did you mean {procs}:Board?"),
+        # A processor is suggested, not the state model whose name is closer:
+        ("{procs}:BoardStat", "class", "did you mean {procs}:Board?"),
         ("{procs}:Outer.Innr", "class", "has no attribute 'Innr'"),
         ("{procs}:make_board", "class", "is a function, not a class"),
         ("{procs}:board_instance", "class", "is Board, not a class"),

@@ -41,6 +41,7 @@ BASE = {
     "streamkit.protocols",
     "streamkit._requests",
     "streamkit._targets",
+    "streamkit._version",
     "streamkit.skips",
     "streamkit.checkpoint",
     "streamkit._json",

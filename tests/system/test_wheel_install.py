@@ -83,11 +83,13 @@ def test_the_package_list_names_every_package_of_the_tree() -> None:
 
 
 def test_the_version_has_one_home() -> None:
-    """The distribution's version is read from ``streamkit.__version__``, not written twice."""
+    """The distribution's version is read from ``streamkit._version``, not written twice."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in config["project"]
     assert config["project"]["dynamic"] == ["version"]
-    assert config["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "streamkit.__version__"}
+    assert config["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "streamkit._version.__version__"
+    }
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
 
 

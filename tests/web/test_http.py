@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import platform
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 from support.host import Fragile, Gated, Tally
 
+import streamkit
 from streamkit import StreamEvent, StreamProcessor, define_processor_contract
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig
@@ -378,6 +380,8 @@ async def test_metrics_are_the_status_in_prometheus_text(serve: Serve) -> None:
     assert found[("streamkit_host_leases_held", ())] == 1
     assert found[("streamkit_host_appended_events_total", ())] >= 3
     assert found[("streamkit_database_reachable", ())] == 1
+    build = (("python", platform.python_version()), ("version", streamkit.__version__))
+    assert found[("streamkit_build_info", build)] == 1
     assert ("streamkit_host_follow_age_seconds", ()) in found
 
 
