@@ -6,24 +6,25 @@ events cause, and that work runs whenever it is ready: measured with one
 producer of durable tasks, the producer enqueued at 21-34% of the rate it
 reached with no processor running, and at 13-16% with sixteen producers.
 
-So the runners of a host take turns through one :class:`Pacer`: a range
-that took ``B`` seconds earns a pause of ``B * (1 - share) / share`` seconds
-(``HostConfig.processor_share``, at most :data:`MAX_PAUSE_SECONDS`) before
-the next range of any runner. A pause is not a sleep: before a range the
-runner gives the loop one turn, and goes on giving it turns only while
-clients contend (:meth:`~streamkit.log.Log.clients_contend`: a client
-appended within the last few milliseconds and other work is ready to run).
-The moment nothing else is ready, or the pause is over, the range runs.
-The events that arrive meanwhile wait in the follower and are taken as one
-range, so the batch, its checkpoint and its commit are shared by more
-events.
+So the runners of a host take turns through one :class:`Pacer`, and only
+while clients contend (:meth:`~streamkit.log.Log.clients_contend`: one of
+their appends waits for its commit). A range that took ``B`` seconds earns
+a pause of ``B * (1 - share) / share`` seconds (``HostConfig.processor_share``,
+at most :data:`MAX_PAUSE_SECONDS`) before the next range of any runner. When
+a range is ready, the runner gives the loop one turn (requests and timers
+that came due while the last range ran are seen then); if clients contend,
+it pauses until the pause is over, or until a look every
+:data:`PAUSE_CHECK_SECONDS` finds them quiet. The events that arrive
+meanwhile wait in the follower and are taken as one range, so the batch,
+its checkpoint and its commit are shared by more events.
 
-So a pause never leaves the loop idle. A client that appends and then waits
-for its event to be processed (every request/response flow) has nothing
-ready while it waits, and the range that serves it runs at once: it is never
-held back on its own behalf. A range already taken always runs to its end.
-What is paused is counted (:class:`PacerStats`) and shown by ``status`` and
-``/metrics``.
+A client waiting *for* a processor is served first: a range that a caller
+waits for is never paused, and a pause ends when a caller starts to wait. A
+client that appends and then waits for its event to be processed (every
+request/response flow) has no append in flight while it waits, so nothing
+is held back on its own behalf. A range already taken always runs to its
+end. What is paused is counted (:class:`PacerStats`) and shown by
+``status`` and ``/metrics``.
 """
 
 from __future__ import annotations
