@@ -17,7 +17,9 @@ import platform
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from streamkit import InvalidRequest, Log, StreamEvent
+from pydantic import BaseModel
+
+from streamkit import InvalidRequest, Log, ProcessorContract, StreamEvent
 from streamkit.cli import existing_log, host_socket_for, served_log, stored_snapshot
 from streamkit.control import request_sync
 
@@ -71,25 +73,41 @@ def append_event(args: argparse.Namespace, event: dict[str, Any]) -> StreamEvent
     return asyncio.run(run())
 
 
-def read_snapshot(args: argparse.Namespace, slug: str) -> dict[str, Any] | None:
-    """The processor's state from the host, else its checkpoint; None if it never ran."""
+def read_snapshot(
+    args: argparse.Namespace, slug: str, contract: ProcessorContract[Any]
+) -> dict[str, Any] | None:
+    """The processor's state from the host, else its checkpoint; None if it never ran.
+
+    The state is restored through ``contract``'s model and shown whole: a
+    checkpoint leaves out the fields at their defaults (``compact_state``), and
+    a reader of raw JSON would find them missing. (A checkpoint of another
+    version of the processor is shown as stored.)
+    """
     socket = host_socket_of(args, slug)
+    snapshot: dict[str, Any] | None
     if socket is not None:
         try:
-            return dict(
+            snapshot = dict(
                 request_sync(socket, "snapshot", slug=slug, path=args.path, db=served_log(args.db))
             )
         except Exception:
             return None
+    else:
 
-    async def run() -> dict[str, Any] | None:
-        async with existing_log(args.db) as log:
-            try:
-                return await stored_snapshot(log, slug)
-            except InvalidRequest:
-                return None
+        async def run() -> dict[str, Any] | None:
+            async with existing_log(args.db) as log:
+                try:
+                    return await stored_snapshot(log, slug)
+                except InvalidRequest:
+                    return None
 
-    return asyncio.run(run())
+        snapshot = asyncio.run(run())
+    version = snapshot.get("version", contract.version) if snapshot is not None else None
+    if snapshot is not None and snapshot.get("state") is not None and version == contract.version:
+        state = contract.load_state(json.dumps(snapshot["state"]))
+        if isinstance(state, BaseModel):
+            snapshot["state"] = state.model_dump(mode="json")
+    return snapshot
 
 
 def payload_of(event: StreamEvent) -> dict[str, Any]:

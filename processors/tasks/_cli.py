@@ -21,6 +21,7 @@ from streamkit.processors._cli_support import (
     requested_by,
 )
 from streamkit.processors.tasks._events import TASK_EVENT_TYPES, cancel_requested_event
+from streamkit.processors.tasks._processor import TasksProcessor
 
 from streamkit import InvalidRequest, StreamEvent
 from streamkit.cli import existing_log
@@ -73,7 +74,7 @@ def add_tasks(sub: Sub) -> None:
 
 
 def _need_tasks_state(args: argparse.Namespace) -> dict[str, Any]:
-    snapshot = read_snapshot(args, "tasks")
+    snapshot = read_snapshot(args, "tasks", TasksProcessor.contract)
     if snapshot is None:
         raise InvalidRequest(
             f"the tasks processor has no state in {args.db!r} yet (no running host answers and "
@@ -124,7 +125,7 @@ def _tasks_list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _tasks_show(args: argparse.Namespace, out: TextIO) -> int:
-    snapshot = read_snapshot(args, "tasks")
+    snapshot = read_snapshot(args, "tasks", TasksProcessor.contract)
     live = None
     if snapshot is not None and snapshot.get("state"):
         live = (snapshot["state"].get("tasks") or {}).get(args.task_id)

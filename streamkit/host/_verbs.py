@@ -11,6 +11,7 @@ raised here is the refusal both send, and writes nothing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -135,7 +136,13 @@ class HostVerbs:
                 "source": "engine",
             }
 
-        return await self._require_store().stored_snapshot(slug)
+        stored = await self._require_store().stored_snapshot(slug)
+        contract = runner.processor.contract
+        if stored.get("state") is not None and stored.get("version") == contract.version:
+            # A checkpoint leaves out fields at their defaults (compact_state): a reader
+            # of the snapshot gets the whole state, as from the engine.
+            stored["state"] = jsonable(contract.load_state(json.dumps(stored["state"])))
+        return stored
 
     async def live_snapshot(self, slug: str, path: str | None = None) -> LiveSnapshot:
         """``(rev, projection)`` of a processor this host runs (the watch seed)."""

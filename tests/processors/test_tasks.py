@@ -840,6 +840,89 @@ async def test_cli_tasks_list_shows_live_tasks_in_request_order() -> None:
         await host.stop()
 
 
+async def test_cli_tasks_read_the_checkpoint_whole_when_no_host_runs(tmp_path: Path) -> None:
+    """With the host stopped, `tasks list` and `tasks show` restore the checkpoint through its model.
+
+    The checkpoint leaves out fields at their defaults (``max_attempts`` of 5, say); a
+    reader of its raw JSON failed with ``KeyError: 'max_attempts'`` exactly when an
+    operator needs it: no host running.
+    """
+    db = str(tmp_path / "c.db")
+    config = HostConfig.model_validate({"db": db, "shutdown_grace": 0.5})
+    gate = asyncio.Event()
+
+    async def held(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+
+    host = ProcessorHost(
+        config,
+        processors=[TasksProcessor(handlers={"held": held}, concurrency=1)],
+        serve_control=False,
+    )
+    await host.start()
+    try:
+        committed = await host.append(
+            "/", [task_requested_event(task_id=i, name="held") for i in ("a", "b")]
+        )
+        await host.wait_until_processed("tasks", committed[-1].offset, timeout=10)
+    finally:
+        await host.stop()  # the attempt in flight is abandoned: its task stays live
+        gate.set()
+    code, text = await asyncio.to_thread(_cli, "tasks", "list", "--db", db)
+    assert code == 0, text
+    assert "2 live task(s)" in text
+    assert [line.split()[:4] for line in text.splitlines()[1:]][1] == [
+        "b",
+        "held",
+        "attempt",
+        "0/5",
+    ]
+    code, text = await asyncio.to_thread(_cli, "tasks", "list", "--db", db, "--json")
+    assert code == 0
+    listed = json.loads(text)["tasks"]
+    assert [t["max_attempts"] for t in listed] == [5, 5]
+    code, text = await asyncio.to_thread(_cli, "tasks", "show", "b", "--db", db, "--json")
+    assert code == 0, text
+    assert json.loads(text)["live"]["max_attempts"] == 5
+
+
+async def test_a_host_that_does_not_run_the_tasks_shows_their_checkpoint_whole(
+    tmp_path: Path,
+) -> None:
+    """A second host (the lease is the first's) answers snapshot from the checkpoint, restored
+    through the processor's model: fields at their defaults are there too."""
+    db = str(tmp_path / "two.db")
+    gate = asyncio.Event()
+
+    async def held(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+
+    def a_host() -> ProcessorHost:
+        config = HostConfig.model_validate({"db": db, "shutdown_grace": 0.5})
+        return ProcessorHost(
+            config,
+            processors=[TasksProcessor(handlers={"held": held}, concurrency=1)],
+            serve_control=False,
+        )
+
+    first, second = a_host(), a_host()
+    await first.start()
+    try:
+        (event,) = await first.append("/", [task_requested_event(task_id="a", name="held")])
+        await first.wait_until_processed("tasks", event.offset, timeout=10)
+        await second.start()
+        try:
+            assert second.runner("tasks").engine is None  # the first host holds the lease
+            snapshot = await second.snapshot("tasks")
+            assert snapshot["source"] == "checkpoint"
+            assert snapshot["state"]["tasks"]["a"]["max_attempts"] == 5
+        finally:
+            await second.stop()
+    finally:
+        gate.set()
+        await first.stop()
+
+
 async def test_cli_tasks_and_dlq_through_a_running_host() -> None:
     """`streamkit tasks list|show|cancel` and `dlq list|show|replay` work through the host's socket."""
     short = Path(tempfile.mkdtemp(dir="/tmp", prefix="skt"))
