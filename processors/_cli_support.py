@@ -17,8 +17,6 @@ import platform
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 from streamkit import InvalidRequest, Log, ProcessorContract, StreamEvent
 from streamkit.cli import existing_log, host_socket_for, served_log, stored_snapshot
 from streamkit.control import request_sync
@@ -102,11 +100,12 @@ def read_snapshot(
                     return None
 
         snapshot = asyncio.run(run())
-    version = snapshot.get("version", contract.version) if snapshot is not None else None
-    if snapshot is not None and snapshot.get("state") is not None and version == contract.version:
-        state = contract.load_state(json.dumps(snapshot["state"]))
-        if isinstance(state, BaseModel):
-            snapshot["state"] = state.model_dump(mode="json")
+    if (
+        snapshot is not None
+        and snapshot.get("state") is not None
+        and snapshot.get("version", contract.version) == contract.version
+    ):
+        snapshot["state"] = contract.restored_json(snapshot["state"])
     return snapshot
 
 

@@ -231,6 +231,16 @@ class ProcessorContract(Generic[S]):
             return raw
         return self.state_schema.model_validate_json(text)  # type: ignore[return-value]
 
+    def restored_json(self, stored: Any) -> Any:
+        """A checkpoint's state as JSON data, restored through the state schema and shown whole.
+
+        What a reader of a stored state (the CLI, a host that does not run the
+        processor) shows: with ``compact_state`` the stored JSON leaves out
+        every field at its default, so raw, it lacks them.
+        """
+        state = self.load_state(json.dumps(stored))
+        return state.model_dump(mode="json") if isinstance(state, BaseModel) else state
+
     def _check_initial_state(self) -> None:
         slug = self.slug
         try:

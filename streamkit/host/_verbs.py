@@ -11,7 +11,6 @@ raised here is the refusal both send, and writes nothing.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -22,7 +21,7 @@ from streamkit._targets import shown_target
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidRequest, SlowConsumer
 from streamkit.events import EventInput, ReadPage, StreamEvent
-from streamkit.host._pacer import Pacer
+from streamkit.host._pacer import Pacer, PacerStats
 from streamkit.host._runner import ProcessorRunner
 from streamkit.host._status import processor_rows
 from streamkit.host._watch import Subscription, jsonable, watch_messages
@@ -141,7 +140,7 @@ class HostVerbs:
         if stored.get("state") is not None and stored.get("version") == contract.version:
             # A checkpoint leaves out fields at their defaults (compact_state): a reader
             # of the snapshot gets the whole state, as from the engine.
-            stored["state"] = jsonable(contract.load_state(json.dumps(stored["state"])))
+            stored["state"] = contract.restored_json(stored["state"])
         return stored
 
     async def live_snapshot(self, slug: str, path: str | None = None) -> LiveSnapshot:
@@ -204,10 +203,10 @@ class HostVerbs:
 
     def _clients_first(self) -> dict[str, Any]:
         """What favouring clients cost the processors so far (docs/host.md, "Clients first")."""
-        paced = None if self.pacer is None else self.pacer.statistics()
+        paced = PacerStats(0, 0.0) if self.pacer is None else self.pacer.statistics()
         return {
-            "pauses": 0 if paced is None else paced.pauses,
-            "paused_seconds": 0.0 if paced is None else round(paced.paused_seconds, 6),
+            "pauses": paced.pauses,
+            "paused_seconds": round(paced.paused_seconds, 6),
             "held_writes": 0 if self.log is None else self.log.held_writes,
         }
 

@@ -27,7 +27,7 @@ from streamkit.protocols import LogBackend
 __all__ = ["HOLD_SECONDS", "CommitGrouping"]
 
 HOLD_SECONDS = 0.001
-"""How long a processor's write waits, while clients append, for a client's commit to ride."""
+"""How long a processor's write waits, while clients contend, for a client's commit to ride."""
 
 
 def fail(future: asyncio.Future[Any], exc: BaseException) -> None:
@@ -163,11 +163,11 @@ class CommitGrouping:
             self._backend.submit(job)
             return
         self._pending.append(job)
-        if hold:
-            self.held_writes += 1
         if not hold:
             self._hand_over_soon(job.loop)
-        elif self._handover is None:
+            return
+        self.held_writes += 1
+        if self._handover is None:
             self._handover = job.loop.call_later(HOLD_SECONDS, self._hand_over)
 
     def _hand_over_soon(self, loop: asyncio.AbstractEventLoop) -> None:

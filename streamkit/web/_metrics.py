@@ -161,6 +161,26 @@ def _processor_families(
     ]
 
 
+# The host's clients-first counters (docs/host.md, "Clients first"): name, key, help.
+_CLIENTS_FIRST = (
+    (
+        "streamkit_host_clients_first_pauses",
+        "pauses",
+        "Processor ranges that waited for clients contending for the host (docs/host.md).",
+    ),
+    (
+        "streamkit_host_clients_first_paused_seconds",
+        "paused_seconds",
+        "Seconds processor ranges waited for contending clients, in total.",
+    ),
+    (
+        "streamkit_host_held_writes",
+        "held_writes",
+        "Processors' writes that waited for a contending client's commit to share it.",
+    ),
+)
+
+
 def _host_families(
     status: dict[str, Any], follow_age: float | None, log_stats: Any
 ) -> list[Metric]:
@@ -192,21 +212,11 @@ def _host_families(
     )
     refused.add_metric([], float(log_stats.refused))
     first = (status.get("host") or {}).get("clients_first") or {}
-    pauses = CounterMetricFamily(
-        "streamkit_host_clients_first_pauses",
-        "Processor ranges that waited for clients contending for the host (docs/host.md).",
-    )
-    pauses.add_metric([], float(first.get("pauses", 0)))
-    paused = CounterMetricFamily(
-        "streamkit_host_clients_first_paused_seconds",
-        "Seconds processor ranges waited for contending clients, in total.",
-    )
-    paused.add_metric([], float(first.get("paused_seconds", 0.0)))
-    held = CounterMetricFamily(
-        "streamkit_host_held_writes",
-        "Processors' writes that waited for a contending client's commit to share it.",
-    )
-    held.add_metric([], float(first.get("held_writes", 0)))
+    clients_first = []
+    for name, key, text in _CLIENTS_FIRST:
+        counter = CounterMetricFamily(name, text)
+        counter.add_metric([], float(first.get(key, 0)))
+        clients_first.append(counter)
     build = InfoMetricFamily(
         "streamkit_build",
         "The streamkit and Python versions this host runs.",
@@ -224,9 +234,7 @@ def _host_families(
         appended,
         commits,
         refused,
-        pauses,
-        paused,
-        held,
+        *clients_first,
         build,
         scraped,
     ]

@@ -251,12 +251,12 @@ async def test_a_host_tells_its_processors_to_yield_only_while_clients_contend(
         await host.wait_until_processed("tally", 1, timeout=10)
         assert asked[-1] is False  # the client waits for the processor: nothing contends
         assert host.log is not None
-        # A client's append in flight (other work is ready, so it does not commit at once):
-        asyncio.get_running_loop().call_soon(lambda: None)
-        in_flight = asyncio.ensure_future(host.append("/", [{"type": "item"}]))
+        # A client's append in flight: made while this coroutine's wake-up is ready on the
+        # loop, it is grouped at the end of the turn instead of committed at once.
+        in_flight = asyncio.ensure_future(host.log.stream("/").append({"type": "item"}))
         await asyncio.sleep(0)
-        if not in_flight.done():
-            assert seen[-1].yield_to_clients()
+        assert not in_flight.done()
+        assert seen[-1].yield_to_clients()
         await in_flight
         assert not seen[-1].yield_to_clients()  # asked again once it landed
     finally:

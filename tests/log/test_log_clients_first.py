@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -106,14 +107,22 @@ async def test_a_refused_client_append_still_carries_the_held_write(log_file: Pa
 async def test_a_held_write_goes_alone_when_no_client_comes(
     log_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A hold made while a client contended, whose client's commit left without it, ends."""
+    """A write held while a client contended, and joined by no later client append, commits."""
     monkeypatch.setattr(log_module, "HOLD_SECONDS", 0.05)
     async with open_log(log_file, inline_commits=True) as log:
         stream = log.stream("/")
+        busy = threading.Event()
+        # The writer thread is kept busy, so the client's append stays in flight.
+        blocker = asyncio.ensure_future(log.write_transaction(lambda conn: busy.wait(10)))
         client = await _in_flight(log, order(1))
-        await asyncio.sleep(0)  # the client's group is handed to the writer
-        assert log.clients_contend() or client.done()
+        for _ in range(3):
+            await asyncio.sleep(0)  # the client's group is handed to the (busy) writer
+        assert log.clients_contend()
         held = asyncio.ensure_future(stream.append(order(2), fence=_fence))
+        await asyncio.sleep(0)
+        assert log.held_writes == 1
+        busy.set()
+        await blocker
         await client
         (written,) = await asyncio.wait_for(held, 10)
         assert written.offset == 2

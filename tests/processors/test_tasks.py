@@ -840,6 +840,20 @@ async def test_cli_tasks_list_shows_live_tasks_in_request_order() -> None:
         await host.stop()
 
 
+def _held_tasks_host(db: str, gate: asyncio.Event) -> ProcessorHost:
+    """A host of the tasks processor on ``db`` whose ``held`` handler waits for ``gate``."""
+
+    async def held(args: dict[str, Any], ctx: TaskContext) -> None:
+        await gate.wait()
+
+    config = HostConfig.model_validate({"db": db, "shutdown_grace": 0.5})
+    return ProcessorHost(
+        config,
+        processors=[TasksProcessor(handlers={"held": held}, concurrency=1)],
+        serve_control=False,
+    )
+
+
 async def test_cli_tasks_read_the_checkpoint_whole_when_no_host_runs(tmp_path: Path) -> None:
     """With the host stopped, `tasks list` and `tasks show` restore the checkpoint through its model.
 
@@ -848,17 +862,8 @@ async def test_cli_tasks_read_the_checkpoint_whole_when_no_host_runs(tmp_path: P
     operator needs it: no host running.
     """
     db = str(tmp_path / "c.db")
-    config = HostConfig.model_validate({"db": db, "shutdown_grace": 0.5})
     gate = asyncio.Event()
-
-    async def held(args: dict[str, Any], ctx: TaskContext) -> None:
-        await gate.wait()
-
-    host = ProcessorHost(
-        config,
-        processors=[TasksProcessor(handlers={"held": held}, concurrency=1)],
-        serve_control=False,
-    )
+    host = _held_tasks_host(db, gate)
     await host.start()
     try:
         committed = await host.append(
@@ -893,19 +898,7 @@ async def test_a_host_that_does_not_run_the_tasks_shows_their_checkpoint_whole(
     through the processor's model: fields at their defaults are there too."""
     db = str(tmp_path / "two.db")
     gate = asyncio.Event()
-
-    async def held(args: dict[str, Any], ctx: TaskContext) -> None:
-        await gate.wait()
-
-    def a_host() -> ProcessorHost:
-        config = HostConfig.model_validate({"db": db, "shutdown_grace": 0.5})
-        return ProcessorHost(
-            config,
-            processors=[TasksProcessor(handlers={"held": held}, concurrency=1)],
-            serve_control=False,
-        )
-
-    first, second = a_host(), a_host()
+    first, second = _held_tasks_host(db, gate), _held_tasks_host(db, gate)
     await first.start()
     try:
         (event,) = await first.append("/", [task_requested_event(task_id="a", name="held")])
