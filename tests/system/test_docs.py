@@ -1,24 +1,24 @@
-"""Every code block in docs/ runs: python blocks in order per page, console blocks as commands.
+"""Every code block in docs/ runs: each page's python blocks as one file, console blocks as commands.
 
-A ```python block runs in one namespace shared by the blocks of its page, in a
-fresh temporary directory, with top-level ``await`` allowed; a block tagged
-```python no-run is shown but not run. A ```console block is a transcript:
-each ``$ `` line is run by the shell (with the venv's ``streamkit`` on PATH)
-and the lines after it, up to the next ``$ ``, must equal what it printed; a
-line ``...`` in the expected output matches any number of lines, and an
-expected line ending in ``...`` matches any line with that beginning. A
-transcript that starts a daemon in the background writes its pid to a
-``*.pid`` file in the directory; whatever happens, that process is killed
-when the page is done.
+A page's ```python blocks are one program: scripts/docs_examples.py writes them,
+in order, into examples/docs/<page>.py as the body of one ``async def main()``,
+and that file is what runs here, as a subprocess in a fresh temporary
+directory, exactly as a reader runs it; the file must match its page. A block
+tagged ```python no-run is shown but not run. A ```console block is a
+transcript: each ``$ `` line is run by the shell (with the venv's ``streamkit``
+on PATH) and the lines after it, up to the next ``$ ``, must equal what it
+printed; a line ``...`` in the expected output matches any number of lines, and
+an expected line ending in ``...`` matches any line with that beginning. A
+transcript that starts a daemon in the background writes its pid to a ``*.pid``
+file in the directory; whatever happens, that process is killed when the page
+is done.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import inspect
+import importlib.util
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -30,50 +30,58 @@ import pytest
 from support import ROOT
 
 DOCS = ROOT / "docs"
-FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 
 
-def _blocks(page: Path) -> list[tuple[str, str, int]]:
-    text = page.read_text(encoding="utf-8")
-    found = []
-    for match in FENCE.finditer(text):
-        info = match.group(1).strip()
-        line = text.count("\n", 0, match.start()) + 2
-        found.append((info, match.group(2), line))
-    return found
+def _load_docs_examples() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "docs_examples", ROOT / "scripts" / "docs_examples.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _pages_with(kind: str) -> list[Path]:
-    pages = sorted(DOCS.glob("**/*.md")) if DOCS.exists() else []
-    return [p for p in pages if any(info.split()[:1] == [kind] for info, _, _ in _blocks(p))]
+pages = _load_docs_examples()
 
 
 def _page_id(page: Path) -> str:
     return str(page.relative_to(DOCS))
 
 
-@pytest.mark.parametrize("page", _pages_with("python"), ids=_page_id)
-async def test_python_blocks_run(
-    page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each python block of the page runs, in order, in one namespace, without raising."""
-    monkeypatch.chdir(tmp_path)
-    namespace: dict[str, Any] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
-    for info, source, line in _blocks(page):
-        words = info.split()
-        if words[:1] != ["python"] or "no-run" in words[1:]:
-            continue
-        # Pad so tracebacks point at the line of the Markdown file itself.
-        code = compile(
-            "\n" * (line - 1) + source,
-            str(page),
-            "exec",
-            flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-            dont_inherit=True,
-        )
-        result = eval(code, namespace)
-        if inspect.iscoroutine(result):
-            await result
+@pytest.mark.parametrize("page", pages.pages_with("python"), ids=_page_id)
+def test_a_pages_runnable_file_matches_the_page_and_the_page_names_it(page: Path) -> None:
+    """examples/docs/<page>.py is the page's blocks as they are now, and the page says how to run it."""
+    path = pages.example_path(page)
+    assert path.exists(), f"{path} is missing: run `python scripts/docs_examples.py`"
+    assert path.read_text(encoding="utf-8") == pages.render(page), (
+        f"{path.relative_to(ROOT)} no longer matches {_page_id(page)}: "
+        "run `python scripts/docs_examples.py`"
+    )
+    command = f"python {path.relative_to(ROOT).as_posix()}"
+    assert command in " ".join(page.read_text(encoding="utf-8").split()), (
+        f"{_page_id(page)} does not tell its reader `{command}`"
+    )
+
+
+@pytest.mark.parametrize("page", pages.pages_with("python"), ids=_page_id)
+def test_a_pages_python_runs_as_a_file(page: Path, tmp_path: Path) -> None:
+    """`python examples/docs/<page>.py`, from an empty directory, runs the page's program to the end."""
+    path = pages.example_path(page)
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"`python {path.relative_to(ROOT)}` exited {done.returncode}:\n"
+        + done.stdout[-4000:]
+        + done.stderr[-8000:]
+    )
 
 
 def _expected_matches(expected: list[str], actual: list[str]) -> bool:
@@ -89,7 +97,7 @@ def _expected_matches(expected: list[str], actual: list[str]) -> bool:
     return False
 
 
-@pytest.mark.parametrize("page", _pages_with("console"), ids=_page_id)
+@pytest.mark.parametrize("page", pages.pages_with("console"), ids=_page_id)
 def test_console_blocks_run(page: Path, tmp_path: Path) -> None:
     """Each console transcript of the page prints what the page says, command by command."""
     env = dict(os.environ)
@@ -106,8 +114,8 @@ def test_console_blocks_run(page: Path, tmp_path: Path) -> None:
 
 
 def _run_transcripts(page: Path, tmp_path: Path, env: dict[str, str]) -> None:
-    for info, source, line in _blocks(page):
-        if info.split()[:1] != ["console"] or "no-run" in info.split()[1:]:
+    for info, source, line in pages.blocks(page):
+        if not pages.is_run(info, "console"):
             continue
         steps: list[tuple[str, list[str]]] = []
         for text_line in source.splitlines():

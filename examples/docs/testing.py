@@ -1,0 +1,130 @@
+"""The code of docs/testing.md, block by block, as one program.
+
+Generated from the page by scripts/docs_examples.py; do not edit. Run it
+from any directory (it writes its files there):
+
+    python examples/docs/testing.py
+"""
+
+import asyncio
+
+
+async def main() -> None:
+    # --- docs/testing.md:28
+    from pydantic import BaseModel, Field
+
+    from streamkit import EventDefinition, StreamEvent, StreamProcessor, define_processor_contract
+    from streamkit.processor import ProcessEventArgs
+
+
+    class OrderPlaced(BaseModel):
+        customer: str
+        due_at: float
+
+
+    class Orders(BaseModel):
+        per_customer: dict[str, int] = Field(default_factory=dict)
+        next_due: float | None = None
+
+
+    class OrderBook(StreamProcessor[Orders]):
+        contract = define_processor_contract(
+            slug="order-book",
+            version="1",
+            state_schema=Orders,
+            events={
+                "order.placed": EventDefinition(description="an order", payload_schema=OrderPlaced)
+            },
+            consumes=["order.placed"],
+        )
+
+        def reduce(self, event: StreamEvent, state: Orders) -> Orders:
+            customer = event.payload.customer
+            due = event.payload.due_at
+            return Orders(
+                per_customer={**state.per_customer, customer: state.per_customer.get(customer, 0) + 1},
+                next_due=due if state.next_due is None else min(state.next_due, due),
+            )
+
+        def process_event(self, args: ProcessEventArgs[Orders]) -> None:
+            if args.delivery.caught_up and args.state.next_due is not None:
+                args.schedule_wakeup(args.state.next_due)
+    # --- docs/testing.md:78
+    from streamkit.testing import reduce_processor
+
+    state = reduce_processor(
+        OrderBook(),
+        [
+            {"type": "order.placed", "payload": {"customer": "ada", "due_at": 50}},
+            {"type": "order.placed", "payload": {"customer": "ada", "due_at": "20"}},  # coerced
+            {"type": "order.placed", "payload": {"customer": "bob"}},  # malformed: skipped
+            {"type": "order.shipped", "payload": {}},  # not consumed
+        ],
+    )
+    assert state == Orders(per_customer={"ada": 2}, next_due=20.0)
+    # --- docs/testing.md:104
+    from streamkit import ProcessorEngine
+    from streamkit.testing import ManualClock, memory_storage, memory_stream, settle
+
+    stream = memory_stream()
+    storage = memory_storage()
+    clock = ManualClock(1_000)
+    engine = ProcessorEngine(OrderBook(), stream=stream, storage=storage, clock=clock)
+    stream.engines.append(engine)
+
+    await stream.append({"type": "order.placed", "payload": {"customer": "ada", "due_at": 1_300}})
+    await settle()
+    assert storage.writes == 1  # one checkpoint per batch
+    assert stream.claims == [1_300.0]  # the wakeup became the processor's claim
+
+    stream.drop_pushes = True  # this push is lost...
+    await stream.append({"type": "order.placed", "payload": {"customer": "bob", "due_at": 1_200}})
+    stream.drop_pushes = False
+    await stream.append({"type": "order.placed", "payload": {"customer": "ada", "due_at": 1_900}})
+    await settle()
+    offset, state = await engine.snapshot()  # ...and repaired from the log by the next one
+    assert state.per_customer == {"ada": 2, "bob": 1}
+    assert stream.claims[-1] == 1_200.0
+    await engine.aclose()
+    storage.close()
+    # --- docs/testing.md:155
+    from streamkit import ProcessorEngine
+    from streamkit.testing import ManualClock, MemoryStorage, MemoryStream, reduce_processor, settle
+
+
+    async def test_order_book_counts_and_wakes(
+        streamkit_stream: MemoryStream, streamkit_storage: MemoryStorage, streamkit_clock: ManualClock
+    ) -> None:
+        """Orders are counted per customer and the earliest due time is claimed as a wakeup."""
+        engine = ProcessorEngine(
+            OrderBook(), stream=streamkit_stream, storage=streamkit_storage, clock=streamkit_clock
+        )
+        streamkit_stream.engines.append(engine)
+        due = streamkit_clock() + 60
+        (placed,) = await streamkit_stream.append(
+            {"type": "order.placed", "payload": {"customer": "ada", "due_at": due}}
+        )
+        await engine.wait_until_processed(placed.offset, timeout=1)
+
+        offset, state = await engine.snapshot()
+        assert state == reduce_processor(OrderBook(), streamkit_stream.events)
+        assert state.per_customer == {"ada": 1}
+        assert streamkit_stream.claims == [due]
+        assert streamkit_storage.writes == 1
+
+        # A restarted engine resumes from the checkpoint and redelivers nothing.
+        streamkit_stream.engines.remove(engine)
+        again = ProcessorEngine(
+            OrderBook(), stream=streamkit_stream, storage=streamkit_storage, clock=streamkit_clock
+        )
+        assert (await again.snapshot()).state == state
+        await engine.aclose()
+        await again.aclose()
+
+
+    with MemoryStorage() as storage:
+        await test_order_book_counts_and_wakes(MemoryStream("/"), storage, ManualClock())
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
