@@ -135,6 +135,8 @@ class EffectHost(Protocol):
 
     def request_wakeup(self, at: float) -> None: ...
 
+    def now(self) -> float: ...
+
     def clients_first(self) -> bool: ...
 
     def guard(self) -> None: ...
@@ -215,6 +217,16 @@ class ProcessEventArgs(Generic[State]):
         from state in the ``delivery.caught_up`` pass.
         """
         self._host.request_wakeup(at)
+
+    def now(self) -> float:
+        """The time (epoch seconds) by the clock the engine was given.
+
+        The clock that claims and wakeups are judged by (``clock=`` of the
+        engine, a :class:`~streamkit.testing.ManualClock` in a test): compare a
+        due time with this, not with :func:`time.time`, and a test that moves
+        its clock moves the processor's "now" with it.
+        """
+        return self._host.now()
 
     def yield_to_clients(self) -> bool:
         """Whether the host asks its processors to hold back now, its clients appending.

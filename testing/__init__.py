@@ -9,21 +9,27 @@
 - :func:`settle` lets fire-and-forget pushes land;
 - :class:`ManualClock` is a clock a test moves by hand (pass it as ``clock=``).
 
-The pytest plugin (registered on install) provides the fixtures
-``streamkit_stream``, ``streamkit_storage`` and ``streamkit_clock``.
+One test has one clock. The pytest plugin (registered on install) provides the
+fixtures ``streamkit_clock``, ``streamkit_stream`` (whose events are stamped by
+that clock) and ``streamkit_storage``; :func:`reduce_processor` stamps its
+inputs by the clock it is given, by default a :class:`ManualClock` at the same
+start as the fixture's, and keeps an input's own ``created_at``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from streamkit.testing._memory import MemoryStorage, MemoryStream, memory_storage, memory_stream
 
 from streamkit.engine import Fold
+from streamkit.errors import InvalidEvent
 from streamkit.events import EventInput, StreamEvent, format_timestamp, prepare_event
 from streamkit.processor import StreamProcessor
+from streamkit.protocols import Clock
 
 __all__ = [
     "ManualClock",
@@ -41,6 +47,8 @@ S = TypeVar("S")
 def reduce_processor(
     processor: StreamProcessor[S],
     inputs: Iterable[StreamEvent | EventInput | Mapping[str, Any]],
+    *,
+    clock: Clock | None = None,
 ) -> S:
     """Fold ``inputs`` through ``processor.reduce`` exactly as the engine does; return the state.
 
@@ -51,17 +59,52 @@ def reduce_processor(
     :class:`~streamkit.events.EventInput`) get offsets in input order from 1;
     committed :class:`~streamkit.events.StreamEvent` inputs keep their own.
     No effects run.
+
+    Each input is stamped ``created_at`` by ``clock`` (epoch seconds), read as
+    it is prepared; the default is a fresh :class:`ManualClock`, the instant the
+    ``streamkit_clock`` fixture starts at. A mapping input may carry its own
+    ``created_at`` (an aware :class:`~datetime.datetime`, epoch seconds, or the
+    log's ISO text), which is kept.
     """
-    events = [
-        item
-        if isinstance(item, StreamEvent)
-        else prepare_event(item, index).decoded(
-            path="/", offset=index + 1, created_at=format_timestamp(index + 1)
+    read_clock = ManualClock() if clock is None else clock
+    events = []
+    for index, item in enumerate(inputs):
+        if isinstance(item, StreamEvent):
+            events.append(item)
+            continue
+        created_at: str | None = None
+        if isinstance(item, Mapping) and "created_at" in item:
+            created_at = _timestamp(index, item["created_at"])
+            item = {key: value for key, value in item.items() if key != "created_at"}
+        events.append(
+            prepare_event(item, index).decoded(
+                path="/",
+                offset=index + 1,
+                created_at=format_timestamp(read_clock()) if created_at is None else created_at,
+            )
         )
-        for index, item in enumerate(inputs)
-    ]
     state, _ = Fold(processor).fold_all(events, processor.contract.initial_state())
     return state
+
+
+def _timestamp(index: int, value: object) -> str:
+    """An input's own ``created_at`` as the log writes it, or a coded refusal."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return format_timestamp(value.timestamp())
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return format_timestamp(float(value))
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            return format_timestamp(parsed.astimezone(UTC).timestamp())
+    raise InvalidEvent(
+        f"event #{index}: created_at must be an aware datetime, epoch seconds or ISO-8601 "
+        f"text with a zone, got {value!r}; nothing was folded",
+        details={"index": index, "field": "created_at"},
+    )
 
 
 async def settle(seconds: float = 0.025) -> None:

@@ -1,6 +1,7 @@
 """pytest plugin (registered through the ``pytest11`` entry point): fixtures for processor tests.
 
-- ``streamkit_stream``: a fresh :class:`~streamkit.testing.MemoryStream` at ``/``;
+- ``streamkit_stream``: a fresh :class:`~streamkit.testing.MemoryStream` at ``/``,
+  stamping its events by ``streamkit_clock``;
 - ``streamkit_storage``: a fresh :class:`~streamkit.testing.MemoryStorage`, closed
   after the test;
 - ``streamkit_clock``: a :class:`~streamkit.testing.ManualClock` to pass as ``clock=``.
@@ -17,9 +18,13 @@ from streamkit.testing import ManualClock, MemoryStorage, MemoryStream, memory_s
 
 
 @pytest.fixture
-def streamkit_stream() -> MemoryStream:
-    """An in-memory stream at ``/`` that pushes appends to the engines in its ``.engines``."""
-    return MemoryStream("/")
+def streamkit_stream(streamkit_clock: ManualClock) -> MemoryStream:
+    """An in-memory stream at ``/`` that pushes appends to the engines in its ``.engines``.
+
+    Its events' ``created_at`` is the test's one clock, ``streamkit_clock``, so a
+    time derived from an event and a time read from the clock agree.
+    """
+    return MemoryStream("/", clock=streamkit_clock)
 
 
 @pytest.fixture

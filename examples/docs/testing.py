@@ -10,7 +10,7 @@ import asyncio
 
 
 async def main() -> None:
-    # --- docs/testing.md:28
+    # --- docs/testing.md:30
     from pydantic import BaseModel, Field
 
     from streamkit import EventDefinition, StreamEvent, StreamProcessor, define_processor_contract
@@ -49,7 +49,7 @@ async def main() -> None:
         def process_event(self, args: ProcessEventArgs[Orders]) -> None:
             if args.delivery.caught_up and args.state.next_due is not None:
                 args.schedule_wakeup(args.state.next_due)
-    # --- docs/testing.md:78
+    # --- docs/testing.md:83
     from streamkit.testing import reduce_processor
 
     state = reduce_processor(
@@ -62,7 +62,7 @@ async def main() -> None:
         ],
     )
     assert state == Orders(per_customer={"ada": 2}, next_due=20.0)
-    # --- docs/testing.md:104
+    # --- docs/testing.md:109
     from streamkit import ProcessorEngine
     from streamkit.testing import ManualClock, memory_storage, memory_stream, settle
 
@@ -87,7 +87,7 @@ async def main() -> None:
     assert stream.claims[-1] == 1_200.0
     await engine.aclose()
     storage.close()
-    # --- docs/testing.md:155
+    # --- docs/testing.md:160
     from streamkit import ProcessorEngine
     from streamkit.testing import ManualClock, MemoryStorage, MemoryStream, reduce_processor, settle
 
@@ -124,6 +124,81 @@ async def main() -> None:
 
     with MemoryStorage() as storage:
         await test_order_book_counts_and_wakes(MemoryStream("/"), storage, ManualClock())
+    # --- docs/testing.md:216
+    from datetime import datetime
+
+    from streamkit.testing import ManualClock
+
+
+    class SeatHeld(BaseModel):
+        seat: str
+
+
+    class Holds(BaseModel):
+        until: dict[str, float] = Field(default_factory=dict)
+
+
+    class SeatHolds(StreamProcessor[Holds]):
+        contract = define_processor_contract(
+            slug="seat-holds",
+            version="1",
+            state_schema=Holds,
+            events={
+                "seat.held": EventDefinition(description="a seat held", payload_schema=SeatHeld),
+                "seat.released": EventDefinition(description="a hold ran out", payload_schema=SeatHeld),
+            },
+            consumes=["seat.held", "seat.released"],
+            emits=["seat.released"],
+        )
+
+        def reduce(self, event: StreamEvent, state: Holds) -> Holds:
+            until = dict(state.until)
+            if event.type == "seat.held":
+                until[event.payload.seat] = datetime.fromisoformat(event.created_at).timestamp() + 60
+            else:
+                until.pop(event.payload.seat, None)
+            return Holds(until=until)
+
+        def process_event(self, args: ProcessEventArgs[Holds]) -> None:
+            if not args.delivery.caught_up:
+                return
+            for seat, until in args.state.until.items():
+                if until <= args.now():
+                    args.append(
+                        {
+                            "type": "seat.released",
+                            "payload": {"seat": seat},
+                            "idempotency_key": f"released:{seat}:{until}",
+                        }
+                    )
+                else:
+                    args.schedule_wakeup(until)
+
+
+    clock = ManualClock()
+    stream = memory_stream(clock=clock)
+    storage = memory_storage()
+    engine = ProcessorEngine(SeatHolds(), stream=stream, storage=storage, clock=clock)
+    stream.engines.append(engine)
+
+    (held,) = await stream.append({"type": "seat.held", "payload": {"seat": "12A"}})
+    await engine.wait_until_processed(held.offset, timeout=1)
+    assert stream.claims[-1] == clock() + 60  # held from the event's created_at, by the same clock
+
+    clock.advance(61)
+    await engine.revive()  # what the host does when the claim falls due
+    await settle()
+    assert [e.type for e in stream.events] == ["seat.held", "seat.released"]
+    assert (await engine.snapshot()).state.until == {}
+    await engine.aclose()
+    storage.close()
+
+    # The fold alone, with a created_at the test chooses:
+    state = reduce_processor(
+        SeatHolds(),
+        [{"type": "seat.held", "payload": {"seat": "3C"}, "created_at": "2030-01-01T00:00:00Z"}],
+    )
+    assert state.until == {"3C": datetime.fromisoformat("2030-01-01T00:01:00Z").timestamp()}
 
 
 if __name__ == "__main__":

@@ -529,6 +529,10 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         """Record a wakeup request (see ``args.schedule_wakeup``)."""
         self._claims.wake_at(at)
 
+    def now(self) -> float:
+        """The engine's clock, epoch seconds (see ``args.now``)."""
+        return self._clock()
+
     def awaited(self) -> bool:
         """Whether a caller waits now for the cursor to reach an offset (:meth:`wait_until_processed`)."""
         return len(self._waiters) > 0

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,90 @@ def test_manual_clock_moves_only_when_told() -> None:
     assert clock.advance(2.5) == 102.5
     assert clock() == 102.5
     assert "102.5" in repr(clock)
+
+
+# -- one clock ---------------------------------------------------------------------------
+
+
+class _Stamps(Recorder):
+    """Folds the created_at of each item into the offsets list's place: epoch seconds."""
+
+    def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
+        stamp = datetime.fromisoformat(event.created_at).timestamp()
+        return Tally(total=state.total, offsets=[*state.offsets, int(stamp)])
+
+
+def test_reduce_processor_stamps_inputs_by_its_clock_and_by_default_the_fixtures_start() -> None:
+    """No clock: the ManualClock start (not 1970); a clock: read once per input as it is prepared."""
+    default = reduce_processor(_Stamps(), [item(1)])
+    assert default.offsets == [int(ManualClock()())]
+
+    clock = ManualClock(5_000)
+
+    def ticking() -> float:
+        return clock.advance(10)
+
+    state = reduce_processor(_Stamps(), [item(1), item(2)], clock=ticking)
+    assert state.offsets == [5_010, 5_020]
+
+
+@pytest.mark.parametrize(
+    "created_at",
+    [
+        datetime(2030, 1, 1, tzinfo=UTC),
+        1_893_456_000,
+        1_893_456_000.0,
+        "2030-01-01T00:00:00Z",
+        "2030-01-01T01:00:00+01:00",
+    ],
+)
+def test_reduce_processor_keeps_an_inputs_own_created_at(created_at: object) -> None:
+    """A mapping input's created_at (aware datetime, epoch seconds, ISO text with a zone) is kept."""
+    state = reduce_processor(_Stamps(), [{**item(1), "created_at": created_at}])
+    assert state.offsets == [1_893_456_000]
+
+
+@pytest.mark.parametrize(
+    "created_at", ["yesterday", "2030-01-01T00:00:00", datetime(2030, 1, 1), True]
+)
+def test_reduce_processor_refuses_a_created_at_it_cannot_place_in_time(created_at: object) -> None:
+    """Naive or unreadable times are a coded refusal naming the input, not a guess."""
+    with pytest.raises(InvalidEvent, match=r"event #1: created_at must be .*nothing was folded"):
+        reduce_processor(_Stamps(), [item(1), {**item(2), "created_at": created_at}])
+
+
+async def test_the_stream_fixture_stamps_events_by_the_clock_fixture(
+    streamkit_stream: MemoryStream, streamkit_clock: ManualClock
+) -> None:
+    """A time derived from an event's created_at and the clock's time agree, and move together."""
+    (first,) = await streamkit_stream.append(item(1))
+    streamkit_clock.advance(61)
+    (second,) = await streamkit_stream.append(item(2))
+    assert datetime.fromisoformat(first.created_at).timestamp() == 1_700_000_000.0
+    assert datetime.fromisoformat(second.created_at).timestamp() == 1_700_000_061.0
+
+
+async def test_process_event_reads_the_engines_clock_as_args_now() -> None:
+    """args.now() is the clock given to the engine, in every pass."""
+    clock = ManualClock(42)
+    nows: list[float] = []
+    stream = memory_stream(clock=clock)
+    with memory_storage() as storage:
+        engine = ProcessorEngine(
+            Recorder(on_event=lambda args: nows.append(args.now())),
+            stream=stream,
+            storage=storage,
+            clock=clock,
+        )
+        stream.engines.append(engine)
+        await stream.append(item(1))
+        await engine.wait_until_processed(1, timeout=1)
+        clock.advance(8)
+        await engine.revive()
+        await settle()
+        await engine.aclose()
+    assert nows[0] == 42
+    assert nows[-1] == 50
 
 
 # -- the pytest plugin ----------------------------------------------------------------------
