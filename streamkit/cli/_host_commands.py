@@ -48,9 +48,10 @@ __all__ = ["add_host", "add_skip", "add_snapshot", "add_status", "add_watch"]
 def add_host(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "host",
-        help="run processors over a log file (the daemon)",
+        help="run processors over a log (the daemon)",
         description="Run the processors named in a streamkit.toml or by --processor over a log "
-        "file until SIGTERM or SIGINT (a second signal exits at once). The current directory "
+        "(a SQLite file or a PostgreSQL database) until SIGTERM or SIGINT; a second signal, "
+        "half a second or more after the first, exits at once. The current directory "
         "is importable, so --processor mymodule:MyProcessor finds ./mymodule.py.",
     )
     add_host_arguments(p)

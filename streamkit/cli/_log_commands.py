@@ -43,7 +43,7 @@ def add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "append",
         help="append one event to a stream",
-        description="Append one durable event to a stream of a log file (created if missing). "
+        description="Append one durable event to a stream of a log (a SQLite file is created if missing). "
         "Prints the committed event; an idempotent retry prints the event already committed.",
     )
     p.add_argument("type", help="the event type, e.g. task.requested")

@@ -5,9 +5,9 @@ as JSON (one object per line for streams of events), and on failure prints
 ``Error: ...`` to stderr and exits 1. Nothing is written when a command is
 refused. Commands:
 
-- ``streamkit append``: append one event to a stream of a log file.
+- ``streamkit append``: append one event to a stream of a log.
 - ``streamkit read``: read a stream's events, optionally following new ones.
-- ``streamkit host``: run processors over a log file (the daemon).
+- ``streamkit host``: run processors over a log (the daemon).
 - ``streamkit status``: where each processor is (cursor, head, lag, lease, claim, errors).
 - ``streamkit snapshot``: a processor's reduced state.
 - ``streamkit watch``: a processor's live state, as a seed and then patches.
@@ -17,7 +17,7 @@ refused. Commands:
 
 When a host is running on the log (its control socket answers), ``append``
 and ``read --follow`` go through it, so ephemeral events reach live
-subscribers; otherwise they use the file directly.
+subscribers; otherwise they use the log directly.
 """
 
 from __future__ import annotations

@@ -103,6 +103,15 @@ class HostService(Protocol):
 
 _log = structlog.get_logger("streamkit.host")
 
+REPEAT_SIGNAL_WINDOW = 0.5
+"""Seconds after the first stop signal within which another is the same request.
+
+``timeout`` sends its child SIGTERM twice (to the child, then to its process
+group); a Ctrl-C reaches a wrapper and its child alike. Read as "exit at once",
+such an echo would skip the lease release and leave the next host waiting a
+full ttl, so only a signal after this window forces the exit.
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
@@ -170,7 +179,7 @@ class ProcessorHost(HostVerbs):
         self._stopping = False
         self._stopped = asyncio.Event()
         self._stop_requested: asyncio.Event | None = None
-        self._signals = 0
+        self._first_signal_at: float | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -353,8 +362,9 @@ class ProcessorHost(HostVerbs):
     async def run(self) -> None:
         """The daemon's main: start, serve until SIGTERM/SIGINT, then stop.
 
-        The first signal stops cleanly (see :meth:`stop`); a second one exits
-        the process at once (SQLite keeps every committed transaction).
+        The first signal stops cleanly (see :meth:`stop`); a signal within
+        :data:`REPEAT_SIGNAL_WINDOW` seconds of it is the same request; a later
+        one exits the process at once (the log keeps every committed write).
         """
         loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
@@ -374,12 +384,20 @@ class ProcessorHost(HostVerbs):
             self._stop_requested.set()
 
     def _on_signal(self, sig: signal.Signals) -> None:
-        self._signals += 1
-        if self._signals > 1:
+        now = time.monotonic()
+        if self._first_signal_at is None:
+            self._first_signal_at = now
+            _log.info("host.signal", signal=sig.name)
+            self.request_stop()
+        elif now - self._first_signal_at < REPEAT_SIGNAL_WINDOW:
+            _log.info(
+                "host.signal_repeated",
+                signal=sig.name,
+                detail=f"within {REPEAT_SIGNAL_WINDOW} s of the first: the same stop, still clean",
+            )
+        else:
             _log.warning("host.exit_now", signal=sig.name)
             os._exit(128 + int(sig))
-        _log.info("host.signal", signal=sig.name)
-        self.request_stop()
 
     # -- leases --------------------------------------------------------------------------
 

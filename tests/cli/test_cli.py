@@ -159,7 +159,7 @@ def test_every_command_has_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_no_help_text_speaks_of_a_sqlite_only_world(capsys: pytest.CaptureFixture[str]) -> None:
-    """Every --db says the log may be a SQLite file or a PostgreSQL URL; no help says "SQLite log"."""
+    """Every --db says the log may be a SQLite file or a PostgreSQL URL; no help says "SQLite log" or "log file"."""
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "PostgreSQL" in capsys.readouterr().out
@@ -168,6 +168,7 @@ def test_no_help_text_speaks_of_a_sqlite_only_world(capsys: pytest.CaptureFixtur
             main([name, "--help"])
         out = " ".join(capsys.readouterr().out.split())  # (argparse wraps the help)
         assert "SQLite log" not in out, name
+        assert "log file" not in out, name
         if any("--db" in action.option_strings for action in parser._actions):
             assert "postgresql:// URL" in out, name
 

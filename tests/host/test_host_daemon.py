@@ -27,6 +27,7 @@ from streamkit import open_log
 from streamkit._targets import default_socket
 from streamkit.backends import host_store
 from streamkit.errors import InvalidRequest
+from streamkit.host._host import REPEAT_SIGNAL_WINDOW
 
 pytestmark = pytest.mark.slow
 
@@ -294,10 +295,26 @@ def test_second_signal_exits_at_once(rig: Rig) -> None:
     eventually(lambda: rig.row("g", "lingering")["claim_due"] is not None)
     daemon.send_signal(signal.SIGTERM)
     eventually(lambda: "host.stopping" in rig.host_log("g"))
+    time.sleep(REPEAT_SIGNAL_WINDOW + 0.1)  # a signal sooner is the first one's echo
     assert daemon.poll() is None  # still giving the background work its grace
     daemon.send_signal(signal.SIGINT)
     assert daemon.wait(timeout=30) == 128 + signal.SIGINT
     assert "host.exit_now" in rig.host_log("g")
+
+
+def test_a_signal_echoed_at_once_is_one_clean_stop(rig: Rig) -> None:
+    """Two SIGTERMs microseconds apart (as `timeout` sends them) stop once, releasing the leases."""
+    daemon = rig.host("e")
+    append_items(rig.db, 1)
+    eventually(lambda: rig.row("e")["cursor"] >= 1)
+    os.kill(daemon.pid, signal.SIGTERM)
+    os.kill(daemon.pid, signal.SIGTERM)
+    os.kill(daemon.pid, signal.SIGINT)
+    assert daemon.wait(timeout=30) == 0
+    out = rig.host_log("e")
+    assert "host.exit_now" not in out
+    assert "host.signal_repeated" in out  # (the kernel may merge the two SIGTERMs into one)
+    assert "lease.released" in out
 
 
 def test_a_cli_retry_after_a_frozen_host_never_duplicates(rig: Rig) -> None:
