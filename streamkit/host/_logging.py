@@ -1,13 +1,17 @@
 """How the ``streamkit host`` daemon writes its log lines (structlog).
 
 One line per notable thing, to stderr: JSON objects when stderr is not a
-terminal (for collectors), ``key=value`` text on a terminal (for people). A
-program that embeds :class:`~streamkit.host.ProcessorHost` configures
-structlog itself; only the CLI calls :func:`configure_logging`.
+terminal (for collectors), ``key=value`` text on a terminal (for people).
+Lines of the libraries underneath (uvicorn, asyncio, psycopg) that go through
+the standard :mod:`logging` module are rendered the same way, tracebacks
+included, so a JSON log holds nothing but JSON lines. A program that embeds
+:class:`~streamkit.host.ProcessorHost` configures logging itself; only the CLI
+calls :func:`configure_logging`.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any, Literal, TextIO
 
@@ -17,21 +21,33 @@ __all__ = ["configure_logging"]
 
 
 def configure_logging(fmt: Literal["json", "console"], stream: TextIO | None = None) -> None:
-    """Send structlog output to ``stream`` (default stderr) as JSON lines or key=value text."""
-    processors: list[Any] = [
+    """Send structlog output, and stdlib logging's from WARNING up, to ``stream`` in one format."""
+    out = stream or sys.stderr
+    stamps: list[Any] = [
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    renderer: list[Any]
     if fmt == "json":
-        processors += [
+        renderer = [
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(sort_keys=False),
         ]
     else:
         # The console renderer formats exceptions itself (and warns if they were already).
-        processors.append(structlog.dev.ConsoleRenderer(colors=False))
+        renderer = [structlog.dev.ConsoleRenderer(colors=False)]
     structlog.configure(
-        processors=processors,
-        logger_factory=structlog.PrintLoggerFactory(file=stream or sys.stderr),
+        processors=[*stamps, *renderer],
+        logger_factory=structlog.PrintLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *stamps],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderer],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(logging.WARNING)

@@ -45,6 +45,7 @@ from streamkit.web._body import json_body
 from streamkit.web._plugins import HttpAnswer, HttpCall, HttpRoute, plugin_routes
 from streamkit.web._problems import problem
 from streamkit.web._routes import Endpoints
+from streamkit.web._sse import LiveStreams
 
 if TYPE_CHECKING:
     from streamkit.config import HttpSettings
@@ -61,13 +62,15 @@ def build_app(
     token: str | None,
     *,
     plugins: Sequence[HttpRoute] | None = None,
+    streams: LiveStreams | None = None,
 ) -> ASGIApp:
     """The application serving ``host``; ``token`` (if any) guards it as the module says.
 
     ``plugins`` are the routes packages add (default: the installed
-    ``streamkit.http`` entry points, :mod:`._plugins`).
+    ``streamkit.http`` entry points, :mod:`._plugins`). ``streams`` tracks the
+    live streams served, for the server to end them when it stops.
     """
-    endpoints = Endpoints(host, settings)
+    endpoints = Endpoints(host, settings, streams)
     routes = [
         Route("/v1/events", endpoints.append, methods=["POST"]),
         Route("/v1/events", endpoints.events, methods=["GET"]),

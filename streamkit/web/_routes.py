@@ -27,7 +27,7 @@ from streamkit.web._health import assess
 from streamkit.web._metrics import CONTENT_TYPE_LATEST, LATENCY_BUCKETS, exposition
 from streamkit.web._plugins import plugin_gauges
 from streamkit.web._problems import described
-from streamkit.web._sse import SSE_TYPE, frame, with_heartbeat
+from streamkit.web._sse import SSE_TYPE, LiveStreams, frame, with_heartbeat
 
 if TYPE_CHECKING:
     from streamkit.config import HttpSettings
@@ -47,9 +47,19 @@ def _json(value: Any) -> str:
 class Endpoints:
     """The handlers, bound to one host and its HTTP settings."""
 
-    def __init__(self, host: ProcessorHost, settings: HttpSettings) -> None:
+    def __init__(
+        self, host: ProcessorHost, settings: HttpSettings, streams: LiveStreams | None = None
+    ) -> None:
         self._host = host
         self._settings = settings
+        self._streams = LiveStreams() if streams is None else streams
+
+    def _sse(self, source: AsyncIterator[bytes]) -> StreamingResponse:
+        return StreamingResponse(
+            with_heartbeat(source, streams=self._streams),
+            media_type=SSE_TYPE,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
 
     # -- events ---------------------------------------------------------------------------
 
@@ -93,7 +103,7 @@ class Endpoints:
             resume = request.headers.get("last-event-id")
             if resume is not None:
                 after = _int_param(resume, "Last-Event-ID", after)
-            return _sse(self._follow(path, after))
+            return self._sse(self._follow(path, after))
         limit = _int_param(params.get("limit"), "limit", 500)
         page = await self._host.read(path, after, limit)
         return JSONResponse(
@@ -156,7 +166,7 @@ class Endpoints:
                 "its lease); watch it through that host; nothing was done",
                 details={"slug": runner.slug, "path": runner.path},
             )
-        return _sse(self._live(runner))
+        return self._sse(self._live(runner))
 
     async def _live(self, runner: ProcessorRunner) -> AsyncIterator[bytes]:
         watch = self._host.watch(runner.slug, runner.path)
@@ -283,14 +293,6 @@ class Endpoints:
             gauges=await plugin_gauges(host),
         )
         return Response(text, media_type=CONTENT_TYPE_LATEST)
-
-
-def _sse(source: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(
-        with_heartbeat(source),
-        media_type=SSE_TYPE,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
 
 
 def _if_match(value: str | None) -> int | None:

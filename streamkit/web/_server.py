@@ -10,6 +10,9 @@ starts it after its own parts and closes it first when it stops. Guarantees:
   something else fails the host's start (and nothing is left running);
 - uvicorn installs no signal handlers: the host's own handle SIGTERM and
   SIGINT, and stop this server first;
+- a stop ends every live stream (SSE) first, each with a ``: stopping``
+  comment and a complete response, then lets the requests in flight finish
+  within a grace; nothing is cut off mid-response while there is time;
 - at most ``max_connections`` connections are served at once; more are
   answered 503; uvicorn's limits on header sizes and idle keep-alives hold.
 """
@@ -30,6 +33,7 @@ import uvicorn
 
 from streamkit.errors import InvalidConfig
 from streamkit.web._app import build_app
+from streamkit.web._sse import LiveStreams
 
 if TYPE_CHECKING:
     from streamkit.config import HttpSettings
@@ -40,6 +44,9 @@ __all__ = ["HttpService", "read_token"]
 _log = structlog.get_logger("streamkit.web")
 
 _START_TIMEOUT = 10.0
+
+_STOP_GRACE = 2
+"""Seconds a stop gives live streams to end, and then requests in flight to finish."""
 
 
 class _Server(uvicorn.Server):
@@ -59,6 +66,7 @@ class HttpService:
         """The port bound (the one the kernel chose for port 0); None until started."""
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
+        self._streams = LiveStreams()
 
     @property
     def url(self) -> str:
@@ -71,7 +79,7 @@ class HttpService:
         """Bind and serve ``host``; raises if the address cannot be bound."""
         settings = self.settings
         token = None if settings.token_file is None else read_token(settings.token_file)
-        app = build_app(host, settings, token)
+        app = build_app(host, settings, token, streams=self._streams)
         sock = _bind(settings.host, settings.port)
         config = uvicorn.Config(
             app,
@@ -82,7 +90,7 @@ class HttpService:
             server_header=False,
             date_header=True,
             limit_concurrency=settings.max_connections,
-            timeout_graceful_shutdown=1,
+            timeout_graceful_shutdown=_STOP_GRACE,
         )
         server = self._server = _Server(config)
         self._task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
@@ -105,6 +113,9 @@ class HttpService:
         self._server = self._task = None
         if server is None or task is None:
             return
+        ended = await self._streams.close_all(_STOP_GRACE)
+        if ended:
+            _log.info("http.streams_ended", streams=ended)
         server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task

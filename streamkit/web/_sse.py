@@ -8,6 +8,11 @@ connection and a client notices a dead one. The source is pulled only as
 fast as the client reads (one frame is held at a time), so a slow client's
 backlog stays where the source keeps it, under the source's own byte budget.
 When the client goes, the source is closed.
+
+:class:`LiveStreams` is the set of one server's open streams, so that a stop
+ends them as part of a clean shutdown: each says ``: stopping`` and ends, and
+its response completes, before the server closes its connections (a stream
+left open would be cancelled mid-response when the server's grace ran out).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import AsyncIterator
 
 import structlog
 
-__all__ = ["HEARTBEAT_SECONDS", "SSE_TYPE", "comment", "frame", "with_heartbeat"]
+__all__ = ["HEARTBEAT_SECONDS", "SSE_TYPE", "LiveStreams", "comment", "frame", "with_heartbeat"]
 
 SSE_TYPE = "text/event-stream"
 
@@ -47,19 +52,36 @@ def comment(text: str) -> bytes:
 
 
 async def with_heartbeat(
-    source: AsyncIterator[bytes], heartbeat: float = HEARTBEAT_SECONDS
+    source: AsyncIterator[bytes],
+    heartbeat: float = HEARTBEAT_SECONDS,
+    *,
+    streams: LiveStreams | None = None,
 ) -> AsyncIterator[bytes]:
-    """Relay ``source``'s frames, a heartbeat comment after each ``heartbeat`` s of silence."""
+    """Relay ``source``'s frames, a heartbeat comment after each ``heartbeat`` s of silence.
+
+    Registered in ``streams``, the relay ends (after a ``: stopping`` comment)
+    when :meth:`LiveStreams.close_all` is called.
+    """
     queue: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
+    started = False
 
     async def pull() -> None:
+        nonlocal started
+        started = True
         try:
             async for item in source:
                 await queue.put(item)
         finally:
             await queue.put(_END)
 
+    def cancelled_before_it_ran(task: asyncio.Task[None]) -> None:
+        if not started:  # so its finally never ran, and nothing is queued
+            queue.put_nowait(_END)
+
     puller = asyncio.get_running_loop().create_task(pull())
+    puller.add_done_callback(cancelled_before_it_ran)
+    if streams is not None:
+        streams.opened(puller)
     try:
         yield comment("connected")
         while True:
@@ -72,11 +94,16 @@ async def with_heartbeat(
                 break
             assert isinstance(item, bytes)
             yield item
+        if puller.cancelled():  # the server is stopping: end the response cleanly
+            yield comment("stopping")
+            return
         try:
             await puller
         except Exception as exc:  # headers are sent: the stream can only end, and say why here
             _log.warning("http.stream_failed", error=repr(exc))
     finally:
+        if streams is not None:
+            streams.ended(puller)
         if not puller.done():
             puller.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -85,3 +112,39 @@ async def with_heartbeat(
         if closer is not None:
             with contextlib.suppress(Exception):
                 await closer()
+
+
+class LiveStreams:
+    """The open live streams of one server; :meth:`close_all` ends each cleanly."""
+
+    def __init__(self) -> None:
+        self._pullers: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self._ended = asyncio.Event()
+        self._ended.set()
+
+    def __len__(self) -> int:
+        return len(self._pullers)
+
+    def opened(self, puller: asyncio.Task[None]) -> None:
+        """Track a stream's source task (a stream opened while closing ends at once)."""
+        self._pullers.add(puller)
+        self._ended.clear()
+        if self._closing:
+            puller.cancel()
+
+    def ended(self, puller: asyncio.Task[None]) -> None:
+        """Forget a stream that has ended."""
+        self._pullers.discard(puller)
+        if not self._pullers:
+            self._ended.set()
+
+    async def close_all(self, grace: float) -> int:
+        """End every open stream; wait up to ``grace`` s for them to finish; return how many."""
+        self._closing = True
+        count = len(self._pullers)
+        for puller in list(self._pullers):
+            puller.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._ended.wait(), grace)
+        return count

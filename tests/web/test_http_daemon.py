@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -76,6 +78,52 @@ def test_the_daemon_serves_http_and_stops_it_on_sigterm(rig: DaemonRig, tmp_path
     assert "http.listening" in rig.host_log("w")
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{base}/healthz", timeout=2.0)
+
+
+def test_a_stop_ends_open_live_streams_cleanly_and_logs_only_json(
+    rig: DaemonRig, tmp_path: Path
+) -> None:
+    """SIGTERM with SSE clients attached: each stream ends with `: stopping`, exit 0, JSON only."""
+    port = free_port()
+    daemon = rig.start_host(
+        "j", "--db", str(tmp_path / "j.db"), "--processor", "hostprocs:Tally",
+        "--http", f"127.0.0.1:{port}", "--log-format", "json",
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    received: dict[str, list[str]] = {}
+    connected = threading.Barrier(3)
+
+    def follow(name: str, url: str) -> None:
+        lines = received.setdefault(name, [])
+        with httpx.stream(
+            "GET", url, headers={"Accept": "text/event-stream"}, timeout=30.0
+        ) as response:
+            for line in response.iter_lines():
+                lines.append(line)
+                if line == ": connected":
+                    connected.wait(10)
+
+    with httpx.Client(base_url=base, timeout=10.0) as client:
+        eventually(lambda: _answers(client))
+    readers = [
+        threading.Thread(target=follow, args=(name, f"{base}{url}"), daemon=True)
+        for name, url in (("events", "/v1/events"), ("live", "/v1/processors/tally/live"))
+    ]
+    for reader in readers:
+        reader.start()
+    connected.wait(10)
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0
+    for reader in readers:
+        reader.join(10)
+        assert not reader.is_alive(), "a live stream was still open after the host stopped"
+    for name, lines in received.items():
+        assert ": stopping" in lines, (name, lines)
+    log = rig.host_log("j")
+    assert "Traceback" not in log
+    events = [json.loads(line)["event"] for line in log.splitlines() if line.strip()]
+    assert "http.streams_ended" in events
+    assert events[-1] == "host.stopped"
 
 
 def test_a_taken_port_fails_the_start_and_says_so(rig: DaemonRig, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from streamkit.web._sse import comment, frame, with_heartbeat
+from streamkit.web._sse import LiveStreams, comment, frame, with_heartbeat
 
 
 def test_a_frame_splits_data_lines_and_names_its_event_and_id() -> None:
@@ -38,3 +38,35 @@ async def test_a_quiet_stream_sends_heartbeats_and_closes_its_source() -> None:
     assert await anext(stream) == comment("heartbeat")
     await stream.aclose()
     await asyncio.wait_for(closed.wait(), 2)
+
+
+async def test_closing_the_live_streams_ends_each_with_a_stopping_comment() -> None:
+    """close_all ends every open stream cleanly (no exception to its reader) and closes sources."""
+    streams = LiveStreams()
+    closed: list[int] = []
+
+    async def source(n: int) -> AsyncIterator[bytes]:
+        try:
+            yield frame(str(n))
+            await asyncio.Event().wait()
+        finally:
+            closed.append(n)
+
+    relays = [with_heartbeat(source(n), heartbeat=60, streams=streams) for n in (1, 2)]
+    for n, relay in enumerate(relays, 1):
+        assert await anext(relay) == comment("connected")
+        assert await anext(relay) == frame(str(n))
+
+    async def rest(relay: AsyncIterator[bytes]) -> list[bytes]:
+        return [item async for item in relay]
+
+    readers = [asyncio.ensure_future(rest(relay)) for relay in relays]
+    await asyncio.sleep(0.01)
+    assert len(streams) == 2
+    assert await streams.close_all(grace=2) == 2
+    assert [await reader for reader in readers] == [[comment("stopping")]] * 2
+    assert sorted(closed) == [1, 2]
+    assert len(streams) == 0
+
+    late = with_heartbeat(source(3), heartbeat=60, streams=streams)
+    assert [item async for item in late] == [comment("connected"), comment("stopping")]
