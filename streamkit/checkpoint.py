@@ -26,10 +26,17 @@ is :class:`~streamkit.ReduceCheckpointTable`) keeps these rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from streamkit.errors import CheckpointTooLarge, InvalidRequest
 
-__all__ = ["MAX_CHECKPOINT_STATE_BYTES", "ReduceCheckpoint", "check_checkpoint", "shown_cursor"]
+__all__ = [
+    "MAX_CHECKPOINT_STATE_BYTES",
+    "ReduceCheckpoint",
+    "check_checkpoint",
+    "shown_cursor",
+    "shown_snapshot",
+]
 
 MAX_CHECKPOINT_STATE_BYTES: int = 2 * 1024 * 1024 - 4096
 """The largest serialized state (UTF-8 bytes) one checkpoint row may hold.
@@ -142,3 +149,16 @@ def shown_cursor(cursor: int | None, head: int) -> int | None:
     head" is the whole truth for an operator.
     """
     return None if cursor is None else min(cursor, head)
+
+
+def shown_snapshot(snapshot: dict[str, Any], head: int) -> dict[str, Any]:
+    """A snapshot as shown: its ``offset`` (and ``cursor``) never past the durable head.
+
+    The same rule as :func:`shown_cursor`, so ``snapshot``, ``status`` and the
+    log name one number for one thing.
+    """
+    shown = dict(snapshot)
+    for key in ("offset", "cursor"):
+        if isinstance(shown.get(key), int):
+            shown[key] = min(shown[key], head)
+    return shown

@@ -22,6 +22,7 @@ from typing import Any
 
 from streamkit._targets import default_socket, is_postgres_target, served_name
 from streamkit.backends import host_store, open_log, registered_sockets
+from streamkit.checkpoint import shown_snapshot
 from streamkit.control._client import host_socket
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import MAX_OFFSET
@@ -153,11 +154,18 @@ def live_host_sockets(db: str, socket: str | None) -> list[str]:
     return live
 
 
-async def stored_snapshot(log: Log, slug: str) -> dict[str, Any]:
-    """``{offset, state, version, source: "checkpoint"}`` of ``slug`` from its stored checkpoint.
+async def stored_snapshot(log: Log, slug: str, path: str | None = None) -> dict[str, Any]:
+    """``{offset, cursor, state, version, source: "checkpoint"}`` of ``slug`` from its checkpoint.
 
-    What a command shows of a processor when no host answers. A slug with no
-    checkpoint in the log is refused with
+    What a command shows of a processor when no host answers. ``offset`` and
+    ``cursor`` are never past the durable head of the processor's path
+    (``path``, else the path its lease names, else ``/``), as status shows
+    them. A slug with no checkpoint in the log is refused with
     :class:`~streamkit.errors.InvalidRequest`; nothing is written either way.
     """
-    return await host_store(log).stored_snapshot(slug)
+    store = host_store(log)
+    snapshot = await store.stored_snapshot(slug)
+    if path is None:
+        paths = {lease.path for lease in await store.leases() if lease.slug == slug}
+        path = paths.pop() if len(paths) == 1 else "/"
+    return shown_snapshot(snapshot, await log.stream(path).head())

@@ -22,6 +22,7 @@ from streamkit.cli._args import (
     existing_log,
     live_host_sockets,
     positive_int,
+    stored_snapshot,
 )
 from streamkit.cli._common import (
     add_socket_flag,
@@ -271,7 +272,7 @@ def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
 
         async def run() -> dict[str, Any]:
             async with existing_log(args.db) as log:
-                return await host_store(log).stored_snapshot(args.slug)
+                return await stored_snapshot(log, args.slug, args.path)
 
         snapshot = asyncio.run(run())
     if args.json:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamkit._targets import shown_target
+from streamkit.checkpoint import shown_snapshot
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidRequest, SlowConsumer
 from streamkit.events import EventInput, ReadPage, StreamEvent
@@ -118,22 +119,26 @@ class HostVerbs:
 
         From the engine it also carries ``rev`` and ``live`` (the live-state
         revision and projection), so a watcher can re-seed from it and apply
-        the deltas after ``rev``.
+        the deltas after ``rev``. ``offset`` is never past the durable head
+        (as status shows the cursor).
         """
         runner = self.runner(slug, path)
+        stream = self._require_log().stream(runner.path)
         engine = runner.engine
         if engine is not None:
             offset, state = await engine.snapshot()
             # Caught up by the line above, this reads no log and awaits nothing: the
             # revision belongs to the very state returned.
             rev, projection = await engine.live_snapshot()
-            return {
+            snapshot = {
                 "offset": offset,
                 "state": jsonable(state),
                 "rev": rev,
                 "live": jsonable(projection),
                 "source": "engine",
             }
+            # The head after the snapshot: a durable event the engine reduced is below it.
+            return shown_snapshot(snapshot, await stream.head())
 
         stored = await self._require_store().stored_snapshot(slug)
         contract = runner.processor.contract
@@ -141,7 +146,7 @@ class HostVerbs:
             # A checkpoint leaves out fields at their defaults (compact_state): a reader
             # of the snapshot gets the whole state, as from the engine.
             stored["state"] = contract.restored_json(stored["state"])
-        return stored
+        return shown_snapshot(stored, await stream.head())
 
     async def live_snapshot(self, slug: str, path: str | None = None) -> LiveSnapshot:
         """``(rev, projection)`` of a processor this host runs (the watch seed)."""

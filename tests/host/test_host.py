@@ -22,6 +22,7 @@ from streamkit import (
     open_log,
 )
 from streamkit.backends import host_store
+from streamkit.cli import stored_snapshot
 from streamkit.backends.sqlite.host_store import SqliteHostStore
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig, InvalidEvent
@@ -155,6 +156,28 @@ async def test_status_reports_cursor_head_lag_lease(tmp_path: Path, hosts: HostF
     assert row["lease_held_here"] is True
     assert row["events_reduced"] == 2
     assert status["host"]["owner"] == host.owner
+
+
+async def test_snapshot_status_and_the_log_name_one_offset_past_an_ephemeral(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """An ephemeral takes an offset past the durable head: snapshot says the head, as status does."""
+    host = hosts(Tally())
+    await host.start()
+    (item,) = await host.append("/", [{"type": "item"}])
+    (blip,) = await host.append("/", [{"type": "item", "ephemeral": True}])
+    await host.wait_until_processed("tally", blip.offset)
+    snapshot = await host.snapshot("tally")
+    (row,) = (await host.status())["processors"]
+    assert blip.offset == item.offset + 1
+    assert snapshot["offset"] == row["cursor"] == row["head"] == item.offset
+    await host.stop()
+    # From the checkpoint alone (no host): the same number.
+    async with open_log(tmp_path / "h.db") as log:
+        stored = await stored_snapshot(log, "tally")
+        raw = await host_store(log).stored_snapshot("tally")
+    assert raw["cursor"] == blip.offset  # the checkpoint counts the ephemeral's offset...
+    assert stored["offset"] == stored["cursor"] == item.offset  # ...what is shown does not
 
 
 async def test_one_slug_on_two_paths_is_refused(tmp_path: Path) -> None:
