@@ -146,7 +146,7 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     if not database.get("reachable", True):
         out.write(f"database: UNREACHABLE ({database.get('error')})\n")
     for row in status["processors"]:
-        out.write(_status_line(row, bool(hosts)) + "\n")
+        out.write(_status_line(row, bool(hosts), several=len(hosts) > 1) + "\n")
     return 0
 
 
@@ -181,14 +181,16 @@ def _merged_status(answers: list[dict[str, Any]]) -> dict[str, Any]:
     return {"host": hosts[0], "hosts": hosts, "database": database, "processors": ordered}
 
 
-def _status_line(row: dict[str, Any], live: bool) -> str:
+def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> str:
+    """One processor's line; with ``several`` hosts answering, "here" would name none of them."""
     lease = row.get("lease")
     if lease is None:
         lease_text = "none"
     elif lease.get("released"):
         lease_text = f"released (gen {lease['generation']})"
     elif lease.get("held"):
-        here = " here" if row.get("lease_held_here") else f" by {lease['owner']}"
+        mine = row.get("lease_held_here") and not several
+        here = " here" if mine else f" by {lease['owner']}"
         lease_text = f"held{here} (gen {lease['generation']})"
     else:
         lease_text = f"expired (gen {lease['generation']})"

@@ -22,8 +22,8 @@ from streamkit import (
     open_log,
 )
 from streamkit.backends import host_store
-from streamkit.cli import stored_snapshot
 from streamkit.backends.sqlite.host_store import SqliteHostStore
+from streamkit.cli import stored_snapshot
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig, InvalidEvent
 from streamkit.host import ProcessorHost

@@ -12,7 +12,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from support.host import Fragile, Pinged, Tally
+from support.host import Fragile, Pinged, Second, Tally
 
 from streamkit import ReduceCheckpointTable
 from streamkit.cli import main
@@ -232,3 +232,28 @@ async def test_expect_head_works_while_a_host_publishes_live_state(
     err = capsys.readouterr().err
     assert "[OFFSET_CONFLICT]" in err
     assert f"retry with expect_head={later}" in err
+
+
+async def test_status_over_several_hosts_says_which_host_holds_each_lease(short_dir: Path) -> None:
+    """Two hosts, one processor each: each row names its holder, none says "here"."""
+    db = str(short_dir / "m.db")
+    made = []
+    for name, processor in (("a", Tally()), ("b", Second())):
+        config = HostConfig.model_validate(
+            {"db": db, "socket": str(short_dir / f"{name}.sock"), "lease": {"ttl": 5.0}}
+        )
+        running = ProcessorHost(config, processors=[processor])
+        await running.start()
+        made.append(running)
+    try:
+        code, out = await cli("status", "--db", db)
+    finally:
+        for running in made:
+            await running.stop(grace=0.0)
+    assert code == 0, out
+    a, b = made
+    lines = {line.split()[0]: line for line in out.splitlines() if not line.startswith("host:")}
+    assert f"lease=held by {a.owner} " in lines["tally"]
+    assert f"lease=held by {b.owner} " in lines["second"]
+    assert "held here" not in out
+    assert sum(line.startswith("host: ") for line in out.splitlines()) == 2
