@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from streamkit.contract import ProcessorContract
+    from streamkit.protocols import StreamAccess
 
 __all__ = [
     "Delivery",
@@ -137,6 +138,9 @@ class EffectHost(Protocol):
 
     def now(self) -> float: ...
 
+    @property
+    def stream(self) -> StreamAccess: ...
+
     def clients_first(self) -> bool: ...
 
     def guard(self) -> None: ...
@@ -227,6 +231,18 @@ class ProcessEventArgs(Generic[State]):
         its clock moves the processor's "now" with it.
         """
         return self._host.now()
+
+    @property
+    def stream(self) -> StreamAccess:
+        """The stream this processor runs on: ``read`` it, or ``append`` outside the contract.
+
+        For a processor that looks things up in its own log (the DLQ reads the
+        records it replays) or re-appends events of types it does not emit (the
+        DLQ's replays): the engine's own stream, fenced by the host's lease, so
+        nothing needs the database named twice. :meth:`append` is the verb for
+        a processor's own events: it checks ``emits`` and stamps the source.
+        """
+        return self._host.stream
 
     def yield_to_clients(self) -> bool:
         """Whether the host asks its processors to hold back now, its clients appending.

@@ -49,8 +49,13 @@ Clock = Callable[[], float]
 
 
 @runtime_checkable
-class ProcessorStream(Protocol):
-    """The stream a processor engine runs over: one path of a log, plus the alarm claim."""
+class StreamAccess(Protocol):
+    """One path of a log as a processor may use it itself: read it, append to it.
+
+    What ``args.stream`` gives a processor: the very stream its engine runs
+    over, so a host's fencing holds for it (a host that lost the lease writes
+    nothing through it).
+    """
 
     @property
     def path(self) -> str:
@@ -64,6 +69,10 @@ class ProcessorStream(Protocol):
     async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
         """Read durable events after ``after_offset`` with the scanned-range proof."""
         ...
+
+
+class ProcessorStream(StreamAccess, Protocol):
+    """The stream a processor engine runs over: one path of a log, plus the alarm claim."""
 
     async def claim(self, at: float | None) -> None:
         """Ask to be revived by epoch second ``at``; ``None`` releases the claim."""

@@ -63,7 +63,7 @@ async def main() -> None:
 
     stream = memory_stream()
     storage = memory_storage()
-    dlq = DlqProcessor(stream=stream, handlers={"charge": charge_again}, max_attempts=2)
+    dlq = DlqProcessor(handlers={"charge": charge_again}, max_attempts=2)
     engine = ProcessorEngine(dlq, stream=stream, storage=storage)
     stream.engines.append(engine)
 
@@ -114,7 +114,7 @@ async def main() -> None:
     tasks_engine = ProcessorEngine(
         TasksProcessor(handlers={"send-invoice": send_invoice}), stream=stream, storage=storages[0]
     )
-    dlq_engine = ProcessorEngine(DlqProcessor(stream=stream), stream=stream, storage=storages[1])
+    dlq_engine = ProcessorEngine(DlqProcessor(), stream=stream, storage=storages[1])
     stream.engines += [tasks_engine, dlq_engine]
 
 

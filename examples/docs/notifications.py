@@ -151,7 +151,7 @@ async def main() -> None:
     from streamkit.processors.dlq import DlqProcessor, replay_requested_event
 
     dlq_engine = ProcessorEngine(
-        DlqProcessor(stream=pages, clock=clock), stream=pages, storage=storage, clock=clock
+        DlqProcessor(clock=clock), stream=pages, storage=storage, clock=clock
     )
     pages.engines.append(dlq_engine)
     pager.up = True

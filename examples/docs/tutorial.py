@@ -265,7 +265,7 @@ async def main() -> None:
     # --- docs/tutorial.md:388
     from streamkit.processors.dlq import DlqProcessor, iter_records, replay_requested_event
 
-    dlq = run(DlqProcessor(stream=stream, max_attempts=1, clock=clock))
+    dlq = run(DlqProcessor(max_attempts=1, clock=clock))
 
     t4, t5 = await stream.append(request("t4", "Old notes", "archive"), request("t5", "", "home"))
     await run_until_quiet()

@@ -208,7 +208,7 @@ def config_toml(
         ("task_service.service:BoardNotifications", {"outbox": str(data / "outbox.jsonl")}),
         (
             "streamkit.processors.dlq:DlqProcessor",
-            {"db": str(db_path), "max_attempts": dlq_max_attempts},
+            {"max_attempts": dlq_max_attempts},
         ),
     ]
     lines = [

@@ -35,8 +35,7 @@ dead-lettering again with the same record id and ``replay`` (pass
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamkit.processors._handlers import resolve_handler
@@ -57,7 +56,6 @@ from streamkit.processors.dlq._events import (
 )
 from streamkit.processors.dlq._replay import (
     ReplayPass,
-    ReplayStream,
     abandoned_event,
     append_all,
     completed_event,
@@ -69,11 +67,9 @@ from streamkit.processors.dlq._scan import (
 
 from streamkit import (
     InvalidContract,
-    InvalidRequest,
     ProcessEventArgs,
     StreamEvent,
     StreamProcessor,
-    open_log,
 )
 
 __all__ = [
@@ -86,9 +82,9 @@ _RETRY_PASS_AFTER = 5.0
 class DlqProcessor(StreamProcessor[DlqState]):
     """Collects ``dlq.dead-lettered`` records and replays them on ``dlq.replay-requested``.
 
-    ``stream`` (or ``db`` and ``path``, opened for the length of each replay) is
-    where replays read records and re-append requests: the log itself is the
-    record store. ``handlers`` maps an operation to an async replay handler (or
+    Replays read the records from, and re-append requests to, the stream the
+    processor runs on (``args.stream``, fenced by the host's lease): the log
+    itself is the record store, and nothing names the database twice. ``handlers`` maps an operation to an async replay handler (or
     a ``"module:function"`` string); a record without one is replayed by
     re-appending its original request (``request_type``), or skipped when it has
     none. A record whose replays reach ``max_attempts`` is abandoned.
@@ -99,9 +95,6 @@ class DlqProcessor(StreamProcessor[DlqState]):
     def __init__(
         self,
         *,
-        stream: ReplayStream | None = None,
-        db: str | None = None,
-        path: str = "/",
         handlers: Mapping[str, ReplayHandler | str] | None = None,
         max_attempts: int = 3,
         clock: Callable[[], float] = time.time,
@@ -112,9 +105,6 @@ class DlqProcessor(StreamProcessor[DlqState]):
                 "nothing was built",
                 details={"max_attempts": repr(max_attempts)},
             )
-        self._stream = stream
-        self._db = db
-        self._path = path
         self._handlers = {
             op: resolve_handler(f'DLQ replay handler for "{op}"', h, {"operation": op})
             for op, h in (handlers or {}).items()
@@ -226,55 +216,21 @@ class DlqProcessor(StreamProcessor[DlqState]):
     async def _abandon(self, args: ProcessEventArgs[DlqState], record: DlqRecord) -> None:
         await append_all(args, [abandoned_event(self._key, record, self.max_attempts)])
 
-    @asynccontextmanager
-    async def _reader(self) -> AsyncIterator[ReplayStream]:
-        if self._stream is not None:
-            yield self._stream
-            return
-        if self._db is None:
-            raise InvalidRequest(
-                "this DlqProcessor was built without stream= or db=, so it cannot read the "
-                "records it would replay; build it with DlqProcessor(db=..., path=...)",
-                details={},
-            )
-        log = open_log(self._db)
-        try:
-            yield log.stream(self._path)
-        finally:
-            await log.aclose()
-
     async def _run_pass(
         self, args: ProcessEventArgs[DlqState], active: ActiveReplay, floor: int
     ) -> None:
         try:
-            async with self._reader() as reader:
-                await ReplayPass(
-                    args=args,
-                    reader=reader,
-                    active=active,
-                    floor=floor,
-                    handlers=self._handlers,
-                    max_attempts=self.max_attempts,
-                    key=self._key,
-                ).run()
-        except InvalidRequest as exc:
-            # A DLQ that cannot read the log can never run this request: end it
-            # with the reason rather than retrying forever.
-            await append_all(
-                args,
-                [
-                    self._completed(
-                        ReplayCompleted(
-                            request_offset=active.request_offset,
-                            requested_by=active.requested_by,
-                            report=active.report,
-                            error=str(exc),
-                        )
-                    )
-                ],
-            )
+            await ReplayPass(
+                args=args,
+                reader=args.stream,
+                active=active,
+                floor=floor,
+                handlers=self._handlers,
+                max_attempts=self.max_attempts,
+                key=self._key,
+            ).run()
         except Exception:
-            # Anything else (a read failure, say) leaves the request queued:
+            # A failure (a read, say) leaves the request queued:
             # this wakeup, or the next at-head pass, starts it again.
             self._pass_for = None
             args.schedule_wakeup(self._clock() + _RETRY_PASS_AFTER)

@@ -62,7 +62,13 @@ from streamkit.errors import (
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.live_state import LiveSnapshot, LiveState
 from streamkit.processor import ProcessEventArgs, StreamProcessor, Work
-from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream, TypedReads
+from streamkit.protocols import (
+    CheckpointStorage,
+    Clock,
+    ProcessorStream,
+    StreamAccess,
+    TypedReads,
+)
 
 __all__ = [
     "MAX_CATCH_UP_PAGE",
@@ -532,6 +538,11 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
     def now(self) -> float:
         """The engine's clock, epoch seconds (see ``args.now``)."""
         return self._clock()
+
+    @property
+    def stream(self) -> StreamAccess:
+        """The stream this engine runs over (see ``args.stream``)."""
+        return self._stream
 
     def awaited(self) -> bool:
         """Whether a caller waits now for the cursor to reach an offset (:meth:`wait_until_processed`)."""

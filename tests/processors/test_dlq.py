@@ -127,9 +127,7 @@ async def test_replay_report_has_all_four_kinds(rig: Rig) -> None:
     async def fails(rec: DlqRecord, ctx: ReplayContext) -> None:
         raise RuntimeError("still broken")
 
-    dlq = DlqProcessor(
-        stream=rig.stream, handlers={"ok": ok, "fails": fails}, max_attempts=2, clock=rig.clock
-    )
+    dlq = DlqProcessor(handlers={"ok": ok, "fails": fails}, max_attempts=2, clock=rig.clock)
     engine = rig.start(dlq)
     await rig.stream.append(
         record("good", "ok"),
@@ -177,7 +175,7 @@ async def test_replay_by_ids_skips_unknown_and_settled_ids(rig: Rig) -> None:
     async def ok(rec: DlqRecord, ctx: ReplayContext) -> None:
         return None
 
-    rig.start(DlqProcessor(stream=rig.stream, handlers={"op": ok}, clock=rig.clock))
+    rig.start(DlqProcessor(handlers={"op": ok}, clock=rig.clock))
     await rig.stream.append(record("a"), record("b"), record("c"))
     await rig.stream.append(replay_requested_event(record_ids=["a"]))
     await until(lambda: len(rig.of_type(REPLAY_COMPLETED)) == 1)
@@ -202,7 +200,7 @@ async def test_replay_by_operation_leaves_others_pending(rig: Rig) -> None:
     async def ok(rec: DlqRecord, ctx: ReplayContext) -> None:
         return None
 
-    rig.start(DlqProcessor(stream=rig.stream, handlers={"x": ok, "y": ok}, clock=rig.clock))
+    rig.start(DlqProcessor(handlers={"x": ok, "y": ok}, clock=rig.clock))
     await rig.stream.append(record("x1", "x"), record("y1", "y"), record("x2", "x"))
     await rig.stream.append(replay_requested_event(operation="x"))
     await until(lambda: bool(rig.of_type(REPLAY_COMPLETED)))
@@ -223,7 +221,7 @@ async def test_failed_tasks_replay_through_the_tasks_processor(rig: Rig) -> None
         return "sent"
 
     tasks = rig.start(TasksProcessor(handlers={"invoice": invoice}, clock=rig.clock))
-    dlq = rig.start(DlqProcessor(stream=rig.stream, max_attempts=2, clock=rig.clock))
+    dlq = rig.start(DlqProcessor(max_attempts=2, clock=rig.clock))
     await rig.stream.append(
         task_requested_event(task_id="i1", name="invoice", args={"customer": "c1"}, max_attempts=1),
         task_requested_event(task_id="i2", name="invoice", args={"customer": "c2"}, max_attempts=1),
@@ -271,7 +269,7 @@ async def test_replay_pages_through_many_records_with_bounded_state(rig: Rig) ->
     async def ok(rec: DlqRecord, ctx: ReplayContext) -> None:
         return None
 
-    engine = rig.start(DlqProcessor(stream=rig.stream, handlers={"op": ok}, clock=rig.clock))
+    engine = rig.start(DlqProcessor(handlers={"op": ok}, clock=rig.clock))
     for start in range(0, 1200, 300):
         await rig.stream.append(*(record(f"r{i}") for i in range(start, start + 300)))
     await settle()
@@ -317,9 +315,7 @@ async def test_interrupted_replay_resumes_without_replaying_twice(rig: Rig) -> N
         calls.append(rec.record_id)
 
     await rig.stream.append(*(record(f"r{i}") for i in range(700)))
-    first = rig.start(
-        DlqProcessor(stream=rig.stream, handlers={"op": stops_at_600}, clock=rig.clock)
-    )
+    first = rig.start(DlqProcessor(handlers={"op": stops_at_600}, clock=rig.clock))
     await first.catch_up_from_log()
     await rig.stream.append(replay_requested_event())
     # Crash once the first page's progress is written.
@@ -329,7 +325,7 @@ async def test_interrupted_replay_resumes_without_replaying_twice(rig: Rig) -> N
     done_before = len(calls)
     assert done_before < 700
 
-    second = rig.start(DlqProcessor(stream=rig.stream, handlers={"op": ok}, clock=rig.clock))
+    second = rig.start(DlqProcessor(handlers={"op": ok}, clock=rig.clock))
     await second.revive()
     await until(lambda: bool(rig.of_type(REPLAY_COMPLETED)), rounds=2000)
     (done,) = rig.of_type(REPLAY_COMPLETED)
@@ -339,17 +335,18 @@ async def test_interrupted_replay_resumes_without_replaying_twice(rig: Rig) -> N
     assert set(calls) == {f"r{i}" for i in range(700)}
 
 
-async def test_dlq_without_a_log_handle_ends_the_replay_with_an_error(rig: Rig) -> None:
-    """A DLQ built with neither stream nor db ends a replay request with a clear error, not a wedge."""
-    engine = rig.start(DlqProcessor(clock=rig.clock))
-    await rig.stream.append(record("a"), replay_requested_event())
+async def test_a_dlq_built_with_no_arguments_replays_through_the_stream_it_runs_on(
+    rig: Rig,
+) -> None:
+    """Nothing names the log twice: the DLQ reads and re-appends through args.stream."""
+    rig.start(DlqProcessor(clock=rig.clock))
+    await rig.stream.append(record("a", request_type="op.requested"), replay_requested_event())
     await until(lambda: bool(rig.of_type(REPLAY_COMPLETED)))
     (done,) = rig.of_type(REPLAY_COMPLETED)
-    assert "without stream= or db=" in done["error"]
-    await settle()
-    _, state = await engine.snapshot()
-    assert state.replays == []
-    assert state.counts.pending == 1
+    assert done.get("error") is None
+    assert done["report"]["replayed"] == ["a"]
+    (replayed,) = [e for e in rig.stream.events if e.type == "op.requested"]
+    assert replayed.metadata["dlq"]["record_id"] == "a"
 
 
 async def test_find_head_and_listing_over_a_real_log(tmp_path: Path) -> None:
@@ -393,5 +390,5 @@ async def test_refused_replay_request_is_answered(rig: Rig) -> None:
         *(replay_requested_event(requested_by=f"u{i}") for i in range(MAX_QUEUED_REPLAYS + 2))
     )
     await until(lambda: len(rig.of_type(REPLAY_COMPLETED)) == MAX_QUEUED_REPLAYS + 2)
-    errors = [p["error"] for p in rig.of_type(REPLAY_COMPLETED)]
+    errors = [p.get("error") or "" for p in rig.of_type(REPLAY_COMPLETED)]
     assert sum("already queued" in e for e in errors) == 1

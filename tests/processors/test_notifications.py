@@ -575,7 +575,7 @@ async def test_a_dlq_replay_resends_and_settles_the_record(rig: Rig) -> None:
                 clock=rig.clock,
             )
         )
-        dlq = rig.start(DlqProcessor(stream=rig.stream, clock=rig.clock))
+        dlq = rig.start(DlqProcessor(clock=rig.clock))
         await rig.stream.append(_created(1))
         await rig.idle(notifications)
         (record,) = rig.of_type("dlq.dead-lettered")
@@ -609,7 +609,7 @@ async def test_a_failed_replay_dead_letters_the_same_record_again(rig: Rig) -> N
                 clock=rig.clock,
             )
         )
-        rig.start(DlqProcessor(stream=rig.stream, clock=rig.clock))
+        rig.start(DlqProcessor(clock=rig.clock))
         await rig.stream.append(_created(1))
         await rig.idle(notifications)
         await rig.stream.append(replay_requested_event())
@@ -649,7 +649,7 @@ async def test_a_render_failure_is_replayed_after_the_rule_is_fixed(
             rules=[fixed], channels={"out": OutboxChannel(outbox)}, clock=rig.clock
         )
     )
-    rig.start(DlqProcessor(stream=rig.stream, clock=rig.clock))
+    rig.start(DlqProcessor(clock=rig.clock))
     await rig.stream.append(replay_requested_event())
     await until(lambda: bool(rig.of_type("dlq.record-succeeded")))
     await rig.idle(second)

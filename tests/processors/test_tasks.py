@@ -714,7 +714,7 @@ async def test_tasks_and_dlq_over_a_real_log_through_the_host(tmp_path: Path) ->
             config,
             processors=[
                 TasksProcessor(handlers={"charge": charge}),
-                DlqProcessor(db=str(db)),
+                DlqProcessor(),
             ],
             serve_control=False,
         )
@@ -935,7 +935,7 @@ async def test_cli_tasks_and_dlq_through_a_running_host() -> None:
         config,
         processors=[
             TasksProcessor(handlers={"wait": wait_for_gate, "explode": explode}),
-            DlqProcessor(db=db),
+            DlqProcessor(),
         ],
     )
     await host.start()

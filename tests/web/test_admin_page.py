@@ -121,7 +121,7 @@ def test_the_admin_page_follows_the_host_and_drives_it(browser: WebDriver, tmp_p
             "--processor",
             "hostprocs:Tally",
             "--processor",
-            "streamkit.processors.dlq:DlqProcessor" + json.dumps({"db": str(db)}),
+            "streamkit.processors.dlq:DlqProcessor",
             "--processor",
             tasks,
             "--http",

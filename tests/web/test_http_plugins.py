@@ -33,7 +33,7 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
         config,
         processors=[
             TasksProcessor(handlers={"work": _never}),
-            DlqProcessor(db=str(tmp_path / "p.db")),
+            DlqProcessor(),
         ],
         serve_control=False,
         services=[service],
