@@ -5,6 +5,8 @@
    20 events not counted, which warm up both processes' connections). The
    latency is from just before the ``append`` call (in the appending process)
    to ``process_event`` (in the daemon), same machine clock. Goal: p99 < 20 ms.
+   A second row appends one event a second, so each lands on a quiet log
+   (the follow poll slowed to 50 ms). Then an idle daemon's CPU over 20 s.
 2. Catch-up: a log of N events (default 1,000,000), a daemon with 3 processors
    started on it; each processor's ``catch_up.done`` log line gives its events
    per second (the three catch up at once, on one event loop).
@@ -26,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -116,8 +119,8 @@ def percentile(samples: list[float], p: float) -> float:
     return ordered[index]
 
 
-def bench_pickup(workdir: Path, count: int, db: Path | str, label: str) -> str:
-    """One table row: the pickup latency of ``count`` events on ``db``."""
+def bench_pickup(workdir: Path, count: int, db: Path | str, label: str, gap: float = 0.005) -> str:
+    """One table row: the pickup latency of ``count`` events on ``db``, ``gap`` s apart."""
     stamps = workdir / f"stamps-{label}.txt"
     spec = f'bench_procs:Stamp{{"out": "{stamps}"}}'
     child, _ = spawn(workdir, db, spec)
@@ -133,7 +136,8 @@ def bench_pickup(workdir: Path, count: int, db: Path | str, label: str) -> str:
                 if n >= WARM_UP:
                     sent[event.offset] = started
                     committed[event.offset] = time.time()
-                await asyncio.sleep(0.005)
+                # Jittered, so the appends do not fall in step with the daemon's polls.
+                await asyncio.sleep(gap * random.uniform(1, 1.2) if n >= WARM_UP - 1 else 0.005)
 
     try:
         asyncio.run(append_all())
@@ -170,6 +174,33 @@ PICKUP_HEADER = [
     "| after the append returned p50 / p99 |",
     "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
 ]
+
+
+IDLE_HEADER = [
+    "### An idle daemon (one processor, nothing appended)",
+    "",
+    "| backend | seconds | CPU seconds | share of one core |",
+    "| --- | ---: | ---: | ---: |",
+]
+
+
+def bench_idle(workdir: Path, db: Path | str, label: str, seconds: float) -> str:
+    """One table row: the CPU an idle daemon uses over ``seconds`` (utime + stime, /proc)."""
+    spec = f'bench_procs:Stamp{{"out": "{workdir / "idle-stamps.txt"}"}}'
+    child, _ = spawn(workdir, db, spec)
+    try:
+        time.sleep(2)  # past start-up and the first quiet spell
+
+        def cpu() -> float:
+            fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        before = cpu()
+        time.sleep(seconds)
+        used = cpu() - before
+    finally:
+        stop(child)
+    return f"| {label} | {seconds:.0f} | {used:.2f} | {used / seconds:.2%} |"
 
 
 def bench_catch_up(workdir: Path, events: int) -> list[str]:
@@ -324,6 +355,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--pickups", type=int, default=500)
+    parser.add_argument(
+        "--quiet-pickups", type=int, default=20, help="pickups 1 s apart (after a quiet spell)"
+    )
     parser.add_argument("--postgres", help="a PostgreSQL URL: measure the pickup there too")
     parser.add_argument("--no-catch-up", action="store_true", help="measure the pickup only")
     parser.add_argument(
@@ -340,6 +374,13 @@ def main() -> None:
         lines = [
             *PICKUP_HEADER,
             bench_pickup(workdir, args.pickups, workdir / "pickup.db", "SQLite"),
+            bench_pickup(
+                workdir,
+                args.quiet_pickups,
+                workdir / "quiet.db",
+                "SQLite, 1 s apart (each after a quiet spell)",
+                gap=1.0,
+            ),
         ]
         if args.postgres:
             schema = f"bench_{os.getpid()}"
@@ -355,6 +396,7 @@ def main() -> None:
                 )
             finally:
                 drop_schema(args.postgres, schema)
+        lines += ["", *IDLE_HEADER, bench_idle(workdir, workdir / "idle.db", "SQLite", 20)]
         if not args.no_catch_up:
             lines += ["", *bench_catch_up(workdir, args.events)]
         if args.fan_out:

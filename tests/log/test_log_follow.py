@@ -11,6 +11,7 @@ import pytest
 from support.log import check_contiguous, collect_until, durable, durables, next_push, tick
 
 from streamkit import ScannedRange, StreamEvent, open_log
+from streamkit.backends.sqlite import _writer as writer_internals
 from streamkit.log import Log
 from streamkit.log import _follow as follow_internals
 
@@ -27,6 +28,24 @@ async def test_other_connections_commits_are_picked_up(log_file: Path) -> None:
         check_contiguous(pushes, 0)
         assert durables(pushes) == [1, 2, 4, mine.offset]
         assert not any(e.ephemeral for p in pushes for e in p[0])
+
+
+async def test_a_quiet_log_is_looked_at_less_often_and_still_hears_other_commits(
+    log_file: Path,
+) -> None:
+    """Half a second without events: the follow poll slows from 2 ms to 50 ms; nothing is missed."""
+    async with open_log(log_file) as ours, open_log(log_file) as theirs:
+        it = ours.stream("/q").follow()
+        await asyncio.sleep(writer_internals.POLL_QUIET_SECONDS + 0.2)
+        ages = []
+        for _ in range(100):
+            ages.append(ours.follow_age() or 0.0)
+            await asyncio.sleep(0.003)
+        # 2 ms polling never lets the last look grow past a few ms; 50 ms polling does.
+        assert max(ages) > 0.02, max(ages)
+        await theirs.stream("/q").append(durable(1))
+        pushes = await collect_until(it, 1)
+        assert durables(pushes) == [1]
 
 
 async def test_mixed_writers_give_contiguous_exactly_once_delivery(log_file: Path) -> None:

@@ -87,6 +87,8 @@ class GroupCommit(Placement):
     _fed: dict[str, int]
     _wakes: WakeList
     _settle: list[Job]
+    _synced_at: float
+    _active_at: float
     transactions: int
 
     if TYPE_CHECKING:
@@ -203,6 +205,7 @@ class GroupCommit(Placement):
             if fed is not None and durable:
                 self._fed[path] = max(fed, durable[-1])
         if published:
+            self._active_at = self._synced_at  # events: the log is busy (see Writer._loop)
             self._feed.publish(published, self._wakes)
 
     def _run_without_transaction(self, calls: Sequence[WriteCall]) -> bool:

@@ -19,7 +19,10 @@ Other processes' commits: the writer connection's ``PRAGMA data_version``
 changes exactly when another connection committed, so the writer checks it at
 the start of every group (dropping cached heads, reading the new rows of
 followed paths and pushing them) and, while anyone follows, the thread polls it
-whenever 2 ms passed without such a check.
+whenever 2 ms passed without such a check. A log quiet for half a second (no
+events committed here, none seen from elsewhere) is polled every 50 ms instead, so an
+idle host costs next to no CPU; the first commit from elsewhere after a quiet
+spell is then seen within 50 ms, and the 2 ms polling resumes with it.
 Polling from this thread needs no second thread or connection and never races
 the writer's own view of the heads.
 """
@@ -74,6 +77,13 @@ GROUP_LIMIT = 1000
 """Calls per group commit at most, so one huge backlog cannot delay every caller behind it."""
 POLL_SECONDS = 0.002
 """How often the idle writer looks for other processes' commits while anyone follows."""
+POLL_QUIET_SECONDS = 0.5
+"""After this long with no events committed, here or elsewhere, the log counts as quiet.
+
+(A lease renewal or a checkpoint is no activity: a host's heartbeat alone must
+not keep its idle log on the fast poll.)"""
+POLL_QUIET_INTERVAL_SECONDS = 0.05
+"""How often a quiet log is looked at: 20 looks a second instead of 500."""
 POLL_WAIT_SECONDS = 0.002
 """How long an inline commit waits for a follow poll to hand the connection back."""
 FOREIGN_PAGE = 1000
@@ -121,6 +131,7 @@ class Writer(WriterThread, GroupCommit):
         # Rows of plain appends held back to be inserted together (see _apply_group).
         self._deferred_rows: list[tuple[Any, ...]] | None = None
         self._synced_at = 0.0  # monotonic time of the latest look for other processes' commits
+        self._active_at = 0.0  # monotonic time of the latest events, committed here or seen
         self._token = token
         # What stamps each commit's created_at: the default clock is read as integer
         # nanoseconds (cheaper to format); any other clock through format_timestamp.
@@ -226,9 +237,15 @@ class Writer(WriterThread, GroupCommit):
             job: Any
             if self._feed.has_subscribers():
                 # Every transaction looks for other processes' commits too (_sync_foreign),
-                # so the poll is due only POLL_SECONDS after the latest look: while inline
+                # so the poll is due only an interval after the latest look: while inline
                 # commits flow, the thread stays off the connection and the GIL.
-                wait = self._synced_at + POLL_SECONDS - time.monotonic()
+                now = monotonic()
+                interval = (
+                    POLL_SECONDS
+                    if now - self._active_at < POLL_QUIET_SECONDS
+                    else POLL_QUIET_INTERVAL_SECONDS
+                )
+                wait = self._synced_at + interval - now
                 if wait <= 0:
                     # Flagged before taking the lock: the thread may hold it while it waits
                     # for the GIL, and an inline caller seeing it held must know it is a poll.
@@ -238,7 +255,7 @@ class Writer(WriterThread, GroupCommit):
                             self._poll()
                     finally:
                         self._polling = False
-                    wait = POLL_SECONDS
+                    wait = interval
                 try:
                     job = self._queue.get(timeout=wait)
                 except queue.Empty:
@@ -307,6 +324,7 @@ class Writer(WriterThread, GroupCommit):
     def _take_foreign(self, version: int) -> None:
         """Other connections committed (``data_version`` is now ``version``): see to it."""
         self._data_version = version
+        self._active_at = self._synced_at
         self._invalidate()
         latest = self._conn.execute(_LATEST_STAMP).fetchone()[0]
         if latest is not None and latest > self._last_stamp:
