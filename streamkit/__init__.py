@@ -43,7 +43,14 @@ from streamkit.errors import (
     UnknownOperation,
     UntrustedSocket,
 )
-from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
+from streamkit.events import (
+    Appended,
+    EventInput,
+    ReadPage,
+    ScannedRange,
+    StreamEvent,
+    replayed_offsets,
+)
 from streamkit.host import ProcessorHost
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot, LiveState, apply_delta
 from streamkit.log import Log, Stream
@@ -53,6 +60,7 @@ from streamkit.shared_map import SharedMap
 
 __all__ = [
     "LIVE_STATE_CHANGED",
+    "Appended",
     "BatchInfo",
     "CheckpointStorage",
     "CheckpointTooLarge",
@@ -114,4 +122,5 @@ __all__ = [
     "define_processor_contract",
     "diff_json",
     "open_log",
+    "replayed_offsets",
 ]

@@ -30,15 +30,18 @@ __all__ = [
     "MAX_OFFSET",
     "MAX_TYPE_LENGTH",
     "RESERVED_PREFIX",
+    "Appended",
     "EventInput",
     "PreparedEvent",
     "ReadPage",
     "ScannedRange",
     "StreamEvent",
+    "appended_to_dicts",
     "format_timestamp",
     "prepare_event",
     "prepare_event_plain",
     "prepare_events",
+    "replayed_offsets",
     "same_body",
     "validate_path",
 ]
@@ -118,6 +121,40 @@ class ScannedRange(NamedTuple):
 
     after: int
     through: int
+
+
+class Appended(list[StreamEvent]):
+    """What an append returns when some of its inputs were committed by an earlier call.
+
+    A list of the committed events in input order, like any append's result,
+    plus ``replayed``: the offsets among them that an earlier call committed
+    (an idempotent retry's hits), so a caller can say "already committed at N"
+    rather than "appended". An append with no such input returns a plain list;
+    :func:`replayed_offsets` reads either.
+    """
+
+    __slots__ = ("replayed",)
+
+    def __init__(self, events: list[StreamEvent], replayed: frozenset[int]) -> None:
+        super().__init__(events)
+        self.replayed = replayed
+
+
+def replayed_offsets(committed: list[StreamEvent]) -> frozenset[int]:
+    """The offsets of an append's result that an earlier call committed (see :class:`Appended`)."""
+    return committed.replayed if isinstance(committed, Appended) else frozenset()
+
+
+def appended_to_dicts(committed: list[StreamEvent]) -> list[dict[str, Any]]:
+    """An append's result as JSON-ready data, each replayed event marked ``"replayed": true``.
+
+    The one wire form of an append's answer (the control socket, HTTP).
+    """
+    replayed = replayed_offsets(committed)
+    return [
+        {**event.to_dict(), "replayed": True} if event.offset in replayed else event.to_dict()
+        for event in committed
+    ]
 
 
 @dataclass(frozen=True, slots=True)

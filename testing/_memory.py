@@ -29,6 +29,7 @@ from streamkit import ReduceCheckpointTable
 from streamkit.errors import IdempotencyConflict, InvalidRequest, OffsetConflict
 from streamkit.events import (
     MAX_OFFSET,
+    Appended,
     EventInput,
     ReadPage,
     ScannedRange,
@@ -112,12 +113,14 @@ class MemoryStream:
         committed: list[StreamEvent] = []
         new: list[StreamEvent] = []
         keyed: dict[str, StreamEvent] = {}
+        earlier: set[int] = set()
         created_at = format_timestamp(self._clock())
         # Plan the whole call before changing anything, so a refusal leaves no trace.
         for item in prepared:
             key = item.idempotency_key
             if key is not None:
-                existing = keyed.get(key) or self._by_key.get(key)
+                in_call = keyed.get(key)
+                existing = in_call or self._by_key.get(key)
                 if existing is not None:
                     if not same_body(item, existing):
                         raise IdempotencyConflict(
@@ -129,6 +132,8 @@ class MemoryStream:
                     if item.offset is not None and item.offset != existing.offset:
                         raise self._offset_conflict(item.index, item.offset, existing.offset)
                     committed.append(existing)
+                    if in_call is None:
+                        earlier.add(existing.offset)
                     continue
             if expect_head is not None:
                 # Judged at the first new event, as the log does: a retry of a call
@@ -153,7 +158,7 @@ class MemoryStream:
         self.pushed_events.extend(new)
         if new:
             self._push(new, ScannedRange(before, offset))
-        return committed
+        return Appended(committed, frozenset(earlier)) if earlier else committed
 
     def _offset_conflict(self, index: int, expected: int, actual: int) -> OffsetConflict:
         return OffsetConflict(

@@ -29,7 +29,7 @@ from streamkit._requests import AppendCall
 from streamkit.backends._blocks import PathState, next_ephemeral, next_offset
 from streamkit.backends._stored import decode_prepared
 from streamkit.errors import IdempotencyConflict, OffsetConflict
-from streamkit.events import PreparedEvent, StreamEvent, same_body
+from streamkit.events import Appended, PreparedEvent, StreamEvent, same_body
 
 __all__ = ["Placed", "place_events"]
 
@@ -61,7 +61,9 @@ class Placed:
         )
         if not self.hits:
             return new, new
-        return new, [new[i] if isinstance(i, int) else i for i in self.placed]
+        result = [new[i] if isinstance(i, int) else i for i in self.placed]
+        earlier = frozenset(i.offset for i in self.placed if not isinstance(i, int))
+        return new, Appended(result, earlier) if earlier else result
 
 
 def place_events(

@@ -77,9 +77,20 @@ def format_event(event: StreamEvent) -> str:
     return f"{event.offset}  {event.type}{tag}  {json.dumps(payload, separators=(',', ':'))}"
 
 
-def emit(event: StreamEvent, args: argparse.Namespace, out: TextIO) -> None:
+def emit(
+    event: StreamEvent, args: argparse.Namespace, out: TextIO, *, replayed: bool = False
+) -> None:
+    """Print one event; ``replayed``: an append's idempotent hit, said as such."""
     if args.json:
-        out.write(json.dumps(event.to_dict(), separators=(",", ":")) + "\n")
+        data = event.to_dict()
+        if replayed:
+            data["replayed"] = True
+        out.write(json.dumps(data, separators=(",", ":")) + "\n")
+    elif replayed:
+        out.write(
+            f"{format_event(event)}  (already committed at {event.offset} by an earlier call "
+            "with this idempotency key; nothing was appended)\n"
+        )
     else:
         out.write(format_event(event) + "\n")
     out.flush()

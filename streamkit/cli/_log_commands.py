@@ -30,7 +30,7 @@ from streamkit.errors import (
     ControlUnavailable,
     SlowConsumer,
 )
-from streamkit.events import StreamEvent
+from streamkit.events import StreamEvent, replayed_offsets
 from streamkit.live_state import LIVE_STATE_CHANGED
 
 __all__ = ["add_append", "add_read"]
@@ -112,7 +112,8 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
             )
         except ControlUnavailable as exc:
             raise _append_in_doubt(args, event, exc) from exc
-        emit(StreamEvent(**data), args, out)
+        replayed = bool(data.pop("replayed", False))
+        emit(StreamEvent(**data), args, out, replayed=replayed)
         return 0
     if args.ephemeral:
         raise ControlUnavailable(
@@ -121,12 +122,14 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
             "process that appends it; nothing was appended; start `streamkit host` first"
         )
 
-    async def run() -> StreamEvent:
+    async def run() -> tuple[StreamEvent, bool]:
         async with open_log(args.db) as log:
-            (committed,) = await log.stream(args.path).append(event, expect_head=args.expect_head)
-            return committed
+            result = await log.stream(args.path).append(event, expect_head=args.expect_head)
+            (committed,) = result
+            return committed, committed.offset in replayed_offsets(result)
 
-    emit(asyncio.run(run()), args, out)
+    committed, replayed = asyncio.run(run())
+    emit(committed, args, out, replayed=replayed)
     return 0
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from streamkit.control._server import NoArgs, Operation
 from streamkit.errors import InvalidRequest, UnknownOperation
-from streamkit.events import MAX_OFFSET, EventInput, ReadPage, StreamEvent
+from streamkit.events import MAX_OFFSET, EventInput, ReadPage, StreamEvent, appended_to_dicts
 from streamkit.log._log import Log
 
 __all__ = ["HostControlHandler", "ServedHost"]
@@ -143,7 +143,7 @@ class HostControlHandler:
         self._check_db(args)
         if isinstance(args, AppendArgs):
             committed = await host.append(args.path, args.events, expect_head=args.expect_head)
-            return [event.to_dict() for event in committed]
+            return appended_to_dicts(committed)
         if isinstance(args, ReadArgs):
             page = await host.read(args.path, args.after, args.limit)
             return {

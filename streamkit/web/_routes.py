@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from streamkit.errors import InvalidRequest, NotFound, SlowConsumer, StreamkitError
+from streamkit.events import appended_to_dicts, replayed_offsets
 from streamkit.host._metrics import parse_created_at
 from streamkit.web._body import json_body
 from streamkit.web._health import assess
@@ -92,7 +93,13 @@ class Endpoints:
             events = [{**body, "idempotency_key": key}]
         expect_head = _if_match(request.headers.get("if-match"))
         committed = await self._host.append(path, events, expect_head=expect_head)
-        return JSONResponse({"events": [e.to_dict() for e in committed]}, status_code=201)
+        # 201 when anything new was committed; 200 when every event was an idempotent
+        # hit (a retry of a call that landed), each of those marked "replayed".
+        replayed = replayed_offsets(committed)
+        fresh = any(event.offset not in replayed for event in committed)
+        return JSONResponse(
+            {"events": appended_to_dicts(committed)}, status_code=201 if fresh else 200
+        )
 
     async def events(self, request: Request) -> Response:
         """``GET /v1/events``: a page with its proof, or (``Accept: text/event-stream``) a follow."""

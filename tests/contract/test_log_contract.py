@@ -21,7 +21,13 @@ from streamkit import (
     OffsetConflict,
     ProcessorStream,
 )
-from streamkit.events import EventInput, format_timestamp
+from streamkit.events import (
+    Appended,
+    EventInput,
+    appended_to_dicts,
+    format_timestamp,
+    replayed_offsets,
+)
 from streamkit.log import Log
 
 BAD_EVENTS: list[tuple[Any, str]] = [
@@ -144,6 +150,30 @@ async def test_an_idempotent_retry_returns_the_committed_event(log: Log) -> None
     assert again == first
     assert log.stats.appended == appended_before
     assert await offsets(log) == [1, 2]
+
+
+async def test_an_append_says_which_of_its_events_an_earlier_call_committed(log: Log) -> None:
+    """replayed_offsets names the idempotent hits of a result; new events and plain calls: none."""
+    stream = log.stream()
+    plain = await stream.append(order(1))
+    assert replayed_offsets(plain) == frozenset()
+    first = await stream.append(order(7, idempotency_key="order-7"))
+    assert replayed_offsets(first) == frozenset()
+    again = await stream.append(order(7, idempotency_key="order-7"))
+    assert isinstance(again, Appended)
+    assert replayed_offsets(again) == {first[0].offset}
+    mixed = await stream.append(
+        order(7, idempotency_key="order-7"), order(9, idempotency_key="order-9")
+    )
+    assert [e.offset for e in mixed] == [first[0].offset, 3]
+    assert replayed_offsets(mixed) == {first[0].offset}
+    # Twice in one call, new: the second names the first, committed by this very call.
+    twice = await stream.append(
+        order(10, idempotency_key="order-10"), order(10, idempotency_key="order-10")
+    )
+    assert replayed_offsets(twice) == frozenset()
+    assert appended_to_dicts(again)[0]["replayed"] is True
+    assert "replayed" not in appended_to_dicts(twice)[0]
 
 
 async def test_a_different_body_under_a_used_key_is_refused(log: Log) -> None:

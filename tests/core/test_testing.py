@@ -32,7 +32,7 @@ from streamkit import (
     ScannedRange,
     StreamEvent,
 )
-from streamkit.events import prepare_events
+from streamkit.events import prepare_events, replayed_offsets
 
 # -- reduce_processor -------------------------------------------------------------------
 
@@ -172,6 +172,16 @@ async def test_memory_stream_counts_reads_and_records_claims() -> None:
     await ms.claim(None)
     assert ms.reads == 2
     assert ms.claims == [12.5, None]
+
+
+async def test_memory_stream_says_which_events_an_earlier_call_committed() -> None:
+    """As the log: an idempotent hit's offset is in replayed_offsets; a new event's is not."""
+    stream = memory_stream()
+    keyed = {**item(1), "idempotency_key": "k"}
+    (first,) = await stream.append(keyed)
+    again = await stream.append(keyed, {**item(2), "idempotency_key": "j"})
+    assert replayed_offsets(again) == {first.offset}
+    assert replayed_offsets(await stream.append(item(3))) == frozenset()
 
 
 async def test_memory_stream_refuses_like_the_log() -> None:

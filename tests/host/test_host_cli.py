@@ -184,6 +184,26 @@ def test_refusals_exit_one(
     assert run("read", "--db", str(db)) == (0, "1  seed  {}\n")
 
 
+@pytest.mark.parametrize("through", ["host", "file"])
+async def test_an_idempotent_retry_says_already_committed(
+    through: str, host: ProcessorHost, tmp_path: Path
+) -> None:
+    """A retry under the same key prints "already committed at N" (and "replayed" in --json)."""
+    db = str(host.config.db) if through == "host" else str(tmp_path / "direct.db")
+    argv = ("append", "--db", db, "item", "--idempotency-key", "order-7")
+    code, first = await cli(*argv)
+    assert code == 0
+    assert "already committed" not in first
+    offset = int(first.split()[0])
+    code, again = await cli(*argv)
+    assert code == 0
+    assert again.startswith(f"{offset}  item  {{}}  (already committed at {offset} ")
+    assert "nothing was appended" in again
+    code, out = await cli(*argv, "--json")
+    assert json.loads(out)["replayed"] is True
+    assert json.loads(out)["offset"] == offset
+
+
 async def test_commands_go_through_a_running_host(host: ProcessorHost) -> None:
     """append (ephemerals too), read --follow, status, snapshot, watch and skip use the socket."""
     db = str(host.config.db)

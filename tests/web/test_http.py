@@ -110,13 +110,18 @@ async def test_an_event_posted_is_committed_and_read_back_with_its_proof(serve: 
 async def test_an_idempotent_retry_returns_the_first_commit_and_writes_nothing(
     serve: Serve,
 ) -> None:
-    """The same Idempotency-Key and event twice: one event; another event under it: 409."""
+    """The same Idempotency-Key and event twice: one event, the retry 200 and marked replayed.
+
+    Another event under the key: 409.
+    """
     served = await serve()
     headers = {"Idempotency-Key": "order-7"}
     first = await served.client.post("/v1/events", json=item(1), headers=headers)
     again = await served.client.post("/v1/events", json=item(1), headers=headers)
-    assert first.status_code == again.status_code == 201
-    assert first.json()["events"] == again.json()["events"]
+    assert (first.status_code, again.status_code) == (201, 200)
+    (committed,) = first.json()["events"]
+    assert "replayed" not in committed
+    assert again.json()["events"] == [{**committed, "replayed": True}]
     other = await served.client.post("/v1/events", json=item(2), headers=headers)
     body = assert_problem(other, 409, "IDEMPOTENCY_CONFLICT")
     assert body["type"] == "/problems/idempotency-conflict"
