@@ -71,14 +71,21 @@ def add_socket_flag(p: argparse.ArgumentParser) -> None:
     )
 
 
-def format_event(event: StreamEvent) -> str:
+def format_event(event: StreamEvent, *, timestamp: bool = False) -> str:
+    """``offset  [created_at  ]type  payload``: one line of an event for people."""
     payload = event.to_dict()["payload"]
     tag = " (ephemeral)" if event.ephemeral else ""
-    return f"{event.offset}  {event.type}{tag}  {json.dumps(payload, separators=(',', ':'))}"
+    when = f"{event.created_at}  " if timestamp and event.created_at else ""
+    return f"{event.offset}  {when}{event.type}{tag}  {json.dumps(payload, separators=(',', ':'))}"
 
 
 def emit(
-    event: StreamEvent, args: argparse.Namespace, out: TextIO, *, replayed: bool = False
+    event: StreamEvent,
+    args: argparse.Namespace,
+    out: TextIO,
+    *,
+    replayed: bool = False,
+    timestamp: bool = False,
 ) -> None:
     """Print one event; ``replayed``: an append's idempotent hit, said as such."""
     if args.json:
@@ -88,9 +95,9 @@ def emit(
         out.write(json.dumps(data, separators=(",", ":")) + "\n")
     elif replayed:
         out.write(
-            f"{format_event(event)}  (already committed at {event.offset} by an earlier call "
+            f"{format_event(event, timestamp=timestamp)}  (already committed at {event.offset} by an earlier call "
             "with this idempotency key; nothing was appended)\n"
         )
     else:
-        out.write(format_event(event) + "\n")
+        out.write(format_event(event, timestamp=timestamp) + "\n")
     out.flush()

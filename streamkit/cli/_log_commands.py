@@ -8,6 +8,7 @@ import contextlib
 import shlex
 import sys
 import uuid
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from streamkit.backends import open_log
@@ -32,6 +33,7 @@ from streamkit.errors import (
 )
 from streamkit.events import StreamEvent, replayed_offsets
 from streamkit.live_state import LIVE_STATE_CHANGED
+from streamkit.log._types import read_matching, type_matcher
 
 __all__ = ["add_append", "add_read"]
 
@@ -165,8 +167,9 @@ def add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "read",
         help="read a stream's events",
-        description="Print the durable events of a stream after an offset. With --follow, "
-        "keep printing new events as they are committed (by any process) until interrupted.",
+        description="Print the durable events of a stream after an offset, one per line: "
+        "offset, created_at (UTC), type, payload. With --follow, keep printing new events as "
+        "they are committed (by any process) until interrupted.",
     )
     p.add_argument(
         "--db",
@@ -183,15 +186,23 @@ def add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="print at most this many events (default: all; with --follow, stop after N)",
     )
     p.add_argument("--follow", action="store_true", help="keep following new events")
+    p.add_argument(
+        "--type",
+        dest="types",
+        action="append",
+        metavar="TYPE",
+        help="only events of this type, or of a prefix ending in * (order.*); repeat for more",
+    )
     add_socket_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object per line")
     p.set_defaults(handler=_cmd_read)
 
 
 def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
+    matches = type_matcher(args.types) if args.types else None
     socket = live_socket(args) if args.follow else None
     if socket is not None:
-        return _read_follow_through(socket, args, out)
+        return _read_follow_through(socket, args, out, matches)
 
     async def run() -> None:
         printed = 0
@@ -201,9 +212,9 @@ def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
             if args.follow:
                 async for events, _range in stream.follow(args.after):
                     for event in events:
-                        if event.ephemeral:
+                        if event.ephemeral or (matches is not None and not matches(event.type)):
                             continue
-                        emit(event, args, out)
+                        emit(event, args, out, timestamp=True)
                         printed += 1
                         if limit is not None and printed >= limit:
                             return
@@ -211,9 +222,12 @@ def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
             after = args.after
             while limit is None or printed < limit:
                 page_size = 500 if limit is None else min(500, limit - printed)
-                page = await stream.read(after, page_size)
+                if matches is None:
+                    page = await stream.read(after, page_size)
+                else:
+                    page = await read_matching(stream.read, after, page_size, matches)
                 for event in page.events:
-                    emit(event, args, out)
+                    emit(event, args, out, timestamp=True)
                 printed += len(page.events)
                 after = page.scanned_through_offset
                 if page.at_head:
@@ -224,7 +238,9 @@ def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _read_follow_through(socket: str, args: argparse.Namespace, out: TextIO) -> int:
+def _read_follow_through(
+    socket: str, args: argparse.Namespace, out: TextIO, matches: Callable[[str], bool] | None
+) -> int:
     """``read --follow`` through a running host: its ephemerals are printed too.
 
     Live-state deltas are left out: every processor emits one per batch, and
@@ -244,7 +260,9 @@ def _read_follow_through(socket: str, args: argparse.Namespace, out: TextIO) -> 
                         after = max(after, int(data["offset"]))
                     if data.get("type") == LIVE_STATE_CHANGED:
                         continue  # one per processor per batch: `streamkit watch` shows them
-                    emit(StreamEvent(**data), args, out)
+                    if matches is not None and not matches(str(data.get("type"))):
+                        continue
+                    emit(StreamEvent(**data), args, out, timestamp=True)
                     if not data.get("ephemeral"):
                         printed += 1
                     if args.limit is not None and printed >= args.limit:

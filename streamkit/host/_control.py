@@ -6,7 +6,7 @@ them; a refusal is a coded error reply, and the host keeps serving.
 
 One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral,
 ``expect_head``: refused unless the last durable offset is exactly that),
-``read`` (``path``, ``after``, ``limit``), ``status``, ``snapshot``
+``read`` (``path``, ``after``, ``limit``, ``types``), ``status``, ``snapshot``
 (``slug``, ``path``), ``skip`` (``slug``, ``offset``, ``by``, ``reason``,
 ``path``), ``wait`` (``slug``, ``offset``, ``timeout``, ``path``: answers once
 the processor has processed through the offset), ``hello`` (which database the host serves: ``db``, ``owner``,
@@ -54,7 +54,13 @@ class ServedHost(Protocol):
         expect_head: int | None = None,
     ) -> list[StreamEvent]: ...
 
-    async def read(self, path: str, after_offset: int = 0, limit: int = 500) -> ReadPage: ...
+    async def read(
+        self,
+        path: str,
+        after_offset: int = 0,
+        limit: int = 500,
+        types: Sequence[str] | None = None,
+    ) -> ReadPage: ...
 
     async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]: ...
 
@@ -92,6 +98,7 @@ class ReadArgs(HostArgs):
     path: str = "/"
     after: int = Field(default=0, ge=0, le=MAX_OFFSET)
     limit: int = Field(default=500, ge=1, le=10_000)
+    types: list[str] | None = None
 
 
 class FollowArgs(HostArgs):
@@ -145,7 +152,7 @@ class HostControlHandler:
             committed = await host.append(args.path, args.events, expect_head=args.expect_head)
             return appended_to_dicts(committed)
         if isinstance(args, ReadArgs):
-            page = await host.read(args.path, args.after, args.limit)
+            page = await host.read(args.path, args.after, args.limit, args.types)
             return {
                 "events": [event.to_dict() for event in page.events],
                 "scanned_through_offset": page.scanned_through_offset,

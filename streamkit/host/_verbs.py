@@ -28,6 +28,7 @@ from streamkit.host._status import processor_rows
 from streamkit.host._watch import Subscription, jsonable, watch_messages
 from streamkit.live_state import LiveSnapshot
 from streamkit.log._log import Log
+from streamkit.log._types import read_matching, type_matcher
 from streamkit.protocols import Clock, HostStore
 
 __all__ = ["HostVerbs"]
@@ -81,9 +82,23 @@ class HostVerbs:
         """
         return await self._require_log().stream(path).append(*events, expect_head=expect_head)
 
-    async def read(self, path: str, after_offset: int = 0, limit: int = 500) -> ReadPage:
-        """Read durable events of a stream of the host's log."""
-        return await self._require_log().stream(path).read(after_offset, limit)
+    async def read(
+        self,
+        path: str,
+        after_offset: int = 0,
+        limit: int = 500,
+        types: Sequence[str] | None = None,
+    ) -> ReadPage:
+        """Read durable events of a stream of the host's log, of ``types`` only if given.
+
+        With ``types`` (exact types, or prefixes ending in ``*``) the page holds
+        the matching events and its proof covers what was looked at (see
+        :func:`streamkit.log._types.read_matching`).
+        """
+        stream = self._require_log().stream(path)
+        if types is None:
+            return await stream.read(after_offset, limit)
+        return await read_matching(stream.read, after_offset, limit, type_matcher(types))
 
     async def follow(self, path: str, after_offset: int = 0) -> AsyncIterator[StreamEvent]:
         """Every event of ``path`` after ``after_offset``, then each commit as it lands.

@@ -14,7 +14,7 @@ import json
 import math
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from streamkit.errors import InvalidRequest, NotFound, SlowConsumer, StreamkitError
 from streamkit.events import appended_to_dicts, replayed_offsets
 from streamkit.host._metrics import parse_created_at
+from streamkit.log._types import type_matcher
 from streamkit.web._body import json_body
 from streamkit.web._health import assess
 from streamkit.web._metrics import CONTENT_TYPE_LATEST, LATENCY_BUCKETS, exposition
@@ -106,13 +107,15 @@ class Endpoints:
         params = request.query_params
         path = params.get("path", "/")
         after = _int_param(params.get("after"), "after", 0)
+        types = params.getlist("type") or None
         if SSE_TYPE in request.headers.get("accept", ""):
             resume = request.headers.get("last-event-id")
             if resume is not None:
                 after = _int_param(resume, "Last-Event-ID", after)
-            return self._sse(self._follow(path, after))
+            matches = None if types is None else type_matcher(types)
+            return self._sse(self._follow(path, after, matches))
         limit = _int_param(params.get("limit"), "limit", 500)
-        page = await self._host.read(path, after, limit)
+        page = await self._host.read(path, after, limit, types)
         return JSONResponse(
             {
                 "events": [event.to_dict() for event in page.events],
@@ -121,12 +124,16 @@ class Endpoints:
             }
         )
 
-    async def _follow(self, path: str, after: int) -> AsyncIterator[bytes]:
+    async def _follow(
+        self, path: str, after: int, matches: Callable[[str], bool] | None
+    ) -> AsyncIterator[bytes]:
         # A durable event's id is its offset, so Last-Event-ID resumes after it; an
         # ephemeral has none (the client's last id stays the last durable one).
         follow = self._host.follow(path, after)
         try:
             async for event in follow:
+                if matches is not None and not matches(event.type):
+                    continue
                 data = _json(event.to_dict())
                 yield frame(data, event="event", id=None if event.ephemeral else str(event.offset))
         except SlowConsumer as exc:  # the SSE form of the same refusal: resume after it

@@ -222,6 +222,28 @@ async def test_a_follow_over_sse_resumes_after_last_event_id(serve: Serve) -> No
     assert [e["data"]["offset"] for e in resumed] == [3, 4]
 
 
+async def test_events_can_be_read_and_followed_for_some_types(serve: Serve) -> None:
+    """?type= filters a page (its proof still holds) and a follow; a bad pattern is a 400."""
+    served = await serve()
+    await served.client.post(
+        "/v1/events",
+        json=[{"type": "order.placed"}, item(1), {"type": "order.shipped"}, {"type": "user.left"}],
+    )
+    page = (await served.client.get("/v1/events?type=order.*&limit=1")).json()
+    assert [e["type"] for e in page["events"]] == ["order.placed"]
+    assert (page["scanned_through_offset"], page["at_head"]) == (1, False)
+    rest = (await served.client.get("/v1/events?type=order.*&type=user.left&after=1")).json()
+    assert [e["offset"] for e in rest["events"]] == [3, 4]
+    assert rest["at_head"] is True
+    headers = {"Accept": "text/event-stream"}
+    async with served.client.stream(
+        "GET", "/v1/events?type=user.left", headers=headers
+    ) as response:
+        (only,) = await sse_events(response, 1)
+    assert only["data"]["offset"] == 4
+    assert_problem(await served.client.get("/v1/events?type=a*b"), 400, "INVALID_REQUEST")
+
+
 # -- processors -------------------------------------------------------------------------
 
 

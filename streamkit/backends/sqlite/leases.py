@@ -239,8 +239,16 @@ def release(conn: sqlite3.Connection, lease: Lease) -> bool:
 
 
 def leases(conn: sqlite3.Connection) -> list[Lease]:
-    """Every lease row (held, expired or released), sorted by path then slug."""
+    """Every lease row (held, expired or released), sorted by path then slug.
+
+    None in a log no host ever ran on (read-only, the table was never made).
+    """
     with _storage("list the leases"):
+        made = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (LEASE_TABLE,)
+        ).fetchone()
+        if made is None:
+            return []
         rows = conn.execute(
             f"SELECT path, slug, owner, generation, expires_at, beat FROM {LEASE_TABLE}"
             " ORDER BY path, slug"
