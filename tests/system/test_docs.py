@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -144,4 +145,15 @@ def _run_transcripts(page: Path, tmp_path: Path, env: dict[str, str]) -> None:
                 + "\n\nbut the page shows:\n"
                 + "\n".join(expected)
                 + f"\n(exit code {done.returncode}; argv {shlex.split(command)!r})"
+            )
+
+
+def test_the_docs_describe_the_software_not_its_history() -> None:
+    """No page names the project's internal issues or says it is under construction."""
+    for page in sorted(DOCS.glob("**/*.md")):
+        text = page.read_text(encoding="utf-8")
+        for pattern in (r"\bissue \d+", r"\bissue's\b", r"under construction"):
+            found = re.search(pattern, text, flags=re.IGNORECASE)
+            assert found is None, (
+                f"{_page_id(page)} says {found.group(0)!r}: the CHANGELOG is for history"
             )
