@@ -291,6 +291,20 @@ class Drill:
             argv += ["--name", f"p{n}", "--rate", str(args.rate), "--stop", str(self.stop_file)]
             argv += ["--out", str(self.dir / f"producer-p{n}.jsonl"), "--seed", args.seed]
             self.producers.append(self.spawn(argv, f"producer-p{n}.err"))
+        # The clock starts once every producer is up and acknowledged: on a loaded
+        # machine starting the producers alone can take seconds of the run.
+        await self.wait_for(
+            lambda: (
+                any(p.poll() is not None for p in self.producers)  # checked below
+                or all(
+                    (self.dir / f"producer-p{n}.jsonl").exists()
+                    and (self.dir / f"producer-p{n}.jsonl").stat().st_size > 0
+                    for n in range(1, args.producers + 1)
+                )
+            ),
+            "every producer's first request to be acknowledged",
+            within=self.args.settle_timeout,
+        )
         self.say(
             f"{args.producers} producers requesting tasks for {args.seconds:g} s "
             f"(about {args.rate:g}/s each); SIGKILL of the host at {args.kill_at:g} s"

@@ -34,17 +34,23 @@ CATEGORIES = ("work", "home", "errands")
 LOCKED_CATEGORY = "archive"
 
 
+OPENING = ("invalid", "locked", "flaky")
+"""The kinds of each producer's first requests: every run, however short or slow, has
+each failing path (abandoned, replayed after the unlock, retried) at least once."""
+
+
 def choose(rng: random.Random, name: str, seq: int) -> dict[str, Any]:
     """The request ``seq`` of producer ``name``: mostly fine, some flaky, locked or invalid."""
     roll = rng.random()
     category = rng.choice(CATEGORIES)
     title = f"{name} task {seq}"
     kind = "ok"
-    if roll < 0.04:
+    opening = OPENING[seq - 1] if seq <= len(OPENING) else None
+    if opening == "invalid" or (opening is None and roll < 0.04):
         kind, title = "invalid", ""
-    elif roll < 0.10:
+    elif opening == "locked" or (opening is None and roll < 0.10):
         kind, category = "locked", LOCKED_CATEGORY
-    elif roll < 0.25:
+    elif opening == "flaky" or (opening is None and roll < 0.25):
         kind = "flaky"
     return {
         "task_id": f"{name}-{seq:05d}",
