@@ -113,7 +113,7 @@ async def main() -> None:
                 "idempotency_key": self.idempotency_key(f"created/{event.payload.task_id}"),
             }
             args.block_processor_while(lambda: args.append(created))
-    # --- docs/tutorial.md:184
+    # --- docs/tutorial.md:193
     from streamkit.processors.tasks import TaskContext
 
     store: dict[str, dict] = {}  # idempotency key -> the created task
@@ -130,7 +130,7 @@ async def main() -> None:
         task = {"task_id": ctx.task_id, "title": title, "category": category}
         task = store.setdefault(ctx.idempotency_key, task)
         return {"created": True, **task}
-    # --- docs/tutorial.md:211
+    # --- docs/tutorial.md:220
     from streamkit import ProcessorEngine
     from streamkit.processors.tasks import TasksProcessor
     from streamkit.testing import ManualClock, memory_storage, memory_stream, settle
@@ -184,14 +184,14 @@ async def main() -> None:
     assert state.done == {"home": 1, "work": 1}
     assert [t.title for t in state.recent] == ["Water the plants", "File taxes"]
     assert len(store) == 2
-    # --- docs/tutorial.md:269
+    # --- docs/tutorial.md:278
     t1 = [e.type for e in stream.events if e.payload.get("task_id") == "t1"]
     assert t1 == ["task.requested", "task.attempt-started", "task.succeeded", "board.task-created"]
-    # --- docs/tutorial.md:277
+    # --- docs/tutorial.md:286
     before = len(stream.events)
     (again,) = await stream.append(request("t1", "Water the plants", "home"))
     assert again.offset == 1 and len(stream.events) == before
-    # --- docs/tutorial.md:292
+    # --- docs/tutorial.md:301
     from dataclasses import dataclass, field
     from typing import Any
 
@@ -231,7 +231,7 @@ async def main() -> None:
 
     assert view.state == (await board.snapshot()).state.model_dump(mode="json")
     assert view.state["done"] == {"home": 1, "work": 1, "errands": 1}
-    # --- docs/tutorial.md:342
+    # --- docs/tutorial.md:351
     from streamkit.processors.notifications import NotificationsProcessor, OutboxChannel, read_outbox
 
     notifications = run(
@@ -262,7 +262,7 @@ async def main() -> None:
         "Water the plants is on the board.",
     ]
     assert lines["Buy stamps is on the board."]["recipients"] == ["team-errands@example.com"]
-    # --- docs/tutorial.md:388
+    # --- docs/tutorial.md:397
     from streamkit.processors.dlq import DlqProcessor, iter_records, replay_requested_event
 
     dlq = run(DlqProcessor(max_attempts=1, clock=clock))
@@ -275,7 +275,7 @@ async def main() -> None:
     pending = {r.resource_id: r.error async for r in iter_records(stream, status=["pending"])}
     assert set(pending) == {"t4", "t5"}
     assert "locked" in pending["t4"] and "needs a title" in pending["t5"]
-    # --- docs/tutorial.md:410
+    # --- docs/tutorial.md:419
     locked.clear()
     await stream.append(replay_requested_event(requested_by="tutorial"))
     await run_until_quiet()
@@ -289,7 +289,7 @@ async def main() -> None:
     offset, state = await board.snapshot()
     assert state.done == {"home": 1, "work": 1, "errands": 1, "archive": 1}
     assert read_outbox("outbox.jsonl")[-1]["body"] == "Old notes is on the board."
-    # --- docs/tutorial.md:429
+    # --- docs/tutorial.md:438
     assert sorted(t["task_id"] for t in store.values()) == ["t1", "t2", "t3", "t4"]
     created = [e.payload["task_id"] for e in stream.events if e.type == "board.task-created"]
     assert sorted(created) == ["t1", "t2", "t3", "t4"]

@@ -18,6 +18,14 @@ Guarantees:
   under a key derived from the task id, so a batch re-run after a crash (or a
   second ``task.succeeded`` for the id, which the tasks processor never writes)
   returns the event already written instead of adding another.
+- **One commit for many.** A success is first *owed* (kept in the state), and
+  the owed entries are appended together, in one call and one commit, at the
+  batch's at-head pass or once :data:`OWED_FLUSH` of them are owed. The cursor
+  does not pass the event whose pass appends them until they are durable,
+  and an entry stays owed (in the checkpointed state) until its event is
+  folded, so a crash loses none. Appending each success on its own, blocking,
+  costs one commit round trip per task: on a loaded PostgreSQL server, 5-50 ms
+  each, which held the board tens of seconds behind its tasks.
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ CREATE_TASK = "create-task"
 
 TASK_CREATED = "board.task-created"
 RECENT = 3
+OWED_FLUSH = 200
+"""Owed entries that are appended at once, at-head pass or not (a bound on the state)."""
 
 
 class TaskCreated(BaseModel):
@@ -78,6 +88,8 @@ class BoardState(BaseModel):
     """What the board shows: tasks in flight, counters per category, the latest created."""
 
     queued: dict[str, QueuedTask] = Field(default_factory=dict)
+    owed: dict[str, TaskCreated] = Field(default_factory=dict)
+    """Tasks whose run succeeded and whose ``board.task-created`` is not folded yet."""
     categories: dict[str, Column] = Field(default_factory=dict)
     recent: list[TaskCreated] = Field(default_factory=list)
     created: int = 0
@@ -143,10 +155,16 @@ class TaskBoard(StreamProcessor[BoardState]):
             retrying = task.model_copy(update={"status": "retrying"})
             return state.model_copy(update={"queued": {**state.queued, p.task_id: retrying}})
         if isinstance(p, TaskSucceeded):
-            if p.task_id not in state.queued:
+            created = _created(p)
+            if p.task_id not in state.queued and created is None:
                 return None
-            # Done once board.task-created is folded; until then it is no longer queued.
-            return state.model_copy(update={"queued": _without(state.queued, p.task_id)})
+            # Done once board.task-created is folded; until then it is owed, not queued.
+            owed = state.owed
+            if created is not None and created.task_id not in owed:
+                owed = {**owed, created.task_id: created}
+            return state.model_copy(
+                update={"queued": _without(state.queued, p.task_id), "owed": owed}
+            )
         if isinstance(p, TaskDeadLettered):
             task = state.queued.get(p.task_id)
             if task is None:
@@ -170,6 +188,7 @@ class TaskBoard(StreamProcessor[BoardState]):
             column = _column(state, p.category)
             return state.model_copy(
                 update={
+                    "owed": {k: v for k, v in state.owed.items() if k != p.task_id},
                     "categories": {
                         **state.categories,
                         p.category: column.model_copy(update={"done": column.done + 1}),
@@ -181,28 +200,39 @@ class TaskBoard(StreamProcessor[BoardState]):
         return None
 
     def process_event(self, args: ProcessEventArgs[BoardState]) -> None:
-        event = args.event
-        if event is None or not isinstance(event.payload, TaskSucceeded):
+        owed = args.state.owed
+        if not owed or (not args.delivery.caught_up and len(owed) < OWED_FLUSH):
             return
-        result: Any = event.payload.result
-        if not isinstance(result, dict) or result.get("created") is not True:
-            return  # not a create-task result
-        created = TaskCreated(
-            task_id=event.payload.task_id,
-            title=str(result.get("title", "")),
-            category=str(result.get("category", "")),
-        )
-        append = {
-            "type": TASK_CREATED,
-            "payload": created.model_dump(mode="json"),
-            "idempotency_key": self.idempotency_key(f"created/{created.task_id}"),
-        }
+        appends = [
+            {
+                "type": TASK_CREATED,
+                "payload": created.model_dump(mode="json"),
+                "idempotency_key": self.idempotency_key(f"created/{task_id}"),
+            }
+            for task_id, created in owed.items()
+        ]
 
         async def record() -> None:
-            # A conflict: the task is already on the board with another body; the first stands.
-            with contextlib.suppress(IdempotencyConflict):
-                await args.append(append)
+            try:
+                await args.append(*appends)  # one call: one commit for them all
+            except IdempotencyConflict:
+                # One of them is on the board already with another body; the first
+                # stands. Record the others one by one.
+                for append in appends:
+                    with contextlib.suppress(IdempotencyConflict):
+                        await args.append(append)
 
-        # Blocking: the cursor does not pass this success until the board entry
-        # is durable, so a crash re-runs it (and the key makes that a no-op).
+        # Blocking: the cursor does not pass this event until the entries are durable.
         args.block_processor_while(record)
+
+
+def _created(succeeded: TaskSucceeded) -> TaskCreated | None:
+    """The board entry a ``create-task`` success makes, or None for any other success."""
+    result: Any = succeeded.result
+    if not isinstance(result, dict) or result.get("created") is not True:
+        return None
+    return TaskCreated(
+        task_id=succeeded.task_id,
+        title=str(result.get("title", "")),
+        category=str(result.get("category", "")),
+    )

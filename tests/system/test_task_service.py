@@ -127,6 +127,38 @@ async def test_board_records_each_created_task_once() -> None:
         storage.close()
 
 
+async def test_board_puts_a_batchs_successes_on_the_board_in_one_append() -> None:
+    """Successes are owed, then appended together by the at-head pass: one commit, not one each."""
+    stream = memory_stream()
+    storage = memory_storage()
+    engine = ProcessorEngine(TaskBoard(), stream=stream, storage=storage)
+    stream.engines.append(engine)
+    try:
+        ids = [f"t{n}" for n in range(5)]
+        await stream.append(
+            *(
+                task_requested_event(
+                    task_id=i, name="create-task", args={"title": i, "category": "work"}
+                )
+                for i in ids
+            )
+        )
+        (*_, last) = await stream.append(*(_succeeded(i, "work") for i in ids))
+        await settle()
+        await engine.wait_until_processed(stream.head)
+        created = [e for e in stream.events if e.type == "board.task-created"]
+        assert [e.payload["task_id"] for e in created] == ids
+        # One call, made by the at-head pass of the batch's last event.
+        stamps = {e.source["processor"]["while_processing"]["offset"] for e in created}
+        assert stamps == {last.offset}
+        assert [e.offset for e in created] == list(range(created[0].offset, created[0].offset + 5))
+        state: BoardState = (await engine.snapshot()).state
+        assert (state.owed, state.created) == ({}, 5)
+    finally:
+        await engine.aclose()
+        storage.close()
+
+
 async def test_board_counts_dead_letters_per_category() -> None:
     """A dead-lettered task leaves the queue and counts against its category."""
     stream = memory_stream()
