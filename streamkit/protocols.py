@@ -425,3 +425,7 @@ class HostStore(Protocol):
     async def durable_lag(self, path: str, cursor: int) -> int:
         """Durable events of ``path`` after ``cursor``."""
         ...
+
+    async def stream_heads(self) -> list[tuple[str, int]]:
+        """Every path that holds a durable event, with its durable head, sorted by path."""
+        ...

@@ -8,6 +8,9 @@
   processor then appends ``dlq.replay-completed`` with the report;
 - ``GET /v1/dlq/replays?path=/&limit=5``: the newest reports first (the
   ``dlq.replay-completed`` payloads, each naming its ``request_offset``);
+- ``GET /v1/dlq/record?id=ID&path=/``: one record with its status, payload
+  and replay count, and the events from its latest dead-lettering on
+  (replaying, succeeded, abandoned); 404 for an unknown id;
 - ``/metrics`` gains ``streamkit_dlq_records{path,status}``: ``pending`` is
   the queue's depth (the ``streamkit.metrics`` group).
 
@@ -28,7 +31,8 @@ from streamkit.processors.dlq import (
 )
 from streamkit.processors.dlq._scan import RecordStatus, pages_backwards
 
-from streamkit import InvalidRequest, Log
+from streamkit import InvalidRequest, Log, NotFound
+from streamkit.log._types import read_matching, type_matcher
 from streamkit.web import Gauge, HttpAnswer, HttpCall, HttpRoute
 
 __all__ = ["gauges", "routes"]
@@ -42,6 +46,7 @@ def routes() -> list[HttpRoute]:
         HttpRoute("GET", "/v1/dlq", _list),
         HttpRoute("POST", "/v1/dlq/replay", _replay),
         HttpRoute("GET", "/v1/dlq/replays", _replays),
+        HttpRoute("GET", "/v1/dlq/record", _record),
     ]
 
 
@@ -94,6 +99,41 @@ async def _list(call: HttpCall) -> Any:
         if len(records) >= limit:
             break
     return {"records": records}
+
+
+_HISTORY_SCAN = 100_000
+"""The most events looked at for a record's history after its latest dead-lettering."""
+
+
+async def _record(call: HttpCall) -> Any:
+    record_id = call.query.get("id", "")
+    if not record_id:
+        raise InvalidRequest("id names the record to show; nothing was read", details={})
+    stream = _log_of(call).stream(call.query.get("path", "/"))
+    found = None
+    async for record in iter_records(stream, selection=ReplayFilter(record_ids=[record_id])):
+        found = record
+        break
+    if found is None:
+        raise NotFound(
+            f"no dead-letter record {record_id!r} on this path; nothing was read",
+            details={"id": record_id[:200]},
+        )
+    wanted = type_matcher(["dlq.*"])
+    history: list[Any] = []
+    after, looked = found.offset - 1, 0
+    while looked < _HISTORY_SCAN:
+        page = await read_matching(stream.read, after, 1000, wanted)
+        history += [
+            e.to_dict()
+            for e in page.events
+            if isinstance(e.payload, dict) and e.payload.get("record_id") == record_id
+        ]
+        looked += page.scanned_through_offset - after
+        after = page.scanned_through_offset
+        if page.at_head:
+            break
+    return {"record": found.model_dump(mode="json"), "history": history}
 
 
 async def _replay(call: HttpCall) -> HttpAnswer:

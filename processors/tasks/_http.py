@@ -2,6 +2,10 @@
 
 - ``GET /v1/tasks?path=/``: the live tasks (waiting, scheduled, running,
   cancelling) and the counts, from the running host's state;
+- ``GET /v1/tasks/{task_id}?path=/``: one task: its live state (if live), its
+  status, and its events (requested, each attempt started and failed or
+  succeeded, cancelled, ...), from its request on (a task no longer live is
+  looked for in the newest 100,000 events); 404 when none is found;
 - ``POST /v1/tasks/{task_id}/cancel?path=/`` with ``{"reason", "by"}``
   (both optional): appends ``task.cancel-requested``; 202 with the event.
   The processor then records ``task.cancelled`` (or ``task.rejected`` for a
@@ -19,7 +23,8 @@ from typing import Any
 
 from streamkit.processors.tasks._events import cancel_requested_event
 
-from streamkit import InvalidRequest
+from streamkit import InvalidRequest, NotFound
+from streamkit.log._types import read_matching, type_matcher
 from streamkit.web import Gauge, HttpAnswer, HttpCall, HttpRoute
 
 __all__ = ["gauges", "routes"]
@@ -32,6 +37,7 @@ def routes() -> list[HttpRoute]:
     """The routes this package adds."""
     return [
         HttpRoute("GET", "/v1/tasks", _list),
+        HttpRoute("GET", "/v1/tasks/{task_id}", _show),
         HttpRoute("POST", "/v1/tasks/{task_id}/cancel", _cancel),
     ]
 
@@ -46,6 +52,62 @@ async def _list(call: HttpCall) -> Any:
         "tasks": [{**task, "status": _status(task)} for task in tasks],
         "counts": state.get("counts") or {},
     }
+
+
+_SEARCH = 100_000
+"""How far back from the head a task that is no longer live is looked for."""
+
+
+async def _show(call: HttpCall) -> Any:
+    task_id = call.path_params["task_id"]
+    path = call.query.get("path", "/")
+    log = call.host.log
+    if log is None:
+        raise InvalidRequest("the host has not started; nothing was read", details={})
+    snapshot = await call.host.snapshot(_SLUG, path)
+    live = ((snapshot.get("state") or {}).get("tasks") or {}).get(task_id)
+    stream = log.stream(path)
+    head = await stream.head()
+    start = max(0, head - _SEARCH)
+    if live is not None and isinstance(live.get("request_offset"), int):
+        start = max(0, live["request_offset"] - 1)
+    wanted = type_matcher(["task.*"])
+    events: list[Any] = []
+    after = start
+    while True:
+        page = await read_matching(stream.read, after, 1000, wanted)
+        events += [
+            e.to_dict()
+            for e in page.events
+            if isinstance(e.payload, dict) and e.payload.get("task_id") == task_id
+        ]
+        after = page.scanned_through_offset
+        if page.at_head:
+            break
+    if live is None and not events:
+        raise NotFound(
+            f"no task {task_id!r} on {path!r} (live, or in the newest {_SEARCH} events); "
+            "nothing was read",
+            details={"task_id": task_id[:200], "path": path},
+        )
+    return {
+        "task_id": task_id,
+        "status": _status(live) if live is not None else _settled(events),
+        "live": live,
+        "events": events,
+        "searched_from": start,
+    }
+
+
+def _settled(events: list[dict[str, Any]]) -> str:
+    """How a task that is no longer live ended, from its last event."""
+    last = events[-1]["type"] if events else ""
+    return {
+        "task.succeeded": "succeeded",
+        "task.dead-lettered": "dead-lettered",
+        "task.cancelled": "cancelled",
+        "task.rejected": "rejected",
+    }.get(last, "settled")
 
 
 def _status(task: dict[str, Any]) -> str:

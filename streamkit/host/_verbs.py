@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from streamkit._targets import shown_target
 from streamkit.checkpoint import shown_snapshot
 from streamkit.config import HostConfig
-from streamkit.errors import InvalidRequest, SlowConsumer
+from streamkit.errors import InvalidRequest, NotFound, SlowConsumer
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.host._pacer import Pacer, PacerStats
 from streamkit.host._runner import ProcessorRunner
@@ -99,6 +99,29 @@ class HostVerbs:
         if types is None:
             return await stream.read(after_offset, limit)
         return await read_matching(stream.read, after_offset, limit, type_matcher(types))
+
+    async def event(self, path: str, offset: int) -> StreamEvent:
+        """The durable event at ``offset`` of ``path``; :class:`NotFound` if there is none."""
+        page = await self._require_log().stream(path).read(max(0, offset - 1), 1)
+        if not page.events or page.events[0].offset != offset:
+            raise NotFound(
+                f"no durable event at offset {offset} of {path!r} (an ephemeral's offset, or "
+                "past the head); nothing was read",
+                details={"path": path, "offset": offset},
+            )
+        return page.events[0]
+
+    async def stream_heads(self) -> list[tuple[str, int]]:
+        """Every path of the log with a durable event, and its head."""
+        return await self._require_store().stream_heads()
+
+    async def hosts(self) -> list[dict[str, Any]]:
+        """The hosts beating on this log now and the processors each runs (the registry)."""
+        live = await self._require_store().live_hosts(self.clock(), self.config.lease.ttl)
+        return [
+            {"owner": owner, "processors": sorted(processors), "here": owner == self.owner}
+            for owner, processors in sorted(live.items())
+        ]
 
     async def follow(self, path: str, after_offset: int = 0) -> AsyncIterator[StreamEvent]:
         """Every event of ``path`` after ``after_offset``, then each commit as it lands.

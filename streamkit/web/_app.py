@@ -74,6 +74,9 @@ def build_app(
     routes = [
         Route("/v1/events", endpoints.append, methods=["POST"]),
         Route("/v1/events", endpoints.events, methods=["GET"]),
+        Route("/v1/events/{offset}", endpoints.event, methods=["GET"]),
+        Route("/v1/paths", endpoints.paths, methods=["GET"]),
+        Route("/v1/hosts", endpoints.hosts, methods=["GET"]),
         Route("/v1/processors", endpoints.processors, methods=["GET"]),
         Route("/v1/processors/{slug}", endpoints.processor, methods=["GET"]),
         Route("/v1/processors/{slug}/live", endpoints.live, methods=["GET"]),
@@ -83,6 +86,7 @@ def build_app(
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         Route("/problems/{code}", endpoints.problem_type, methods=["GET"]),
         Route("/", _admin_page, methods=["GET"]),
+        Route("/favicon.ico", _favicon, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=STATIC), name="static"),
     ]
     for route in plugin_routes() if plugins is None else plugins:
@@ -128,6 +132,11 @@ async def _admin_page(request: Request) -> Response:
         STATIC / "index.html",
         headers={"Content-Security-Policy": _PAGE_POLICY, "Cache-Control": "no-store"},
     )
+
+
+async def _favicon(request: Request) -> Response:
+    """Browsers ask for /favicon.ico whatever the page links: the same icon, no 404 in the log."""
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
 
 def _plugin_endpoint(

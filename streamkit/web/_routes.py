@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from streamkit.errors import InvalidRequest, NotFound, SlowConsumer, StreamkitError
 from streamkit.events import appended_to_dicts, replayed_offsets
 from streamkit.host._metrics import parse_created_at
+from streamkit.log._time import after_offset_for, timestamp_param
 from streamkit.log._types import type_matcher
 from streamkit.web._body import json_body
 from streamkit.web._health import assess
@@ -115,14 +116,59 @@ class Endpoints:
             matches = None if types is None else type_matcher(types)
             return self._sse(self._follow(path, after, matches))
         limit = _int_param(params.get("limit"), "limit", 500)
+        since, until = params.get("since"), params.get("until")
+        if since:
+            stamp = timestamp_param(since, "since")
+            stream = self._host.log.stream(path) if self._host.log is not None else None
+            if stream is not None:
+                after = max(after, await after_offset_for(stream.read, await stream.head(), stamp))
         page = await self._host.read(path, after, limit, types)
+        events, through, at_head = page.events, page.scanned_through_offset, page.at_head
+        until_reached = False
+        if until:
+            end = timestamp_param(until, "until")
+            kept = [event for event in events if event.created_at <= end]
+            if len(kept) < len(events):
+                # Stamps follow offsets: the first event past ``until`` ends the range.
+                until_reached = True
+                events = kept
+                through = kept[-1].offset if kept else after
+                at_head = False
         return JSONResponse(
             {
-                "events": [event.to_dict() for event in page.events],
-                "scanned_through_offset": page.scanned_through_offset,
-                "at_head": page.at_head,
+                "events": [event.to_dict() for event in events],
+                "scanned_through_offset": through,
+                "at_head": at_head,
+                "until_reached": until_reached,
             }
         )
+
+    async def event(self, request: Request) -> Response:
+        """``GET /v1/events/{offset}?path=``: one durable event, and which processors passed it."""
+        path = request.query_params.get("path", "/")
+        offset = _int_param(request.path_params["offset"], "offset", 0)
+        event = await self._host.event(path, offset)
+        status = await self._host.status()
+        processors = [
+            {
+                "slug": row["slug"],
+                "cursor": row.get("cursor"),
+                "passed": row.get("cursor") is not None and row["cursor"] >= offset,
+                "host": row.get("host"),
+            }
+            for row in status["processors"]
+            if row.get("path") == path
+        ]
+        return JSONResponse({"event": event.to_dict(), "processors": processors})
+
+    async def paths(self, request: Request) -> Response:
+        """``GET /v1/paths``: every stream path with a durable event, and its head."""
+        heads = await self._host.stream_heads()
+        return JSONResponse({"paths": [{"path": path, "head": head} for path, head in heads]})
+
+    async def hosts(self, request: Request) -> Response:
+        """``GET /v1/hosts``: the hosts beating on this log and what each runs."""
+        return JSONResponse({"hosts": await self._host.hosts()})
 
     async def _follow(
         self, path: str, after: int, matches: Callable[[str], bool] | None

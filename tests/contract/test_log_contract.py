@@ -21,6 +21,7 @@ from streamkit import (
     OffsetConflict,
     ProcessorStream,
 )
+from streamkit.backends import host_store
 from streamkit.events import (
     Appended,
     EventInput,
@@ -369,3 +370,14 @@ async def test_memory_stream_honours_expect_head_like_the_log() -> None:
     await memory.stream.append(order(2), expect_head=first.offset)
     with pytest.raises(OffsetConflict, match="expected the durable head"):
         await memory.stream.append(order(3), expect_head=first.offset)
+
+
+async def test_the_host_store_lists_every_path_with_its_durable_head(log: Log) -> None:
+    """stream_heads: each path holding a durable event, sorted by path, with its head."""
+    store = host_store(log)
+    await store.prepare()
+    assert await store.stream_heads() == []
+    await log.stream("/b").append(order(1), order(2))
+    await log.stream("/").append(order(3))
+    await log.stream("/a/x").append(order(4))
+    assert await store.stream_heads() == [("/", 1), ("/a/x", 1), ("/b", 2)]

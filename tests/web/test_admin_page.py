@@ -1,8 +1,8 @@
 """The admin page in a real browser: headless Chromium (Debian's) driven by selenium.
 
 A `streamkit host --http` daemon runs as a subprocess; events are appended
-from other processes; the page must show them within 2 s. The screenshot
-the test takes is what docs/http.md shows (written there when
+from other processes; the page must show them within 2 s. The screenshots
+the tests take are what docs/http.md shows (written there when
 STREAMKIT_UPDATE_SCREENSHOT is set).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -29,7 +30,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
-from streamkit.processors.dlq import dead_lettered_event
 from streamkit.processors.tasks import task_requested_event
 from support import ROOT
 from support.daemon import DaemonRig, eventually
@@ -42,6 +42,35 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 _JOBS = """
 async def job(args, ctx):
     return None
+
+
+async def broken(args, ctx):
+    raise RuntimeError("the printer is on fire")
+"""
+
+_CONFIG = """
+db = "page.db"
+
+[retry]
+initial_delay = 0.2
+max_delay = 0.5
+stall_after = 100000
+
+[[processors]]
+class = "hostprocs:Tally"
+
+[[processors]]
+class = "hostprocs:Fragile"
+
+[[processors]]
+class = "streamkit.processors.tasks:TasksProcessor"
+path = "/ops"
+[processors.kwargs]
+handlers = { job = "pagejobs:job", broken = "pagejobs:broken" }
+
+[[processors]]
+class = "streamkit.processors.dlq:DlqProcessor"
+path = "/ops"
 """
 
 
@@ -76,10 +105,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def append(db: Path, event: dict[str, object]) -> None:
+def append(db: Path, event: dict[str, object], path: str = "/") -> None:
     """Append ``event`` from another process: the ``streamkit append`` command."""
     argv = [sys.executable, "-m", "streamkit", "append", "--db", str(db), str(event["type"])]
-    argv += ["--payload", json.dumps(event.get("payload", {}))]
+    argv += ["--payload", json.dumps(event.get("payload", {})), "--path", path]
     subprocess.run(argv, check=True, capture_output=True)
 
 
@@ -101,31 +130,48 @@ def live_offsets(driver: WebDriver) -> list[int] | None:
 
 
 def text_of(driver: WebDriver, css: str) -> str:
-    found = driver.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found else ""
+    """The text of the first match; read again if the page re-rendered it meanwhile."""
+    for _ in range(10):
+        try:
+            found = driver.find_elements(By.CSS_SELECTOR, css)
+            return found[0].text if found else ""
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{css} was re-rendered ten times in a row while being read")
 
 
-def test_the_admin_page_follows_the_host_and_drives_it(browser: WebDriver, tmp_path: Path) -> None:
-    """Processors and live state update within 2 s; replay shows its report; cancel ends a task."""
+def click(driver: WebDriver, css: str) -> None:
+    """Click the first match; find it again if the page re-rendered it meanwhile."""
+    for _ in range(10):
+        try:
+            driver.find_element(By.CSS_SELECTOR, css).click()
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{css} was re-rendered ten times in a row while being clicked")
+
+
+def rows(driver: WebDriver, css: str) -> list[str]:
+    """The texts of every match; read again if the page re-rendered them meanwhile."""
+    for _ in range(10):
+        try:
+            return [row.text for row in driver.find_elements(By.CSS_SELECTOR, css)]
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{css} was re-rendered ten times in a row while being read")
+
+
+@pytest.fixture
+def page(browser: WebDriver, tmp_path: Path) -> Iterator[tuple[WebDriver, Path, str]]:
+    """The page of a daemon running Tally and Fragile on / and the tasks and the DLQ on /ops."""
     shutil.copy(ROOT / "tests" / "support" / "host.py", tmp_path / "hostprocs.py")
     (tmp_path / "pagejobs.py").write_text(_JOBS)
-    db = tmp_path / "page.db"
+    (tmp_path / "streamkit.toml").write_text(_CONFIG)
     port = free_port()
     rig = DaemonRig(tmp_path, socket_prefix="skp", tmp_on_pythonpath=True)
     try:
-        tasks = 'streamkit.processors.tasks:TasksProcessor{"handlers": {"job": "pagejobs:job"}}'
         rig.start_host(
-            "p",
-            "--db",
-            str(db),
-            "--processor",
-            "hostprocs:Tally",
-            "--processor",
-            "streamkit.processors.dlq:DlqProcessor",
-            "--processor",
-            tasks,
-            "--http",
-            f"127.0.0.1:{port}",
+            "p", "--config", str(tmp_path / "streamkit.toml"), "--http", f"127.0.0.1:{port}"
         )
         base = f"http://127.0.0.1:{port}"
 
@@ -137,50 +183,132 @@ def test_the_admin_page_follows_the_host_and_drives_it(browser: WebDriver, tmp_p
 
         eventually(up)
         browser.get(base + "/")
-        # The page re-renders its tables as it follows the host: an element found one
-        # moment may be replaced before its text is read; the next poll finds the new one.
-        stale = (StaleElementReferenceException,)
-        wait = WebDriverWait(browser, 10, ignored_exceptions=stale)
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-slug="tally"]'))
-        Select(browser.find_element(By.ID, "live-slug")).select_by_value("tally")
-        wait.until(lambda d: live_offsets(d) == [])
-
-        # Appends from another process: the table and the live state move within 2 s.
-        quick = WebDriverWait(browser, 2, ignored_exceptions=stale)
-        cursor = 'tr[data-slug="tally"] td.cursor'
-        for count in (1, 2):
-            append(db, {"type": "item"})
-            offsets = [e.offset for e in durable_items(db)]
-            assert len(offsets) == count
-            quick.until(lambda d, at=str(offsets[-1]): text_of(d, cursor) == at)
-            quick.until(lambda d, want=offsets: live_offsets(d) == want)
-
-        # A dead letter shows up; the replay button replays it and the report appears.
-        record = dead_lettered_event(
-            record_id="charge/order-7",
-            origin="billing",
-            operation="charge",
-            payload={"order": 7},
-            error="card declined",
-            attempts=3,
-            request_type="charge.requested",
-        )
-        append(db, record)
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-record="charge/order-7"]'))
-        browser.find_element(By.ID, "dlq-replay").click()
-        wait.until(lambda d: "charge/order-7" in text_of(d, "#dlq-report"))
-        report = json.loads(text_of(browser, "#dlq-report"))
-        assert report["replayed"] == ["charge/order-7"]
-
-        # A task scheduled for later is listed; its cancel button cancels it.
-        later = time.time() + 3600
-        append(db, task_requested_event(task_id="t-9", name="job", not_before=later))
-        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-task="t-9"]'))
-        assert "scheduled" in text_of(browser, 'tr[data-task="t-9"]')
-        browser.save_screenshot(str(tmp_path / "admin-page.png"))
-        browser.find_element(By.CSS_SELECTOR, 'tr[data-task="t-9"] button').click()
-        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-task="t-9"]'))
-        if os.environ.get("STREAMKIT_UPDATE_SCREENSHOT"):
-            shutil.copy(tmp_path / "admin-page.png", ROOT / "docs" / "admin-page.png")
+        yield browser, tmp_path / "page.db", base
     finally:
         rig.close()
+
+
+# The page re-renders its tables as it follows the host: an element found one moment
+# may be replaced before its text is read; the next poll finds the new one.
+STALE = (StaleElementReferenceException,)
+
+
+def test_the_admin_page_follows_the_host_and_browses_its_events(
+    page: tuple[WebDriver, Path, str], tmp_path: Path
+) -> None:
+    """Processors, hosts and live state within 2 s; the event browser pages, filters, opens one."""
+    browser, db, base = page
+    wait = WebDriverWait(browser, 10, ignored_exceptions=STALE)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-slug="tally"]'))
+    # Noise gone: the host is named as people read it, with a favicon.
+    wait.until(lambda d: "(pid " in text_of(d, "#host"))
+    assert httpx.get(f"{base}/favicon.ico").headers["content-type"].startswith("image/svg")
+    wait.until(lambda d: "(this host): " in text_of(d, "#hosts"))
+    assert "tally" in text_of(browser, "#hosts")
+    Select(browser.find_element(By.ID, "live-slug")).select_by_value("tally")
+    wait.until(lambda d: live_offsets(d) == [])
+    assert "revision" not in text_of(browser, "#live-info")
+
+    quick = WebDriverWait(browser, 2, ignored_exceptions=STALE)
+    cursor = 'tr[data-slug="tally"] td.cursor'
+    for count in (1, 2):
+        append(db, {"type": "item"})
+        offsets = [e.offset for e in durable_items(db)]
+        assert len(offsets) == count
+        quick.until(lambda d, at=str(offsets[-1]): text_of(d, cursor) == at)
+        quick.until(lambda d, want=offsets: live_offsets(d) == want)
+
+    # The event browser: newest first page, a type filter, one event opened.
+    append(db, {"type": "note", "payload": {"n": 1}})
+    wait.until(lambda d: len(rows(d, "#events tbody tr")) == 3)
+    browser.find_element(By.ID, "events-type").send_keys("item")
+    click(browser, '#events-form button[type="submit"]')
+    wait.until(lambda d: all(" item" in r for r in rows(d, "#events tbody tr")))
+    assert len(rows(browser, "#events tbody tr")) == 2
+    first = offsets[0]
+    click(browser, f'#events tr[data-offset="{first}"]')
+    wait.until(lambda d: f"Event {first} of /" in text_of(d, "#event-title"))
+    assert "tally ✓" in text_of(browser, "#event-processors")
+    body = json.loads(text_of(browser, "#event-body"))
+    assert set(body) == {"payload", "metadata", "source", "idempotency_key"}
+    browser.execute_script("document.getElementById('events-section').scrollIntoView()")
+    browser.save_screenshot(str(tmp_path / "admin-events.png"))
+    if os.environ.get("STREAMKIT_UPDATE_SCREENSHOT"):
+        shutil.copy(tmp_path / "admin-events.png", ROOT / "docs" / "admin-events.png")
+
+    # 420 px wide: nothing scrolls the page sideways.
+    browser.set_window_size(420, 900)
+    wait.until(
+        lambda d: d.execute_script(
+            "return document.documentElement.scrollWidth <= window.innerWidth"
+        )
+    )
+
+
+def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
+    page: tuple[WebDriver, Path, str], tmp_path: Path
+) -> None:
+    """A failing processor is flagged before it stalls; tasks on /ops: timeline, cancel; a DLQ
+    record: detail, replay of one, and what the replay did."""
+    browser, db, _ = page
+    wait = WebDriverWait(browser, 15, ignored_exceptions=STALE)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-slug="fragile"]'))
+
+    # A poison event: the processor fails and retries; it is flagged long before a stall.
+    append(db, {"type": "item", "payload": {"boom": True}})
+    fragile = 'tr[data-slug="fragile"]'
+    wait.until(
+        lambda d: (
+            "failing" in (d.find_element(By.CSS_SELECTOR, fragile).get_attribute("class") or "")
+        )
+    )
+    problem = text_of(browser, f"{fragile} td.problem-cell")
+    assert "failing:" in problem
+    assert "poison at" in problem
+    assert text_of(browser, f"{fragile} td.state") == "failing"
+
+    # Tasks run on /ops, not /: the section is there, with the scheduled time.
+    later = time.time() + 3600
+    append(db, task_requested_event(task_id="t-9", name="job", not_before=later), path="/ops")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-task="t-9"]'))
+    row = text_of(browser, 'tr[data-task="t-9"]')
+    assert "scheduled" in row
+    assert time.strftime("%Y-%m-%dT", time.gmtime(later)) in row
+    click(browser, 'tr[data-task="t-9"] td')
+    wait.until(lambda d: "Task t-9: scheduled" in text_of(d, "#task-title"))
+    assert rows(browser, "#task-timeline tbody tr")[0].split()[2] == "requested"
+
+    # A task whose handler always fails is dead-lettered; its timeline shows the attempt.
+    append(db, task_requested_event(task_id="t-bad", name="broken", max_attempts=1), path="/ops")
+    browser.find_element(By.ID, "task-id").send_keys("t-bad")
+    click(browser, '#task-search button[type="submit"]')
+    wait.until(lambda d: "Task t-bad: dead-lettered" in text_of(d, "#task-title"))
+    (*_, last) = rows(browser, "#task-timeline tbody tr")
+    assert "dead-lettered 1" in last  # the attempt it ended, with how long it took
+    assert re.search(r" \d+\.\d{3} s ", last)
+    assert "the printer is on fire" in last
+
+    # Its dead letter: the detail with its payload, then a replay of that one record.
+    record = 'tr[data-record^="tasks/t-bad@"]'  # the tasks processor's record id
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, record))
+    click(browser, f"{record} td")
+    wait.until(lambda d: ": pending, 0 replay(s)" in text_of(d, "#dlq-title"))
+    assert text_of(browser, "#dlq-title").startswith("Record tasks/t-bad@")
+    assert json.loads(text_of(browser, "#dlq-body"))["record"]["payload"]
+    browser.set_window_size(1280, 1500)
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.save_screenshot(str(tmp_path / "admin-page.png"))
+    browser.set_window_size(1280, 1100)
+    click(browser, f"{record} button")
+    # The replay runs the task again, which fails again: the page says what happened.
+    wait.until(lambda d: "1 replayed" in text_of(d, "#dlq-outcome"))
+    wait.until(lambda d: "1 replay(s)" in text_of(d, "#dlq-title"))
+
+    # Cancel asks first; accepted, the task goes.
+    click(browser, 'tr[data-task="t-9"] button')
+    alert = WebDriverWait(browser, 5).until(lambda d: d.switch_to.alert)
+    assert "Cancel task t-9" in alert.text
+    alert.accept()
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-task="t-9"]'))
+    if os.environ.get("STREAMKIT_UPDATE_SCREENSHOT"):
+        shutil.copy(tmp_path / "admin-page.png", ROOT / "docs" / "admin-page.png")

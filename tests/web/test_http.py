@@ -20,6 +20,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
+from starlette.routing import Route
+from support import ROOT
 from support.host import Fragile, Gated, Tally
 
 import streamkit
@@ -28,6 +30,7 @@ from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig
 from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
+from streamkit.web._app import build_app
 
 PROBLEM = "application/problem+json"
 
@@ -589,3 +592,46 @@ async def test_connections_past_the_limit_are_answered_503(serve: Serve) -> None
         assert response.status_code == 503
     async with httpx.AsyncClient(base_url=served.http.url) as other:
         assert (await other.get("/healthz")).status_code == 200
+
+
+async def test_every_http_endpoint_is_documented(serve: Serve) -> None:
+    """Each route the app serves (core and installed plugins) is named in docs/http.md."""
+    served = await serve()
+    app = build_app(served.host, served.http.settings, None)
+    docs = (ROOT / "docs" / "http.md").read_text(encoding="utf-8")
+    routes = [r for r in getattr(app, "routes", []) if isinstance(r, Route)]
+    assert routes, "the app exposes its routes"
+    for route in routes:
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            named = f"{method} {route.path}"
+            assert f"`{named}" in docs, f"docs/http.md does not document {named}"
+
+
+async def test_the_event_browser_endpoints(serve: Serve) -> None:
+    """/v1/paths, /v1/hosts, one event with who passed it, and a time range over created_at."""
+    served = await serve()
+    client = served.client
+    await client.post("/v1/events", json=item(1))
+    await client.post("/v1/events", json=item(2))  # a commit of its own: a later created_at
+    (late,) = (await client.post("/v1/events?path=/other", json=item(3))).json()["events"]
+    await served.host.wait_until_processed("tally", 2)
+    assert (await client.get("/v1/paths")).json() == {
+        "paths": [{"path": "/", "head": 2}, {"path": "/other", "head": late["offset"]}]
+    }
+    (me,) = (await client.get("/v1/hosts")).json()["hosts"]
+    assert (me["owner"], me["here"], me["processors"]) == (served.host.owner, True, ["tally@/"])
+    one = (await client.get("/v1/events/2")).json()
+    assert one["event"]["offset"] == 2
+    assert [(p["slug"], p["passed"]) for p in one["processors"]] == [("tally", True)]
+    assert_problem(await client.get("/v1/events/99"), 404, "NOT_FOUND")
+    assert_problem(await client.get("/v1/events/x"), 400, "INVALID_REQUEST")
+    page = (await client.get("/v1/events")).json()
+    first, second = page["events"]
+    since = (await client.get("/v1/events", params={"since": second["created_at"]})).json()
+    assert [e["offset"] for e in since["events"]] == [2]
+    until = (await client.get("/v1/events", params={"until": first["created_at"]})).json()
+    assert [e["offset"] for e in until["events"]] == [1]
+    assert until["until_reached"] is True
+    assert_problem(await client.get("/v1/events?since=yesterday"), 400, "INVALID_REQUEST")
+    icon = await client.get("/favicon.ico")
+    assert (icon.status_code, icon.headers["content-type"]) == (200, "image/svg+xml")

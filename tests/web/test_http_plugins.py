@@ -55,6 +55,8 @@ def test_the_first_party_processors_register_their_routes() -> None:
         ("GET", "/v1/dlq"),
         ("POST", "/v1/dlq/replay"),
         ("GET", "/v1/dlq/replays"),
+        ("GET", "/v1/tasks/{task_id}"),
+        ("GET", "/v1/dlq/record"),
     } <= paths
 
 
@@ -88,6 +90,15 @@ async def test_tasks_are_listed_and_cancelled_over_http(client: httpx.AsyncClien
         return not body["tasks"] and body["counts"].get("cancelled") == 1
 
     await eventually(cancelled)
+    shown = (await client.get("/v1/tasks/t1")).json()
+    assert (shown["status"], shown["live"]) == ("cancelled", None)
+    assert [e["type"] for e in shown["events"]] == [
+        "task.requested",
+        "task.cancel-requested",
+        "task.cancelled",
+    ]
+    missing = await client.get("/v1/tasks/nobody")
+    assert (missing.status_code, missing.json()["code"]) == (404, "NOT_FOUND")
     refused = await client.post("/v1/tasks/t1/cancel", json=["not", "an", "object"])
     assert refused.status_code == 400
     assert refused.json()["code"] == "INVALID_REQUEST"
@@ -124,6 +135,14 @@ async def test_dead_letters_are_listed_and_replayed_over_http(client: httpx.Asyn
     assert after["record_id"] == "charge/order-7"
     assert after["status"] in ("replaying", "succeeded")
     assert (await client.get("/v1/dlq", params={"status": "pending"})).json()["records"] == []
+    shown = (await client.get("/v1/dlq/record", params={"id": "charge/order-7"})).json()
+    assert shown["record"]["payload"] == {"order": 7}
+    assert [e["type"] for e in shown["history"]][:2] == [
+        "dlq.dead-lettered",
+        "dlq.record-replaying",
+    ]
+    missing = await client.get("/v1/dlq/record", params={"id": "nope"})
+    assert (missing.status_code, missing.json()["code"]) == (404, "NOT_FOUND")
 
 
 async def test_metrics_carry_the_dlq_depth_and_the_tasks_by_status(

@@ -66,6 +66,9 @@ class _Tables:
             "reduced_through_offset = excluded.reduced_through_offset, "
             "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset"
         )
+        self.stream_heads = (
+            f'SELECT path, head FROM {s}.streamkit_heads WHERE head > 0 ORDER BY path COLLATE "C"'
+        )
         self.skips = f'SELECT path, slug, "offset", skip_event_offset FROM {s}.streamkit_skips'
         self.skip_at = (
             f"SELECT skip_event_offset FROM {s}.streamkit_skips "
@@ -361,6 +364,13 @@ class PostgresHostStore:
         """Every lease row (held, expired or released)."""
         rows = await self._log.query(self._tables.leases.leases)
         return [lease for lease, _ in rows]
+
+    async def stream_heads(self) -> list[tuple[str, int]]:
+        """Every path with a durable event and its head (the heads table: one row a path)."""
+        rows = await self._log.query(
+            lambda conn: conn.execute(self._tables.stream_heads).fetchall()
+        )
+        return [(str(path), int(head)) for path, head in rows]
 
     async def durable_status(self, now: float | None = None) -> list[dict[str, Any]]:
         """What the database alone says about each processor (held: by the server's clock)."""

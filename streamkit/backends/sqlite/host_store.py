@@ -164,6 +164,10 @@ class SqliteHostStore:
         """What the file alone says about each processor."""
         return await status.durable_status(self._log, time.time() if now is None else now)
 
+    async def stream_heads(self) -> list[tuple[str, int]]:
+        """Every path with a durable event and its head (see ``status.stream_heads``)."""
+        return await self._log.query(status.stream_heads)
+
     async def durable_lag(self, path: str, cursor: int) -> int:
         """Durable events of ``path`` past ``cursor``."""
         return await self._log.query(

@@ -78,3 +78,21 @@ async def checkpoint_snapshot(log: Log, slug: str) -> dict[str, Any]:
         return ReduceCheckpointTable(conn, create_table=False).read(slug)
 
     return checkpoint_snapshot_of(slug, await log.query(read))
+
+
+# Each distinct path found by walking the primary key from one path to the next (no scan
+# of the rows between), then its last offset: a few index probes per path.
+_STREAM_HEADS = """
+WITH RECURSIVE p(x) AS (
+    SELECT min(path) FROM streamkit_events
+    UNION ALL
+    SELECT (SELECT min(path) FROM streamkit_events WHERE path > x) FROM p WHERE x IS NOT NULL
+)
+SELECT x, (SELECT max("offset") FROM streamkit_events WHERE path = x)
+FROM p WHERE x IS NOT NULL ORDER BY x
+"""
+
+
+def stream_heads(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+    """Every path with a durable event and its durable head, sorted by path."""
+    return [(str(path), int(head)) for path, head in conn.execute(_STREAM_HEADS).fetchall()]

@@ -1,9 +1,11 @@
 // The admin page of a streamkit host: plain JavaScript, no build step, no CDN.
-// It polls the status, follows one processor's live state as Server-Sent
-// Events (applying each JSON patch with the applier below), and drives the
-// dead-letter queue and the tasks. Every value goes into the page as text,
-// never as HTML. The token, when the host needs one, is kept in this tab's
-// sessionStorage and sent as a bearer header (no cookie is ever used).
+// It polls the status (processors, with their failures before any stall, and
+// the hosts), follows one processor's live state as Server-Sent Events
+// (applying each JSON patch with the applier below), browses the events of a
+// path, and drives the tasks and the dead-letter queue wherever they run.
+// Every value goes into the page as text, never as HTML. The token, when the
+// host needs one, is kept in this tab's sessionStorage and sent as a bearer
+// header (no cookie is ever used).
 "use strict";
 
 const TOKEN_KEY = "streamkit-token";
@@ -164,44 +166,115 @@ async function follow(url, onEvent, signal) {
   }
 }
 
-// -- rendering -----------------------------------------------------------------------
+// -- formatting ----------------------------------------------------------------------
+
+function el(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (className) node.className = className;
+  return node;
+}
 
 function cell(text, className) {
-  const td = document.createElement("td");
-  td.textContent = text === null || text === undefined ? "–" : String(text);
-  if (className) td.className = className;
-  return td;
+  return el("td", text === null || text === undefined || text === "" ? "–" : text, className);
 }
 
 function button(label, onClick) {
-  const b = document.createElement("button");
+  const b = el("button", label);
   b.type = "button";
-  b.textContent = label;
-  b.addEventListener("click", onClick);
+  b.addEventListener("click", (e) => { e.stopPropagation(); onClick(); });
   return b;
 }
 
-function replaceRows(table, rows) {
-  const body = table.querySelector("tbody");
-  body.replaceChildren(...rows);
+function replaceRows(table, rows, emptyText) {
+  if (!rows.length && emptyText) {
+    const td = el("td", emptyText, "muted");
+    td.colSpan = table.querySelectorAll("thead th").length;
+    const tr = el("tr");
+    tr.append(td);
+    rows = [tr];
+  }
+  table.querySelector("tbody").replaceChildren(...rows);
+}
+
+// "vm:24921:5c3e78cf" (machine, pid, a random part) as people read it.
+function ownerLabel(owner) {
+  if (!owner) return null;
+  const parts = String(owner).split(":");
+  return parts.length >= 3 ? parts.slice(0, -2).join(":") + " (pid " + parts[parts.length - 2] + ")" : owner;
+}
+
+function ago(seconds) {
+  if (seconds === null || seconds === undefined) return null;
+  if (seconds < 1) return "just now";
+  if (seconds < 120) return Math.round(seconds) + " s ago";
+  if (seconds < 7200) return Math.round(seconds / 60) + " min ago";
+  return Math.round(seconds / 3600) + " h ago";
+}
+
+function epochText(epoch) {
+  if (epoch === null || epoch === undefined) return null;
+  const delta = epoch - Date.now() / 1000;
+  const at = new Date(epoch * 1000).toISOString().replace(".000Z", "Z");
+  if (Math.abs(delta) < 3600) return at + " (" + (delta >= 0 ? "in " + Math.round(delta) + " s" : Math.round(-delta) + " s ago") + ")";
+  return at;
+}
+
+function shortTime(iso) {
+  return iso ? iso.replace("T", " ").replace(/\.(\d{3})\d*Z$/, ".$1") : null;
+}
+
+// -- processors and hosts --------------------------------------------------------------
+
+const found = { tasks: null, dlq: null };
+
+function problemOf(p) {
+  const notes = [];
+  const error = (p.last_error || {}).error;
+  if (p.stalled) notes.push(["problem", "STALLED at offset " + p.stalled_at + (error ? ": " + error : "")]);
+  else if (p.failures) notes.push(["problem", "failing: " + p.failures + " failed batch" + (p.failures > 1 ? "es" : "") + " in a row, retrying" + (error ? "; last: " + error : "")]);
+  else if (error && (p.last_error || {}).code === "LEASE_LOST") notes.push(["warn", "lease lost: " + error]);
+  if (p.malformed_payloads) {
+    const last = p.last_malformed || {};
+    notes.push(["warn", p.malformed_payloads + " malformed payload(s) skipped (last at offset " + last.offset + ", " + last.type + ")"]);
+  }
+  if (p.reduce_failures) {
+    const last = p.last_reduce_failure || {};
+    notes.push(["warn", p.reduce_failures + " reduce failure(s) (last at offset " + last.offset + ": " + last.error + ")"]);
+  }
+  return notes;
 }
 
 function renderProcessors(status) {
   const host = status.host || {};
-  document.getElementById("host").textContent = (host.db || "") + "  " + (host.owner || "");
+  const uptime = host.uptime === null || host.uptime === undefined ? "" : ", up " + ago(host.uptime).replace(" ago", "");
+  document.getElementById("host").textContent = (host.db || "") + " · this host: " + (ownerLabel(host.owner) || "?") + uptime;
+  found.tasks = found.dlq = null;
   const rows = (status.processors || []).map((p) => {
-    const tr = document.createElement("tr");
+    if (p.slug === "tasks" && p.lease_held_here) found.tasks = p.path;
+    if (p.slug === "dlq" && p.lease_held_here) found.dlq = p.path;
+    const tr = el("tr");
     tr.dataset.slug = p.slug;
+    const notes = problemOf(p);
     if (p.stalled) tr.className = "stalled";
-    const problem = p.stalled ? "stalled at " + p.stalled_at + ": " + ((p.last_error || {}).error || "") : "";
+    else if (p.failures) tr.className = "failing";
+    const state = p.stalled ? "stalled" : p.failures ? "failing" : p.state;
+    const lease = p.lease || {};
+    const holder = lease.held ? (p.lease_held_here ? "this host" : ownerLabel(lease.owner)) : (lease.released ? "released" : "none");
+    const latency = p.latency_ms && p.latency_ms.samples ? p.latency_ms.p50 + " / " + p.latency_ms.p99 + " ms" : null;
+    const problem = el("td", null, "problem-cell");
+    if (!notes.length) problem.textContent = "–";
+    for (const [kind, text] of notes) problem.append(el("div", text, kind));
     tr.append(
-      cell(p.slug), cell(p.path), cell(p.state), cell(p.cursor, "num cursor"), cell(p.head, "num head"),
-      cell(p.lag, "num lag"), cell(p.events_per_second, "num"), cell(problem),
+      cell(p.slug + (p.path !== "/" ? " " + p.path : "")), cell(state, "state"), cell(holder),
+      cell(p.cursor, "num cursor"), cell(p.head, "num head"), cell(p.lag, "num lag"),
+      cell(p.events_per_second, "num"), cell(latency, "num"), cell(ago(p.last_batch_age)),
+      cell(epochText(p.claim_due)), problem,
     );
-    const actions = document.createElement("td");
+    const actions = el("td");
     if (p.stalled) {
       actions.append(button("skip " + p.stalled_at, async () => {
-        const reason = window.prompt("Why skip offset " + p.stalled_at + "?");
+        const reason = window.prompt("Why skip offset " + p.stalled_at + " for " + p.slug + "? (it is recorded)");
         if (!reason) return;
         await api("/v1/processors/" + encodeURIComponent(p.slug) + "/skip?path=" + encodeURIComponent(p.path), {
           method: "POST", headers: { "Content-Type": "application/json" },
@@ -217,93 +290,292 @@ function renderProcessors(status) {
   const known = new Set([...select.options].map((o) => o.value));
   for (const p of status.processors || []) {
     if (!known.has(p.slug) && p.lease_held_here) {
-      const option = document.createElement("option");
+      const option = el("option", p.slug + " (" + p.path + ")");
       option.value = p.slug;
-      option.textContent = p.slug + " (" + p.path + ")";
       select.append(option);
       if (select.options.length === 1) watch(p.slug);
     }
   }
 }
 
+async function refreshHosts() {
+  const list = document.getElementById("hosts");
+  const hosts = (await api("/v1/hosts")).hosts;
+  list.replaceChildren(...hosts.map((h) => {
+    const item = el("li", ownerLabel(h.owner) + (h.here ? " (this host)" : "") + ": " + (h.processors.length ? h.processors.join(", ") : "nothing yet"));
+    item.dataset.owner = h.owner;
+    return item;
+  }));
+  if (!hosts.length) list.replaceChildren(el("li", "no host has beaten recently", "muted"));
+}
+
+// -- live state --------------------------------------------------------------------------
+
 let liveAbort = null;
-let live = { rev: null, state: null };
+let live = { rev: null, state: null, changes: 0, at: null };
 
 function showLive() {
-  document.getElementById("live-rev").textContent = live.rev === null ? "–" : String(live.rev);
+  const info = live.at === null ? "waiting for the first state…"
+    : live.changes + " change(s) since the seed · updated " + live.at.toISOString().slice(11, 19) + " UTC";
+  document.getElementById("live-info").textContent = info;
   document.getElementById("live-state").textContent = JSON.stringify(live.state, null, 2);
 }
 
 function watch(slug) {
   if (liveAbort) liveAbort.abort();
   liveAbort = new AbortController();
-  live = { rev: null, state: null };
+  live = { rev: null, state: null, changes: 0, at: null };
   showLive();
   follow("/v1/processors/" + encodeURIComponent(slug) + "/live", (event, data) => {
     if (event === "seed") {
-      live = { rev: data.rev, state: data.state };
+      live = { rev: data.rev, state: data.state, changes: 0, at: new Date() };
     } else if (event === "delta") {
       if (data.from !== live.rev || data.patch === null) return;  // the stream re-seeds on a gap
-      live = { rev: data.to, state: applyPatch(live.state, data.patch) };
+      live = { rev: data.to, state: applyPatch(live.state, data.patch), changes: live.changes + 1, at: new Date() };
     }
     showLive();
   }, liveAbort.signal);
 }
 
-async function refreshDlq() {
-  const section = document.getElementById("dlq-section");
-  let listing;
-  try {
-    listing = await api("/v1/dlq?status=pending&limit=50");
-  } catch (error) {
-    section.hidden = true;
-    return;
+// -- events ------------------------------------------------------------------------------
+
+const PAGE = 50;
+const browse = { path: "/", after: null, first: null, last: null, mode: "newest", selected: null };
+
+function isoFrom(localValue) {
+  return localValue ? localValue + (localValue.length === 16 ? ":00" : "") + "Z" : "";
+}
+
+async function refreshPaths() {
+  const select = document.getElementById("events-path");
+  const paths = (await api("/v1/paths")).paths;
+  const wanted = paths.map((p) => p.path);
+  if (!wanted.includes("/")) wanted.unshift("/");
+  const have = [...select.options].map((o) => o.value);
+  if (have.join("\n") !== wanted.join("\n")) {
+    const current = select.value || browse.path;
+    select.replaceChildren(...wanted.map((path) => { const o = el("option", path); o.value = path; return o; }));
+    select.value = wanted.includes(current) ? current : "/";
   }
-  section.hidden = false;
-  replaceRows(document.getElementById("dlq"), listing.records.map((r) => {
-    const tr = document.createElement("tr");
-    tr.dataset.record = r.record_id;
-    tr.append(cell(r.record_id), cell(r.origin), cell(r.operation), cell(r.status), cell(r.error));
+  return paths;
+}
+
+async function loadEvents() {
+  const path = document.getElementById("events-path").value || "/";
+  browse.path = path;
+  const query = new URLSearchParams({ path, limit: String(PAGE) });
+  const type = document.getElementById("events-type").value.trim();
+  for (const t of type.split(/[ ,]+/).filter(Boolean)) query.append("type", t);
+  const since = isoFrom(document.getElementById("events-since").value);
+  const until = isoFrom(document.getElementById("events-until").value);
+  if (since) query.set("since", since);
+  if (until) query.set("until", until);
+  let after = browse.after;
+  if (browse.mode === "newest") {
+    const heads = await refreshPaths();
+    const head = (heads.find((h) => h.path === path) || { head: 0 }).head;
+    after = since ? 0 : Math.max(0, head - PAGE);
+  }
+  query.set("after", String(after || 0));
+  const page = await api("/v1/events?" + query.toString());
+  const events = page.events;
+  browse.first = events.length ? events[0].offset : after;
+  browse.last = page.scanned_through_offset;
+  const note = [];
+  note.push(events.length ? "offsets " + events[0].offset + "–" + events[events.length - 1].offset : "no events here");
+  if (page.at_head) note.push("up to the head");
+  if (page.until_reached) note.push("up to the end of the time range");
+  if (type) note.push("types " + type);
+  document.getElementById("events-note").textContent = note.join(" · ");
+  replaceRows(document.getElementById("events"), events.map((e) => {
+    const tr = el("tr", null, "clickable" + (browse.selected === e.offset ? " selected" : ""));
+    tr.dataset.offset = String(e.offset);
+    tr.append(cell(e.offset, "num"), cell(shortTime(e.created_at)), cell(e.type), cell(e.idempotency_key));
+    tr.addEventListener("click", () => showEvent(path, e.offset));
     return tr;
-  }));
-  const replays = (await api("/v1/dlq/replays?limit=1")).replays;
-  if (replays.length) {
-    const last = replays[0];
-    const report = document.getElementById("dlq-report");
-    report.textContent = JSON.stringify(last.error ? { error: last.error } : last.report, null, 2);
-    report.className = "";
-  }
+  }), "no events in this range");
+}
+
+async function showEvent(path, offset) {
+  browse.selected = offset;
+  const answer = await api("/v1/events/" + offset + "?path=" + encodeURIComponent(path));
+  const e = answer.event;
+  document.getElementById("event-detail").hidden = false;
+  document.getElementById("event-title").textContent = "Event " + e.offset + " of " + e.path + " · " + e.type + " · " + shortTime(e.created_at) + " UTC";
+  const passed = answer.processors.map((p) => p.slug + (p.passed ? " ✓" : " ✗ (at " + p.cursor + ")"));
+  document.getElementById("event-processors").textContent = passed.length
+    ? "processors on this path: " + passed.join(", ") + " (✓ has processed it)" : "no processor runs on this path";
+  const body = { payload: e.payload, metadata: e.metadata, source: e.source || null, idempotency_key: e.idempotency_key || null };
+  document.getElementById("event-body").textContent = JSON.stringify(body, null, 2);
+  for (const tr of document.querySelectorAll("#events tbody tr")) tr.classList.toggle("selected", tr.dataset.offset === String(offset));
+}
+
+// -- tasks -------------------------------------------------------------------------------
+
+let shownTask = null;
+
+function tasksUrl(suffix) {
+  return "/v1/tasks" + (suffix || "") + "?path=" + encodeURIComponent(found.tasks);
 }
 
 async function refreshTasks() {
   const section = document.getElementById("tasks-section");
-  let listing;
+  if (found.tasks === null) { section.hidden = true; return; }
+  const listing = await api(tasksUrl());
+  section.hidden = false;
+  document.getElementById("tasks-path").textContent = found.tasks === "/" ? "" : "on " + found.tasks;
+  replaceRows(document.getElementById("tasks"), listing.tasks.map((t) => {
+    const tr = el("tr", null, "clickable");
+    tr.dataset.task = t.task_id;
+    tr.append(
+      cell(t.task_id), cell(t.name), cell(t.status, "status"), cell(t.attempt || 0, "num"),
+      cell(epochText(t.due)), cell(t.last_error),
+    );
+    const actions = el("td");
+    actions.append(button("cancel", async () => {
+      if (!window.confirm("Cancel task " + t.task_id + " (" + t.name + ")? A running attempt is left to finish; no new attempt starts.")) return;
+      await api(tasksUrl("/" + encodeURIComponent(t.task_id) + "/cancel"), {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ by: "admin page", reason: "cancelled from the admin page" }),
+      });
+    }));
+    tr.append(actions);
+    tr.addEventListener("click", () => showTask(t.task_id));
+    return tr;
+  }), "no live tasks (find a finished one by its id)");
+  if (shownTask !== null) await showTask(shownTask, true);
+}
+
+async function showTask(taskId, quiet) {
+  shownTask = taskId;
+  const detail = document.getElementById("task-detail");
+  let answer;
   try {
-    listing = await api("/v1/tasks");
+    answer = await api(tasksUrl("/" + encodeURIComponent(taskId)));
   } catch (error) {
-    section.hidden = true;
+    if (quiet) return;
+    detail.hidden = false;
+    document.getElementById("task-title").textContent = String(error.message || error);
+    replaceRows(document.getElementById("task-timeline"), []);
     return;
   }
-  section.hidden = false;
-  replaceRows(document.getElementById("tasks"), listing.tasks.map((t) => {
-    const tr = document.createElement("tr");
-    tr.dataset.task = t.task_id;
-    tr.append(cell(t.task_id), cell(t.name), cell(t.status), cell(t.attempt || 0), cell(t.last_error));
-    const actions = document.createElement("td");
-    actions.append(button("cancel", () => api("/v1/tasks/" + encodeURIComponent(t.task_id) + "/cancel", {
-      method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ by: "admin page" }),
-    })));
-    tr.append(actions);
+  detail.hidden = false;
+  document.getElementById("task-title").textContent = "Task " + answer.task_id + ": " + answer.status;
+  const started = {};
+  replaceRows(document.getElementById("task-timeline"), answer.events.map((e) => {
+    const p = e.payload || {};
+    // An attempt ends in attempt-failed, succeeded or (the last one) dead-lettered.
+    const attempt = p.attempt !== undefined ? p.attempt : p.attempts;
+    let took = null;
+    if (e.type === "task.attempt-started") started[attempt] = Date.parse(e.created_at);
+    else if (attempt !== undefined && started[attempt] !== undefined) {
+      took = ((Date.parse(e.created_at) - started[attempt]) / 1000).toFixed(3) + " s";
+      delete started[attempt];
+    }
+    const tr = el("tr");
+    tr.dataset.type = e.type;
+    tr.append(cell(shortTime(e.created_at)), cell(e.type.replace(/^task\./, "")), cell(attempt, "num"), cell(took, "num"), cell(p.error || p.reason));
     return tr;
   }));
 }
+
+// -- dead letters ------------------------------------------------------------------------
+
+let shownRecord = null;
+let awaitedReplay = null;
+
+function dlqUrl(suffix, params) {
+  const query = new URLSearchParams(Object.assign({ path: found.dlq }, params || {}));
+  return "/v1/dlq" + (suffix || "") + "?" + query.toString();
+}
+
+async function requestReplay(ids) {
+  const body = { by: "admin page" };
+  if (ids) body.ids = ids;
+  const answer = await api(dlqUrl("/replay"), {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  awaitedReplay = answer.event.offset;
+  const outcome = document.getElementById("dlq-outcome");
+  outcome.textContent = "replay requested (offset " + awaitedReplay + "); waiting for the DLQ's report…";
+  outcome.className = "muted";
+}
+
+function describeReplay(last) {
+  const r = last.report || {};
+  const count = (kind) => (r.counts && r.counts[kind] !== undefined ? r.counts[kind] : (r[kind] || []).length);
+  if (last.error) return ["problem", "The replay requested at offset " + last.request_offset + " was refused: " + last.error];
+  const parts = ["replayed", "retried", "abandoned", "skipped"].map((k) => count(k) + " " + k);
+  const bad = count("abandoned") + count("skipped");
+  return [bad ? "warn" : "", "Replay requested at offset " + last.request_offset + " by " + (last.requested_by || "?") + ": " + parts.join(", ") +
+    (bad ? " (abandoned: out of replays; skipped: no handler and no request to re-append)" : "")];
+}
+
+async function refreshDlq() {
+  const section = document.getElementById("dlq-section");
+  if (found.dlq === null) { section.hidden = true; return; }
+  const listing = await api(dlqUrl("", { limit: "50" }));
+  section.hidden = false;
+  document.getElementById("dlq-path").textContent = found.dlq === "/" ? "" : "on " + found.dlq;
+  replaceRows(document.getElementById("dlq"), listing.records.map((r) => {
+    const tr = el("tr", null, "clickable");
+    tr.dataset.record = r.record_id;
+    tr.append(
+      cell(r.record_id), cell(r.origin), cell(r.operation), cell(r.status, "status"),
+      cell(r.replays, "num"), cell(shortTime(r.dead_lettered_at)), cell(r.error),
+    );
+    const actions = el("td");
+    if (r.status === "pending") actions.append(button("replay", () => requestReplay([r.record_id])));
+    tr.append(actions);
+    tr.addEventListener("click", () => showRecord(r.record_id));
+    return tr;
+  }), "no dead letters");
+  const replays = (await api(dlqUrl("/replays", { limit: "1" }))).replays;
+  if (replays.length) {
+    const last = replays[0];
+    if (awaitedReplay === null || last.request_offset >= awaitedReplay) {
+      awaitedReplay = null;
+      const [kind, text] = describeReplay(last);
+      const outcome = document.getElementById("dlq-outcome");
+      outcome.textContent = text;
+      outcome.className = kind;
+      const report = document.getElementById("dlq-report");
+      report.textContent = JSON.stringify(last.error ? { error: last.error } : last.report, null, 2);
+      report.className = "";
+    }
+  }
+  if (shownRecord !== null) await showRecord(shownRecord, true);
+}
+
+async function showRecord(recordId, quiet) {
+  shownRecord = recordId;
+  let answer;
+  try {
+    answer = await api(dlqUrl("/record", { id: recordId }));
+  } catch (error) {
+    if (quiet) return;
+    throw error;
+  }
+  const r = answer.record;
+  document.getElementById("dlq-detail").hidden = false;
+  document.getElementById("dlq-title").textContent = "Record " + r.record_id + ": " + r.status + ", " + r.replays + " replay(s), dead-lettered " + shortTime(r.dead_lettered_at) + " UTC";
+  const history = answer.history.map((e) => ({ offset: e.offset, at: e.created_at, type: e.type, payload: e.payload }));
+  document.getElementById("dlq-body").textContent = JSON.stringify({ record: r, history }, null, 2);
+}
+
+// -- the loop ----------------------------------------------------------------------------
+
+let ticks = 0;
 
 async function refresh() {
   const connection = document.getElementById("connection");
   try {
     renderProcessors(await api("/v1/processors"));
-    await Promise.all([refreshDlq(), refreshTasks()]);
+    const work = [refreshDlq(), refreshTasks()];
+    if (ticks % 5 === 0) work.push(refreshHosts());
+    if (browse.mode === "newest" && ticks % 2 === 0) work.push(loadEvents());
+    await Promise.all(work);
+    ticks += 1;
     connection.textContent = "live";
     connection.className = "ok";
   } catch (error) {
@@ -312,13 +584,28 @@ async function refresh() {
   }
 }
 
+function browseFrom(mode, after) {
+  browse.mode = mode;
+  browse.after = after;
+  loadEvents().catch((error) => { document.getElementById("events-note").textContent = String(error.message || error); });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("live-slug").addEventListener("change", (e) => watch(e.target.value));
-  document.getElementById("dlq-replay").addEventListener("click", async () => {
-    await api("/v1/dlq/replay", {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ by: "admin page" }),
-    });
-    refresh();
+  document.getElementById("dlq-replay").addEventListener("click", () => requestReplay(null).then(refresh));
+  document.getElementById("events-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const since = document.getElementById("events-since").value;
+    browseFrom(since ? "range" : "newest", 0);
+  });
+  document.getElementById("events-path").addEventListener("change", () => browseFrom("newest", null));
+  document.getElementById("events-newest").addEventListener("click", () => browseFrom("newest", null));
+  document.getElementById("events-older").addEventListener("click", () => browseFrom("range", Math.max(0, (browse.first || 1) - 1 - PAGE)));
+  document.getElementById("events-newer").addEventListener("click", () => browseFrom("range", browse.last || 0));
+  document.getElementById("task-search").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const id = document.getElementById("task-id").value.trim();
+    if (id) showTask(id);
   });
   document.getElementById("token-form").addEventListener("submit", (e) => {
     e.preventDefault();
