@@ -303,6 +303,10 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     # The replay runs the task again, which fails again: the page says what happened.
     wait.until(lambda d: "1 replayed" in text_of(d, "#dlq-outcome"))
     wait.until(lambda d: "1 replay(s)" in text_of(d, "#dlq-title"))
+    wait.until(
+        lambda d: "Failed again after the replay: tasks/t-bad@" in text_of(d, "#dlq-outcome")
+    )
+    assert "the printer is on fire" in text_of(browser, "#dlq-outcome")
 
     # Cancel asks first; accepted, the task goes.
     click(browser, 'tr[data-task="t-9"] button')

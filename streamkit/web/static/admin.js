@@ -501,14 +501,19 @@ async function requestReplay(ids) {
   outcome.className = "muted";
 }
 
-function describeReplay(last) {
+function describeReplay(last, records) {
   const r = last.report || {};
   const count = (kind) => (r.counts && r.counts[kind] !== undefined ? r.counts[kind] : (r[kind] || []).length);
   if (last.error) return ["problem", "The replay requested at offset " + last.request_offset + " was refused: " + last.error];
   const parts = ["replayed", "retried", "abandoned", "skipped"].map((k) => count(k) + " " + k);
-  const bad = count("abandoned") + count("skipped");
-  return [bad ? "warn" : "", "Replay requested at offset " + last.request_offset + " by " + (last.requested_by || "?") + ": " + parts.join(", ") +
-    (bad ? " (abandoned: out of replays; skipped: no handler and no request to re-append)" : "")];
+  // A replayed record that is pending again failed again: its latest error says why.
+  const replayed = new Set(r.replayed || []);
+  const again = records.filter((rec) => replayed.has(rec.record_id) && rec.status === "pending" && rec.replays > 0);
+  const bad = count("abandoned") + count("skipped") + again.length;
+  let text = "Replay requested at offset " + last.request_offset + " by " + (last.requested_by || "?") + ": " + parts.join(", ");
+  if (count("abandoned") + count("skipped")) text += " (abandoned: out of replays; skipped: no handler and no request to re-append)";
+  if (again.length) text += ". Failed again after the replay: " + again.map((rec) => rec.record_id + " (" + rec.error + ")").join("; ");
+  return [bad ? "warn" : "", text];
 }
 
 async function refreshDlq() {
@@ -535,7 +540,7 @@ async function refreshDlq() {
     const last = replays[0];
     if (awaitedReplay === null || last.request_offset >= awaitedReplay) {
       awaitedReplay = null;
-      const [kind, text] = describeReplay(last);
+      const [kind, text] = describeReplay(last, listing.records);
       const outcome = document.getElementById("dlq-outcome");
       outcome.textContent = text;
       outcome.className = kind;
