@@ -32,7 +32,7 @@ from streamkit.processors.dlq import (
 from streamkit.processors.dlq._scan import RecordStatus, pages_backwards
 
 from streamkit import InvalidRequest, Log, NotFound
-from streamkit.log._types import read_matching, type_matcher
+from streamkit.log import read_matching, type_matcher
 from streamkit.web import Gauge, HttpAnswer, HttpCall, HttpRoute
 
 __all__ = ["gauges", "routes"]

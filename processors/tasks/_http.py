@@ -24,7 +24,7 @@ from typing import Any
 from streamkit.processors.tasks._events import cancel_requested_event
 
 from streamkit import InvalidRequest, NotFound
-from streamkit.log._types import read_matching, type_matcher
+from streamkit.log import read_matching, type_matcher
 from streamkit.web import Gauge, HttpAnswer, HttpCall, HttpRoute
 
 __all__ = ["gauges", "routes"]

@@ -33,7 +33,7 @@ from streamkit.errors import (
 )
 from streamkit.events import StreamEvent, replayed_offsets
 from streamkit.live_state import LIVE_STATE_CHANGED
-from streamkit.log._types import read_matching, type_matcher
+from streamkit.log import read_matching, type_matcher
 
 __all__ = ["add_append", "add_read"]
 

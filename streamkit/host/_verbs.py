@@ -27,8 +27,8 @@ from streamkit.host._runner import ProcessorRunner
 from streamkit.host._status import processor_rows
 from streamkit.host._watch import Subscription, jsonable, watch_messages
 from streamkit.live_state import LiveSnapshot
+from streamkit.log import read_matching, type_matcher
 from streamkit.log._log import Log
-from streamkit.log._types import read_matching, type_matcher
 from streamkit.protocols import Clock, HostStore
 
 __all__ = ["HostVerbs"]

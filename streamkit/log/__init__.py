@@ -2,6 +2,7 @@
 
 from streamkit.log._follow import Follow
 from streamkit.log._log import MAX_READ_LIMIT, Log, ProcessorStreamView, Stream
+from streamkit.log._types import read_matching, type_matcher
 from streamkit.protocols import LogStats
 
 __all__ = [
@@ -11,4 +12,6 @@ __all__ = [
     "LogStats",
     "ProcessorStreamView",
     "Stream",
+    "read_matching",
+    "type_matcher",
 ]

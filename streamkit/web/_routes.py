@@ -23,8 +23,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from streamkit.errors import InvalidRequest, NotFound, SlowConsumer, StreamkitError
 from streamkit.events import appended_to_dicts, replayed_offsets
 from streamkit.host._metrics import parse_created_at
+from streamkit.log import type_matcher
 from streamkit.log._time import after_offset_for, timestamp_param
-from streamkit.log._types import type_matcher
 from streamkit.web._body import json_body
 from streamkit.web._health import assess
 from streamkit.web._metrics import CONTENT_TYPE_LATEST, LATENCY_BUCKETS, exposition

@@ -142,6 +142,8 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
 async def write_lagging_checkpoint(path: Path) -> None:
     async with open_log(path) as log:
         await host_store(log).prepare()
+        # The log holds the events the cursor names: a snapshot is never shown past the head.
+        await log.stream("/").append(*({"type": "tick", "payload": {}} for _ in range(9)))
         await log.write_transaction(
             lambda conn: ReduceCheckpointTable(conn, create_table=False).write(
                 "tally",

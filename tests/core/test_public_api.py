@@ -11,6 +11,7 @@ import streamkit.errors
 
 EXPECTED = {
     "LIVE_STATE_CHANGED",
+    "Appended",
     "BatchInfo",
     "ControlClient",
     "CheckpointStorage",
@@ -72,6 +73,7 @@ EXPECTED = {
     "define_processor_contract",
     "diff_json",
     "open_log",
+    "replayed_offsets",
 }
 
 
