@@ -102,8 +102,8 @@ class _RawHttp:
     """A minimal HTTP/1.1 keep-alive client (one connection), so the client's own cost
     does not hide the server's: httpx spends more CPU per request than the host does."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self._host, self._port = host, port
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self._host, self._port, self._token = host, port, token
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
 
@@ -116,6 +116,7 @@ class _RawHttp:
         assert self._reader is not None
         head = (
             f"{method} {path} HTTP/1.1\r\nHost: {self._host}\r\n"
+            f"Authorization: Bearer {self._token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         self._writer.write(head.encode() + body)
@@ -156,9 +157,9 @@ async def _timed(
     return {"per_s": len(latencies) / elapsed, "p50_ms": p50, "p99_ms": p99}
 
 
-async def _appends_http(base: str, n: int, clients: int) -> dict[str, float]:
+async def _appends_http(base: str, token: str, n: int, clients: int) -> dict[str, float]:
     host, port = base.removeprefix("http://").split(":")
-    connections = [_RawHttp(host, int(port)) for _ in range(clients)]
+    connections = [_RawHttp(host, int(port), token) for _ in range(clients)]
     body = json.dumps({"type": "tick"}).encode()
     await connections[0].post("/v1/events", body)
 
@@ -180,7 +181,7 @@ async def _appends_socket(sock: str, n: int, clients: int) -> dict[str, float]:
     return await _timed(connections, n, send)
 
 
-async def _live_http(base: str, n: int) -> dict[str, float]:
+async def _live_http(base: str, token: str, n: int) -> dict[str, float]:
     host, port = base.removeprefix("http://").split(":")
     body = json.dumps({"type": "tick"}).encode()
 
@@ -193,7 +194,7 @@ async def _live_http(base: str, n: int) -> dict[str, float]:
         )
         assert status == 200, answer
 
-    return await _timed([_RawHttp(host, int(port))], n, send)
+    return await _timed([_RawHttp(host, int(port), token)], n, send)
 
 
 async def _live_socket(sock: str, n: int) -> dict[str, float]:
@@ -207,14 +208,17 @@ async def _live_socket(sock: str, n: int) -> dict[str, float]:
     return await _timed([connection], n, send)
 
 
-async def _fan_out(base: str, deltas: int, clients: int, interval: float) -> dict[str, float]:
+async def _fan_out(
+    base: str, token: str, deltas: int, clients: int, interval: float
+) -> dict[str, float]:
     sent_at: dict[int, float] = {}  # the counter's value after the append -> request start
     delays: list[float] = []
     received = 0
     ready = 0
     all_ready = asyncio.Event()
     limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=None) as http:
+    owner = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=None, headers=owner) as http:
         start_n = (await http.get("/v1/processors/count")).json()["state"]["n"]
 
         async def follow() -> None:
@@ -274,11 +278,16 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         child, base, sock = _start(Path(directory))
         try:
-            http = await _appends_http(base, opts.appends, 16)
+            # The token, as the host's owner gets it: over the control socket.
+            async with ControlClient(sock, timeout=30) as control:
+                token = (await control.request("http"))["served"][0]["token"]
+            http = await _appends_http(base, token, opts.appends, 16)
             unix = await _appends_socket(sock, opts.appends, 16)
-            live_http = await _live_http(base, opts.live)
+            live_http = await _live_http(base, token, opts.live)
             live_unix = await _live_socket(sock, opts.live)
-            fan: dict[str, Any] = await _fan_out(base, opts.deltas, opts.clients, opts.interval)
+            fan: dict[str, Any] = await _fan_out(
+                base, token, opts.deltas, opts.clients, opts.interval
+            )
         finally:
             child.send_signal(signal.SIGTERM)
             child.wait(30)

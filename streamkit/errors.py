@@ -19,6 +19,7 @@ __all__ = [
     "CheckpointTooLarge",
     "ControlSocketInUse",
     "ControlUnavailable",
+    "Forbidden",
     "IdempotencyConflict",
     "InternalError",
     "InvalidConfig",
@@ -242,6 +243,12 @@ class Unauthorized(StreamkitError, PermissionError):
     """An HTTP request without the host's bearer token (or with another); nothing was done."""
 
     code = "UNAUTHORIZED"
+
+
+class Forbidden(StreamkitError, PermissionError):
+    """An HTTP request a browser made from a page this host does not trust; nothing was done."""
+
+    code = "FORBIDDEN"
 
 
 class NotFound(StreamkitError, LookupError):

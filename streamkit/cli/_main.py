@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 from streamkit import __version__
 from streamkit._targets import is_postgres_target, sqlite_target
+from streamkit.cli._admin_command import add_admin
 from streamkit.cli._common import Handler, db_from_config
 from streamkit.cli._host_commands import add_host, add_skip, add_snapshot, add_status, add_watch
 from streamkit.cli._log_commands import add_append, add_read
@@ -52,6 +53,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
     add_snapshot,
     add_watch,
     add_skip,
+    add_admin,
 )
 
 

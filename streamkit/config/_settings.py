@@ -179,7 +179,7 @@ class HttpSettings(_Section):
     listen: str
     """``HOST:PORT`` (``[::1]:8700`` for IPv6; ``:8700`` is the loopback); port 0 takes a free one."""
     token_file: Path | None = None
-    """A file holding the bearer token every request but ``/healthz`` must carry."""
+    """A file holding the bearer token requests must carry; none: the host makes one at start."""
     open_metrics: bool = False
     """Serve ``/metrics`` without the token (for a scraper that cannot send one)."""
     stuck_after: float = Field(default=60.0, gt=0, allow_inf_nan=False)
@@ -192,6 +192,20 @@ class HttpSettings(_Section):
     """The largest request body (each event is still held to the log's own limit)."""
     cors_origins: tuple[str, ...] = ()
     """Origins whose pages may call this host from a browser (none: CORS stays off)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Names clients reach this host by besides its address (a proxy's, a DNS name)."""
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", name):
+                raise _refusal(
+                    f"{name!r} is not a host name",
+                    "name each one as a browser would send it in Host, without scheme or port, "
+                    'e.g. "ops.example.com"',
+                )
+        return tuple(name.lower() for name in value)
 
     @field_validator("cors_origins")
     @classmethod

@@ -10,7 +10,8 @@ One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral,
 (``slug``, ``path``), ``skip`` (``slug``, ``offset``, ``by``, ``reason``,
 ``path``), ``wait`` (``slug``, ``offset``, ``timeout``, ``path``: answers once
 the processor has processed through the offset), ``hello`` (which database the host serves: ``db``, ``owner``,
-``pid``). Every op takes an optional ``db``, the database the client means
+``pid``), ``http`` (``served``: the HTTP surface's ``url``, ``token`` and
+``admin`` page address, for the socket's owner). Every op takes an optional ``db``, the database the client means
 (a resolved path): a host serving another database refuses the request.
 Streaming ops: ``follow`` (``path``, ``after``: every commit,
 ephemerals included, as event objects) and ``watch`` (``slug``, ``path``: a
@@ -74,6 +75,8 @@ class ServedHost(Protocol):
 
     async def status(self) -> dict[str, Any]: ...
 
+    def http_access(self) -> list[dict[str, str]]: ...
+
     async def wait_until_processed(
         self,
         slug: str,
@@ -132,6 +135,7 @@ _OPERATIONS: dict[str, Operation] = {
     "skip": Operation(SkipArgs, description="move a processor past one event"),
     "wait": Operation(WaitArgs, description="answer once a processor passed an offset"),
     "hello": Operation(HostArgs, description="which database this host serves, and who it is"),
+    "http": Operation(HostArgs, description="the HTTP surface's address and token (owner only)"),
 }
 
 
@@ -172,6 +176,9 @@ class HostControlHandler:
             return await host.status()
         if op == "hello":
             return {"db": host.served_db, "owner": host.owner, "pid": os.getpid()}
+        if op == "http":
+            # The socket answers its owner alone, so its token may go to them.
+            return {"served": host.http_access()}
         raise _unknown(op)
 
     def _check_db(self, args: BaseModel) -> None:

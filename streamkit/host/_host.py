@@ -100,6 +100,13 @@ class HostService(Protocol):
         """Stop serving; idempotent."""
         ...
 
+    def access(self) -> dict[str, str] | None:
+        """How the host's owner calls this service (``{url, token, ...}``), None if not served.
+
+        Handed out by the control socket's ``http`` op, to its owner alone.
+        """
+        ...
+
 
 _log = structlog.get_logger("streamkit.host")
 
@@ -298,6 +305,12 @@ class ProcessorHost(HostVerbs):
             )
         self.socket_path = path
         await self._require_store().register(self.owner, str(path), os.getpid(), self.clock())
+
+    def http_access(self) -> list[dict[str, str]]:
+        """What each started service tells its owner to call it by (see :meth:`HostService.access`)."""
+        return [
+            access for service in self._services_started if (access := service.access()) is not None
+        ]
 
     async def stop(self, grace: float | None = None) -> None:
         """Finish in-flight batches, settle background work, release leases, close. Idempotent."""

@@ -2,14 +2,10 @@
 
 :func:`build_app` binds :class:`~._routes.Endpoints` to a host. Guarantees:
 
-- with a token, every request but ``GET /healthz``, ``GET /problems/...`` (what
-  a refusal's ``type`` names), the admin page's own files (``/`` and
-  ``/static/...``: no data; the page sends the token with every request it
-  makes) and ``GET /metrics`` when ``open_metrics`` carries
-  ``Authorization: Bearer <token>``, compared in
-  constant time; any other request is refused (401) before its body is read;
-- no cookie is ever read or set, so a page elsewhere cannot make a browser
-  write here (no CSRF surface); no CORS header is sent unless origins are
+- every request passes :class:`~._guard.RequestGuard` first: a Host served
+  here, no write from another origin's page, the token (all but the open
+  paths); a refused request is answered before its body is read;
+- no cookie is ever read or set; no CORS header is sent unless origins are
   named (``cors_origins``, never a wildcard), so browsers keep other
   origins' scripts out;
 - every refusal is ``application/problem+json`` with the error's code, and a
@@ -19,10 +15,9 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 from starlette.applications import Starlette
@@ -32,16 +27,16 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from streamkit.errors import (
     InternalError,
     InvalidRequest,
     NotFound,
     StreamkitError,
-    Unauthorized,
 )
 from streamkit.web._body import json_body
+from streamkit.web._guard import RequestGuard
 from streamkit.web._plugins import HttpAnswer, HttpCall, HttpRoute, plugin_routes
 from streamkit.web._problems import problem
 from streamkit.web._routes import Endpoints
@@ -59,12 +54,12 @@ _log = structlog.get_logger("streamkit.web")
 def build_app(
     host: ProcessorHost,
     settings: HttpSettings,
-    token: str | None,
+    token: str,
     *,
     plugins: Sequence[HttpRoute] | None = None,
     streams: LiveStreams | None = None,
 ) -> ASGIApp:
-    """The application serving ``host``; ``token`` (if any) guards it as the module says.
+    """The application serving ``host``, guarded by ``token`` (see :mod:`._guard`).
 
     ``plugins`` are the routes packages add (default: the installed
     ``streamkit.http`` entry points, :mod:`._plugins`). ``streams`` tracks the
@@ -111,10 +106,14 @@ def build_app(
             allow_credentials=False,
             max_age=600,
         )
-    if token is None:
-        return served
-    open_paths = {"/", "/healthz"} | ({"/metrics"} if settings.open_metrics else set())
-    return _BearerToken(served, token, open_paths)
+    return RequestGuard(
+        served,
+        token=token,
+        listen_host=settings.host,
+        allowed_hosts=settings.allowed_hosts,
+        cors_origins=settings.cors_origins,
+        open_metrics=settings.open_metrics,
+    )
 
 
 STATIC = Path(__file__).parent / "static"
@@ -193,52 +192,3 @@ async def _failed(request: Request, exc: Exception) -> Response:
         details={},
     )
     return problem(error, instance=request.url.path)
-
-
-# Served to anyone: the admin page's own files (a browser cannot add a header to a
-# page load; they carry no data, and every request the page makes sends the token),
-# and what a refusal's type names.
-_OPEN_PREFIXES = ("/static/", "/problems/")
-
-
-class _BearerToken:
-    """Refuses (401) every request without the token, but those to ``open_paths``."""
-
-    def __init__(self, app: ASGIApp, token: str, open_paths: set[str]) -> None:
-        self._app = app
-        self._expected = f"Bearer {token}".encode()
-        self._open = open_paths
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
-        method = scope.get("method")
-        if (
-            scope["type"] != "http"
-            # A CORS preflight never carries the token (browsers send none); it reads
-            # and writes nothing, and the request it clears must carry the token.
-            or method == "OPTIONS"
-            or (
-                method in ("GET", "HEAD")
-                and (path in self._open or path.startswith(_OPEN_PREFIXES))
-            )
-        ):
-            await self._app(scope, receive, send)
-            return
-        given = _header(scope, b"authorization")
-        if given is not None and hmac.compare_digest(given, self._expected):
-            await self._app(scope, receive, send)
-            return
-        error = Unauthorized(
-            "this host's HTTP surface needs its token: send Authorization: Bearer <token> (the "
-            "contents of the host's http token file); nothing was done",
-            details={"path": scope["path"]},
-        )
-        await problem(error, instance=scope["path"])(scope, receive, send)
-
-
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    headers: Any = scope.get("headers") or []
-    for key, value in headers:
-        if key.lower() == name:
-            return bytes(value)
-    return None

@@ -1,9 +1,13 @@
 """Request bodies over HTTP: read within a byte budget, parsed as strict JSON, or refused.
 
-A body past the budget is refused (413) as soon as its declared length or
-its bytes so far pass it, before the rest is read; a body that is not UTF-8
-JSON (or holds NaN or Infinity, which JSON has not) is refused (400). Nothing
-is written in either case.
+A body is read only when its ``Content-Type`` declares JSON
+(``application/json`` or ``application/<thing>+json``); any other is refused
+(400) unread. That is what keeps a page on another origin out: a browser
+sends a cross-origin request without a preflight only with a form's or
+``text/plain`` content type. A body past the budget is refused (413) as soon
+as its declared length or its bytes so far pass it, before the rest is read;
+a body that is not UTF-8 JSON (or holds NaN or Infinity, which JSON has not)
+is refused (400). Nothing is written in any of these cases.
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ def _no_constant(name: str) -> NoReturn:
 
 async def json_body(request: Request, limit: int) -> Any:
     """The request's body parsed as JSON; RequestTooLarge past ``limit`` bytes, else MalformedRequest."""
+    declared_type = request.headers.get("content-type")
+    if not _is_json(declared_type):
+        shown = "none" if declared_type is None else repr(declared_type[:100])
+        raise MalformedRequest(
+            f"the request body must be sent as Content-Type: application/json (it was {shown}); "
+            "nothing was read or written",
+            details={"content_type": None if declared_type is None else declared_type[:100]},
+        )
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
@@ -48,6 +60,14 @@ async def json_body(request: Request, limit: int) -> Any:
             f"the request body is not UTF-8 JSON ({exc}); nothing was written",
             details={"error": str(exc)[:200]},
         ) from exc
+
+
+def _is_json(content_type: str | None) -> bool:
+    if content_type is None:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 def _too_large(size: int, limit: int) -> RequestTooLarge:

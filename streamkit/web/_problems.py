@@ -32,6 +32,7 @@ _STATUS: dict[str, int] = {
     "UNDECLARED_EMIT": 422,
     "REQUEST_TOO_LARGE": 413,
     "UNAUTHORIZED": 401,
+    "FORBIDDEN": 403,
     "NOT_FOUND": 404,
     "UNKNOWN_OP": 404,
     "LEASE_LOST": 409,

@@ -4,8 +4,12 @@
 starts it after its own parts and closes it first when it stops. Guarantees:
 
 - it binds only what the settings say, and a non-loopback address only with
-  a token (the settings refuse it otherwise); the token file must be
+  a token file (the settings refuse it otherwise); the token file must be
   readable by its owner alone, and not empty;
+- it always serves with a token: without a token file it makes one at
+  start (32 random bytes), kept in memory and handed out only over the
+  control socket (``streamkit admin``), so the HTTP surface grants no more
+  than the socket, which its owner alone can use;
 - the socket is bound before the host reports started, so a port taken by
   something else fails the host's start (and nothing is left running);
 - uvicorn installs no signal handlers: the host's own handle SIGTERM and
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import socket
 import stat
 from collections.abc import Iterator
@@ -64,21 +69,27 @@ class HttpService:
         self.settings = settings
         self.port: int | None = None
         """The port bound (the one the kernel chose for port 0); None until started."""
+        self.token: str | None = None
+        """The bearer token requests must carry; None until started."""
         self._server: _Server | None = None
         self._task: asyncio.Task[None] | None = None
         self._streams = LiveStreams()
 
     @property
     def url(self) -> str:
-        """``http://HOST:PORT`` of the running server."""
-        host = self.settings.host
+        """``http://HOST:PORT`` of the running server (the loopback for a wildcard listen)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.settings.host, self.settings.host)
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{self.port}"
 
     async def start(self, host: ProcessorHost) -> None:
         """Bind and serve ``host``; raises if the address cannot be bound."""
         settings = self.settings
-        token = None if settings.token_file is None else read_token(settings.token_file)
+        token = (
+            secrets.token_urlsafe(32)
+            if settings.token_file is None
+            else read_token(settings.token_file)
+        )
         app = build_app(host, settings, token, streams=self._streams)
         sock = _bind(settings.host, settings.port)
         config = uvicorn.Config(
@@ -105,12 +116,30 @@ class HttpService:
                 )
             await asyncio.sleep(0.005)
         self.port = sock.getsockname()[1]
-        _log.info("http.listening", url=self.url, token=token is not None)
+        self.token = token
+        _log.info(
+            "http.listening",
+            url=self.url,
+            token_file=None if settings.token_file is None else str(settings.token_file),
+            admin="`streamkit admin` prints the admin page's address with its token",
+        )
+
+    def access(self) -> dict[str, str] | None:
+        """``{url, token, admin}`` while serving (``admin``: the page's address with its token).
+
+        For the control socket's ``http`` op: what its owner needs to call this
+        server. The token rides in the address's fragment, which a browser
+        never sends to a server; the page moves it into the tab's storage.
+        """
+        if self.port is None or self.token is None:
+            return None
+        return {"url": self.url, "token": self.token, "admin": f"{self.url}/#token={self.token}"}
 
     async def close(self) -> None:
         """Stop serving (open streams are ended); idempotent."""
         server, task = self._server, self._task
         self._server = self._task = None
+        self.port = self.token = None
         if server is None or task is None:
             return
         ended = await self._streams.close_all(_STOP_GRACE)

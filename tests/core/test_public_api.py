@@ -64,6 +64,7 @@ EXPECTED = {
     "StreamProcessor",
     "StreamkitError",
     "Unauthorized",
+    "Forbidden",
     "UndeclaredEmit",
     "UnknownOperation",
     "UntrustedSocket",

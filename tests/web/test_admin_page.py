@@ -13,31 +13,24 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import httpx
 import pytest
-from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 from streamkit.processors.tasks import task_requested_event
-from support import ROOT
+from support import ROOT, free_port
 from support.daemon import DaemonRig, eventually
 
 from streamkit import StreamEvent, open_log
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 _JOBS = """
 async def job(args, ctx):
@@ -72,37 +65,6 @@ handlers = { job = "pagejobs:job", broken = "pagejobs:broken" }
 class = "streamkit.processors.dlq:DlqProcessor"
 path = "/ops"
 """
-
-
-def _browser_missing() -> str | None:
-    if CHROMIUM.exists() and CHROMEDRIVER.exists():
-        return None
-    return "needs Debian's chromium and chromium-driver (.ci/run installs them)"
-
-
-@pytest.fixture
-def browser() -> Iterator[WebDriver]:
-    missing = _browser_missing()
-    if missing is not None:
-        if os.environ.get("STREAMKIT_REQUIRE_BROWSER"):
-            pytest.fail(missing)
-        pytest.skip(missing)
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(flag)
-    options.add_argument("--window-size=1280,1100")
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def free_port() -> int:
-    with closing(socket.socket()) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def append(db: Path, event: dict[str, object], path: str = "/") -> None:
@@ -182,7 +144,18 @@ def page(browser: WebDriver, tmp_path: Path) -> Iterator[tuple[WebDriver, Path, 
                 return False
 
         eventually(up)
-        browser.get(base + "/")
+        # The page's address with its token, as its owner gets it: from the control socket.
+        admin = subprocess.run(
+            [sys.executable, "-m", "streamkit", "admin", "--db", str(tmp_path / "page.db")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+        assert admin.startswith(f"{base}/#token=")
+        browser.get(admin)
+        # The token leaves the address bar (it would be bookmarked, shared, screenshotted).
+        WebDriverWait(browser, 5).until(lambda d: d.current_url == f"{base}/")
         yield browser, tmp_path / "page.db", base
     finally:
         rig.close()

@@ -31,6 +31,7 @@ from streamkit.errors import InvalidConfig
 from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
 from streamkit.web._app import build_app
+from streamkit.web._guard import RequestGuard
 
 PROBLEM = "application/problem+json"
 
@@ -40,6 +41,9 @@ class Served:
     host: ProcessorHost
     http: HttpService
     client: httpx.AsyncClient
+    """Sends the host's token, as its owner would."""
+    bare: httpx.AsyncClient
+    """Sends no token, as anyone else on the machine."""
 
 
 Serve = Callable[..., Awaitable[Served]]
@@ -64,14 +68,17 @@ async def serve(tmp_path: Path) -> AsyncIterator[Serve]:
             services=[service],
         )
         await host.start()
-        client = httpx.AsyncClient(base_url=service.url, timeout=10.0)
-        served = Served(host, service, client)
+        token = {"Authorization": f"Bearer {service.token}"}
+        client = httpx.AsyncClient(base_url=service.url, timeout=10.0, headers=token)
+        bare = httpx.AsyncClient(base_url=service.url, timeout=10.0)
+        served = Served(host, service, client, bare)
         started.append(served)
         return served
 
     yield start
     for served in reversed(started):
         await served.client.aclose()
+        await served.bare.aclose()
         await served.host.stop(grace=0.5)
 
 
@@ -430,30 +437,64 @@ async def test_with_a_token_every_request_but_healthz_needs_it(
 ) -> None:
     """No token or a wrong one: 401 problem, nothing written; the right one passes."""
     served = await serve(http={"token_file": str(token_file(tmp_path))})
-    bare = await served.client.post("/v1/events", json=item())
+    assert served.http.token == "s3cret-token-0123456789"
+    bare = await served.bare.post("/v1/events", json=item())
     refusal = assert_problem(bare, 401, "UNAUTHORIZED")
-    described = await served.client.get(refusal["type"])  # the type names a page, open to all
+    described = await served.bare.get(refusal["type"])  # the type names a page, open to all
     assert described.json()["code"] == "UNAUTHORIZED"
     assert bare.headers["www-authenticate"].startswith("Bearer")
-    wrong = await served.client.get("/v1/processors", headers={"Authorization": "Bearer nope"})
+    wrong = await served.bare.get("/v1/processors", headers={"Authorization": "Bearer nope"})
     assert_problem(wrong, 401, "UNAUTHORIZED")
-    assert_problem(await served.client.get("/metrics"), 401, "UNAUTHORIZED")
-    assert (await served.client.get("/healthz")).status_code == 200
-    page = await served.client.get("/")  # the admin page's files carry no data
+    assert_problem(await served.bare.get("/metrics"), 401, "UNAUTHORIZED")
+    assert (await served.bare.get("/healthz")).status_code == 200
+    page = await served.bare.get("/")  # the admin page's files carry no data
     assert page.status_code == 200
     assert "default-src 'none'" in page.headers["content-security-policy"]
-    assert (await served.client.get("/static/admin.js")).status_code == 200
+    assert (await served.bare.get("/static/admin.js")).status_code == 200
     good = {"Authorization": "Bearer s3cret-token-0123456789"}
-    assert (await served.client.post("/v1/events", json=item(), headers=good)).status_code == 201
-    assert (await served.client.get("/metrics", headers=good)).status_code == 200
+    assert (await served.bare.post("/v1/events", json=item(), headers=good)).status_code == 201
+    assert (await served.bare.get("/metrics", headers=good)).status_code == 200
     assert await durable_offsets(served) == [1]
+
+
+async def test_without_a_token_file_the_host_makes_a_token_and_every_read_and_write_needs_it(
+    serve: Serve,
+) -> None:
+    """The loopback default grants no more than the owner-only socket: no token, no data."""
+    served = await serve()
+    assert served.http.token is not None
+    assert len(served.http.token) >= 32
+    for method, url in (
+        ("POST", "/v1/events"),
+        ("GET", "/v1/events"),
+        ("GET", "/v1/processors"),
+        ("GET", "/v1/processors/tally/live"),
+        ("POST", "/v1/processors/tally/skip"),
+        ("GET", "/v1/paths"),
+        ("GET", "/metrics"),
+    ):
+        refused = await served.bare.request(method, url, json=item())
+        assert_problem(refused, 401, "UNAUTHORIZED")
+    assert await durable_offsets(served) == []
+    assert (await served.bare.get("/healthz")).status_code == 200
+    assert (await served.client.post("/v1/events", json=item())).status_code == 201
+    access = served.host.http_access()
+    assert access == [
+        {
+            "url": served.http.url,
+            "token": served.http.token,
+            "admin": f"{served.http.url}/#token={served.http.token}",
+        }
+    ]
+    other = await serve()
+    assert other.http.token != served.http.token  # made fresh by each host
 
 
 async def test_open_metrics_serves_metrics_without_the_token(serve: Serve, tmp_path: Path) -> None:
     """open_metrics lets a scraper in without the token; everything else still needs it."""
     served = await serve(http={"token_file": str(token_file(tmp_path)), "open_metrics": True})
-    assert (await served.client.get("/metrics")).status_code == 200
-    assert_problem(await served.client.get("/v1/processors"), 401, "UNAUTHORIZED")
+    assert (await served.bare.get("/metrics")).status_code == 200
+    assert_problem(await served.bare.get("/v1/processors"), 401, "UNAUTHORIZED")
 
 
 async def test_a_token_file_others_may_read_is_refused_at_start(
@@ -537,7 +578,7 @@ async def test_cors_is_off_unless_origins_are_named(serve: Serve, tmp_path: Path
     )
     assert preflight.status_code == 200
     assert preflight.headers["access-control-allow-origin"] == "https://ops.example.com"
-    refused = await named.client.get("/v1/processors", headers=origin)
+    refused = await named.bare.get("/v1/processors", headers=origin)
     assert refused.status_code == 401
     other = await named.client.options(
         "/v1/events",
@@ -597,7 +638,9 @@ async def test_connections_past_the_limit_are_answered_503(serve: Serve) -> None
 async def test_every_http_endpoint_is_documented(serve: Serve) -> None:
     """Each route the app serves (core and installed plugins) is named in docs/http.md."""
     served = await serve()
-    app = build_app(served.host, served.http.settings, None)
+    guard = build_app(served.host, served.http.settings, "a-token-for-the-route-list")
+    assert isinstance(guard, RequestGuard)
+    app = guard.app
     docs = (ROOT / "docs" / "http.md").read_text(encoding="utf-8")
     routes = [r for r in getattr(app, "routes", []) if isinstance(r, Route)]
     assert routes, "the app exposes its routes"
@@ -635,3 +678,39 @@ async def test_the_event_browser_endpoints(serve: Serve) -> None:
     assert_problem(await client.get("/v1/events?since=yesterday"), 400, "INVALID_REQUEST")
     icon = await client.get("/favicon.ico")
     assert (icon.status_code, icon.headers["content-type"]) == (200, "image/svg+xml")
+
+
+async def test_a_host_answers_to_its_address_localhost_and_the_names_allowed(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Host checks: the listen address, localhost, allowed_hosts; any IP only on a wildcard listen."""
+    served = await serve(http={"allowed_hosts": ["Ops.Example.com"]})
+    port = served.http.port
+    answers = {}
+    for host in (
+        f"127.0.0.1:{port}",
+        f"localhost:{port}",
+        "ops.example.com",
+        f"OPS.example.com.:{port}",
+        f"10.0.0.7:{port}",
+        f"evil.example:{port}",
+        "127.0.0.1:x",
+        "[::1",
+    ):
+        answers[host] = (await served.client.get("/v1/paths", headers={"Host": host})).status_code
+    assert answers == {
+        f"127.0.0.1:{port}": 200,
+        f"localhost:{port}": 200,
+        "ops.example.com": 200,
+        f"OPS.example.com.:{port}": 200,
+        f"10.0.0.7:{port}": 400,
+        f"evil.example:{port}": 400,
+        "127.0.0.1:x": 400,
+        "[::1": 400,
+    }
+    with pytest.raises(ValueError, match="not a host name"):
+        await serve(http={"allowed_hosts": ["https://ops.example.com"]})
+    wildcard = await serve(http={"listen": "0.0.0.0:0", "token_file": str(token_file(tmp_path))})
+    for host, status in (("10.0.0.7:80", 200), ("[fe80::1]:80", 200), ("evil.example", 400)):
+        got = await wildcard.client.get("/v1/paths", headers={"Host": host})
+        assert got.status_code == status, host

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import closing
@@ -16,19 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import ROOT
+from support import ROOT, free_port
 from support.daemon import DaemonRig, eventually
 
 from streamkit.control import ControlClient
 from streamkit.errors import InvalidRequest, ProcessorTimeout
 
 SUPPORT = ROOT / "tests" / "support"
-
-
-def free_port() -> int:
-    with closing(socket.socket()) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture
@@ -58,10 +53,24 @@ def _tally_over_http(
     return daemon, f"http://127.0.0.1:{port}"
 
 
+def owner_headers(db: Path) -> dict[str, str]:
+    """The token header, as the host's owner gets it: ``streamkit admin --token``."""
+    token = subprocess.run(
+        [sys.executable, "-m", "streamkit", "admin", "--db", str(db), "--token"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    return {"Authorization": f"Bearer {token}"}
+
+
 def test_the_daemon_serves_http_and_stops_it_on_sigterm(rig: DaemonRig, tmp_path: Path) -> None:
     """Appends over HTTP reach the processor; /healthz is green; SIGTERM ends it cleanly."""
     daemon, base = _tally_over_http(rig, tmp_path, "w")
-    with httpx.Client(base_url=base, timeout=10.0) as client:
+    with httpx.Client(
+        base_url=base, timeout=10.0, headers=owner_headers(tmp_path / "w.db")
+    ) as client:
         eventually(lambda: _answers(client))
         response = client.post("/v1/events", json=[{"type": "item"}, {"type": "item"}])
         assert response.status_code == 201
@@ -92,11 +101,12 @@ def test_a_stop_ends_open_live_streams_cleanly_and_logs_only_json(
     base = f"http://127.0.0.1:{port}"
     received: dict[str, list[str]] = {}
     connected = threading.Barrier(3)
+    owner = owner_headers(tmp_path / "j.db")
 
     def follow(name: str, url: str) -> None:
         lines = received.setdefault(name, [])
         with httpx.stream(
-            "GET", url, headers={"Accept": "text/event-stream"}, timeout=30.0
+            "GET", url, headers={"Accept": "text/event-stream", **owner}, timeout=30.0
         ) as response:
             for line in response.iter_lines():
                 lines.append(line)
@@ -163,7 +173,9 @@ def test_append_then_wait_over_http_and_the_socket_is_never_paced(
     """
     (tmp_path / "streamkit.toml").write_text("processor_share = 0.00001\n")
     _, base = _tally_over_http(rig, tmp_path, "r")
-    with httpx.Client(base_url=base, timeout=20.0) as client:
+    with httpx.Client(
+        base_url=base, timeout=20.0, headers=owner_headers(tmp_path / "r.db")
+    ) as client:
         eventually(lambda: _answers(client))
         for n in range(20):
             posted = client.post("/v1/events", json={"type": "item", "payload": {"n": n}})
@@ -193,7 +205,9 @@ def test_waiting_for_an_offset_not_reached_is_a_coded_timeout(
 ) -> None:
     """``processed`` past the head answers 504 PROCESSOR_TIMEOUT after its timeout; bad values 400."""
     _, base = _tally_over_http(rig, tmp_path, "t")
-    with httpx.Client(base_url=base, timeout=20.0) as client:
+    with httpx.Client(
+        base_url=base, timeout=20.0, headers=owner_headers(tmp_path / "t.db")
+    ) as client:
         eventually(lambda: _answers(client))
         late = client.get("/v1/processors/tally/processed", params={"offset": 5, "timeout": 0.2})
         assert late.status_code == 504
@@ -214,3 +228,39 @@ def test_waiting_for_an_offset_not_reached_is_a_coded_timeout(
                     await control.request("wait", slug="tally", offset=1, timeout=0)
 
         asyncio.run(over_the_socket())
+
+
+def test_admin_names_each_host_s_page_and_refuses_a_host_without_http(
+    rig: DaemonRig, tmp_path: Path
+) -> None:
+    """``streamkit admin``: the page's address with the token; a host without HTTP says so."""
+    _, base = _tally_over_http(rig, tmp_path, "a")
+    shown = subprocess.run(
+        [sys.executable, "-m", "streamkit", "admin", "--db", str(tmp_path / "a.db")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    address, _, token = shown.partition("/#token=")
+    assert (address, owner_headers(tmp_path / "a.db")) == (
+        base,
+        {"Authorization": f"Bearer {token}"},
+    )
+    with httpx.Client(base_url=base, timeout=10.0) as client:
+        eventually(lambda: _answers(client))
+        assert client.get("/v1/processors").status_code == 401
+        assert (
+            client.get("/v1/processors", headers={"Authorization": f"Bearer {token}"}).status_code
+            == 200
+        )
+    rig.start_host("n", "--db", str(tmp_path / "n.db"), "--processor", "hostprocs:Tally")
+    refused = subprocess.run(
+        [sys.executable, "-m", "streamkit", "admin", "--db", str(tmp_path / "n.db")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "serves no HTTP" in refused.stderr

@@ -40,7 +40,8 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     )
     await host.start()
     try:
-        async with httpx.AsyncClient(base_url=service.url, timeout=10.0) as made:
+        token = {"Authorization": f"Bearer {service.token}"}
+        async with httpx.AsyncClient(base_url=service.url, timeout=10.0, headers=token) as made:
             yield made
     finally:
         await host.stop(grace=0.5)

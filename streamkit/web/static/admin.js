@@ -3,9 +3,11 @@
 // the hosts), follows one processor's live state as Server-Sent Events
 // (applying each JSON patch with the applier below), browses the events of a
 // path, and drives the tasks and the dead-letter queue wherever they run.
-// Every value goes into the page as text, never as HTML. The token, when the
-// host needs one, is kept in this tab's sessionStorage and sent as a bearer
-// header (no cookie is ever used).
+// Every value goes into the page as text, never as HTML. The host's token
+// comes in the address's fragment (`streamkit admin` prints that address; a
+// browser never sends a fragment to a server) or is pasted in; it is kept in
+// this tab's sessionStorage, taken out of the address bar, and sent as a
+// bearer header (no cookie is ever used).
 "use strict";
 
 const TOKEN_KEY = "streamkit-token";
@@ -15,6 +17,15 @@ function headers(extra) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) h["Authorization"] = "Bearer " + token;
   return h;
+}
+
+function takeTokenFromAddress() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const token = fragment.get("token");
+  if (token) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
 }
 
 async function api(path, options) {
@@ -612,6 +623,7 @@ document.addEventListener("DOMContentLoaded", () => {
     const id = document.getElementById("task-id").value.trim();
     if (id) showTask(id);
   });
+  takeTokenFromAddress();
   document.getElementById("token-form").addEventListener("submit", (e) => {
     e.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value);
