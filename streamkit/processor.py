@@ -34,7 +34,9 @@ if TYPE_CHECKING:
     from streamkit.protocols import StreamAccess
 
 __all__ = [
+    "USER_EXITS",
     "Delivery",
+    "ExitRefused",
     "ProcessEventArgs",
     "StreamProcessor",
     "check_work",
@@ -46,6 +48,30 @@ State = TypeVar("State")
 
 Work = Callable[[], Awaitable[object]]
 """What ``block_processor_while`` and ``run_in_background`` take: ``fn() -> awaitable``."""
+
+
+class ExitRefused(RuntimeError):
+    """Code a processor or a task handler runs raised ``SystemExit`` or ``KeyboardInterrupt``.
+
+    The host owns its process's exit (its signals, its stop). An exit raised
+    inside one processor's code would stop every processor mid-batch, and a
+    task attempt it interrupted would stop the next host too, once per
+    attempt left. So it is held as a failure of that code instead: retried,
+    counted and shown like any other error, and the host keeps running.
+    """
+
+
+USER_EXITS = (SystemExit, KeyboardInterrupt)
+"""What :class:`ExitRefused` stands in for when user code raises it."""
+
+
+def exit_refused(exc: BaseException, where: str) -> ExitRefused:
+    """The failure ``exc`` (one of :data:`USER_EXITS`) raised in ``where`` is held as."""
+    shown = ", ".join(repr(arg) for arg in exc.args)
+    return ExitRefused(
+        f"{where} raised {type(exc).__name__}({shown}), which would stop the whole host; "
+        "the host kept running and counts it as a failure of that code"
+    )
 
 
 def consumes_predicate(
@@ -278,6 +304,8 @@ class ProcessEventArgs(Generic[State]):
                 result = blockers.popleft()()
                 if inspect.isawaitable(result):
                     await result
+        except USER_EXITS as exc:
+            raise exit_refused(exc, "process_event or its blocking work") from exc
         finally:
             self._open = False
 

@@ -82,6 +82,7 @@ from streamkit import (
     StreamkitError,
     StreamProcessor,
 )
+from streamkit.processor import USER_EXITS, exit_refused
 
 __all__ = [
     "TasksProcessor",
@@ -587,12 +588,19 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
 
 
 async def _run_handler(handler: TaskHandler, args: dict[str, Any], ctx: TaskContext) -> Any:
-    """Call ``handler`` and await what it returns; a result that is not awaitable fails the attempt."""
-    result = handler(args, ctx)
-    if not inspect.isawaitable(result):
-        raise TypeError(
-            f"the handler returned {type(result).__name__}, not an awaitable: write it as "
-            "`async def handler(args, ctx): ...` (run blocking work inside it with "
-            "`await asyncio.to_thread(...)`)"
-        )
-    return await result
+    """Call ``handler`` and await what it returns; a result that is not awaitable fails the attempt.
+
+    It runs as a task of its own, so an exit it raises would leave the event
+    loop from there: it is held as the attempt's failure here (ExitRefused).
+    """
+    try:
+        result = handler(args, ctx)
+        if not inspect.isawaitable(result):
+            raise TypeError(
+                f"the handler returned {type(result).__name__}, not an awaitable: write it as "
+                "`async def handler(args, ctx): ...` (run blocking work inside it with "
+                "`await asyncio.to_thread(...)`)"
+            )
+        return await result
+    except USER_EXITS as exc:
+        raise exit_refused(exc, f"task handler {ctx.name!r}") from exc

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent
-from streamkit.processor import Work
+from streamkit.processor import USER_EXITS, Work, exit_refused
 from streamkit.protocols import Clock, ProcessorStream
 
 __all__ = ["REVIVE_AFTER", "REVIVE_AFTER_MAX", "ClaimKeeper"]
@@ -125,6 +125,9 @@ class ClaimKeeper:
             raise
         except Exception as exc:
             self._report("processor.background_failed", exc, during)
+        except USER_EXITS as exc:
+            failure = exit_refused(exc, "run_in_background work")
+            self._report("processor.background_failed", failure, during)
         self._in_flight -= 1
         if self._in_flight == 0:
             self._revives_while_busy = 0

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from streamkit._fast import payload_validator, with_payload
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
-from streamkit.processor import StreamProcessor, consumes_predicate
+from streamkit.processor import USER_EXITS, StreamProcessor, consumes_predicate, exit_refused
 
 __all__ = ["Fold", "report"]
 
@@ -173,6 +173,9 @@ class Fold(Generic[S]):
                 next_state = reduce(event, state)
             except Exception as exc:
                 self._reduce_failed(event, exc)
+                continue
+            except USER_EXITS as exc:
+                self._reduce_failed(event, exit_refused(exc, "reduce"))
                 continue
             if next_state is not None:
                 state = next_state

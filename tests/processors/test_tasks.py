@@ -46,7 +46,7 @@ from streamkit.testing import (
 )
 from support.daemon import DaemonRig
 
-from streamkit import InvalidEvent, ProcessorEngine, ProcessorHost, SharedMap, open_log
+from streamkit import InvalidEvent, ProcessorEngine, ProcessorHost, SharedMap, StreamEvent, open_log
 from streamkit.cli import main
 from streamkit.config import HostConfig
 
@@ -1099,3 +1099,81 @@ async def test_a_backlog_of_ten_thousand_tasks_checkpoints_under_the_ceiling(rig
 
 async def _never(args: dict[str, Any], ctx: TaskContext) -> None:
     raise AssertionError("a task due in an hour ran now")
+
+
+_EXITING_MODULE = """
+import asyncio
+import sys
+
+
+async def exits(args, ctx):
+    sys.exit(3)
+
+
+async def interrupts(args, ctx):
+    raise KeyboardInterrupt
+
+
+async def exits_later(args, ctx):  # after a wait: from a later step of its task
+    await asyncio.sleep(0.01)
+    raise SystemExit("bye")
+
+
+async def job(args, ctx):
+    return {"done": args["n"]}
+"""
+
+
+async def test_a_handler_that_raises_an_exit_fails_its_attempt_and_the_host_stays_up(
+    tmp_path: Path,
+) -> None:
+    """SystemExit and KeyboardInterrupt in a handler: recorded failures, no host stopped."""
+    (tmp_path / "exitjobs.py").write_text(_EXITING_MODULE)
+    rig = DaemonRig(tmp_path, socket_prefix="ske", tmp_on_pythonpath=True)
+    db = tmp_path / "e.db"
+    handlers = {name: f"exitjobs:{name}" for name in ("exits", "interrupts", "exits_later", "job")}
+    processor = "streamkit.processors.tasks:TasksProcessor" + json.dumps(
+        {"handlers": handlers, "backoff_base": 0.05}
+    )
+    try:
+        host = rig.start_host("h", "--db", str(db), "--processor", processor, log="host")
+        async with open_log(db) as log:
+            await log.stream("/").append(
+                *(
+                    task_requested_event(task_id=name, name=name, max_attempts=2)
+                    for name in ("exits", "interrupts", "exits_later")
+                )
+            )
+
+        async def story() -> list[StreamEvent]:
+            async with open_log(db, read_only=True) as log:
+                return list((await log.stream("/").read(0, 1000)).events)
+
+        async def all_dead_lettered() -> bool:
+            return sum(e.type == TASK_DEAD_LETTERED for e in await story()) == 3
+
+        await _wait(all_dead_lettered, within=30)
+        assert host.poll() is None, (tmp_path / "host.log").read_text()
+        # Attempt 1 failed and was retried; attempt 2, the last, was dead-lettered.
+        last = (TASK_ATTEMPT_FAILED, TASK_DEAD_LETTERED)
+        failed = [e.payload for e in await story() if e.type in last]
+        errors = {(p["task_id"], p.get("attempt", p.get("attempts"))): p["error"] for p in failed}
+        assert set(errors) == {
+            (n, a) for n in ("exits", "interrupts", "exits_later") for a in (1, 2)
+        }
+        assert "raised SystemExit(3)" in errors["exits", 1]
+        assert "raised KeyboardInterrupt()" in errors["interrupts", 2]
+        assert "raised SystemExit('bye')" in errors["exits_later", 1]
+        # Still serving: the next task runs to success on the same host.
+        async with open_log(db) as log:
+            await log.stream("/").append(
+                task_requested_event(task_id="ok", name="job", args={"n": 1})
+            )
+
+        async def succeeded() -> bool:
+            return any(e.type == TASK_SUCCEEDED for e in await story())
+
+        await _wait(succeeded, within=30)
+        assert host.poll() is None
+    finally:
+        rig.close()
