@@ -162,6 +162,8 @@ class EffectHost(Protocol):
 
     def request_wakeup(self, at: float) -> None: ...
 
+    def track_cancelled(self, work: asyncio.Future[Any], label: str) -> None: ...
+
     def now(self) -> float: ...
 
     @property
@@ -247,6 +249,17 @@ class ProcessEventArgs(Generic[State]):
         from state in the ``delivery.caught_up`` pass.
         """
         self._host.request_wakeup(at)
+
+    def track_cancelled(self, work: asyncio.Future[Any], label: str) -> None:
+        """Hand the engine a task you started and just cancelled, named by ``label``.
+
+        Work that catches ``CancelledError`` and goes on cannot be stopped;
+        still running a couple of seconds after its cancel, it is counted and
+        named in ``status`` (``refusing_cancel``), ``/metrics`` and the admin
+        page, and a host's stop does not wait for it. The tasks processor
+        hands over each handler call it cancels (a timeout, a cancel, a stop).
+        """
+        self._host.track_cancelled(work, label)
 
     def now(self) -> float:
         """The time (epoch seconds) by the clock the engine was given.

@@ -69,7 +69,7 @@ async def main() -> None:
     offset, state = await engine.snapshot()
     assert state.tasks == {}  # finished: it left the state
     assert state.counts.succeeded == 1 and state.counts.failed_attempts == 1
-    # --- docs/tasks.md:237
+    # --- docs/tasks.md:240
     import asyncio
 
     from streamkit.processors.tasks import cancel_requested_event
@@ -109,7 +109,7 @@ async def main() -> None:
     offset, state = await waiter.snapshot()
     assert state.tasks == {}
     cancel_storage.close()
-    # --- docs/tasks.md:289
+    # --- docs/tasks.md:292
     hang = asyncio.Event()
 
 

@@ -523,13 +523,16 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         )
         loop = asyncio.get_running_loop()
         began = loop.time()
-        call = asyncio.ensure_future(_run_handler(handler, dict(task.args), ctx))
+        label = f"task handler {task.name!r} (task {task.task_id}, attempt {attempt})"
+        call = loop.create_task(_run_handler(handler, dict(task.args), ctx), name=label)
         self._inflight[run] = call
         try:
             done, _ = await asyncio.wait({call}, timeout=task.timeout_s)
         finally:
             if not call.done():
                 call.cancel()  # timed out, or this coroutine itself was cancelled (shutdown)
+                # A handler that catches its cancel runs on: counted and named, not awaited.
+                args.track_cancelled(call, label)
             self._inflight.pop(run, None)
             # Free before the outcome is appended: the at-head pass that outcome brings
             # must see the slot free, or a backlog waits for a revive to start again.

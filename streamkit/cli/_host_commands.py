@@ -226,6 +226,9 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
                     f"{label}={row[count]} (last at offset {seen.get('offset')}, "
                     f"{seen.get('type')}: {seen.get('error')})"
                 )
+        if row.get("refusing_cancel"):
+            names = "; ".join(row["refusing_cancel"])
+            parts.append(f"refusing_cancel={len(row['refusing_cancel'])} ({names})")
         error = row.get("last_error")
         if error is not None and row.get("failures"):
             parts.append(f"failures={row['failures']} error={error['error']}")

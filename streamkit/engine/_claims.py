@@ -28,6 +28,7 @@ import asyncio
 import inspect
 from collections.abc import Callable
 
+from streamkit.engine._strays import Strays
 from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent
 from streamkit.processor import USER_EXITS, Work, exit_refused
@@ -49,14 +50,18 @@ Report = Callable[[str, BaseException, "StreamEvent | None"], None]
 class ClaimKeeper:
     """Background attempts, wakeups, and the claim they add up to, for one engine."""
 
-    def __init__(self, stream: ProcessorStream, clock: Clock, report: Report) -> None:
+    def __init__(
+        self, stream: ProcessorStream, clock: Clock, report: Report, strays: Strays
+    ) -> None:
         self._stream = stream
         self._clock = clock
         self._report = report
+        self._strays = strays
         self._in_flight = 0
         self._revives_while_busy = 0
         self._background_deadline: float | None = None
-        self._attempts: set[asyncio.Task[None]] = set()
+        self._attempts: dict[asyncio.Task[None], str] = {}
+        """Each attempt in flight, with what it is (for a stray's name)."""
         self._wakeup_at: float | None = None
         self._claimed: object = _UNKNOWN
         self._last_sent: asyncio.Task[None] | None = None
@@ -109,9 +114,10 @@ class ClaimKeeper:
             self._background_deadline = latest
         # Writes nothing when the stored claim stands already; resends one that failed.
         self.sync()
-        task = asyncio.get_running_loop().create_task(self._attempt(during, work))
-        self._attempts.add(task)
-        task.add_done_callback(self._attempts.discard)
+        label = _label(work, during)
+        task = asyncio.get_running_loop().create_task(self._attempt(during, work), name=label)
+        self._attempts[task] = label
+        task.add_done_callback(self._forget)
 
     async def _attempt(self, during: StreamEvent | None, work: Work) -> None:
         try:
@@ -135,6 +141,9 @@ class ClaimKeeper:
             # release alone waits for the revive (see _standing).
             self.sync()
 
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._attempts.pop(task, None)
+
     def revived(self) -> None:
         """A revive ran: work still in flight claims again, the delay doubled (capped).
 
@@ -155,13 +164,14 @@ class ClaimKeeper:
         """
         self._closing = True
         if self._attempts:
-            pending = set(self._attempts)
+            attempts = dict(self._attempts)
+            pending: set[asyncio.Task[None]] = set(attempts)
             if grace > 0:
                 _, pending = await asyncio.wait(pending, timeout=grace)
             for task in pending:
                 task.cancel()
-            if pending:
-                await asyncio.wait(pending)
+            # An attempt that ignores its cancel is a stray: counted, not awaited.
+            await self._strays.settle((task, attempts[task]) for task in pending)
         if self._last_sent is not None:
             await asyncio.wait((self._last_sent,))
 
@@ -172,8 +182,9 @@ class ClaimKeeper:
         next is revived by it; this engine no longer speaks for the processor.
         """
         self._stopped = True
-        for task in list(self._attempts):
+        for task, label in list(self._attempts.items()):
             task.cancel()
+            self._strays.watch(task, label)
 
     # -- wakeups ---------------------------------------------------------------------
 
@@ -235,3 +246,10 @@ def _earliest(a: float | None, b: float | None) -> float | None:
     if b is None:
         return a
     return a if a < b else b
+
+
+def _label(work: Work, during: StreamEvent | None) -> str:
+    """What a background attempt is, for people: its function and the event that started it."""
+    name = getattr(work, "__qualname__", None) or type(work).__name__
+    where = "the at-head pass" if during is None else f"offset {during.offset}"
+    return f"run_in_background {name} (from {where})"

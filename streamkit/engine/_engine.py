@@ -53,6 +53,7 @@ from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
 from streamkit.engine._live import LivePublishing
 from streamkit.engine._readouts import EngineReadouts
+from streamkit.engine._strays import Strays
 from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import (
     InvalidContract,
@@ -198,7 +199,8 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._owes_at_head_pass = True
         self._last_batch_at_head = False
 
-        self._claims = ClaimKeeper(stream, clock, self._swallowed)
+        self._strays = Strays(self._slug)
+        self._claims = ClaimKeeper(stream, clock, self._swallowed, self._strays)
         self._effects = EffectAppender(contract, stream, self._swallowed)
 
         self._events_reduced = 0
@@ -374,6 +376,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._latch(error)
         for task in list(self._chain_tasks):
             task.cancel()
+            self._strays.watch(task, "a batch (its process_event or blocking work)")
         self._claims.cancel_all()
 
     def yield_catch_up(self) -> None:
@@ -534,6 +537,10 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
     def request_wakeup(self, at: float) -> None:
         """Record a wakeup request (see ``args.schedule_wakeup``)."""
         self._claims.wake_at(at)
+
+    def track_cancelled(self, work: asyncio.Future[Any], label: str) -> None:
+        """Count ``work`` as a stray if it outlives its cancel (see ``args.track_cancelled``)."""
+        self._strays.watch(work, label)
 
     def now(self) -> float:
         """The engine's clock, epoch seconds (see ``args.now``)."""

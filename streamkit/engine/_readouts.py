@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from streamkit.engine._claims import ClaimKeeper
 from streamkit.engine._fold import Fold
+from streamkit.engine._strays import Strays
 from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import StreamkitError
 from streamkit.processor import StreamProcessor
@@ -40,6 +41,7 @@ class EngineReadouts(Generic[S]):
     _failed_at: int | None
     _fold: Fold[S]
     _claims: ClaimKeeper
+    _strays: Strays
     _waiters: CursorWaiters
 
     @property
@@ -98,11 +100,13 @@ class EngineReadouts(Generic[S]):
 
     @property
     def incidents(self) -> dict[str, Any]:
-        """Payloads skipped as malformed and reduces that raised: counts and the latest of each.
+        """Payloads skipped as malformed, reduces that raised, work that ignored its cancel.
 
         Each latest is ``{offset, type, error}`` or None. Neither wedges the
         processor (a malformed payload is skipped, a raising reduce keeps the
         previous state), so this is where an operator sees them.
+        ``refusing_cancel`` names the cancelled work still running now and
+        ``refused_cancel`` counts all there were (see ``_strays``).
         """
         fold = self._fold
         return {
@@ -110,6 +114,8 @@ class EngineReadouts(Generic[S]):
             "last_malformed": fold.last_malformed,
             "reduce_failures": fold.reduce_failures,
             "last_reduce_failure": fold.last_reduce_failure,
+            "refusing_cancel": self._strays.refusing_cancel,
+            "refused_cancel": self._strays.refused_cancel,
         }
 
     @property

@@ -47,6 +47,7 @@ import os
 import secrets
 import signal
 import socket
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ from streamkit.backends import host_store, open_log
 from streamkit.config import HostConfig, resolve_processors, shared_slug
 from streamkit.control._server import ControlServer
 from streamkit.control._socket import check_private_directory
+from streamkit.engine._strays import CANCEL_WAIT
 from streamkit.errors import (
     ControlSocketInUse,
     InvalidConfig,
@@ -378,6 +380,10 @@ class ProcessorHost(HostVerbs):
         The first signal stops cleanly (see :meth:`stop`); a signal within
         :data:`REPEAT_SIGNAL_WINDOW` seconds of it is the same request; a later
         one exits the process at once (the log keeps every committed write).
+        Work that ignores its cancel (a handler that catches
+        ``CancelledError``) does not hold the exit: once the stop is done (the
+        leases released, the log closed), the process exits with it still
+        running, naming it (``host.exit_forced``).
         """
         loop = asyncio.get_running_loop()
         self._stop_requested = asyncio.Event()
@@ -390,6 +396,7 @@ class ProcessorHost(HostVerbs):
             await self.stop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
+        await _exit_past_strays()
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (as SIGTERM does)."""
@@ -508,3 +515,31 @@ def _check_entries(entries: Sequence[_Entry]) -> None:
                 details={"slug": slug, "paths": [seen[slug], entry.path]},
             )
         seen[slug] = entry.path
+
+
+async def _exit_past_strays() -> None:
+    """Cancel what still runs after a stop; exit the process now if some of it will not end.
+
+    ``asyncio.run`` waits for every task it cancels at the end, so one that
+    catches ``CancelledError`` would keep a stopped host's process alive for
+    ever. The stop released the leases and closed the log first, so exiting
+    past it loses nothing.
+    """
+    current = asyncio.current_task()
+    left = [task for task in asyncio.all_tasks() if task is not current]
+    for task in left:
+        task.cancel()
+    if not left:
+        return
+    _, still = await asyncio.wait(left, timeout=CANCEL_WAIT)
+    if not still:
+        return
+    _log.warning(
+        "host.exit_forced",
+        running=sorted(task.get_name() for task in still),
+        detail=f"still running {CANCEL_WAIT} s after their cancel (they catch CancelledError); "
+        "the host stopped cleanly (leases released, log closed) and exits without them",
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -37,6 +37,7 @@ import structlog
 
 from streamkit.config import RetrySettings
 from streamkit.engine._engine import BatchInfo, ProcessorEngine
+from streamkit.engine._strays import CANCEL_WAIT
 from streamkit.errors import LeaseLost, StreamkitError
 from streamkit.events import ScannedRange, StreamEvent
 from streamkit.host._engine_stream import EngineStream
@@ -325,8 +326,12 @@ class ProcessorRunner:
             _, pending = await asyncio.wait((task,), timeout=max(grace, MIN_BATCH_GRACE))
             if pending:
                 task.cancel()
-                await asyncio.wait((task,))
+                # A blocker that ignores its cancel would hold the stop for ever: it is
+                # counted as a stray instead, and the stop goes on without it.
+                _, still = await asyncio.wait((task,), timeout=CANCEL_WAIT)
                 _log.warning("processor.batch_abandoned", slug=self.slug, path=self.path)
+                if still and self.engine is not None:
+                    self.engine.track_cancelled(task, f"a batch of {self.slug}")
         self._unfollow()
         engine = self.engine
         if engine is not None:

@@ -89,5 +89,7 @@ def runner_status(
         "last_malformed": incidents.get("last_malformed"),
         "reduce_failures": incidents.get("reduce_failures", 0),
         "last_reduce_failure": incidents.get("last_reduce_failure"),
+        "refusing_cancel": incidents.get("refusing_cancel", []),
+        "refused_cancel": incidents.get("refused_cancel", 0),
         **runner.metrics.to_dict(now_mono),
     }

@@ -115,6 +115,13 @@ def _processor_families(
         "malformed_payloads", "Events skipped because their payload failed its schema."
     )
     reduce_failures = counter("reduce_failures", "Events whose reduce raised (state kept).")
+    refusing = gauge(
+        "work_refusing_cancel",
+        "Cancelled work of the processor still running (it ignores cancels).",
+    )
+    refused = counter(
+        "work_refused_cancel", "Cancelled work that was still running 2 s after its cancel."
+    )
     latency = HistogramMetricFamily(
         "streamkit_processor_latency_seconds",
         "Seconds from an event's commit to its batch's checkpoint in this host.",
@@ -140,6 +147,8 @@ def _processor_families(
         failures.add_metric(labels, float(row.get("batch_failures", 0)))
         malformed.add_metric(labels, float(row.get("malformed_payloads", 0)))
         reduce_failures.add_metric(labels, float(row.get("reduce_failures", 0)))
+        refusing.add_metric(labels, float(len(row.get("refusing_cancel") or ())))
+        refused.add_metric(labels, float(row.get("refused_cancel", 0)))
         counts, total, seconds = histograms.get(key, ([0] * len(LATENCY_BUCKETS), 0, 0.0))
         buckets = [(_le(edge), float(n)) for edge, n in zip(LATENCY_BUCKETS, counts, strict=True)]
         buckets.append(("+Inf", float(total)))
@@ -157,6 +166,8 @@ def _processor_families(
         failures,
         malformed,
         reduce_failures,
+        refusing,
+        refused,
         latency,
     ]
 

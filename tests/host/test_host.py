@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,9 +26,10 @@ from streamkit.backends import host_store
 from streamkit.backends.sqlite.host_store import SqliteHostStore
 from streamkit.cli import stored_snapshot
 from streamkit.config import HostConfig
+from streamkit.engine._strays import CANCEL_WAIT
 from streamkit.errors import InvalidConfig, InvalidEvent
 from streamkit.host import ProcessorHost
-from streamkit.host._runner import ProcessorRunner
+from streamkit.host._runner import MIN_BATCH_GRACE, ProcessorRunner
 
 
 def make_config(tmp_path: Path, **overrides: Any) -> HostConfig:
@@ -857,3 +859,49 @@ async def test_latched_refusal_stalls_and_a_skip_rebuilds_the_engine(
     await wait_for(lambda: not runner.stalled)
     await host.wait_until_processed("hoarder", after[-1])
     assert (await host.snapshot("hoarder"))["state"]["offsets"] == [*first, *after]
+
+
+class Stubborn(Tally):
+    """Its blocker swallows every cancel: a batch that nothing can stop."""
+
+    holding = False
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()  # the test's way out, so its loop can close
+
+    def process_event(self, args: ProcessEventArgs[Offsets]) -> None:
+        if args.event is None:
+            return
+
+        async def hold() -> None:
+            self.holding = True
+            while not self.released.is_set():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.released.wait()
+
+        args.block_processor_while(hold)
+
+
+async def test_a_stop_passes_a_batch_whose_blocker_ignores_its_cancel(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The stop ends within its bounds, the lease released; the batch is counted a stray."""
+    stubborn = Stubborn()
+    host = hosts(stubborn)
+    await host.start()
+    await items(tmp_path / "h.db", 1)
+    engine = host.runner("tally").engine
+    assert engine is not None
+    await wait_for(lambda: stubborn.holding)
+    began = time.monotonic()
+    with capture_logs() as logs:
+        await host.stop(grace=0.1)
+    assert time.monotonic() - began < MIN_BATCH_GRACE + CANCEL_WAIT + 3
+    events = [entry["event"] for entry in logs]
+    assert "processor.batch_abandoned" in events
+    assert "lease.released" in events
+    await asyncio.sleep(CANCEL_WAIT + 0.2)
+    assert engine.incidents["refusing_cancel"] == ["a batch of tally"]
+    assert engine.incidents["refused_cancel"] == 1
+    stubborn.released.set()
+    await wait_for(lambda: not engine.incidents["refusing_cancel"])

@@ -1177,3 +1177,71 @@ async def test_a_handler_that_raises_an_exit_fails_its_attempt_and_the_host_stay
         assert host.poll() is None
     finally:
         rig.close()
+
+
+_STUBBORN_MODULE = """
+import asyncio
+
+
+async def stubborn(args, ctx):
+    while True:  # swallows every cancel: nothing can stop it
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
+"""
+
+
+def _status(db: Path) -> dict[str, Any]:
+    code, text = _cli("status", "--db", str(db), "--json")
+    assert code == 0, text
+    return dict(json.loads(text))
+
+
+async def test_a_handler_that_swallows_its_cancel_is_counted_and_does_not_hold_the_stop(
+    tmp_path: Path,
+) -> None:
+    """A timed-out attempt that will not stop is named in status; SIGTERM still ends the host."""
+    (tmp_path / "stubbornjobs.py").write_text(_STUBBORN_MODULE)
+    (tmp_path / "streamkit.toml").write_text("shutdown_grace = 1\n")
+    rig = DaemonRig(tmp_path, socket_prefix="sks", tmp_on_pythonpath=True)
+    db = tmp_path / "s.db"
+    processor = "streamkit.processors.tasks:TasksProcessor" + json.dumps(
+        {"handlers": {"stubborn": "stubbornjobs:stubborn"}}
+    )
+    try:
+        host = rig.start_host(
+            "h", "--db", str(db), "--processor", processor, "--log-format", "json", log="host"
+        )
+        async with open_log(db) as log:
+            await log.stream("/").append(
+                task_requested_event(task_id="t1", name="stubborn", timeout_s=0.3, max_attempts=1),
+                task_requested_event(task_id="t2", name="stubborn", timeout_s=3600),
+            )
+
+        async def counted() -> bool:
+            (row,) = (await asyncio.to_thread(_status, db))["processors"]
+            return bool(row["refusing_cancel"])
+
+        await _wait(counted, within=30)
+        (row,) = (await asyncio.to_thread(_status, db))["processors"]
+        assert row["refusing_cancel"] == ["task handler 'stubborn' (task t1, attempt 1)"]
+        assert row["refused_cancel"] == 1
+        _, text = await asyncio.to_thread(_cli, "status", "--db", str(db))
+        assert "refusing_cancel=1 (task handler 'stubborn' (task t1, attempt 1))" in text
+        # The stop cancels t2's attempt too, which will not stop either: the host exits anyway.
+        began = time.monotonic()
+        host.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(host.wait, 30) == 0
+        took = time.monotonic() - began
+        log = [json.loads(line) for line in (tmp_path / "host.log").read_text().splitlines()]
+        (forced,) = [entry for entry in log if entry["event"] == "host.exit_forced"]
+        assert forced["running"] == [
+            "task handler 'stubborn' (task t1, attempt 1)",
+            "task handler 'stubborn' (task t2, attempt 1)",
+        ]
+        events = [entry["event"] for entry in log]
+        assert events.index("lease.released") < events.index("host.exit_forced")
+        assert took < 15, took
+    finally:
+        rig.close()

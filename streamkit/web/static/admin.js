@@ -253,6 +253,9 @@ function problemOf(p) {
     const last = p.last_reduce_failure || {};
     notes.push(["warn", p.reduce_failures + " reduce failure(s) (last at offset " + last.offset + ": " + last.error + ")"]);
   }
+  if ((p.refusing_cancel || []).length) {
+    notes.push(["problem", p.refusing_cancel.length + " cancelled piece(s) of work still running (they ignore cancellation): " + p.refusing_cancel.join("; ")]);
+  }
   return notes;
 }
 
