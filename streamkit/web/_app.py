@@ -173,8 +173,8 @@ async def _http_refused(request: Request, exc: Exception) -> Response:
         "nothing was done",
         details={"status": exc.status_code},
     )
-    response = problem(error, instance=request.url.path)
-    response.status_code = exc.status_code
+    response = problem(error, instance=request.url.path, status=exc.status_code)
+    response.headers.update(exc.headers or {})  # a 405's Allow
     return response
 
 

@@ -55,6 +55,12 @@ async def json_body(request: Request, limit: int) -> Any:
         )
     try:
         return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise MalformedRequest(
+            "the request body nests arrays or objects too deeply to read (no event may nest "
+            "more than 100 levels); nothing was written",
+            details={"error": "nested too deeply"},
+        ) from exc
     except (UnicodeDecodeError, ValueError) as exc:
         raise MalformedRequest(
             f"the request body is not UTF-8 JSON ({exc}); nothing was written",

@@ -81,9 +81,15 @@ def status_of(error: StreamkitError) -> int:
     return _STATUS.get(error.code, 400)
 
 
-def problem(error: StreamkitError, *, instance: str | None = None) -> JSONResponse:
-    """``error`` as an RFC 9457 problem response (with ``Retry-After`` when it is retryable)."""
-    status = status_of(error)
+def problem(
+    error: StreamkitError, *, instance: str | None = None, status: int | None = None
+) -> JSONResponse:
+    """``error`` as an RFC 9457 problem response (with ``Retry-After`` when it is retryable).
+
+    ``status`` overrides the code's own (a 405 from the router is an
+    ``INVALID_REQUEST`` sent as 405); the body always says the status sent.
+    """
+    status = status_of(error) if status is None else status
     body: dict[str, Any] = {
         "type": f"/problems/{_slug(error.code)}",
         "title": error.code,

@@ -20,8 +20,14 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from streamkit.errors import InvalidRequest, NotFound, SlowConsumer, StreamkitError
-from streamkit.events import appended_to_dicts, replayed_offsets
+from streamkit.errors import (
+    InvalidRequest,
+    MalformedRequest,
+    NotFound,
+    SlowConsumer,
+    StreamkitError,
+)
+from streamkit.events import MAX_OFFSET, appended_to_dicts, replayed_offsets
 from streamkit.host._metrics import parse_created_at
 from streamkit.log import type_matcher
 from streamkit.log._time import after_offset_for, timestamp_param
@@ -39,7 +45,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Endpoints"]
 
-_IF_MATCH = re.compile(r'\A\s*(?:W/)?"?(\d+)"?\s*\Z')
+# ASCII digits only, at most 19 (an offset fits 63 bits): \d and str.isdigit take
+# '²' and other digits int() refuses, and int() refuses past 4,300 digits.
+_IF_MATCH = re.compile(r'\A\s*(?:W/)?"?([0-9]{1,19})"?\s*\Z', re.ASCII)
+_WHOLE = re.compile(r"[0-9]{1,19}", re.ASCII)
 _COMPACT = (",", ":")
 
 
@@ -77,7 +86,7 @@ class Endpoints:
                 "written",
                 details={"got": type(body).__name__},
             )
-        key = request.headers.get("idempotency-key")
+        key = _utf8_header(request, "idempotency-key")
         if key is not None:
             if isinstance(body, list):
                 raise InvalidRequest(
@@ -113,6 +122,7 @@ class Endpoints:
             resume = request.headers.get("last-event-id")
             if resume is not None:
                 after = _int_param(resume, "Last-Event-ID", after)
+            await self._not_past_the_head(path, after)
             matches = None if types is None else type_matcher(types)
             return self._sse(self._follow(path, after, matches))
         limit = _int_param(params.get("limit"), "limit", 500)
@@ -169,6 +179,25 @@ class Endpoints:
     async def hosts(self, request: Request) -> Response:
         """``GET /v1/hosts``: the hosts beating on this log and what each runs."""
         return JSONResponse({"hosts": await self._host.hosts()})
+
+    async def _not_past_the_head(self, path: str, after: int) -> None:
+        """Refuse a follow from past the durable head: what it waits for may never come.
+
+        An event's id is a durable offset, so a client resuming past the head
+        has an id this log never gave (another log's, or one rewound): it would
+        wait in silence while the events it missed arrive below its cursor.
+        """
+        log = self._host.log
+        if log is None or after == 0:
+            return
+        head = await log.stream(path).head()
+        if after > head:
+            raise InvalidRequest(
+                f"cannot follow {path!r} from offset {after}: its durable head is {head} (an "
+                "event id past it was never given by this log); resume from an id you received, "
+                f"or from {head}; nothing was read",
+                details={"path": path, "after": after, "head": head},
+            )
 
     async def _follow(
         self, path: str, after: int, matches: Callable[[str], bool] | None
@@ -355,12 +384,32 @@ class Endpoints:
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
 
+def _utf8_header(request: Request, name: str) -> str | None:
+    """A header's value read as UTF-8, as every other transport reads a key.
+
+    HTTP carries header bytes; Starlette hands them over as Latin-1, which
+    would make ``café`` over HTTP a different key from ``café`` through the
+    socket or the CLI.
+    """
+    value = request.headers.get(name)
+    if value is None:
+        return None
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedRequest(
+            f"the {name} header is not UTF-8 ({exc.reason} at byte {exc.start}); nothing was "
+            "written",
+            details={"header": name},
+        ) from exc
+
+
 def _if_match(value: str | None) -> int | None:
     """The ``expect_head`` an ``If-Match: "N"`` header asks for (None without one)."""
     if value is None:
         return None
     match = _IF_MATCH.match(value)
-    if match is None:
+    if match is None or int(match.group(1)) > MAX_OFFSET:
         raise InvalidRequest(
             f'If-Match must be the head the append expects, as "N" (e.g. "41"), got {value!r}; '
             "nothing was written",
@@ -372,9 +421,10 @@ def _if_match(value: str | None) -> int | None:
 def _int_param(value: str | None, name: str, default: int) -> int:
     if value is None or value == "":
         return default
-    if not value.isdigit():
+    if _WHOLE.fullmatch(value) is None or int(value) > MAX_OFFSET:
         raise InvalidRequest(
-            f"{name} must be a whole number >= 0, got {value!r}; nothing was read",
+            f"{name} must be a whole number from 0 to {MAX_OFFSET}, got {value[:40]!r}; "
+            "nothing was read",
             details={name: value[:100]},
         )
     return int(value)

@@ -714,3 +714,76 @@ async def test_a_host_answers_to_its_address_localhost_and_the_names_allowed(
     for host, status in (("10.0.0.7:80", 200), ("[fe80::1]:80", 200), ("evil.example", 400)):
         got = await wildcard.client.get("/v1/paths", headers={"Host": host})
         assert got.status_code == status, host
+
+
+async def test_an_idempotency_key_is_read_as_utf8_like_every_other_transport(
+    serve: Serve,
+) -> None:
+    """``café-ü-1`` over HTTP and through the host's own append name one event."""
+    served = await serve()
+    key = "café-ü-1"
+    sent = await served.client.post(
+        "/v1/events", json=item(), headers={"Idempotency-Key": key.encode("utf-8")}
+    )
+    assert sent.status_code == 201, sent.text
+    (event,) = sent.json()["events"]
+    assert event["idempotency_key"] == key
+    (again,) = await served.host.append("/", [{**item(), "idempotency_key": key}])
+    assert again.offset == event["offset"]
+    assert await durable_offsets(served) == [event["offset"]]
+    bad = await served.client.post(
+        "/v1/events", json=item(), headers={"Idempotency-Key": b"caf\xe9"}
+    )
+    assert_problem(bad, 400, "MALFORMED_REQUEST")
+    assert await durable_offsets(served) == [event["offset"]]
+
+
+async def test_numbers_a_client_sends_are_refused_as_400_not_500(serve: Serve) -> None:
+    """5,000 digits, superscript digits, past 2**63: a coded 400 for each, nothing done."""
+    served = await serve()
+    await served.client.post("/v1/events", json=item())
+    for bad in ("1" * 5000, "\u00b2", "9" * 19, "-1", "1.5", "\uff11"):
+        for url in (f"/v1/events?after={bad}", f"/v1/events?limit={bad}", f"/v1/events/{bad}"):
+            assert_problem(await served.client.get(url), 400, "INVALID_REQUEST")
+        sse = await served.client.get(
+            "/v1/events",
+            headers={"Accept": "text/event-stream", "Last-Event-ID": bad.encode("utf-8")},
+        )
+        assert_problem(sse, 400, "INVALID_REQUEST")
+        posted = await served.client.post(
+            "/v1/events", json=item(), headers={"If-Match": f'"{bad}"'.encode()}
+        )
+        assert_problem(posted, 400, "INVALID_REQUEST")
+    assert await durable_offsets(served) == [1]
+
+
+async def test_a_follow_from_past_the_head_is_refused_naming_the_head(serve: Serve) -> None:
+    """SSE with Last-Event-ID (or after) past the durable head: 400 naming it, not silence."""
+    served = await serve()
+    await served.client.post("/v1/events", json=item())
+    refused = await served.client.get(
+        "/v1/events", headers={"Accept": "text/event-stream", "Last-Event-ID": "99"}
+    )
+    body = assert_problem(refused, 400, "INVALID_REQUEST")
+    assert body["details"] == {"path": "/", "after": 99, "head": 1}
+    refused = await served.client.get("/v1/events?after=2", headers={"Accept": "text/event-stream"})
+    assert_problem(refused, 400, "INVALID_REQUEST")
+    async with served.client.stream(
+        "GET", "/v1/events", headers={"Accept": "text/event-stream", "Last-Event-ID": "1"}
+    ) as response:
+        assert response.status_code == 200
+
+
+async def test_a_deeply_nested_body_and_a_wrong_method_are_coded_problems(serve: Serve) -> None:
+    """A body nested 100,000 deep is a 400, not a 500; a 405's body says 405."""
+    served = await serve()
+    deep = "[" * 100_000 + "]" * 100_000
+    refused = await served.client.post(
+        "/v1/events", content=deep, headers={"Content-Type": "application/json"}
+    )
+    assert_problem(refused, 400, "MALFORMED_REQUEST")
+    wrong = await served.client.delete("/v1/events")
+    body = assert_problem(wrong, 405, "INVALID_REQUEST")
+    assert wrong.headers["allow"]
+    assert body["status"] == 405
+    assert await durable_offsets(served) == []
