@@ -84,6 +84,7 @@ def sqlite_target(target: str | os.PathLike[str]) -> str:
 DEFAULT_SCHEMA = "public"
 _SCHEMES = ("postgresql", "postgres")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_SYSTEM_SCHEMAS = frozenset({"information_schema"})
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,20 @@ def postgres_target(target: str) -> PostgresTarget:
             "opened",
             details={"target": shown, "schema": schema[:80]},
         )
+    if schema in _SYSTEM_SCHEMAS or schema.startswith("pg_"):
+        raise LogOpenError(
+            f"the schema name {schema!r} in {shown!r} is refused: it is PostgreSQL's own "
+            "(information_schema and pg_* belong to the server); choose a schema of your own; "
+            "nothing was opened",
+            details={"target": shown, "schema": schema},
+        )
     rest = [(key, value) for key, value in query if key != "schema"]
-    conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+    # libpq's parameters stay exactly as written: re-encoding them would turn %20 into
+    # "+", which libpq does not read as a space (application_name=my%20app).
+    kept = "&".join(
+        piece for piece in parts.query.split("&") if piece and piece.split("=", 1)[0] != "schema"
+    )
+    conninfo = urlunsplit(parts._replace(query=kept))
     shown = masked(conninfo)
     if schemas:
         shown += f"{'&' if rest else '?'}schema={schema}"

@@ -20,6 +20,7 @@ from streamkit._targets import (
     postgres_target,
     served_name,
 )
+from streamkit.backends import open_log
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
 from streamkit.errors import LogOpenError
 
@@ -60,6 +61,9 @@ def test_a_target_names_the_server_and_the_schema() -> None:
         ("postgresql://u:pw@h/d?schema=" + "a" * 64, "lower-case"),
         ("postgresql://u:pw@h/d?schema=", "lower-case"),
         ("postgresql://u:pw@h/d?schema=a&schema=b", "2 times"),
+        ("postgresql://u:pw@h/d?schema=information_schema", "PostgreSQL's own"),
+        ("postgresql://u:pw@h/d?schema=pg_catalog", "PostgreSQL's own"),
+        ("postgresql://u:pw@h/d?schema=pg_mine", "PostgreSQL's own"),
         ("postgresql://u:pw@h:notaport/d", "not a valid PostgreSQL URL"),
     ],
 )
@@ -69,6 +73,43 @@ def test_a_bad_target_is_refused_before_anything_is_opened(target: str, why: str
         postgres_target(target)
     assert "nothing was opened" in caught.value.message
     assert "pw" not in caught.value.message
+
+
+def test_libpq_parameters_stay_as_written() -> None:
+    """%20 stays %20 (libpq reads no "+" as a space); only schema= is taken out."""
+    parsed = postgres_target(
+        "postgresql://u@h/d?application_name=my%20app&schema=s1&options=-c%20search_path%3Dx"
+    )
+    assert parsed.conninfo == (
+        "postgresql://u@h/d?application_name=my%20app&options=-c%20search_path%3Dx"
+    )
+
+
+async def test_parameters_reach_the_server_and_its_refusal_is_not_unreachable() -> None:
+    """application_name=my%20app arrives as "my app"; a FATAL answer is named as the server's."""
+    base = postgres_url()
+    joiner = "&" if "?" in base else "?"
+    schema = fresh_schema_name()
+    with dropped_after(base, schema):
+        async with open_log(f"{base}{joiner}application_name=my%20app&schema={schema}") as log:
+            await log.stream("/").append({"type": "t", "payload": {}})
+            with _connect() as conn:
+                names = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT application_name FROM pg_stat_activity WHERE datname = "
+                        "current_database()"
+                    )
+                ]
+        assert "my app" in names, names
+        bad = f"{base}{joiner}options=-c%20no_such_setting%3D1&schema={schema}"
+        with pytest.raises(LogOpenError) as refused:
+            async with open_log(bad):
+                pass
+        assert "refused the connection" in refused.value.message
+        assert "FATAL" in refused.value.message
+        assert "unreachable" not in refused.value.message
+        assert refused.value.retryable is False
 
 
 # -- the schema --------------------------------------------------------------------------

@@ -126,6 +126,15 @@ def storage_error(
             f"another transaction ({message}), every time it was tried; {outcome}; retry",
             details=details,
         )
+    answer = _server_refusal(str(exc))
+    if answer is not None and is_disconnect(exc):
+        # The server answered and refused (a bad parameter, a role it does not know):
+        # retrying will not help, and "unreachable" would send the operator the wrong way.
+        return StorageError(
+            f"{doing} failed: the PostgreSQL server refused the connection ({answer}); "
+            f"{outcome}; check the URL's parameters and the server's settings",
+            details=details,
+        )
     if is_disconnect(exc):
         return StorageUnavailable(
             f"{doing} failed: the PostgreSQL server is unreachable or the connection broke "
@@ -133,6 +142,26 @@ def storage_error(
             details=details,
         )
     return StorageError(f"{doing} failed in PostgreSQL ({message}); {outcome}", details=details)
+
+
+# FATAL answers that pass: the server is starting, stopping or full; a retry may connect.
+_TRANSIENT = (
+    "the database system is",
+    "too many clients",
+    "connection slots",
+    "terminating connection",
+)
+
+
+def _server_refusal(text: str) -> str | None:
+    """The FATAL answer a server gave a connection, if it gave one that a retry cannot change."""
+    at = text.find("FATAL:")
+    if at < 0:
+        return None
+    answer = " ".join(text[at:].split())[:300]
+    if any(phrase in answer for phrase in _TRANSIENT):
+        return None
+    return answer
 
 
 def open_error(exc: StorageError, shown: str) -> LogOpenError:
