@@ -75,7 +75,7 @@ async def main() -> None:
     assert consumes_event(["*"], {"type": "task.created"})
     assert not consumes_event(["*"], {"type": "cursor.moved", "ephemeral": True})
     assert consumes_event(["cursor.moved"], {"type": "cursor.moved", "ephemeral": True})
-    # --- docs/processors.md:214
+    # --- docs/processors.md:217
     from streamkit import ProcessorEngine, StreamEvent
     from streamkit.processor import ProcessEventArgs
     from streamkit.testing import memory_storage, memory_stream, settle
@@ -129,12 +129,12 @@ async def main() -> None:
         "version": "1",
         "while_processing": {"offset": closed.offset, "type": "task.closed"},
     }
-    # --- docs/processors.md:272
+    # --- docs/processors.md:275
     checkpoint = storage.read("task-board")
     assert checkpoint.reducer_version == "1"
     assert checkpoint.reduced_through_offset >= closed.offset
     assert BoardState.model_validate_json(checkpoint.state_json) == state
-    # --- docs/processors.md:313
+    # --- docs/processors.md:316
     class Slot(BaseModel):
         name: str
         tries: int = 0
@@ -146,7 +146,7 @@ async def main() -> None:
 
     SLOTS = define_processor_contract(slug="slots", version="1", state_schema=Slots, compact_state=True)
     assert SLOTS.dump_state(Slots(slots={"a": Slot(name="a")})) == '{"slots":{"a":{"name":"a"}}}'
-    # --- docs/processors.md:348
+    # --- docs/processors.md:361
     class Page(BaseModel):
         text: str = ""
         edits: int = 0
@@ -190,7 +190,7 @@ async def main() -> None:
     assert (await again.snapshot()).state.edits == 4
     await again.aclose()  # a clean close writes the state it held
     assert pages_storage.read("pages").state_offset is None  # current: the cursor's
-    # --- docs/processors.md:413
+    # --- docs/processors.md:426
     from streamkit import SharedMap
 
 
@@ -243,7 +243,7 @@ async def main() -> None:
     assert "r9" not in moved.delete("r9")
     assert Hall.model_validate_json(after.model_dump_json()).seats == after.seats
     await bookings.aclose()
-    # --- docs/processors.md:476
+    # --- docs/processors.md:489
     class BoardV2(Board):
         contract = define_processor_contract(
             slug="task-board",
@@ -265,7 +265,7 @@ async def main() -> None:
     offset, state = await upgraded.snapshot()
     assert state == BoardState(open={"t2": "work"}, closed=0)
     assert storage.read("task-board").reducer_version == "2"
-    # --- docs/processors.md:523
+    # --- docs/processors.md:536
     from streamkit import apply_delta
 
     quiet_stream = memory_stream("/quiet")
@@ -294,7 +294,7 @@ async def main() -> None:
     assert delta["from"] == rev
     held = apply_delta(held, delta["patch"])
     assert held == (await quiet.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:554
+    # --- docs/processors.md:567
     from streamkit import apply_delta
 
     rev, seed = await upgraded.live_snapshot()
@@ -308,7 +308,7 @@ async def main() -> None:
             held = apply_delta(held, event.payload["patch"])
             rev = event.payload["to"]
     assert held == (await upgraded.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:596
+    # --- docs/processors.md:609
     from streamkit.testing import ManualClock
 
 
@@ -333,7 +333,7 @@ async def main() -> None:
     await reminders.append({"type": "task.closed", "payload": {"task_id": "t9"}})
     await settle()
     assert reminders.claims[-1] is None  # nothing open: no wakeup asked, the claim is released
-    # --- docs/processors.md:634
+    # --- docs/processors.md:647
     for built in (engine, upgraded, reminder):
         await built.aclose()
     storage.close()

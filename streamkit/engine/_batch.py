@@ -20,9 +20,20 @@ from streamkit.engine._checkpointed import CheckpointedState
 from streamkit.engine._fold import report
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
-__all__ = ["BatchInfo", "BatchRules"]
+__all__ = ["EFFECTS_PER_CHECKPOINT", "BatchInfo", "BatchRules"]
 
 S = TypeVar("S")
+
+EFFECTS_PER_CHECKPOINT = 100
+"""The most events a processor with effects delivers between two checkpoints.
+
+Effects run as events are delivered, and a checkpoint records them done: a
+crash re-runs the effects of every event delivered since the last one. A
+catch-up page (up to 4,000 events) is checkpointed every this many events,
+so a crash re-runs at most this many events' effects; a stop or a hand-off
+ends a page at the event in flight and re-runs none. A processor without
+effects folds whole pages (a replayed fold is harmless).
+"""
 
 
 class BatchInfo(NamedTuple):
@@ -48,6 +59,7 @@ class BatchRules(CheckpointedState[S], Generic[S]):
     """
 
     _has_effects: bool
+    _yielding: bool
     _owes_at_head_pass: bool
     _last_batch_at_head: bool
     _delivering: int | None
@@ -109,9 +121,16 @@ class BatchRules(CheckpointedState[S], Generic[S]):
             return None
 
         delivered = 0
+        # Events delivered since the last checkpoint this batch wrote (see below).
+        unsaved = 0
         if not self._has_effects:
             # The catch-up hot path: nothing to deliver, only the fold.
             state, delivered = self._fold.fold_all(fresh, state)
+            unsaved = delivered
+            if not from_read and any(e.ephemeral and reduces(e) for e in fresh):
+                # The log cannot replay an ephemeral: the state it reduced must be
+                # written by the next checkpoint, whatever it would defer.
+                self._unreplayable = True
         else:
             apply = self._fold.apply
             consumable = [event for event in fresh if reduces(event)]
@@ -123,9 +142,26 @@ class BatchRules(CheckpointedState[S], Generic[S]):
                 if normalized is None:
                     continue  # malformed: skipped for reduce and effects, already reported
                 delivered += 1
+                unsaved += 1
+                if normalized.ephemeral:
+                    # The log cannot replay an ephemeral: the state it reduced must be
+                    # written by the next checkpoint, whatever it would defer.
+                    self._unreplayable = True
                 caught_up = at_head and index == final
                 await self._deliver(normalized, state, previous, caught_up)
                 caught_up_delivered = caught_up_delivered or caught_up
+                if index == final or normalized.ephemeral:
+                    continue
+                if from_read and self._yielding:
+                    # A stop or a hand-off: end here, at an event boundary, and
+                    # checkpoint what was done; the rest is the next holder's.
+                    through, at_head, read_ahead = normalized.offset, False, 0
+                    break
+                if unsaved >= EFFECTS_PER_CHECKPOINT:
+                    # Effects ran for these events: a crash now re-runs them all, so
+                    # a long batch checkpoints as it goes (see EFFECTS_PER_CHECKPOINT).
+                    await self._checkpoint_within(normalized.offset, state, unsaved)
+                    cursor_before, unsaved = normalized.offset, 0
             if at_head and not caught_up_delivered:
                 # Rule 5: reached the head with no caught-up event (the last one
                 # was filtered out or malformed): one eventless pass.
@@ -134,12 +170,8 @@ class BatchRules(CheckpointedState[S], Generic[S]):
         new_cursor = through if through > cursor_before else cursor_before
         wrote = False
         ahead: ReadPage | None = None
-        if not from_read and any(e.ephemeral and reduces(e) for e in fresh):
-            # The log cannot replay an ephemeral: the state it reduced must be
-            # written by the next checkpoint, whatever it would defer.
-            self._unreplayable = True
         if fresh_durable:
-            state_json = self._state_to_write(state, delivered)
+            state_json = self._state_to_write(state, unsaved)
             state_offset = self._state_offset_for(state, state_json)
             if read_ahead:
                 ahead = await self._save_reading_ahead(
@@ -147,7 +179,7 @@ class BatchRules(CheckpointedState[S], Generic[S]):
                 )
             else:
                 await self._save(new_cursor, state_json, state_offset)
-            self._wrote_checkpoint(state, new_cursor, state_offset, delivered)
+            self._wrote_checkpoint(state, new_cursor, state_offset, unsaved)
             wrote = True
         self._events_reduced += delivered
         self._batches += 1
@@ -164,6 +196,18 @@ class BatchRules(CheckpointedState[S], Generic[S]):
             except Exception as exc:
                 report("processor.on_batch_failed", exc, slug=self._slug, offset=new_cursor)
         return ahead
+
+    async def _checkpoint_within(self, offset: int, state: S, reduced: int) -> None:
+        """Checkpoint a batch in progress through ``offset`` (a durable event it delivered).
+
+        The cursor moves there at once: a failure of the rest of the batch
+        then keeps what this wrote, and runs again only what came after.
+        """
+        state_json = self._state_to_write(state, reduced)
+        state_offset = self._state_offset_for(state, state_json)
+        await self._save(offset, state_json, state_offset)
+        self._wrote_checkpoint(state, offset, state_offset, reduced)
+        self._advance(self._cursor, offset, state)
 
     @staticmethod
     def _fresh(

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from streamkit.checkpoint import MAX_CHECKPOINT_STATE_BYTES
 from streamkit.contract import ProcessorContract
 from streamkit.engine._fold import Fold, report
 from streamkit.engine._waiters import CursorWaiters
@@ -108,6 +109,8 @@ class CheckpointedState(Generic[S]):
     _live: LiveState[Any] | None
     _live_behind: bool
     _state_bytes: int
+    _events_since_size: int
+    _growth_per_event: float
     _events_reduced: int
     _waiters: CursorWaiters
 
@@ -226,12 +229,22 @@ class CheckpointedState(Generic[S]):
         """
         if state is self._persisted_state:
             return None
+        self._events_since_size += reduced
         if (
             not self._unreplayable
             and self._state_bytes >= DEFER_STATE_FROM
             and self._deferred_events + reduced < self._state_bytes // BYTES_PER_DEFERRED_EVENT
         ):
-            return None
+            # Deferred, so its size is not known without encoding it. Measure it once
+            # the fastest growth seen could have carried it to the ceiling: a state
+            # that outgrows it then fails this batch (and stalls the processor here),
+            # not hundreds of events later at its next write.
+            predicted = self._state_bytes + self._growth_per_event * self._events_since_size
+            if predicted < MAX_CHECKPOINT_STATE_BYTES:
+                return None
+            text = self._encode(state)
+            size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+            return text if size > MAX_CHECKPOINT_STATE_BYTES else None
         return self._encode(state)
 
     def _state_offset_for(self, state: S, state_json: str | None) -> int | None:
@@ -316,7 +329,11 @@ class CheckpointedState(Generic[S]):
     def _encode(self, state: S) -> str:
         try:
             text = self._contract.dump_state(state)
-            self._state_bytes = len(text)
+            size = len(text)
+            if self._events_since_size:
+                growth = (size - self._state_bytes) / self._events_since_size
+                self._growth_per_event = max(self._growth_per_event, growth)
+            self._state_bytes, self._events_since_size = size, 0
             return text
         except Exception as exc:
             error = StateNotSerializable(

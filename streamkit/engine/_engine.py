@@ -180,8 +180,12 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._publish_live = publish_live
         # A batch skipped publishing (nobody wanted it): the live state lags the state.
         self._live_behind = False
-        # The size of the state JSON last written: whether a catch-up's pages grow.
+        # The size of the state JSON last encoded (whether a catch-up's pages grow),
+        # the events reduced since, and the fastest growth per event seen between
+        # two encodings (when a deferred state must be measured; see _state_to_write).
         self._state_bytes = 0
+        self._events_since_size = 0
+        self._growth_per_event = 0.0
         # The highest `through` any push showed: what decides whether a push
         # reaches the head (rule 5).
         self._pushed_through: int | None = None
@@ -380,10 +384,13 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._claims.cancel_all()
 
     def yield_catch_up(self) -> None:
-        """End catch-ups after the batch in flight, its checkpoint written, from now on.
+        """End catch-ups at the event in flight, its checkpoint written, from now on.
 
-        For a host handing the processor to another: it waits for one batch,
-        not for a whole backlog. What is left unread is the next holder's,
+        For a host handing the processor to another, or stopping: a catch-up
+        batch of a processor with effects ends once the event it is
+        delivering has settled (its blockers done) and checkpoints through
+        it, so the next holder runs none of its effects again; one without
+        effects finishes its page. What is left unread is the next holder's,
         and so is the at-head pass (which only a caught-up engine may run);
         the claim stays as stored, for the next holder to read. Pushed
         batches still run: each is one batch.
@@ -470,8 +477,8 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
                     from_read=True,
                     read_ahead=0 if page.at_head else limit,
                 )
-            if self._yielding and not page.at_head:
-                return  # handed to another host: see yield_catch_up
+            if self._yielding and (not page.at_head or self._cursor < through):
+                return  # handed to another host, or stopping: see yield_catch_up
             if through <= after or page.at_head:
                 if page.at_head and self._fed_by_pushes:
                     head = max(after, through)

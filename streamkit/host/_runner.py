@@ -315,6 +315,10 @@ class ProcessorRunner:
         cancelled (a cancelled batch wrote nothing).
         """
         self._stopping = True
+        if self.engine is not None:
+            # The batch in flight ends at the event it is on, checkpointed: a stop
+            # re-runs no effect of it (see ProcessorEngine.yield_catch_up).
+            self.engine.yield_catch_up()
         self._nudge()
         self._poke.set()
         deadline = time.monotonic() + grace

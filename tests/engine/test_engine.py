@@ -12,6 +12,7 @@ from support.engine import Recorder, Rig, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
 from streamkit.engine import MAX_CATCH_UP_PAGE, PAGE_SIZE
+from streamkit.engine._batch import EFFECTS_PER_CHECKPOINT
 from streamkit.processor import ProcessEventArgs
 
 
@@ -302,7 +303,9 @@ async def test_catch_up_delivers_caught_up_on_the_last_page_only(rig: Rig) -> No
     caught = [offset for offset, caught_up in processor.calls if caught_up]
     assert caught == [1200]
     assert len(processor.calls) == 1200
-    assert rig.storage.writes == 2  # one per page: 500, then the 700 left
+    # A processor with effects checkpoints every EFFECTS_PER_CHECKPOINT (100) events
+    # of a page and at its end: 5 in the page of 500, 7 in the 700 left.
+    assert rig.storage.writes == 12
     assert engine.cursor == 1200
 
 
@@ -329,7 +332,7 @@ class _PlainReads:
 async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(
     rig: Rig, typed: bool
 ) -> None:
-    """A backlog is read in pages of 500 up to 4,000, typed or plain: one checkpoint each."""
+    """A backlog is read in pages of 500 up to 4,000, typed or plain."""
     rig.stream.drop_pushes = True
     for _start in range(0, 12_000, 500):
         await rig.stream.append(*(item(1) for _ in range(500)))
@@ -350,8 +353,9 @@ async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(
         rig.built.append(engine)
     await engine.catch_up_from_log()
     assert read == [PAGE_SIZE, 1000, 2000, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE, MAX_CATCH_UP_PAGE]
-    # 500 + 1,000 + 2,000 + 4,000 + 4,000, then the last 500 reach the head.
-    assert rig.storage.writes == 6
+    # 500 + 1,000 + 2,000 + 4,000 + 4,000, then the last 500 reach the head; the
+    # Recorder has effects, so each page checkpoints every 100 events.
+    assert rig.storage.writes == 12_000 // EFFECTS_PER_CHECKPOINT
     assert engine.cursor == 12_000
     assert (await engine.snapshot()).state.total == 12_000
 

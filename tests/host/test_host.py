@@ -241,7 +241,8 @@ async def test_a_heartbeat_that_trips_on_an_unexpected_error_keeps_beating(
 async def test_a_hand_off_during_a_catch_up_waits_for_one_batch_not_the_backlog(
     tmp_path: Path, hosts: HostFactory
 ) -> None:
-    """Handing off mid catch-up: the page in flight is checkpointed, the rest left unread."""
+    """Handing off mid catch-up: the batch ends at the event in flight, checkpointed; the rest
+    is left unread (the next holder runs no effect of it twice)."""
     db = tmp_path / "h.db"
     offsets = await items(db, 2_000)
     delivered = asyncio.Event()
@@ -263,11 +264,11 @@ async def test_a_hand_off_during_a_catch_up_waits_for_one_batch_not_the_backlog(
     gated.gate.set()
     held = await asyncio.wait_for(handing, 30)
     assert held is not None
-    # One page of 500 was reduced and checkpointed; 1,500 are the next holder's.
-    assert engine.cursor == offsets[499]
+    # The event held by the gate was delivered and checkpointed; 1,999 are the next holder's.
+    assert engine.cursor == offsets[0]
     stored = await stored_checkpoint(db, "gated")
     assert stored is not None
-    assert stored[0] == offsets[499]
+    assert stored[0] == offsets[0]
     assert gated.caught_up == []  # no at-head pass: it never was at the head
 
 

@@ -315,3 +315,33 @@ class Typed(StreamProcessor[Offsets]):
         if event.payload.order == 13:
             raise ValueError("unlucky order")
         return state.model_copy(update={"offsets": [*state.offsets, event.offset]})
+
+
+class Answerer(StreamProcessor[Jobs]):
+    """Answers each ``question`` with one unkeyed ``answer``: every re-run effect shows as a twin."""
+
+    contract = define_processor_contract(
+        slug="answerer",
+        version="1",
+        description="one answer per question, appended without an idempotency key",
+        state_schema=Jobs,
+        consumes=["question"],
+        emits=["answer"],
+    )
+
+    def reduce(self, event: StreamEvent, state: Jobs) -> Jobs | None:
+        return state.model_copy(update={"done": state.done + 1})
+
+    def process_event(self, args: ProcessEventArgs[Jobs]) -> None:
+        event = args.event
+        if event is None:
+            return
+
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        delay = float(payload.get("delay", 0.001))  # the effect's I/O: a backlog takes seconds
+
+        async def answer() -> None:
+            await asyncio.sleep(delay)
+            await args.append({"type": "answer", "payload": {"question": event.offset}})
+
+        args.block_processor_while(answer)
