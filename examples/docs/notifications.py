@@ -166,7 +166,7 @@ async def main() -> None:
     assert any(e.type == "dlq.record-succeeded" for e in pages.events)
     (report,) = [e.payload["report"] for e in pages.events if e.type == "dlq.replay-completed"]
     assert report["replayed"] == [record["record_id"]]
-    # --- docs/notifications.md:396
+    # --- docs/notifications.md:398
     class BoardNotifications(NotificationsProcessor):
         def __init__(self, **kwargs: object) -> None:
             super().__init__(sources=[TASKS], **kwargs)  # type: ignore[arg-type]

@@ -69,7 +69,7 @@ async def main() -> None:
     offset, state = await engine.snapshot()
     assert state.tasks == {}  # finished: it left the state
     assert state.counts.succeeded == 1 and state.counts.failed_attempts == 1
-    # --- docs/tasks.md:240
+    # --- docs/tasks.md:249
     import asyncio
 
     from streamkit.processors.tasks import cancel_requested_event
@@ -109,7 +109,7 @@ async def main() -> None:
     offset, state = await waiter.snapshot()
     assert state.tasks == {}
     cancel_storage.close()
-    # --- docs/tasks.md:292
+    # --- docs/tasks.md:301
     hang = asyncio.Event()
 
 

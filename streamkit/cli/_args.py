@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ from streamkit._targets import default_socket, is_postgres_target, served_name
 from streamkit.backends import host_store, open_log, registered_sockets
 from streamkit.checkpoint import shown_snapshot
 from streamkit.control._client import host_socket
-from streamkit.errors import InvalidRequest, LogOpenError
+from streamkit.errors import InvalidRequest, LogOpenError, UntrustedSocket
 from streamkit.events import MAX_OFFSET
 from streamkit.log._log import Log
 
@@ -61,17 +62,22 @@ def json_object(flag: str) -> Callable[[str], dict[str, Any]]:
     return parse
 
 
-def non_negative_int(text: str) -> int:
-    """A whole number from 0 to the largest offset."""
+def _whole_number(text: str, low: int) -> int:
+    """A whole number from ``low`` to the largest offset; the refusal names that range."""
     try:
         value = int(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from exc
-    if not 0 <= value <= MAX_OFFSET:
+    if not low <= value <= MAX_OFFSET:
         raise argparse.ArgumentTypeError(
-            f"expected a whole number from 0 to {MAX_OFFSET} (2^63 - 1), got {value}"
+            f"expected a whole number from {low} to {MAX_OFFSET} (2^63 - 1), got {value}"
         )
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number from 0 to the largest offset."""
+    return _whole_number(text, 0)
 
 
 def positive_seconds(text: str) -> float:
@@ -89,10 +95,7 @@ def positive_seconds(text: str) -> float:
 
 def positive_int(text: str) -> int:
     """A whole number from 1 to the largest offset."""
-    value = non_negative_int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
+    return _whole_number(text, 1)
 
 
 def existing_log(db: str) -> Log:
@@ -146,11 +149,22 @@ def live_host_sockets(db: str, socket: str | None) -> list[str]:
         found = host_socket(db, socket)
         return [] if found is None else [found]
     live: list[str] = []
+    untrusted: list[UntrustedSocket] = []
     candidates = {os.path.realpath(c): c for c in [default_socket(db), *registered_sockets(db)]}
     for candidate in candidates.values():
-        found = host_socket(db, candidate)
+        try:
+            found = host_socket(db, candidate)
+        except UntrustedSocket as exc:
+            # Another user's file where a socket is looked for (planted at <db>.sock, say)
+            # must not hide the hosts that do run: pass it, and say so.
+            untrusted.append(exc)
+            continue
         if found is not None:
             live.append(found)
+    if untrusted and not live:
+        raise untrusted[0]
+    for passed in untrusted:
+        sys.stderr.write(f"Warning: {passed.message}; it was passed over [{passed.code}]\n")
     return live
 
 

@@ -149,14 +149,14 @@ def _append_in_doubt(
     if argv and "--idempotency-key" not in argv:
         argv += ["--idempotency-key", key]
     retry = shlex.join(["streamkit", *argv]) if argv else None
+    again = f"RETRY WITH: {retry}" if retry else f"retry with --idempotency-key {shlex.quote(key)}"
     return ControlUnavailable(
-        f"{exc.message}; the append may still land (the host may be frozen or overloaded). It "
-        f"carries idempotency key {key!r}, so running it again with that key appends it at most "
-        "once and prints the committed event"
-        + (f": {retry}" if retry else "")
-        + f"; to check without appending: streamkit read --db {shlex.quote(args.db)} --path "
-        f"{shlex.quote(args.path)} --json (look for that idempotency_key)",
-        details={**exc.details, "idempotency_key": key},
+        f"the append's outcome is unknown: {exc.message}; it may still land (the host may be "
+        f"frozen or overloaded). {again} (that key appends it at most once and prints the "
+        "committed event; the same command without it could append a second event). To "
+        f"check without appending: streamkit read --db {shlex.quote(args.db)} --path "
+        f"{shlex.quote(args.path)} --json (look for idempotency_key {key!r})",
+        details={**exc.details, "idempotency_key": key, "retry": retry},
     )
 
 

@@ -272,7 +272,7 @@ class HostConfig(_Section):
     lease: LeaseSettings = Field(default_factory=LeaseSettings)
     retry: RetrySettings = Field(default_factory=RetrySettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
-    shutdown_grace: float = Field(default=10.0, ge=0, allow_inf_nan=False)
+    shutdown_grace: float = Field(default=10.0, ge=0, le=3600, allow_inf_nan=False)
     log_format: Literal["auto", "json", "console"] = "auto"
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     live_state: Literal["watched", "always"] = "watched"

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_SOCKET_PATH_BYTES",
     "bind_private_socket",
     "check_private_directory",
+    "check_socket_path",
     "check_trusted_socket",
     "live_server_at",
     "probe",
@@ -85,17 +86,32 @@ def bind_private_socket(path: Path) -> socket.socket:
     return sock
 
 
-def _clear_stale_socket(name: str) -> None:
+def check_socket_path(path: str | os.PathLike[str]) -> None:
+    """Refuse a socket path where something that is not a socket is (a file, a directory).
+
+    A host calls it before it opens its log, so a start refused for it
+    creates nothing; a socket there is judged when the server binds.
+    """
+    name = os.fspath(path)
     try:
         info = os.lstat(name)
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(info.st_mode):
+        kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a socket"
         raise ControlSocketInUse(
-            f"{name!r} exists and is not a socket; it was left untouched and no server was "
+            f"{name!r} exists and is {kind}; it was left untouched and no server was "
             "started; remove it or choose another socket path",
             details={"path": name},
         )
+
+
+def _clear_stale_socket(name: str) -> None:
+    try:
+        os.lstat(name)
+    except FileNotFoundError:
+        return
+    check_socket_path(name)
     verdict = probe(name)
     if verdict != "stale":
         raise ControlSocketInUse(

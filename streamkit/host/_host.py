@@ -60,7 +60,7 @@ from streamkit._targets import own_socket, served_name, shown_target
 from streamkit.backends import host_store, open_log
 from streamkit.config import HostConfig, resolve_processors, shared_slug
 from streamkit.control._server import ControlServer
-from streamkit.control._socket import check_private_directory
+from streamkit.control._socket import check_private_directory, check_socket_path
 from streamkit.engine._strays import CANCEL_WAIT
 from streamkit.errors import (
     ControlSocketInUse,
@@ -209,6 +209,7 @@ class ProcessorHost(HostVerbs):
             check_private_directory(
                 config.socket_path.parent, allow_shared=config.shared_socket_dir
             )
+            check_socket_path(config.socket_path)
         log = open_log(
             config.db,
             synchronous=config.synchronous,

@@ -105,7 +105,11 @@ def test_expect_offset_refuses_stale_writer(
         ),
         (["append", "--db", "{db}", "", "--payload", "{}"], "'type' must be a non-empty string"),
         (["append", "--db", "{db}", "--path", "no-slash", "t"], "stream path"),
-        (["append", "--db", "{db}", "t", "--expect-offset", "0"], "expected a number >= 1"),
+        (
+            ["append", "--db", "{db}", "t", "--expect-offset", "0"],
+            "expected a whole number from 1 to",
+        ),
+        (["append", "--db", "{db}", "t", "--expect-offset", "-3"], "from 1 to 9223372036854775807"),
         (["read", "--db", "{db}", "--after", "-1"], "expected a whole number from 0 to"),
         (["read", "--db", "{missing}"], "no log file at"),
     ],

@@ -15,7 +15,7 @@ from support.host import Tally
 
 from streamkit import open_log
 from streamkit.config import HostConfig
-from streamkit.errors import InvalidRequest, UntrustedSocket
+from streamkit.errors import ControlSocketInUse, InvalidRequest, UntrustedSocket
 from streamkit.host import ProcessorHost
 
 ROOT_ONLY = pytest.mark.skipif(
@@ -171,3 +171,44 @@ async def test_a_missing_socket_directory_is_refused_before_the_db_exists(
     with pytest.raises(InvalidRequest, match="does not exist; create it"):
         await ProcessorHost(config, processors=[Tally()]).start()
     assert not db.exists()
+
+
+@ROOT_ONLY
+async def test_a_planted_default_socket_does_not_hide_the_host_that_runs(short_dir: Path) -> None:
+    """The real host on its own socket: status and admin reach it, warning of the planted one."""
+    db = short_dir / "p.db"
+    own = short_dir / "own.sock"
+    config = HostConfig.model_validate({"db": str(db), "socket": str(own), "shutdown_grace": 0.0})
+    async with ProcessorHost(config, processors=[Tally()]):
+        planted = PlantedServer(f"{db}.sock")
+        try:
+            os.chown(planted.path, 12345, 12345)
+            status = await asyncio.to_thread(cli, "status", "--db", str(db))
+            done = await asyncio.to_thread(cli, "append", "--db", str(db), "item")
+        finally:
+            planted.close()
+    assert status.returncode == 0, status.stderr
+    assert "tally" in status.stdout
+    assert "owned by uid 12345" in status.stderr
+    assert "it was passed over [CONTROL_SOCKET_UNTRUSTED]" in status.stderr
+    assert done.returncode == 0, done.stderr
+    assert planted.connections == 0
+    assert await durable_count(db) == 1
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+async def test_a_socket_path_taken_by_a_file_or_directory_fails_the_start_creating_nothing(
+    short_dir: Path, kind: str
+) -> None:
+    """Refused before the log is opened: no database file is left behind."""
+    db = short_dir / "n.db"
+    taken = short_dir / "n.sock"
+    if kind == "file":
+        taken.write_text("")
+    else:
+        taken.mkdir()
+    config = HostConfig.model_validate({"db": str(db), "socket": str(taken), "shutdown_grace": 0.0})
+    with pytest.raises(ControlSocketInUse, match="exists and is"):
+        await ProcessorHost(config, processors=[Tally()]).start()
+    assert not db.exists()
+    assert taken.exists()  # left untouched

@@ -627,3 +627,11 @@ def test_processor_share_defaults_to_a_fifth_and_one_turns_pacing_off(tmp_path: 
     assert load_config(write_toml(tmp_path, 'db = "app.db"\n')).processor_share == 0.2
     path = write_toml(tmp_path, 'db = "app.db"\nprocessor_share = 1\n')
     assert load_config(path).processor_share == 1.0
+
+
+def test_a_shutdown_grace_past_an_hour_is_refused(tmp_path: Path) -> None:
+    """1e308 s is no grace a stop can keep: refused with the key named, like NaN and -1."""
+    for bad in ("1e308", "3601", "-1", "nan"):
+        text = f'db = "a.db"\nshutdown_grace = {bad}\n'
+        error = refusal(lambda text=text: load_config(write_toml(tmp_path, text)))
+        assert keys(error) == ["shutdown_grace"], bad

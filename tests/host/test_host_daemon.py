@@ -329,9 +329,11 @@ def test_a_cli_retry_after_a_frozen_host_never_duplicates(rig: Rig) -> None:
     finally:
         daemon.send_signal(signal.SIGCONT)
     assert done.returncode == 1, done.stderr
-    assert "the append may still land" in done.stderr
-    assert "idempotency key 'cli/" in done.stderr
-    retry = done.stderr.split("once and prints the committed event: ", 1)[1].split("; to check")[0]
+    # The safe retry comes first, marked, not buried after the explanation.
+    assert done.stderr.startswith("Error: the append's outcome is unknown: ")
+    assert "it may still land" in done.stderr
+    assert "idempotency_key 'cli/" in done.stderr
+    retry = done.stderr.split("RETRY WITH: ", 1)[1].split(" (that key appends it at most once")[0]
     argv = shlex.split(retry)
     assert argv[0] == "streamkit"
     assert "--idempotency-key" in argv
