@@ -12,12 +12,13 @@ persists nothing and leaves the engine as it was.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from streamkit.engine._checkpointed import CheckpointedState
-from streamkit.engine._fold import report
+from streamkit.engine._fold import SLICE_SECONDS, report
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
 __all__ = ["EFFECTS_PER_CHECKPOINT", "BatchInfo", "BatchRules"]
@@ -125,7 +126,7 @@ class BatchRules(CheckpointedState[S], Generic[S]):
         unsaved = 0
         if not self._has_effects:
             # The catch-up hot path: nothing to deliver, only the fold.
-            state, delivered = self._fold.fold_all(fresh, state)
+            state, delivered = await self._fold.fold_paced(fresh, state)
             unsaved = delivered
             if not from_read and any(e.ephemeral and reduces(e) for e in fresh):
                 # The log cannot replay an ephemeral: the state it reduced must be
@@ -136,7 +137,13 @@ class BatchRules(CheckpointedState[S], Generic[S]):
             consumable = [event for event in fresh if reduces(event)]
             caught_up_delivered = False
             final = len(consumable) - 1
+            yielded_at = time.perf_counter()
             for index, event in enumerate(consumable):
+                if time.perf_counter() - yielded_at > SLICE_SECONDS:
+                    # Blockers that never wait (or reduces that are slow) would hold
+                    # the loop for the whole page: let the rest of the host run.
+                    await asyncio.sleep(0)
+                    yielded_at = time.perf_counter()
                 previous = state
                 state, normalized = apply(event, state)
                 if normalized is None:

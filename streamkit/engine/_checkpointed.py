@@ -201,7 +201,7 @@ class CheckpointedState(Generic[S]):
         while position < cursor:
             page = await self._read_page(position, MAX_CATCH_UP_PAGE)
             below = [event for event in page.events if event.offset <= cursor]
-            state, folded = self._fold.fold_all(below, state)
+            state, folded = await self._fold.fold_paced(below, state)
             replayed += folded
             if page.scanned_through_offset <= position:
                 break  # the log holds nothing more below the cursor
@@ -287,7 +287,7 @@ class CheckpointedState(Generic[S]):
         while position < target:
             page = await self._read_page(position, PAGE_SIZE)
             below = [event for event in page.events if event.offset <= target]
-            state, folded = self._fold.fold_all(below, state)
+            state, folded = await self._fold.fold_paced(below, state)
             self._events_reduced += folded
             if page.scanned_through_offset <= position:
                 break  # the log holds nothing more below the old cursor
