@@ -20,6 +20,7 @@ __all__ = [
     "ControlSocketInUse",
     "ControlUnavailable",
     "Forbidden",
+    "HostBusy",
     "IdempotencyConflict",
     "InternalError",
     "InvalidConfig",
@@ -35,6 +36,7 @@ __all__ = [
     "OffsetConflict",
     "ProcessorTimeout",
     "RemoteError",
+    "RequestTimeout",
     "RequestTooLarge",
     "SlowConsumer",
     "StateNotSerializable",
@@ -243,6 +245,20 @@ class Unauthorized(StreamkitError, PermissionError):
     """An HTTP request without the host's bearer token (or with another); nothing was done."""
 
     code = "UNAUTHORIZED"
+
+
+class RequestTimeout(StreamkitError, TimeoutError):
+    """An HTTP request's head or body did not arrive in time; nothing was done."""
+
+    code = "REQUEST_TIMEOUT"
+    default_retryable = True
+
+
+class HostBusy(StreamkitError, ConnectionRefusedError):
+    """The host serves as many HTTP requests at once as it takes; nothing was done."""
+
+    code = "HOST_BUSY"
+    default_retryable = True
 
 
 class Forbidden(StreamkitError, PermissionError):

@@ -37,6 +37,7 @@ from streamkit.errors import (
 )
 from streamkit.web._body import json_body
 from streamkit.web._guard import RequestGuard
+from streamkit.web._limits import RequestLimit
 from streamkit.web._plugins import HttpAnswer, HttpCall, HttpRoute, plugin_routes
 from streamkit.web._problems import problem
 from streamkit.web._routes import Endpoints
@@ -106,6 +107,7 @@ def build_app(
             allow_credentials=False,
             max_age=600,
         )
+    served = RequestLimit(served, settings.max_connections)
     return RequestGuard(
         served,
         token=token,

@@ -7,19 +7,24 @@ sends a cross-origin request without a preflight only with a form's or
 ``text/plain`` content type. A body past the budget is refused (413) as soon
 as its declared length or its bytes so far pass it, before the rest is read;
 a body that is not UTF-8 JSON (or holds NaN or Infinity, which JSON has not)
-is refused (400). Nothing is written in any of these cases.
+is refused (400); a body still arriving :data:`BODY_SECONDS` after its head is
+refused (408). Nothing is written in any of these cases.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, NoReturn
 
 from starlette.requests import Request
 
-from streamkit.errors import MalformedRequest, RequestTooLarge
+from streamkit.errors import MalformedRequest, RequestTimeout, RequestTooLarge
 
-__all__ = ["json_body"]
+__all__ = ["BODY_SECONDS", "json_body"]
+
+BODY_SECONDS = 30.0
+"""Seconds a request's body may take to arrive once its head has (a slow body holds a slot)."""
 
 
 def _no_constant(name: str) -> NoReturn:
@@ -41,11 +46,19 @@ async def json_body(request: Request, limit: int) -> Any:
         raise _too_large(int(declared), limit)
     size = 0
     chunks: list[bytes] = []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(BODY_SECONDS):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(size, limit)
+                chunks.append(chunk)
+    except TimeoutError as exc:
+        raise RequestTimeout(
+            f"the request body did not arrive within {BODY_SECONDS:g} s ({size} bytes came); "
+            "nothing was written; send it again",
+            details={"received": size},
+        ) from exc
     raw = b"".join(chunks)
     if not raw.strip():
         raise MalformedRequest(

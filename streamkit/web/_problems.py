@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 
 from streamkit.errors import StreamkitError
 
-__all__ = ["PROBLEM_TYPE", "described", "problem", "status_of"]
+__all__ = ["PROBLEM_TYPE", "described", "problem", "problem_body", "status_of"]
 
 PROBLEM_TYPE = "application/problem+json"
 
@@ -33,6 +33,8 @@ _STATUS: dict[str, int] = {
     "REQUEST_TOO_LARGE": 413,
     "UNAUTHORIZED": 401,
     "FORBIDDEN": 403,
+    "REQUEST_TIMEOUT": 408,
+    "HOST_BUSY": 503,
     "NOT_FOUND": 404,
     "UNKNOWN_OP": 404,
     "LEASE_LOST": 409,
@@ -81,6 +83,24 @@ def status_of(error: StreamkitError) -> int:
     return _STATUS.get(error.code, 400)
 
 
+def problem_body(
+    error: StreamkitError, *, instance: str | None = None, status: int | None = None
+) -> dict[str, Any]:
+    """The RFC 9457 body of ``error``'s refusal (what :func:`problem` sends)."""
+    body: dict[str, Any] = {
+        "type": f"/problems/{_slug(error.code)}",
+        "title": error.code,
+        "status": status_of(error) if status is None else status,
+        "detail": error.message,
+        "code": error.code,
+        "retryable": error.retryable,
+        "details": error.details,
+    }
+    if instance is not None:
+        body["instance"] = instance
+    return body
+
+
 def problem(
     error: StreamkitError, *, instance: str | None = None, status: int | None = None
 ) -> JSONResponse:
@@ -89,18 +109,8 @@ def problem(
     ``status`` overrides the code's own (a 405 from the router is an
     ``INVALID_REQUEST`` sent as 405); the body always says the status sent.
     """
-    status = status_of(error) if status is None else status
-    body: dict[str, Any] = {
-        "type": f"/problems/{_slug(error.code)}",
-        "title": error.code,
-        "status": status,
-        "detail": error.message,
-        "code": error.code,
-        "retryable": error.retryable,
-        "details": error.details,
-    }
-    if instance is not None:
-        body["instance"] = instance
+    body = problem_body(error, instance=instance, status=status)
+    status = body["status"]
     headers = {"Retry-After": "1"} if error.retryable and status >= 500 else None
     if status == 401:
         headers = {"WWW-Authenticate": 'Bearer realm="streamkit"'}

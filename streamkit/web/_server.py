@@ -17,8 +17,11 @@ starts it after its own parts and closes it first when it stops. Guarantees:
 - a stop ends every live stream (SSE) first, each with a ``: stopping``
   comment and a complete response, then lets the requests in flight finish
   within a grace; nothing is cut off mid-response while there is time;
-- at most ``max_connections`` connections are served at once; more are
-  answered 503; uvicorn's limits on header sizes and idle keep-alives hold.
+- at most ``max_connections`` requests are served at once, ``/healthz``
+  aside (:mod:`._limits`); a request head must arrive within a deadline and
+  one client's trickling connections cannot crowd out the rest
+  (:mod:`._protocol`); a body within another (:mod:`._body`); uvicorn's
+  limits on header sizes and idle keep-alives hold.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import uvicorn
 
 from streamkit.errors import InvalidConfig
 from streamkit.web._app import build_app
+from streamkit.web._protocol import guarded_protocol
 from streamkit.web._sse import LiveStreams
 
 if TYPE_CHECKING:
@@ -49,6 +53,12 @@ __all__ = ["HttpService", "read_token"]
 _log = structlog.get_logger("streamkit.web")
 
 _START_TIMEOUT = 10.0
+
+_CONNECTIONS_PER_REQUEST_SLOT = 4
+"""Open connections allowed per request served at once (kept-alive and slow ones wait)."""
+
+_MIN_CONNECTIONS = 1024
+"""The fewest open connections the backstop allows (one client's waiting heads are capped)."""
 
 _STOP_GRACE = 2
 """Seconds a stop gives live streams to end, and then requests in flight to finish."""
@@ -100,8 +110,13 @@ class HttpService:
             proxy_headers=False,
             server_header=False,
             date_header=True,
-            limit_concurrency=settings.max_connections,
+            # The app bounds the requests served (RequestLimit, /healthz aside); this
+            # is only the backstop on connections, idle and trickling ones included.
+            limit_concurrency=max(
+                _MIN_CONNECTIONS, settings.max_connections * _CONNECTIONS_PER_REQUEST_SLOT
+            ),
             timeout_graceful_shutdown=_STOP_GRACE,
+            http=guarded_protocol(),
         )
         server = self._server = _Server(config)
         self._task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))

@@ -65,6 +65,8 @@ EXPECTED = {
     "StreamkitError",
     "Unauthorized",
     "Forbidden",
+    "HostBusy",
+    "RequestTimeout",
     "UndeclaredEmit",
     "UnknownOperation",
     "UntrustedSocket",

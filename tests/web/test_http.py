@@ -7,6 +7,7 @@ requests go over a real socket.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -30,8 +31,11 @@ from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig
 from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
+from streamkit.web import _body as body_module
+from streamkit.web import _protocol as protocol_module
 from streamkit.web._app import build_app
 from streamkit.web._guard import RequestGuard
+from streamkit.web._limits import RequestLimit
 
 PROBLEM = "application/problem+json"
 
@@ -620,19 +624,107 @@ def test_streamkit_toml_takes_http_as_an_address_or_a_table(tmp_path: Path) -> N
         load_config(bad)
 
 
-async def test_connections_past_the_limit_are_answered_503(serve: Serve) -> None:
-    """max_connections bounds what is served at once; the rest get 503 until one ends."""
+async def test_requests_past_the_limit_are_a_coded_503_while_healthz_answers(
+    serve: Serve,
+) -> None:
+    """max_connections bounds the requests served at once; /healthz is never turned away."""
     served = await serve(http={"max_connections": 2})
     headers = {"Accept": "text/event-stream"}
     async with (
         served.client.stream("GET", "/v1/events", headers=headers),
         served.client.stream("GET", "/v1/events", headers=headers),
-        httpx.AsyncClient(base_url=served.http.url) as other,
     ):
-        response = await other.get("/healthz")
-        assert response.status_code == 503
-    async with httpx.AsyncClient(base_url=served.http.url) as other:
-        assert (await other.get("/healthz")).status_code == 200
+        busy = await served.client.get("/v1/processors")
+        body = assert_problem(busy, 503, "HOST_BUSY")
+        assert body["retryable"] is True
+        assert busy.headers["retry-after"] == "1"
+        assert (await served.bare.get("/healthz")).status_code == 200
+    # Once the server has seen the streams end, their slots are free again.
+    for _ in range(100):
+        if (await served.client.get("/v1/processors")).status_code == 200:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the slots of the ended streams were never freed")
+
+
+async def _raw(port: int, data: bytes, *, then_wait: float = 10.0) -> bytes:
+    """Send ``data`` on a fresh connection and read what comes back until it closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(), then_wait)
+    finally:
+        writer.close()
+
+
+async def test_a_trickled_head_is_cut_off_and_healthz_answers_meanwhile(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 slowloris connections: each is answered 408 after the head deadline, or evicted as
+    the oldest of its client's waiting connections; /healthz answers all along."""
+    monkeypatch.setattr(protocol_module, "HEAD_SECONDS", 1.0)
+    served = await serve(http={"max_connections": 8})
+    port = served.http.port
+    assert port is not None
+    trickling = []
+    for _ in range(300):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: ")
+        trickling.append((reader, writer))
+    checks = []
+    for _ in range(5):
+        checks.append((await served.bare.get("/healthz")).status_code)
+        for _reader, writer in trickling:
+            with contextlib.suppress(ConnectionError):  # evicted already: closed by the host
+                writer.write(b"a")
+        await asyncio.sleep(0.3)
+    assert checks == [200] * 5
+    # Every trickling connection ends: answered 408 (a write of ours after the host closed
+    # it may turn the read into a broken pipe instead); none is still served.
+    ended = await asyncio.wait_for(
+        asyncio.gather(*(reader.read() for reader, _ in trickling), return_exceptions=True), 10
+    )
+    for _, writer in trickling:
+        writer.close()
+    answers = [answer for answer in ended if isinstance(answer, bytes)]
+    assert all(isinstance(answer, bytes | ConnectionError) for answer in ended), ended
+    assert len(answers) >= 32  # at least the last ones waiting, cut off by the deadline
+    assert all(b"408 Request Timeout" in answer for answer in answers)
+    first = answers[0].split(b"\r\n\r\n", 1)
+    assert b"content-type: application/problem+json" in first[0]
+    assert json.loads(first[1])["code"] == "REQUEST_TIMEOUT"
+
+
+async def test_a_slow_body_is_refused_and_nothing_is_written(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body that stalls past its deadline: 408 REQUEST_TIMEOUT, nothing appended."""
+    monkeypatch.setattr(body_module, "BODY_SECONDS", 0.5)
+    served = await serve()
+    port = served.http.port
+    assert port is not None
+    head = (
+        "POST /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {served.http.token}\r\nContent-Length: 100\r\n\r\n"
+    )
+    answer = await _raw(port, head.encode() + b'{"type": "it')
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["code"] == "REQUEST_TIMEOUT"
+    assert await durable_offsets(served) == []
+
+
+async def test_a_request_that_is_not_http_is_a_problem_not_plain_text(serve: Serve) -> None:
+    """The parser's refusal is 400 MALFORMED_REQUEST as problem+json."""
+    served = await serve()
+    port = served.http.port
+    assert port is not None
+    answer = await _raw(port, b"NOT HTTP AT ALL\x00\r\n\r\n")
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 400")
+    assert b"content-type: application/problem+json" in head
+    assert json.loads(body)["code"] == "MALFORMED_REQUEST"
 
 
 async def test_every_http_endpoint_is_documented(serve: Serve) -> None:
@@ -640,7 +732,9 @@ async def test_every_http_endpoint_is_documented(serve: Serve) -> None:
     served = await serve()
     guard = build_app(served.host, served.http.settings, "a-token-for-the-route-list")
     assert isinstance(guard, RequestGuard)
-    app = guard.app
+    limited = guard.app
+    assert isinstance(limited, RequestLimit)
+    app = limited.app
     docs = (ROOT / "docs" / "http.md").read_text(encoding="utf-8")
     routes = [r for r in getattr(app, "routes", []) if isinstance(r, Route)]
     assert routes, "the app exposes its routes"
