@@ -113,3 +113,32 @@ class DaemonRig:
             self.kill_all()
         finally:
             shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+def admin_address(db: Path | str, *flags: str) -> str:
+    """What ``streamkit admin --db DB [flags]`` prints, as the host's owner runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "streamkit", "admin", "--db", str(db), *flags],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+
+
+def owner_headers(db: Path | str) -> dict[str, str]:
+    """The token header of the host on ``db``, as its owner gets it (``admin --token``)."""
+    return {"Authorization": f"Bearer {admin_address(db, '--token')}"}
+
+
+def wait_for_http(base: str) -> None:
+    """Wait until the HTTP surface at ``base`` answers ``/healthz`` with 200."""
+    import httpx  # the web tests' client; the rest of the support package needs none
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    eventually(up)

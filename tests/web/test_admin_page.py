@@ -28,7 +28,7 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 from streamkit.processors.tasks import task_requested_event
 from support import ROOT, free_port
-from support.daemon import DaemonRig, eventually
+from support.daemon import DaemonRig, admin_address, wait_for_http
 
 from streamkit import StreamEvent, open_log
 
@@ -136,22 +136,9 @@ def page(browser: WebDriver, tmp_path: Path) -> Iterator[tuple[WebDriver, Path, 
             "p", "--config", str(tmp_path / "streamkit.toml"), "--http", f"127.0.0.1:{port}"
         )
         base = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            try:
-                return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        eventually(up)
+        wait_for_http(base)
         # The page's address with its token, as its owner gets it: from the control socket.
-        admin = subprocess.run(
-            [sys.executable, "-m", "streamkit", "admin", "--db", str(tmp_path / "page.db")],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout.strip()
+        admin = admin_address(tmp_path / "page.db")
         assert admin.startswith(f"{base}/#token=")
         browser.get(admin)
         # The token leaves the address bar (it would be bookmarked, shared, screenshotted).

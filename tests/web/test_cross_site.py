@@ -25,7 +25,7 @@ import pytest
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 from support import ROOT, free_port
-from support.daemon import DaemonRig, eventually
+from support.daemon import DaemonRig, owner_headers, wait_for_http
 
 from streamkit import StreamEvent, open_log
 
@@ -85,26 +85,8 @@ def _serve_tally(rig: DaemonRig, tmp_path: Path) -> tuple[str, Path]:
         "hostprocs:Fragile", "--http", f"127.0.0.1:{port}",
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    eventually(up)
+    wait_for_http(base)
     return base, db
-
-
-def _owner(db: Path) -> dict[str, str]:
-    token = subprocess.run(
-        [sys.executable, "-m", "streamkit", "admin", "--db", str(db), "--token"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.strip()
-    return {"Authorization": f"Bearer {token}"}
 
 
 def _events(db: Path) -> list[StreamEvent]:
@@ -134,7 +116,7 @@ def test_a_page_on_another_origin_can_write_nothing(
 ) -> None:
     """no-cors fetches, a CORS fetch and a text/plain form from another origin: none is written."""
     base, db = _serve_tally(rig, tmp_path)
-    owner = _owner(db)
+    owner = owner_headers(db)
     # A poison event stalls fragile at offset 1: what the skips below name.
     poison = {"type": "item", "payload": {"boom": True}}
     seeded = httpx.post(f"{base}/v1/events", json=poison, headers=owner)
@@ -166,7 +148,7 @@ def test_a_rebound_name_a_foreign_origin_and_a_plain_text_body_are_refused_even_
 ) -> None:
     """Each check holds on its own: Host, Origin and the declared JSON, each with the token."""
     base, db = _serve_tally(rig, tmp_path)
-    owner = _owner(db)
+    owner = owner_headers(db)
     body = json.dumps({"type": "item"})
     as_json = {**owner, "Content-Type": "application/json"}
     refusals = [

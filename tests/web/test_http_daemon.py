@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support import ROOT, free_port
-from support.daemon import DaemonRig, eventually
+from support.daemon import DaemonRig, admin_address, eventually, owner_headers
 
 from streamkit.control import ControlClient
 from streamkit.errors import InvalidRequest, ProcessorTimeout
@@ -51,18 +51,6 @@ def _tally_over_http(
         f"127.0.0.1:{port}",
     )
     return daemon, f"http://127.0.0.1:{port}"
-
-
-def owner_headers(db: Path) -> dict[str, str]:
-    """The token header, as the host's owner gets it: ``streamkit admin --token``."""
-    token = subprocess.run(
-        [sys.executable, "-m", "streamkit", "admin", "--db", str(db), "--token"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.strip()
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_the_daemon_serves_http_and_stops_it_on_sigterm(rig: DaemonRig, tmp_path: Path) -> None:
@@ -235,13 +223,7 @@ def test_admin_names_each_host_s_page_and_refuses_a_host_without_http(
 ) -> None:
     """``streamkit admin``: the page's address with the token; a host without HTTP says so."""
     _, base = _tally_over_http(rig, tmp_path, "a")
-    shown = subprocess.run(
-        [sys.executable, "-m", "streamkit", "admin", "--db", str(tmp_path / "a.db")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout.strip()
+    shown = admin_address(tmp_path / "a.db")
     address, _, token = shown.partition("/#token=")
     assert (address, owner_headers(tmp_path / "a.db")) == (
         base,
