@@ -13,7 +13,9 @@ not be able to do added, one connection at a time:
   evicts itself while a client whose head arrives at once (a health check
   from the same address) is served;
 - a request the parser cannot read is answered ``400 MALFORMED_REQUEST`` as
-  ``application/problem+json``, not uvicorn's plain text.
+  ``application/problem+json``, not uvicorn's plain text;
+- a connection past the server's cap on open connections is answered
+  ``503 HOST_BUSY`` (problem+json) and closed at once.
 
 Bodies have their own deadline where they are read (:mod:`._body`), and the
 number of requests served at once is the application's to bound
@@ -29,7 +31,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from streamkit.errors import MalformedRequest, RequestTimeout, StreamkitError
+from streamkit.errors import HostBusy, MalformedRequest, RequestTimeout, StreamkitError
 from streamkit.web._problems import PROBLEM_TYPE, problem_body
 
 __all__ = ["HEAD_SECONDS", "PENDING_HEADS_PER_CLIENT", "guarded_protocol"]
@@ -40,7 +42,7 @@ HEAD_SECONDS = 10.0
 PENDING_HEADS_PER_CLIENT = 64
 """Connections of one client address that may wait for their head at once."""
 
-_REASONS = {400: b"Bad Request", 408: b"Request Timeout"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 503: b"Service Unavailable"}
 
 
 class _PendingHeads:
@@ -71,6 +73,7 @@ class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the module's deadlines and problem answers."""
 
     pending: ClassVar[_PendingHeads]
+    max_open: ClassVar[int]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,6 +83,14 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._client_key = self.client[0] if self.client else ""
+        if len(self.connections) > self.max_open:
+            error = HostBusy(
+                f"this host has {self.max_open} connections open, as many as it keeps; "
+                "nothing was done; retry shortly",
+                details={"limit": self.max_open},
+            )
+            self._answer_and_close(error, 503)
+            return
         self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -148,6 +159,8 @@ class GuardedProtocol(HttpToolsProtocol):
         transport.close()
 
 
-def guarded_protocol() -> type[GuardedProtocol]:
-    """A protocol class of one server's own (its pending heads are that server's)."""
-    return type("ServerProtocol", (GuardedProtocol,), {"pending": _PendingHeads()})
+def guarded_protocol(max_open: int) -> type[GuardedProtocol]:
+    """A protocol class of one server's own: its pending heads, at most ``max_open`` connections."""
+    return type(
+        "ServerProtocol", (GuardedProtocol,), {"pending": _PendingHeads(), "max_open": max_open}
+    )

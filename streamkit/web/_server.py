@@ -110,13 +110,13 @@ class HttpService:
             proxy_headers=False,
             server_header=False,
             date_header=True,
-            # The app bounds the requests served (RequestLimit, /healthz aside); this
-            # is only the backstop on connections, idle and trickling ones included.
-            limit_concurrency=max(
-                _MIN_CONNECTIONS, settings.max_connections * _CONNECTIONS_PER_REQUEST_SLOT
-            ),
+            # The app bounds the requests served (RequestLimit, /healthz aside); the
+            # protocol caps the connections open, idle and trickling ones included.
+            limit_concurrency=None,
             timeout_graceful_shutdown=_STOP_GRACE,
-            http=guarded_protocol(),
+            http=guarded_protocol(
+                max(_MIN_CONNECTIONS, settings.max_connections * _CONNECTIONS_PER_REQUEST_SLOT)
+            ),
         )
         server = self._server = _Server(config)
         self._task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))

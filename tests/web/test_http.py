@@ -33,6 +33,7 @@ from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
 from streamkit.web import _body as body_module
 from streamkit.web import _protocol as protocol_module
+from streamkit.web import _server as server_module
 from streamkit.web._app import build_app
 from streamkit.web._guard import RequestGuard
 from streamkit.web._limits import RequestLimit
@@ -881,3 +882,30 @@ async def test_a_deeply_nested_body_and_a_wrong_method_are_coded_problems(serve:
     assert wrong.headers["allow"]
     assert body["status"] == 405
     assert await durable_offsets(served) == []
+
+
+async def test_a_connection_past_the_cap_is_a_coded_503_and_closed(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Open connections past max(1,024, 4 x max_connections): 503 HOST_BUSY as problem+json."""
+    monkeypatch.setattr(server_module, "_MIN_CONNECTIONS", 4)
+    served = await serve(http={"max_connections": 1})
+    port = served.http.port
+    assert port is not None
+    held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(4)]
+    try:
+        answer = await _raw(port, b"")
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 503")
+        assert b"content-type: application/problem+json" in head
+        assert json.loads(body)["code"] == "HOST_BUSY"
+    finally:
+        for _, writer in held:
+            writer.close()
+    for _ in range(100):
+        with contextlib.suppress(httpx.TransportError):
+            if (await served.bare.get("/healthz")).status_code == 200:
+                break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("/healthz never answered once the connections closed")
