@@ -65,6 +65,8 @@ class Endpoints:
         self._host = host
         self._settings = settings
         self._streams = LiveStreams() if streams is None else streams
+        # The latest seed frame of each watched processor, by (path, slug): (rev, frame).
+        self._seeds: dict[tuple[str, str], tuple[int, bytes]] = {}
 
     def _sse(self, source: AsyncIterator[bytes]) -> StreamingResponse:
         return StreamingResponse(
@@ -262,8 +264,7 @@ class Endpoints:
         try:
             async for message in watch:
                 if message.get("kind") == "seed":
-                    data = {"rev": message["rev"], "state": message["state"]}
-                    yield frame(_json(data), event="seed", id=str(message["rev"]))
+                    yield self._seed_frame(runner, message)
                 else:
                     data = {"from": message["from"], "to": message["to"], "patch": message["patch"]}
                     yield frame(_json(data), event="delta", id=str(message["to"]))
@@ -273,6 +274,21 @@ class Endpoints:
             closer = getattr(watch, "aclose", None)
             if closer is not None:
                 await closer()
+
+    def _seed_frame(self, runner: ProcessorRunner, message: dict[str, Any]) -> bytes:
+        """The seed's frame, built once per revision and shared by every watcher of it.
+
+        A seed carries the whole live state: built per watcher, N watchers of a
+        20 MB view (slow ones hold theirs while they read) would cost N copies.
+        """
+        key = (runner.path, runner.slug)
+        rev = message["rev"]
+        cached = self._seeds.get(key)
+        if cached is not None and cached[0] == rev:
+            return cached[1]
+        built = frame(_json({"rev": rev, "state": message["state"]}), event="seed", id=str(rev))
+        self._seeds[key] = (rev, built)
+        return built
 
     async def skip(self, request: Request) -> Response:
         """``POST /v1/processors/{slug}/skip``: ``{offset, reason[, by]}``; 201 with the skip event."""

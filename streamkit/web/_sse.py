@@ -35,6 +35,10 @@ _END = object()
 _log = structlog.get_logger("streamkit.web")
 
 
+WRITE_CHUNK = 64 * 1024
+"""The most bytes of one frame handed to a connection at a time (see :func:`with_heartbeat`)."""
+
+
 def frame(data: str, *, event: str | None = None, id: str | None = None) -> bytes:
     """One SSE event."""
     lines = []
@@ -56,7 +60,7 @@ async def with_heartbeat(
     heartbeat: float = HEARTBEAT_SECONDS,
     *,
     streams: LiveStreams | None = None,
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[bytes | memoryview]:
     """Relay ``source``'s frames, a heartbeat comment after each ``heartbeat`` s of silence.
 
     Registered in ``streams``, the relay ends (after a ``: stopping`` comment)
@@ -93,7 +97,15 @@ async def with_heartbeat(
             if item is _END:
                 break
             assert isinstance(item, bytes)
-            yield item
+            if len(item) <= WRITE_CHUNK:
+                yield item
+                continue
+            # A large frame (a seed of a big state) goes out in slices of the same
+            # bytes: each waits for the client to take the one before, so a stalled
+            # client holds one slice in its connection's buffer, not a copy of the frame.
+            whole = memoryview(item)
+            for start in range(0, len(whole), WRITE_CHUNK):
+                yield whole[start : start + WRITE_CHUNK]
         if puller.cancelled():  # the server is stopping: end the response cleanly
             yield comment("stopping")
             return

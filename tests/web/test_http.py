@@ -33,7 +33,9 @@ from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
 from streamkit.web import _body as body_module
 from streamkit.web import _protocol as protocol_module
+from streamkit.web import _routes as routes_module
 from streamkit.web import _server as server_module
+from streamkit.web import _sse as sse_module
 from streamkit.web._app import build_app
 from streamkit.web._guard import RequestGuard
 from streamkit.web._limits import RequestLimit
@@ -909,3 +911,35 @@ async def test_a_connection_past_the_cap_is_a_coded_503_and_closed(
         await asyncio.sleep(0.05)
     else:
         raise AssertionError("/healthz never answered once the connections closed")
+
+
+class WideView(Tally):
+    """A live view far larger than one write: 300 KB of text besides the offsets."""
+
+    def project_live_state(self, state: Any) -> Any:
+        return {"offsets": state.offsets, "text": ["w" * 1000 for _ in range(300)]}
+
+
+async def test_a_seed_larger_than_one_write_arrives_whole_and_is_built_once(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 300 KB seed goes out in slices (no client sees them) and two watchers share its frame."""
+    built: list[str | None] = []
+    real_frame = routes_module.frame
+
+    def counted(data: str, *, event: str | None = None, id: str | None = None) -> bytes:
+        built.append(event)
+        return real_frame(data, event=event, id=id)
+
+    monkeypatch.setattr(routes_module, "frame", counted)
+    served = await serve(WideView())
+    seeds = []
+    for _ in range(2):
+        async with served.client.stream("GET", "/v1/processors/tally/live") as response:
+            (seed,) = await asyncio.wait_for(sse_events(response, 1), 10)
+            seeds.append(seed)
+    assert seeds[0] == seeds[1]
+    assert seeds[0]["event"] == "seed"
+    assert seeds[0]["data"]["state"]["text"] == ["w" * 1000] * 300
+    assert len(json.dumps(seeds[0]["data"])) > 4 * sse_module.WRITE_CHUNK
+    assert built.count("seed") == 1  # one revision, one frame, whoever watches it
