@@ -264,7 +264,9 @@ class Endpoints:
         try:
             async for message in watch:
                 if message.get("kind") == "seed":
-                    yield self._seed_frame(runner, message)
+                    built = self._seed_frame(runner, message)
+                    message = {}  # the state it carried is in the frame now: let it go
+                    yield built
                 else:
                     data = {"from": message["from"], "to": message["to"], "patch": message["patch"]}
                     yield frame(_json(data), event="delta", id=str(message["to"]))
