@@ -43,6 +43,7 @@ __all__ = [
     "prepare_events",
     "replayed_offsets",
     "same_body",
+    "utf8_json_size",
     "validate_path",
 ]
 
@@ -472,17 +473,20 @@ def prepare_event_plain(
             "idempotency_key",
             "cannot be honoured on an ephemeral event (ephemerals are never stored)",
         )
-    size = (
-        (len(etype) if etype.isascii() else len(etype.encode()))
-        + len(payload_json)
-        + len(metadata_json)
-        + len(source_json or "")
-        + len(key.encode() if isinstance(key, str) else b"")
+    fixed = (len(etype) if etype.isascii() else len(etype.encode())) + len(
+        key.encode() if isinstance(key, str) else b""
     )
+    # The JSON here escapes every non-ASCII character (up to 6 bytes for one of
+    # 2), and is never smaller than the same JSON in UTF-8: the exact measure is
+    # only needed when this one is over.
+    size = fixed + len(payload_json) + len(metadata_json) + len(source_json or "")
+    if size > MAX_EVENT_BYTES:
+        size = fixed + sum(map(utf8_json_size, (payload_json, metadata_json, source_json or "")))
     if size > MAX_EVENT_BYTES:
         raise InvalidEvent(
-            f"event #{index} serializes to {size} bytes, over the ceiling of "
-            f"{MAX_EVENT_BYTES} bytes (1 MiB); nothing was appended",
+            f"event #{index} is {size} bytes as UTF-8 JSON (its type, payload, metadata, "
+            f"source and key), over the ceiling of {MAX_EVENT_BYTES} bytes (1 MiB); nothing "
+            "was appended",
             details={"index": index, "field": "payload", "size": size, "limit": MAX_EVENT_BYTES},
         )
     return PreparedEvent(
@@ -502,6 +506,35 @@ def prepare_events(raws: Sequence[EventInput | Mapping[str, Any]]) -> list[Prepa
     if len(raws) == 1:
         return [prepare_event(raws[0], 0)]
     return [prepare_event(raw, i) for i, raw in enumerate(raws)]
+
+
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+
+
+def utf8_json_size(text: str) -> int:
+    """The bytes of ``text`` (compact JSON, non-ASCII escaped as ``\\uXXXX``) as UTF-8 JSON.
+
+    What the event's size is measured by, whatever escaping its stored form
+    uses: ``é`` counts 2 bytes, not the 6 of its escape. A control character
+    stays escaped in UTF-8 JSON too, so it counts 6; DEL counts 1.
+    """
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if "\\u" not in text:
+        return size
+    for match in _ESCAPE.finditer(text):
+        digits = match.group(1)
+        if digits is None:
+            continue  # an escape of its own character (a quote, a backslash, \\n)
+        point = int(digits, 16)
+        if point < 0x20:
+            continue  # a control character: escaped in UTF-8 JSON as well
+        if point < 0x80:
+            size -= 5  # DEL: escaped only in ASCII JSON, 6 -> 1 byte
+        elif point < 0x800 or 0xD800 <= point < 0xE000:
+            size -= 4  # 6 -> 2 bytes; each half of a surrogate pair, 12 -> 4 for both
+        else:
+            size -= 3  # 6 -> 3 bytes
+    return size
 
 
 def same_body(prepared: PreparedEvent, existing: StreamEvent) -> bool:

@@ -381,3 +381,14 @@ async def test_the_host_store_lists_every_path_with_its_durable_head(log: Log) -
     await log.stream("/").append(order(3))
     await log.stream("/a/x").append(order(4))
     assert await store.stream_heads() == [("/", 1), ("/a/x", 1), ("/b", 2)]
+
+
+async def test_an_event_is_measured_as_utf8_and_reads_back_whole(log: Log) -> None:
+    """200,000 é (400 KB as UTF-8, 1.2 MB escaped) are appended, read back equal, retried once."""
+    wide = {"type": "wide", "payload": {"text": "\u00e9" * 200_000}, "idempotency_key": "w"}
+    (committed,) = await log.stream("/").append(wide)
+    page = await log.stream("/").read(0, 10)
+    assert [e.payload for e in page.events] == [{"text": "\u00e9" * 200_000}]
+    (again,) = await log.stream("/").append(wide)
+    assert again.offset == committed.offset
+    assert replayed_offsets(await log.stream("/").append(wide)) == {committed.offset}

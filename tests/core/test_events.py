@@ -27,6 +27,7 @@ from streamkit.events import (
     prepare_event,
     prepare_events,
     same_body,
+    utf8_json_size,
     validate_path,
 )
 
@@ -161,6 +162,30 @@ def test_the_size_ceiling_counts_every_serialized_part() -> None:
     assert refused.value.details["limit"] == MAX_EVENT_BYTES
     with pytest.raises(InvalidEvent):
         prepare_event({"type": "t", "metadata": {"b": "x" * MAX_EVENT_BYTES}})
+
+
+def test_the_size_ceiling_counts_utf8_not_escapes() -> None:
+    """200,000 é (400 KB of UTF-8, 1.2 MB escaped) fit; the ceiling falls on the UTF-8 byte."""
+    accepted = prepare_event({"type": "t", "payload": {"b": "\u00e9" * 200_000}})
+    assert len(accepted.payload_json) > MAX_EVENT_BYTES  # stored escaped, measured as UTF-8
+    overhead = len('{"b":""}') + len("t") + len("{}")
+    fits = (MAX_EVENT_BYTES - overhead) // 2
+    prepare_event({"type": "t", "payload": {"b": "\u00e9" * fits}})
+    with pytest.raises(InvalidEvent, match="bytes as UTF-8 JSON") as refused:
+        prepare_event({"type": "t", "payload": {"b": "\u00e9" * (fits + 1)}})
+    assert refused.value.details["size"] == overhead + 2 * (fits + 1)
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=8), st.text() | st.lists(st.text(max_size=30), max_size=5), max_size=6
+    )
+)
+def test_utf8_json_size_is_the_size_of_the_json_in_utf8(value: dict[str, object]) -> None:
+    """Whatever the characters (controls, quotes, backslashes, 2-4 byte ones): exact."""
+    escaped = json.dumps(value, separators=(",", ":"))
+    utf8 = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    assert utf8_json_size(escaped) == len(utf8)
 
 
 def test_prepare_events_refuses_on_the_first_bad_event() -> None:

@@ -943,3 +943,14 @@ async def test_a_seed_larger_than_one_write_arrives_whole_and_is_built_once(
     assert seeds[0]["data"]["state"]["text"] == ["w" * 1000] * 300
     assert len(json.dumps(seeds[0]["data"])) > 4 * sse_module.WRITE_CHUNK
     assert built.count("seed") == 1  # one revision, one frame, whoever watches it
+
+
+async def test_an_event_of_wide_characters_is_measured_as_utf8_over_http(serve: Serve) -> None:
+    """200,000 é over HTTP: 400 KB as UTF-8, accepted, though 1.2 MB with escapes."""
+    served = await serve()
+    sent = await served.client.post(
+        "/v1/events", json={"type": "item", "payload": {"n": 1, "text": "\u00e9" * 200_000}}
+    )
+    assert sent.status_code == 201, sent.text[:300]
+    page = (await served.client.get("/v1/events")).json()
+    assert page["events"][0]["payload"]["text"] == "\u00e9" * 200_000
