@@ -146,7 +146,7 @@ async def main() -> None:
 
     SLOTS = define_processor_contract(slug="slots", version="1", state_schema=Slots, compact_state=True)
     assert SLOTS.dump_state(Slots(slots={"a": Slot(name="a")})) == '{"slots":{"a":{"name":"a"}}}'
-    # --- docs/processors.md:361
+    # --- docs/processors.md:364
     class Page(BaseModel):
         text: str = ""
         edits: int = 0
@@ -190,7 +190,7 @@ async def main() -> None:
     assert (await again.snapshot()).state.edits == 4
     await again.aclose()  # a clean close writes the state it held
     assert pages_storage.read("pages").state_offset is None  # current: the cursor's
-    # --- docs/processors.md:426
+    # --- docs/processors.md:429
     from streamkit import SharedMap
 
 
@@ -243,7 +243,7 @@ async def main() -> None:
     assert "r9" not in moved.delete("r9")
     assert Hall.model_validate_json(after.model_dump_json()).seats == after.seats
     await bookings.aclose()
-    # --- docs/processors.md:489
+    # --- docs/processors.md:492
     class BoardV2(Board):
         contract = define_processor_contract(
             slug="task-board",
@@ -265,7 +265,7 @@ async def main() -> None:
     offset, state = await upgraded.snapshot()
     assert state == BoardState(open={"t2": "work"}, closed=0)
     assert storage.read("task-board").reducer_version == "2"
-    # --- docs/processors.md:536
+    # --- docs/processors.md:539
     from streamkit import apply_delta
 
     quiet_stream = memory_stream("/quiet")
@@ -294,7 +294,7 @@ async def main() -> None:
     assert delta["from"] == rev
     held = apply_delta(held, delta["patch"])
     assert held == (await quiet.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:567
+    # --- docs/processors.md:570
     from streamkit import apply_delta
 
     rev, seed = await upgraded.live_snapshot()
@@ -308,7 +308,7 @@ async def main() -> None:
             held = apply_delta(held, event.payload["patch"])
             rev = event.payload["to"]
     assert held == (await upgraded.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:609
+    # --- docs/processors.md:612
     from streamkit.testing import ManualClock
 
 
@@ -333,7 +333,7 @@ async def main() -> None:
     await reminders.append({"type": "task.closed", "payload": {"task_id": "t9"}})
     await settle()
     assert reminders.claims[-1] is None  # nothing open: no wakeup asked, the claim is released
-    # --- docs/processors.md:647
+    # --- docs/processors.md:650
     for built in (engine, upgraded, reminder):
         await built.aclose()
     storage.close()

@@ -190,6 +190,10 @@ class HttpSettings(_Section):
     """Connections served at once; more are answered 503."""
     max_request_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
     """The largest request body (each event is still held to the log's own limit)."""
+    head_timeout: float = Field(default=10.0, gt=0, le=300, allow_inf_nan=False)
+    """Seconds a request's head may take to arrive (from the connection, or its first byte)."""
+    body_timeout: float = Field(default=30.0, gt=0, le=3600, allow_inf_nan=False)
+    """Seconds a request's body may take to arrive once its head has."""
     cors_origins: tuple[str, ...] = ()
     """Origins whose pages may call this host from a browser (none: CORS stays off)."""
     allowed_hosts: tuple[str, ...] = ()

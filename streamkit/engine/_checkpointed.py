@@ -164,6 +164,11 @@ class CheckpointedState(Generic[S]):
                     state = await self._replay_deferred(
                         restored, state_offset, checkpoint.reduced_through_offset
                     )
+                    # Measure the replayed state once: its size and its growth per event
+                    # tell the next batches when a deferred state must be measured (a
+                    # new engine after a failure must not let the ceiling pass unseen).
+                    self._events_since_size = self._deferred_events
+                    self._encode(state)
                 self._cursor = checkpoint.reduced_through_offset
                 seed_state = state
             else:

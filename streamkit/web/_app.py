@@ -146,7 +146,7 @@ def _plugin_endpoint(
     async def endpoint(request: Request) -> Response:
         body = None
         if route.method == "POST":
-            body = await json_body(request, settings.max_request_bytes)
+            body = await json_body(request, settings.max_request_bytes, settings.body_timeout)
         call = HttpCall(host, dict(request.path_params), dict(request.query_params), body)
         answer = await route.handler(call)
         if isinstance(answer, HttpAnswer):

@@ -24,15 +24,18 @@ from streamkit.errors import MalformedRequest, RequestTimeout, RequestTooLarge
 __all__ = ["BODY_SECONDS", "json_body"]
 
 BODY_SECONDS = 30.0
-"""Seconds a request's body may take to arrive once its head has (a slow body holds a slot)."""
+"""The default of ``[http] body_timeout``: seconds a body may take once its head is in."""
 
 
 def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-async def json_body(request: Request, limit: int) -> Any:
-    """The request's body parsed as JSON; RequestTooLarge past ``limit`` bytes, else MalformedRequest."""
+async def json_body(request: Request, limit: int, timeout: float = BODY_SECONDS) -> Any:  # noqa: ASYNC109 - the body's deadline, enforced here
+    """The request's body parsed as JSON; RequestTooLarge past ``limit`` bytes, else MalformedRequest.
+
+    RequestTimeout when it is not all there ``timeout`` seconds after this begins.
+    """
     declared_type = request.headers.get("content-type")
     if not _is_json(declared_type):
         shown = "none" if declared_type is None else repr(declared_type[:100])
@@ -47,7 +50,7 @@ async def json_body(request: Request, limit: int) -> Any:
     size = 0
     chunks: list[bytes] = []
     try:
-        async with asyncio.timeout(BODY_SECONDS):
+        async with asyncio.timeout(timeout):
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > limit:
@@ -55,7 +58,7 @@ async def json_body(request: Request, limit: int) -> Any:
                 chunks.append(chunk)
     except TimeoutError as exc:
         raise RequestTimeout(
-            f"the request body did not arrive within {BODY_SECONDS:g} s ({size} bytes came); "
+            f"the request body did not arrive within {timeout:g} s ({size} bytes came); "
             "nothing was written; send it again",
             details={"received": size},
         ) from exc

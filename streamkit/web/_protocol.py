@@ -4,8 +4,8 @@ uvicorn's HTTP protocol (httptools) with what a slow or hostile client must
 not be able to do added, one connection at a time:
 
 - a request's head (its request line and headers) must arrive within
-  :data:`HEAD_SECONDS` of the connection opening or of the request's first
-  byte; a connection that trickles a head (slowloris) is answered
+  ``head_timeout`` (:data:`HEAD_SECONDS`) of the connection opening or of the
+  request's first byte; a connection that trickles a head (slowloris) is answered
   ``408 REQUEST_TIMEOUT`` and closed;
 - at most :data:`PENDING_HEADS_PER_CLIENT` connections of one client
   address may be waiting for their head at once; past that the client's
@@ -37,7 +37,8 @@ from streamkit.web._problems import PROBLEM_TYPE, problem_body
 __all__ = ["HEAD_SECONDS", "PENDING_HEADS_PER_CLIENT", "guarded_protocol"]
 
 HEAD_SECONDS = 10.0
-"""Seconds a request's head may take to arrive, from the connection or its first byte."""
+"""The default of ``[http] head_timeout``: seconds a head may take, from the connection or
+its first byte."""
 
 PENDING_HEADS_PER_CLIENT = 64
 """Connections of one client address that may wait for their head at once."""
@@ -74,6 +75,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     pending: ClassVar[_PendingHeads]
     max_open: ClassVar[int]
+    head_seconds: ClassVar[float]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -121,7 +123,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def _await_head(self) -> None:
         if self._head_timer is not None:
             return
-        self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_late)
+        self._head_timer = self.loop.call_later(self.head_seconds, self._head_late)
         evicted = self.pending.add(self._client_key, self)
         if evicted is not None:
             evicted._refuse_waiting(
@@ -137,7 +139,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _head_late(self) -> None:
         self._head_timer = None
-        self._refuse_waiting(f"the request's head did not arrive within {HEAD_SECONDS:g} s")
+        self._refuse_waiting(f"the request's head did not arrive within {self.head_seconds:g} s")
 
     def _refuse_waiting(self, why: str) -> None:
         self._head_arrived()
@@ -159,8 +161,7 @@ class GuardedProtocol(HttpToolsProtocol):
         transport.close()
 
 
-def guarded_protocol(max_open: int) -> type[GuardedProtocol]:
-    """A protocol class of one server's own: its pending heads, at most ``max_open`` connections."""
-    return type(
-        "ServerProtocol", (GuardedProtocol,), {"pending": _PendingHeads(), "max_open": max_open}
-    )
+def guarded_protocol(max_open: int, head_seconds: float = HEAD_SECONDS) -> type[GuardedProtocol]:
+    """A protocol class of one server's own: its pending heads, its caps and deadline."""
+    attributes = {"pending": _PendingHeads(), "max_open": max_open, "head_seconds": head_seconds}
+    return type("ServerProtocol", (GuardedProtocol,), attributes)

@@ -80,7 +80,9 @@ class Endpoints:
     async def append(self, request: Request) -> Response:
         """``POST /v1/events?path=/``: one event object or a list; 201 with the committed events."""
         path = request.query_params.get("path", "/")
-        body = await json_body(request, self._settings.max_request_bytes)
+        body = await json_body(
+            request, self._settings.max_request_bytes, self._settings.body_timeout
+        )
         events = body if isinstance(body, list) else [body]
         if not events or not all(isinstance(e, dict) for e in events):
             raise InvalidRequest(
@@ -295,7 +297,9 @@ class Endpoints:
     async def skip(self, request: Request) -> Response:
         """``POST /v1/processors/{slug}/skip``: ``{offset, reason[, by]}``; 201 with the skip event."""
         runner = self._runner(request)
-        body = await json_body(request, self._settings.max_request_bytes)
+        body = await json_body(
+            request, self._settings.max_request_bytes, self._settings.body_timeout
+        )
         if not isinstance(body, dict):
             raise InvalidRequest(
                 'the body must be {"offset": N, "reason": "..."}; nothing was written',

@@ -115,7 +115,8 @@ class HttpService:
             limit_concurrency=None,
             timeout_graceful_shutdown=_STOP_GRACE,
             http=guarded_protocol(
-                max(_MIN_CONNECTIONS, settings.max_connections * _CONNECTIONS_PER_REQUEST_SLOT)
+                max(_MIN_CONNECTIONS, settings.max_connections * _CONNECTIONS_PER_REQUEST_SLOT),
+                settings.head_timeout,
             ),
         )
         server = self._server = _Server(config)

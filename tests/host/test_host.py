@@ -906,3 +906,27 @@ async def test_a_stop_passes_a_batch_whose_blocker_ignores_its_cancel(
     assert engine.incidents["refused_cancel"] == 1
     stubborn.released.set()
     await wait_for(lambda: not engine.incidents["refusing_cancel"])
+
+
+async def test_a_state_that_outgrows_the_ceiling_is_reported_stalled_at_that_event(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The event whose reduce makes the deferred state too large: status says stalled there."""
+    from engine.test_engine_state_ceiling import Hoard, blob, first_too_large
+
+    host = hosts(Hoard())
+    await host.start()
+    crossing = first_too_large()
+    runner = host.runner("hoard")
+    offsets = []
+    async with open_log(tmp_path / "h.db") as log:
+        for n in range(1, crossing + 1):
+            (event,) = await log.stream("/").append(blob(n))
+            offsets.append(event.offset)
+            if n < crossing:
+                await host.wait_until_processed("hoard", event.offset)
+    await wait_for(lambda: runner.stalled, within=30)
+    (row,) = (await host.status())["processors"]
+    assert row["stalled_at"] == offsets[-1]
+    assert "REDUCE_CHECKPOINT_TOO_LARGE" in str(row["last_error"])
+    assert row["cursor"] == offsets[-2]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support import ROOT, free_port
-from support.daemon import DaemonRig, admin_address, eventually, owner_headers
+from support.daemon import DaemonRig, admin_address, eventually, owner_headers, wait_for_http
 
 from streamkit.control import ControlClient
 from streamkit.errors import InvalidRequest, ProcessorTimeout
@@ -246,3 +248,37 @@ def test_admin_names_each_host_s_page_and_refuses_a_host_without_http(
     )
     assert refused.returncode == 1
     assert "serves no HTTP" in refused.stderr
+
+
+def test_a_slowloris_flood_does_not_silence_the_daemon(rig: DaemonRig, tmp_path: Path) -> None:
+    """300 connections trickling a head at a real daemon: /healthz answers, each is cut off."""
+    port = free_port()
+    (tmp_path / "streamkit.toml").write_text(
+        f'[http]\nlisten = "127.0.0.1:{port}"\nhead_timeout = 1\n'
+    )
+    rig.start_host("l", "--db", str(tmp_path / "l.db"), "--processor", "hostprocs:Tally")
+    base = f"http://127.0.0.1:{port}"
+    wait_for_http(base)
+    trickling = []
+    for _ in range(300):
+        conn = socket.create_connection(("127.0.0.1", port))
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        trickling.append(conn)
+    answers = []
+    for _ in range(5):
+        answers.append(httpx.get(f"{base}/healthz", timeout=5).status_code)
+        for conn in trickling:
+            with contextlib.suppress(OSError):  # cut off by the host already
+                conn.send(b"a")
+        time.sleep(0.4)
+    assert answers == [200] * 5
+    cut_off = 0
+    for conn in trickling:
+        conn.settimeout(10)
+        with contextlib.suppress(OSError):
+            data = conn.recv(65536)
+            if not data or data.startswith(b"HTTP/1.1 408"):
+                cut_off += 1
+        conn.close()
+    assert cut_off == 300
+    assert "Traceback" not in rig.host_log("l")
