@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -48,7 +47,6 @@ from streamkit.processors.dlq import (
     replay_ref,
 )
 from streamkit.processors.tasks._events import (
-    _ERROR_CHARS,
     ORIGIN,
     TASK_ATTEMPT_STARTED,
     TASK_REJECTED,
@@ -69,6 +67,7 @@ from streamkit.processors.tasks._events import (
     TaskSucceeded,
     _RunEvent,
 )
+from streamkit.processors.tasks._handler_call import error_text, run_handler
 from streamkit.processors.tasks._index import TaskIndex
 from streamkit.processors.tasks._joint import JointAppends
 from streamkit.processors.tasks._outcomes import Outcomes, run_key
@@ -82,7 +81,6 @@ from streamkit import (
     StreamkitError,
     StreamProcessor,
 )
-from streamkit.processor import USER_EXITS, exit_refused
 
 __all__ = [
     "TasksProcessor",
@@ -105,11 +103,6 @@ def _started_at(event: StreamEvent, default: float) -> float:
     if isinstance(payload, Mapping) and isinstance(payload.get("started_at"), int | float):
         return float(payload["started_at"])
     return default
-
-
-def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:_ERROR_CHARS]
 
 
 class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
@@ -524,7 +517,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         loop = asyncio.get_running_loop()
         began = loop.time()
         label = f"task handler {task.name!r} (task {task.task_id}, attempt {attempt})"
-        call = loop.create_task(_run_handler(handler, dict(task.args), ctx), name=label)
+        call = loop.create_task(run_handler(handler, dict(task.args), ctx), name=label)
         self._inflight[run] = call
         try:
             done, _ = await asyncio.wait({call}, timeout=task.timeout_s)
@@ -555,7 +548,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         elif call.exception() is not None:
             exc = call.exception()
             assert exc is not None
-            await self._failed(args, task, attempt, started_at, _error_text(exc))
+            await self._failed(args, task, attempt, started_at, error_text(exc))
         else:
             await self._succeeded(args, task, attempt, started_at, call.result())
 
@@ -588,22 +581,3 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         args.run_in_background(
             lambda: self._cancelled(args, task, task.attempt, task.cancel_reason)
         )
-
-
-async def _run_handler(handler: TaskHandler, args: dict[str, Any], ctx: TaskContext) -> Any:
-    """Call ``handler`` and await what it returns; a result that is not awaitable fails the attempt.
-
-    It runs as a task of its own, so an exit it raises would leave the event
-    loop from there: it is held as the attempt's failure here (ExitRefused).
-    """
-    try:
-        result = handler(args, ctx)
-        if not inspect.isawaitable(result):
-            raise TypeError(
-                f"the handler returned {type(result).__name__}, not an awaitable: write it as "
-                "`async def handler(args, ctx): ...` (run blocking work inside it with "
-                "`await asyncio.to_thread(...)`)"
-            )
-        return await result
-    except USER_EXITS as exc:
-        raise exit_refused(exc, f"task handler {ctx.name!r}") from exc

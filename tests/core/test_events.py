@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from streamkit import InvalidEvent, InvalidRequest, open_log
+from streamkit._json_size import utf8_json_size
 from streamkit.events import (
     MAX_EVENT_BYTES,
     MAX_NESTING,
@@ -27,7 +28,6 @@ from streamkit.events import (
     prepare_event,
     prepare_events,
     same_body,
-    utf8_json_size,
     validate_path,
 )
 

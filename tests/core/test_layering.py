@@ -45,6 +45,7 @@ BASE = {
     "streamkit.skips",
     "streamkit.checkpoint",
     "streamkit._json",
+    "streamkit._json_size",
     "streamkit._fast",
     "streamkit._json_diff",
     "streamkit._json_forms",
