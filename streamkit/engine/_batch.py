@@ -121,6 +121,10 @@ class BatchRules(CheckpointedState[S], Generic[S]):
             self._advance(cursor_before, through, state)
             return None
 
+        if not from_read and any(e.ephemeral and reduces(e) for e in fresh):
+            # The log cannot replay an ephemeral: the state it reduces must be
+            # written by the next checkpoint, whatever it would defer.
+            self._unreplayable = True
         delivered = 0
         # Events delivered since the last checkpoint this batch wrote (see below).
         unsaved = 0
@@ -128,10 +132,6 @@ class BatchRules(CheckpointedState[S], Generic[S]):
             # The catch-up hot path: nothing to deliver, only the fold.
             state, delivered = await self._fold.fold_paced(fresh, state)
             unsaved = delivered
-            if not from_read and any(e.ephemeral and reduces(e) for e in fresh):
-                # The log cannot replay an ephemeral: the state it reduced must be
-                # written by the next checkpoint, whatever it would defer.
-                self._unreplayable = True
         else:
             apply = self._fold.apply
             consumable = [event for event in fresh if reduces(event)]
@@ -150,10 +150,6 @@ class BatchRules(CheckpointedState[S], Generic[S]):
                     continue  # malformed: skipped for reduce and effects, already reported
                 delivered += 1
                 unsaved += 1
-                if normalized.ephemeral:
-                    # The log cannot replay an ephemeral: the state it reduced must be
-                    # written by the next checkpoint, whatever it would defer.
-                    self._unreplayable = True
                 caught_up = at_head and index == final
                 await self._deliver(normalized, state, previous, caught_up)
                 caught_up_delivered = caught_up_delivered or caught_up

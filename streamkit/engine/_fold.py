@@ -147,11 +147,6 @@ class Fold(Generic[S]):
         pays a clock reading per slice, not per event.
         """
         total = len(events)
-        if total <= self._slice:
-            began = time.perf_counter()
-            state, folded = self.fold_all(events, state)
-            self._learn(total, time.perf_counter() - began)
-            return state, folded
         remaining = iter(events)
         done = folded_total = 0
         while done < total:

@@ -72,38 +72,25 @@ class Subscription:
 async def watch_messages(
     subscription: Subscription, snapshot: Callable[[], Awaitable[LiveSnapshot]]
 ) -> AsyncIterator[dict[str, Any]]:
-    """The seed, then the deltas of ``subscription``; a broken chain re-seeds from ``snapshot``.
-
-    A seed is handed over and not kept here (it may be a large state, and a
-    slow watcher's generator waits at its ``yield`` for as long as it is
-    slow): only its revision is.
-    """
-    seed = [await _seed(snapshot)]
-    rev = seed[0]["rev"]
-    yield seed.pop()
+    """The seed, then the deltas of ``subscription``; a broken chain re-seeds from ``snapshot``."""
+    rev, state = await snapshot()
+    yield {"kind": "seed", "rev": rev, "state": jsonable(state)}
     while True:
         deltas = await subscription.get()
         if subscription.overflowed:
             subscription.overflowed = False
-            seed.append(await _seed(snapshot))
-            rev = seed[0]["rev"]
-            yield seed.pop()
+            rev, state = await snapshot()
+            yield {"kind": "seed", "rev": rev, "state": jsonable(state)}
             continue
         for delta in deltas:
             if delta["to"] <= rev:
                 continue
             if delta["from"] != rev or delta["patch"] is None:
-                seed.append(await _seed(snapshot))
-                rev = seed[0]["rev"]
-                yield seed.pop()
+                rev, state = await snapshot()
+                yield {"kind": "seed", "rev": rev, "state": jsonable(state)}
                 continue
             rev = delta["to"]
             yield {"kind": "delta", **delta}
-
-
-async def _seed(snapshot: Callable[[], Awaitable[LiveSnapshot]]) -> dict[str, Any]:
-    rev, state = await snapshot()
-    return {"kind": "seed", "rev": rev, "state": jsonable(state)}
 
 
 def _delta_of(event: StreamEvent, slug: str) -> dict[str, Any] | None:

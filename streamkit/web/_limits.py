@@ -34,11 +34,6 @@ class RequestLimit:
         """The application it limits."""
         return self._app
 
-    @property
-    def serving(self) -> int:
-        """Requests being served now (``/healthz`` aside)."""
-        return self._serving
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in _ALWAYS:
             await self._app(scope, receive, send)

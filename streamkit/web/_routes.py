@@ -266,9 +266,7 @@ class Endpoints:
         try:
             async for message in watch:
                 if message.get("kind") == "seed":
-                    built = self._seed_frame(runner, message)
-                    message = {}  # the state it carried is in the frame now: let it go
-                    yield built
+                    yield self._seed_frame(runner, message)
                 else:
                     data = {"from": message["from"], "to": message["to"], "patch": message["patch"]}
                     yield frame(_json(data), event="delta", id=str(message["to"]))

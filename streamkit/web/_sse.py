@@ -67,24 +67,13 @@ async def with_heartbeat(
     when :meth:`LiveStreams.close_all` is called.
     """
     queue: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
-    # The source is asked for its next frame only once the one before went out:
-    # a client that stalls then holds the frame it is being sent and nothing more
-    # (its watch mailbox keeps to its byte budget, and a re-seed is built when
-    # it is taken, not while the client is stuck).
-    wanted = asyncio.Event()
     started = False
 
     async def pull() -> None:
         nonlocal started
         started = True
         try:
-            while True:
-                await wanted.wait()
-                wanted.clear()
-                try:
-                    item = await anext(source)
-                except StopAsyncIteration:
-                    break
+            async for item in source:
                 await queue.put(item)
         finally:
             await queue.put(_END)
@@ -99,7 +88,6 @@ async def with_heartbeat(
         streams.opened(puller)
     try:
         yield comment("connected")
-        wanted.set()
         while True:
             try:
                 item = await asyncio.wait_for(queue.get(), heartbeat)
@@ -111,14 +99,13 @@ async def with_heartbeat(
             assert isinstance(item, bytes)
             if len(item) <= WRITE_CHUNK:
                 yield item
-            else:
-                # A large frame (a seed of a big state) goes out in slices of the same
-                # bytes: each waits for the client to take the one before, so a stalled
-                # client holds one slice in its connection's buffer, not a copy.
-                whole = memoryview(item)
-                for start in range(0, len(whole), WRITE_CHUNK):
-                    yield whole[start : start + WRITE_CHUNK]
-            wanted.set()
+                continue
+            # A large frame (a seed of a big state) goes out in slices of the same
+            # bytes: each waits for the client to take the one before, so a stalled
+            # client holds one slice in its connection's buffer, not a copy of the frame.
+            whole = memoryview(item)
+            for start in range(0, len(whole), WRITE_CHUNK):
+                yield whole[start : start + WRITE_CHUNK]
         if puller.cancelled():  # the server is stopping: end the response cleanly
             yield comment("stopping")
             return
