@@ -11,7 +11,7 @@ from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.config import HostConfig
 from streamkit.contract import EventDefinition, ProcessorContract, define_processor_contract
 from streamkit.control import ControlClient
-from streamkit.engine import BatchInfo, ProcessorEngine, ProcessorSnapshot
+from streamkit.engine import BatchInfo, EngineStatistics, ProcessorEngine, ProcessorSnapshot
 from streamkit.errors import (
     CheckpointTooLarge,
     ControlSocketInUse,
@@ -72,6 +72,7 @@ __all__ = [
     "ControlSocketInUse",
     "ControlUnavailable",
     "Delivery",
+    "EngineStatistics",
     "EventDefinition",
     "EventInput",
     "Forbidden",

@@ -74,7 +74,7 @@ async def main() -> None:
     (created,) = await stream.append(
         {"type": "task.created", "payload": {"task_id": "t1", "title": "Water the plants"}}
     )
-    while engine.background_in_flight or not any(e.type == "notification.sent" for e in stream.events):
+    while engine.statistics().background_in_flight or not any(e.type == "notification.sent" for e in stream.events):
         await settle()
 
     (line,) = read_outbox("outbox.jsonl")
@@ -124,7 +124,7 @@ async def main() -> None:
     async def quiet() -> None:
         """Let background attempts finish and their outcomes be folded."""
         await settle()
-        while page_engine.background_in_flight:
+        while page_engine.statistics().background_in_flight:
             await settle()
         await page_engine.wait_until_processed(pages.head)
 

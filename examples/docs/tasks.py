@@ -53,7 +53,7 @@ async def main() -> None:
     assert failed[0]["error"] == "ConnectionError: mail server busy"
     retry_at = failed[0]["retry_at"]
     assert 30.0 <= retry_at - clock.now <= 37.5  # 30 s, plus up to 25% jitter
-    assert engine.claimed_at == retry_at  # the retry is a durable wakeup
+    assert engine.statistics().claimed_at == retry_at  # the retry is a durable wakeup
     # --- docs/tasks.md:146
     clock.now = retry_at
     await engine.revive()

@@ -152,13 +152,13 @@ async def main() -> None:
         """Let every push land and every effect finish; revive claims as they fall due."""
         for _ in range(1000):
             await settle(0.005)
-            if any(e.background_in_flight or e.cursor < stream.head for e in engines):
+            if any(e.statistics().background_in_flight or e.cursor < stream.head for e in engines):
                 continue
-            due = [e for e in engines if e.claimed_at is not None]
+            due = [e for e in engines if e.statistics().claimed_at is not None]
             if not due:
                 return
-            first = min(due, key=lambda e: e.claimed_at)
-            clock.now = max(clock.now, first.claimed_at)  # time passes: the wakeup falls due
+            first = min(due, key=lambda e: e.statistics().claimed_at)
+            clock.now = max(clock.now, first.statistics().claimed_at)  # time passes: the wakeup falls due
             await first.revive()
         raise AssertionError("the service did not go quiet")
 

@@ -6,17 +6,21 @@ from streamkit.engine._engine import (
     REVIVE_AFTER,
     REVIVE_AFTER_MAX,
     BatchInfo,
+    EngineStatistics,
     ProcessorEngine,
     ProcessorSnapshot,
 )
 from streamkit.engine._fold import Fold
+from streamkit.engine._strays import CANCEL_WAIT
 
 __all__ = [
+    "CANCEL_WAIT",
     "MAX_CATCH_UP_PAGE",
     "PAGE_SIZE",
     "REVIVE_AFTER",
     "REVIVE_AFTER_MAX",
     "BatchInfo",
+    "EngineStatistics",
     "Fold",
     "ProcessorEngine",
     "ProcessorSnapshot",

@@ -1,27 +1,35 @@
 """One batch of a processor: the engine's rules 2 to 5 over one proven range.
 
-:meth:`BatchRules._run_batch` takes the events of one range the caller
-already made contiguous with the cursor (a push, a catch-up page, a gap
-repair) and runs it whole: each durable event at most once (above the cursor
-and inside the range's proof), ephemerals always; one event at a time through
-the fold and ``process_event`` with its blockers drained; the at-head pass when
-the range reaches the head; then one checkpoint for the batch, and only then
-the cursor moves and the live state is published. A batch that fails
-persists nothing and leaves the engine as it was.
+:meth:`BatchRunner.run` takes the events of one range the caller already made
+contiguous with the cursor (a push, a catch-up page, a gap repair) and runs
+it whole: each durable event at most once (above the cursor and inside the
+range's proof), ephemerals always; one event at a time through the fold and
+``process_event`` with its blockers drained; the at-head pass when the range
+reaches the head; then one checkpoint for the batch. It returns what the
+batch did as a :class:`BatchOutcome`, and the engine moves its cursor and
+state by it only then: a batch that fails persists nothing and leaves the
+engine as it was.
+
+A batch is a unit of work, so its position and state are values passed down
+and returned, never fields of the long-lived runner. The one exception is a
+long batch with effects: it checkpoints every :data:`EFFECTS_PER_CHECKPOINT`
+events, and hands each such checkpoint to the engine's ``advance`` at once,
+so a failure later in the batch keeps what was written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, NamedTuple, TypeVar
 
-from streamkit.engine._checkpointed import CheckpointedState
-from streamkit.engine._fold import SLICE_SECONDS, report
+from streamkit.engine._checkpointer import Checkpointer
+from streamkit.engine._fold import SLICE_SECONDS, Fold
+from streamkit.engine._pages import PageReader
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
-__all__ = ["EFFECTS_PER_CHECKPOINT", "BatchInfo", "BatchRules"]
+__all__ = ["EFFECTS_PER_CHECKPOINT", "BatchInfo", "BatchOutcome", "BatchRunner"]
 
 S = TypeVar("S")
 
@@ -35,6 +43,9 @@ so a crash re-runs at most this many events' effects; a stop or a hand-off
 ends a page at the event in flight and re-runs none. A processor without
 effects folds whole pages (a replayed fold is harmless).
 """
+
+Deliver = Callable[[StreamEvent | None, S, S, bool], Awaitable[None]]
+"""``process_event`` for one event (or the eventless at-head pass), blockers drained."""
 
 
 class BatchInfo(NamedTuple):
@@ -52,87 +63,100 @@ class BatchInfo(NamedTuple):
     finished: float
 
 
-class BatchRules(CheckpointedState[S], Generic[S]):
-    """The batch half of :class:`~streamkit.engine.ProcessorEngine` (which inherits it).
+class BatchOutcome(NamedTuple, Generic[S]):
+    """What one batch leaves behind: the engine's next state and cursor, and its counts.
 
-    The attributes below are the engine's; they are named here so each
-    method's use of them is checked.
+    ``ran`` is False for a batch with nothing new for the processor (a stale
+    re-push, ephemerals it ignores): no pass ran and nothing was written.
+    ``at_head`` is False when a stop or hand-off ended the batch early.
+    ``ahead`` is the next page, read while the checkpoint committed.
     """
 
-    _has_effects: bool
-    _yielding: bool
-    _owes_at_head_pass: bool
-    _last_batch_at_head: bool
-    _delivering: int | None
-    _batches: int
-    _on_batch: Callable[[BatchInfo], None] | None
+    state: S
+    through: int
+    ran: bool
+    delivered: int
+    wrote: bool
+    at_head: bool
+    ahead: ReadPage | None
 
-    if TYPE_CHECKING:
 
-        async def _deliver(
-            self, event: StreamEvent | None, state: S, previous: S, caught_up: bool
-        ) -> None: ...
+class BatchRunner(Generic[S]):
+    """Runs the batches of one engine (see the module docstring).
 
-    async def _run_batch(
+    ``advance(through, state)`` is the engine's: it moves the cursor and
+    state after a checkpoint inside a batch. ``yielding()`` says whether a
+    stop or hand-off asked catch-ups to end at the event in flight.
+    """
+
+    def __init__(
+        self,
+        *,
+        fold: Fold[S],
+        pages: PageReader[S],
+        checkpoints: Checkpointer[S],
+        deliver: Deliver[S],
+        has_effects: bool,
+        advance: Callable[[int, S], None],
+        yielding: Callable[[], bool],
+    ) -> None:
+        self._fold = fold
+        self._pages = pages
+        self._checkpoints = checkpoints
+        self._deliver = deliver
+        self._has_effects = has_effects
+        self._advance = advance
+        self._yielding = yielding
+
+    async def run(
         self,
         events: Sequence[StreamEvent],
         scanned: ScannedRange,
         at_head: bool,
         *,
+        cursor: int,
+        state: S,
+        owes_at_head_pass: bool,
         from_read: bool = False,
         read_ahead: int = 0,
-    ) -> ReadPage | None:
-        """Rules 2-5 over one range; the caller repaired any gap before it.
+    ) -> BatchOutcome[S]:
+        """Rules 2-5 over one range from ``cursor`` and ``state``; the caller repaired any gap.
 
         With ``read_ahead`` (a catch-up page short of the head: the size of
         the next page) the page after ``scanned.through`` is read while the
-        checkpoint is being written and returned, so the log read overlaps the
-        commit; a read that fails returns None (the caller reads again and
-        meets the error there).
+        checkpoint is being written and returned in the outcome, so the log
+        read overlaps the commit.
         """
-        started = time.perf_counter()
-        cursor_before = self._cursor
-        state = self._state
-        # At most once, in order: a durable at or below the cursor (or repeated,
-        # or outside the range) was, or will be, delivered by another batch.
-        # Ephemerals ride exactly one push, so they are always fresh.
         through = scanned.through
         fresh: Sequence[StreamEvent]
-        if (
-            from_read
-            and events
-            and events[0].offset > cursor_before
-            and events[-1].offset <= through
-        ):
+        if from_read and events and events[0].offset > cursor and events[-1].offset <= through:
             # A page read after the cursor is durable, ascending and inside its
             # proof by the read contract; checking its ends is enough.
             fresh, fresh_durable = events, True
         else:
-            fresh, fresh_durable = self._fresh(events, cursor_before, through)
+            fresh, fresh_durable = _fresh(events, cursor, through)
         reduces = self._fold.reduces
         if (
             not fresh_durable
-            and not (at_head and self._owes_at_head_pass)
+            and not (at_head and owes_at_head_pass)
             and not any(map(reduces, fresh))
         ):
-            # Nothing new for this processor (a stale re-push, or ephemerals it
-            # ignores): no pass and no write, else every live-state delta would
-            # wake every processor.
-            self._advance(cursor_before, through, state)
-            return None
+            # Nothing new for this processor: no pass and no write, else every
+            # live-state delta would wake every processor.
+            return BatchOutcome(state, through, False, 0, False, at_head, None)
 
         if not from_read and any(e.ephemeral and reduces(e) for e in fresh):
             # The log cannot replay an ephemeral: the state it reduces must be
             # written by the next checkpoint, whatever it would defer.
-            self._unreplayable = True
-        delivered = 0
-        # Events delivered since the last checkpoint this batch wrote (see below).
+            self._checkpoints.mark_unreplayable()
+        # Events delivered since the last checkpoint this batch wrote.
         unsaved = 0
         if not self._has_effects:
             # The catch-up hot path: nothing to deliver, only the fold.
             state, delivered = await self._fold.fold_paced(fresh, state)
             unsaved = delivered
         else:
+            delivered = 0
             apply = self._fold.apply
             consumable = [event for event in fresh if reduces(event)]
             caught_up_delivered = False
@@ -155,7 +179,7 @@ class BatchRules(CheckpointedState[S], Generic[S]):
                 caught_up_delivered = caught_up_delivered or caught_up
                 if index == final or normalized.ephemeral:
                     continue
-                if from_read and self._yielding:
+                if from_read and self._yielding():
                     # A stop or a hand-off: end here, at an event boundary, and
                     # checkpoint what was done; the rest is the next holder's.
                     through, at_head, read_ahead = normalized.offset, False, 0
@@ -163,75 +187,40 @@ class BatchRules(CheckpointedState[S], Generic[S]):
                 if unsaved >= EFFECTS_PER_CHECKPOINT:
                     # Effects ran for these events: a crash now re-runs them all, so
                     # a long batch checkpoints as it goes (see EFFECTS_PER_CHECKPOINT).
-                    await self._checkpoint_within(normalized.offset, state, unsaved)
-                    cursor_before, unsaved = normalized.offset, 0
+                    await self._checkpoints.save(normalized.offset, state, unsaved)
+                    self._advance(normalized.offset, state)
+                    cursor, unsaved = normalized.offset, 0
             if at_head and not caught_up_delivered:
                 # Rule 5: reached the head with no caught-up event (the last one
                 # was filtered out or malformed): one eventless pass.
-                await self._deliver(None, state, state, caught_up=True)
+                await self._deliver(None, state, state, True)
 
-        new_cursor = through if through > cursor_before else cursor_before
-        wrote = False
         ahead: ReadPage | None = None
         if fresh_durable:
-            state_json = self._state_to_write(state, unsaved)
-            state_offset = self._state_offset_for(state, state_json)
+            new_cursor = through if through > cursor else cursor
             if read_ahead:
-                ahead = await self._save_reading_ahead(
-                    new_cursor, state_json, state_offset, read_ahead
+                limit = read_ahead
+                ahead = await self._checkpoints.save(
+                    new_cursor, state, unsaved, lambda: self._pages.read(new_cursor, limit)
                 )
             else:
-                await self._save(new_cursor, state_json, state_offset)
-            self._wrote_checkpoint(state, new_cursor, state_offset, unsaved)
-            wrote = True
-        self._events_reduced += delivered
-        self._batches += 1
-        self._advance(cursor_before, through, state)
-        self._last_batch_at_head = at_head
-        self._owes_at_head_pass = not at_head
-        self.publish_live_state()
-        if self._on_batch is not None:
-            info = BatchInfo(
-                scanned, events, delivered, wrote, at_head, started, time.perf_counter()
-            )
-            try:
-                self._on_batch(info)
-            except Exception as exc:
-                report("processor.on_batch_failed", exc, slug=self._slug, offset=new_cursor)
-        return ahead
+                await self._checkpoints.save(new_cursor, state, unsaved)
+        return BatchOutcome(state, through, True, delivered, fresh_durable, at_head, ahead)
 
-    async def _checkpoint_within(self, offset: int, state: S, reduced: int) -> None:
-        """Checkpoint a batch in progress through ``offset`` (a durable event it delivered).
 
-        The cursor moves there at once: a failure of the rest of the batch
-        then keeps what this wrote, and runs again only what came after.
-        """
-        state_json = self._state_to_write(state, reduced)
-        state_offset = self._state_offset_for(state, state_json)
-        await self._save(offset, state_json, state_offset)
-        self._wrote_checkpoint(state, offset, state_offset, reduced)
-        self._advance(self._cursor, offset, state)
-
-    @staticmethod
-    def _fresh(
-        events: Sequence[StreamEvent], cursor: int, through: int
-    ) -> tuple[list[StreamEvent], bool]:
-        """The events not delivered before, and whether a durable one is among them."""
-        fresh: list[StreamEvent] = []
-        fresh_durable = False
-        last = cursor
-        for event in events:
-            if not event.ephemeral:
-                offset = event.offset
-                if offset <= last or offset > through:
-                    continue
-                last = offset
-                fresh_durable = True
-            fresh.append(event)
-        return fresh, fresh_durable
-
-    def _advance(self, cursor_before: int, through: int, state: S) -> None:
-        self._state = state
-        if through > cursor_before:
-            self._cursor = through
-            self._waiters.advanced(through)
+def _fresh(
+    events: Sequence[StreamEvent], cursor: int, through: int
+) -> tuple[list[StreamEvent], bool]:
+    """The events not delivered before, and whether a durable one is among them."""
+    fresh: list[StreamEvent] = []
+    fresh_durable = False
+    last = cursor
+    for event in events:
+        if not event.ephemeral:
+            offset = event.offset
+            if offset <= last or offset > through:
+                continue
+            last = offset
+            fresh_durable = True
+        fresh.append(event)
+    return fresh, fresh_durable

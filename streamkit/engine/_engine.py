@@ -43,16 +43,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from pydantic import BaseModel
-
 from streamkit.contract import ProcessorContract
-from streamkit.engine._batch import BatchInfo, BatchRules
-from streamkit.engine._checkpointed import MAX_CATCH_UP_PAGE, PAGE_SIZE
+from streamkit.engine._batch import BatchInfo, BatchRunner
+from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
 from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
-from streamkit.engine._live import LivePublishing
-from streamkit.engine._readouts import EngineReadouts
+from streamkit.engine._live import LiveProjection
+from streamkit.engine._pages import MAX_CATCH_UP_PAGE, PAGE_SIZE, PageReader
+from streamkit.engine._statistics import EngineStatistics
 from streamkit.engine._strays import Strays
 from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import (
@@ -61,14 +60,13 @@ from streamkit.errors import (
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
-from streamkit.live_state import LiveSnapshot, LiveState
+from streamkit.live_state import LiveSnapshot
 from streamkit.processor import ProcessEventArgs, StreamProcessor, Work
 from streamkit.protocols import (
     CheckpointStorage,
     Clock,
     ProcessorStream,
     StreamAccess,
-    TypedReads,
 )
 
 __all__ = [
@@ -77,6 +75,7 @@ __all__ = [
     "REVIVE_AFTER",
     "REVIVE_AFTER_MAX",
     "BatchInfo",
+    "EngineStatistics",
     "ProcessorEngine",
     "ProcessorSnapshot",
 ]
@@ -91,7 +90,7 @@ class ProcessorSnapshot(NamedTuple, Generic[S]):
     state: S
 
 
-class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Generic[S]):
+class ProcessorEngine(Generic[S]):
     """Drives ``processor`` over ``stream``, checkpointing into ``storage``.
 
     ``fed_by_pushes=True`` is the host's word that every commit the processor
@@ -139,53 +138,26 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._contract = contract
         self._slug: str = contract.slug
         self._version: str = contract.version
-        self._emits = frozenset(contract.emits)
         self._stream = stream
-        self._storage = storage
         self._fed_by_pushes = fed_by_pushes
         self._clock = clock
         self._on_batch = on_batch
         self._guard = guard
         self._clients_first = clients_first
         self._chain_tasks: set[asyncio.Task[None]] = set()
-        # The offset whose delivery is under way, and the one a failed batch stopped at.
-        self._delivering: int | None = None
-        self._failed_at: int | None = None
-        self._fold: Fold[S] = Fold(processor, on_error=self._note_error)
-        # The pages this engine folds are read typed where the stream can (see
-        # _read_page): each event is then built once, with the payload its reduce takes.
-        types = self._fold.payload_types()
-        self._typed_reads: tuple[TypedReads, dict[str, type[BaseModel]]] | None = (
-            (stream, types) if types and isinstance(stream, TypedReads) else None
-        )
-        # Without an overridden process_event there are no effects to run, so
-        # the batch loop skips building their arguments altogether.
-        self._has_effects = type(processor).process_event is not StreamProcessor.process_event
         self._lock = asyncio.Lock()
 
+        # The engine's own state: the reduced state, the offset it is reduced
+        # through, and where the chain stands. Only this module writes them.
         self._loaded = False
         self._state: S = contract.initial_state()
-        # The state the stored checkpoint holds, the offset it was reduced
-        # through, and the events reduced since (a large state's write waits).
-        self._persisted_state: object = self._state
-        self._state_offset = 0
-        self._deferred_events = 0
-        # An ephemeral was reduced since the state was last written: write it next.
-        self._unreplayable = False
         self._cursor = 0
         # A checkpoint of another contract version (or one that no longer
         # restores): its cursor, re-reduced up to before anything else runs.
         self._stale_through: int | None = None
-        self._live: LiveState[Any] | None = None
-        self._publish_live = publish_live
-        # A batch skipped publishing (nobody wanted it): the live state lags the state.
-        self._live_behind = False
-        # The size of the state JSON last encoded (whether a catch-up's pages grow),
-        # the events reduced since, and the fastest growth per event seen between
-        # two encodings (when a deferred state must be measured; see _state_to_write).
-        self._state_bytes = 0
-        self._events_since_size = 0
-        self._growth_per_event = 0.0
+        # The offset whose delivery is under way, and the one a failed batch stopped at.
+        self._delivering: int | None = None
+        self._failed_at: int | None = None
         # The highest `through` any push showed: what decides whether a push
         # reaches the head (rule 5).
         self._pushed_through: int | None = None
@@ -198,19 +170,35 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._head_read_from_log: int | None = None
         self._latched: StreamkitError | None = None
         self._yielding = False
-        self._waiters = CursorWaiters(self._slug, lambda: self._cursor)
         # Whether an at-head pass is owed: some batch ran without one since the last.
         self._owes_at_head_pass = True
         self._last_batch_at_head = False
-
-        self._strays = Strays(self._slug)
-        self._claims = ClaimKeeper(stream, clock, self._swallowed, self._strays)
-        self._effects = EffectAppender(contract, stream, self._swallowed)
-
         self._events_reduced = 0
         self._batches = 0
         self._batch_failures = 0
         self._last_error: BaseException | None = None
+
+        # The parts, each owning its own state.
+        self._fold: Fold[S] = Fold(processor, on_error=self._note_error)
+        self._pages: PageReader[S] = PageReader(stream, self._fold)
+        self._checkpoints: Checkpointer[S] = Checkpointer(contract, storage, self._latch)
+        self._live: LiveProjection[S] = LiveProjection(processor, publish_live, self._swallowed)
+        self._waiters = CursorWaiters(self._slug, lambda: self._cursor)
+        self._strays = Strays(self._slug)
+        self._claims = ClaimKeeper(stream, clock, self._swallowed, self._strays)
+        self._effects = EffectAppender(contract, stream, self._swallowed)
+        # Without an overridden process_event there are no effects to run, so
+        # the batch loop skips building their arguments altogether.
+        self._has_effects = type(processor).process_event is not StreamProcessor.process_event
+        self._batch: BatchRunner[S] = BatchRunner(
+            fold=self._fold,
+            pages=self._pages,
+            checkpoints=self._checkpoints,
+            deliver=self._deliver,
+            has_effects=self._has_effects,
+            advance=self._advance,
+            yielding=lambda: self._yielding,
+        )
 
     # -- driving the reduce --------------------------------------------------------
 
@@ -306,11 +294,9 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._raise_if_latched()
         if not self._reduced_through_shown_head():
             await self.catch_up_from_log()
-        assert self._live is not None  # the catch-up loaded the checkpoint
-        if self._live_behind:
-            # Brought to the present for this seed without a delta nobody needs.
-            return self._project_live(rebase=True)
-        return self._live.snapshot()
+        # A lagging live state is brought to the present for this seed without
+        # a delta nobody needs.
+        return self._live.snapshot(self._state)
 
     # The timeout is part of this verb's contract (SPEC 4), hence the noqa.
     async def wait_until_processed(
@@ -356,14 +342,13 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
             self._loaded
             and self._latched is None
             and not self._lock.locked()
-            and self._state is not self._persisted_state
+            and not self._checkpoints.persisted(self._state)
         ):
             try:
                 await self._on_chain(self._write_state_now)
             except Exception as exc:
                 self._swallowed("processor.state_write_failed", exc, None)
-        if self._live is not None:
-            await self._live.drain()
+        await self._live.drain()
 
     # -- the chain ------------------------------------------------------------------
 
@@ -435,6 +420,107 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         self._latched = error
         self._waiters.fail(error)
 
+    # -- the state and the cursor (written here and nowhere else) -------------------
+
+    async def _load(self) -> None:
+        """Restore the checkpoint once, replaying a deferred state's events (reduce only)."""
+        if self._loaded:
+            return
+        restored = await self._checkpoints.restore()
+        state = restored.state
+        if restored.state_offset < restored.cursor:
+            # The events between were processed (their effects ran) by an earlier
+            # incarnation that had not written its state since; none was ephemeral
+            # (a batch that reduced one writes its state). A failing read leaves
+            # the engine unloaded for the next work to retry.
+            state, replayed = await self._pages.replay(
+                state, restored.state_offset, restored.cursor, MAX_CATCH_UP_PAGE
+            )
+            self._checkpoints.replayed(state, replayed)
+        self._state = state
+        self._cursor = restored.cursor
+        self._stale_through = restored.stale_through
+        self._live.start(
+            self._stream, self._slug, state if restored.stale_through is None else restored.seed
+        )
+        self._loaded = True
+        self._waiters.advanced(self._cursor)
+
+    async def _rereduce_if_stale(self) -> None:
+        """Re-reduce the durable log up to the old cursor: reduce only, then checkpoint.
+
+        Never past the old cursor: a push queued behind this work would
+        otherwise look stale and lose its effects.
+        """
+        target = self._stale_through
+        if target is None:
+            return
+        state, folded = await self._pages.replay(
+            self._contract.initial_state(), 0, target, PAGE_SIZE
+        )
+        self._events_reduced += folded
+        await self._checkpoints.write_state(target, state)
+        self._stale_through = None
+        self._advance(target, state)
+        self._live.publish(state)
+
+    async def _write_state_now(self) -> None:
+        """Write a deferred state at the cursor (a clean close): a restart then replays nothing."""
+        if self._loaded and not self._checkpoints.persisted(self._state):
+            await self._checkpoints.write_state(self._cursor, self._state)
+
+    async def _run_batch(
+        self,
+        events: Sequence[StreamEvent],
+        scanned: ScannedRange,
+        at_head: bool,
+        *,
+        from_read: bool = False,
+        read_ahead: int = 0,
+    ) -> ReadPage | None:
+        """One batch (see :mod:`._batch`), then the cursor, the counters and the live state."""
+        started = time.perf_counter()
+        outcome = await self._batch.run(
+            events,
+            scanned,
+            at_head,
+            cursor=self._cursor,
+            state=self._state,
+            owes_at_head_pass=self._owes_at_head_pass,
+            from_read=from_read,
+            read_ahead=read_ahead,
+        )
+        self._advance(outcome.through, outcome.state)
+        if not outcome.ran:
+            return None
+        self._events_reduced += outcome.delivered
+        self._batches += 1
+        self._last_batch_at_head = outcome.at_head
+        self._owes_at_head_pass = not outcome.at_head
+        self._live.publish(self._state)
+        if self._on_batch is not None:
+            info = BatchInfo(
+                scanned,
+                events,
+                outcome.delivered,
+                outcome.wrote,
+                outcome.at_head,
+                started,
+                time.perf_counter(),
+            )
+            try:
+                self._on_batch(info)
+            except Exception as exc:
+                report("processor.on_batch_failed", exc, slug=self._slug, offset=self._cursor)
+        return outcome.ahead
+
+    def _advance(self, through: int, state: S) -> None:
+        """Take ``state``, reduced through ``through``: the cursor never regresses."""
+        self._state = state
+        if through > self._cursor:
+            self._cursor = through
+            self._waiters.advanced(through)
+
     async def _push(
         self, events: Sequence[StreamEvent], scanned: ScannedRange, at_head: bool | None
     ) -> None:
@@ -443,7 +529,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         # return, so it is processed after, never replaced.
         while self._cursor < scanned.after:
             after = self._cursor
-            page = await self._read_page(after, PAGE_SIZE)
+            page = await self._pages.read(after, PAGE_SIZE)
             if page.scanned_through_offset <= after:
                 break  # the rest of the gap is offsets handed to ephemerals
             limit = scanned.after
@@ -463,7 +549,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
         while True:
             after = self._cursor
             if page is None:
-                page = await self._read_page(after, limit)
+                page = await self._pages.read(after, limit)
             through = page.scanned_through_offset
             ahead: ReadPage | None = None
             if not page.at_head:
@@ -494,7 +580,7 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
             await self._deliver(None, self._state, self._state, caught_up=True)
         self._owes_at_head_pass = False
         self._last_batch_at_head = True
-        self.publish_live_state()
+        self._live.publish(self._state)
 
     def _reduced_through_shown_head(self) -> bool:
         shown = self._durable_shown
@@ -525,6 +611,74 @@ class ProcessorEngine(BatchRules[S], LivePublishing[S], EngineReadouts[S], Gener
             slug=self._slug,
             offset=self._cursor if event is None else event.offset,
             type=None if event is None else event.type,
+        )
+
+    # -- live state -----------------------------------------------------------------
+
+    def publish_live_state(self) -> None:
+        """Re-project the state and send a live-state delta if the projection changed.
+
+        The engine does this after every batch; a host calls it when a runtime
+        field of the processor changed outside a batch. While ``publish_live``
+        says no, it only notes that the live state is behind. A projection that
+        raises costs only this notification. Before the checkpoint is loaded
+        there is nothing to publish.
+        """
+        self._live.publish(self._state)
+
+    @property
+    def live_behind(self) -> bool:
+        """Whether batches ran unpublished since the last delta (``publish_live`` said no)."""
+        return self._live.behind
+
+    # -- what the engine reports --------------------------------------------------------
+
+    @property
+    def processor(self) -> StreamProcessor[S]:
+        """The processor this engine drives."""
+        return self._processor
+
+    @property
+    def slug(self) -> str:
+        """The processor's contract slug (its checkpoint and live-state key)."""
+        return self._slug
+
+    @property
+    def version(self) -> str:
+        """The contract version the state is reduced under."""
+        return self._version
+
+    @property
+    def cursor(self) -> int:
+        """The offset the state is reduced through (0 before the checkpoint is loaded)."""
+        return self._cursor
+
+    @property
+    def latched_error(self) -> StreamkitError | None:
+        """The non-retryable refusal every later call fails with, if one was latched."""
+        return self._latched
+
+    def statistics(self) -> EngineStatistics:
+        """The engine's counters and incidents now, as one frozen snapshot (no I/O)."""
+        fold = self._fold
+        claims = self._claims
+        return EngineStatistics(
+            events_reduced=self._events_reduced,
+            batches=self._batches,
+            batch_failures=self._batch_failures,
+            last_error=self._last_error,
+            failed_at=self._failed_at,
+            malformed_payloads=fold.malformed,
+            last_malformed=fold.last_malformed,
+            reduce_failures=fold.reduce_failures,
+            last_reduce_failure=fold.last_reduce_failure,
+            refusing_cancel=tuple(self._strays.refusing_cancel),
+            refused_cancel=self._strays.refused_cancel,
+            background_in_flight=claims.in_flight,
+            pending_waiters=len(self._waiters),
+            claimed_at=claims.wanted,
+            claim_held=claims.held,
+            live_behind=self._live.behind,
         )
 
     # -- effects (the EffectHost protocol of ProcessEventArgs) ----------------------

@@ -1,72 +1,96 @@
-"""Publishing an engine's live state: after each batch, or only while someone wants it.
+"""An engine's live state: projected after each batch, or only while someone wants it.
 
-The half of :class:`~streamkit.engine.ProcessorEngine` (which inherits it)
-that turns the reduced state into live-state deltas. After each batch the
-engine asks ``publish_live`` (``True``, ``False`` or a callable) whether to
-project: when it says no, nothing is projected, diffed or appended, and the
-live state only falls behind. The first batch published once it says yes
-again sends one delta from the last revision sent; a seed taken meanwhile
-(``live_snapshot``) adopts the present as a new revision without a delta.
-A projection that raises costs only its notification, and the next seed
-tries again.
+A :class:`LiveProjection` turns the engine's reduced state into live-state
+deltas. After each batch the engine hands it the state; it asks
+``publish_live`` (``True``, ``False`` or a callable) whether to project: when
+the answer is no, nothing is projected, diffed or appended, and the live
+state only falls behind. The first publish once it says yes again sends one
+delta from the last revision sent; a seed taken meanwhile
+(:meth:`LiveProjection.snapshot`) adopts the present as a new revision
+without a delta. A projection that raises costs only its notification, and
+the next seed tries again.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from streamkit.events import StreamEvent
 from streamkit.live_state import LiveSnapshot, LiveState
 from streamkit.processor import StreamProcessor
+from streamkit.protocols import ProcessorStream
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-__all__ = ["LivePublishing"]
+__all__ = ["LiveProjection"]
 
 S = TypeVar("S")
 
+Swallowed = Callable[[str, BaseException, StreamEvent | None], None]
 
-class LivePublishing(Generic[S]):
-    """The live-state half of :class:`~streamkit.engine.ProcessorEngine` (which inherits it).
 
-    The attributes below are the engine's; they are named here so each
-    method's use of them is checked.
+class LiveProjection(Generic[S]):
+    """The live state of one engine's processor (see the module docstring).
+
+    Nothing is published before :meth:`start` (the engine calls it once its
+    checkpoint is loaded).
     """
 
-    _processor: StreamProcessor[S]
-    _state: S
-    _live: LiveState[Any] | None
-    _live_behind: bool
-    _publish_live: bool | Callable[[], bool]
-
-    if TYPE_CHECKING:
-
-        def _swallowed(self, what: str, exc: BaseException, event: StreamEvent | None) -> None: ...
-
-    def publish_live_state(self) -> None:
-        """Re-project the state and send a live-state delta if the projection changed.
-
-        The engine calls this after every batch; a host calls it when a runtime
-        field of the processor changed outside a batch. While ``publish_live``
-        says no, it only notes that the live state is behind. A projection that
-        raises costs only this notification. Before the checkpoint is loaded
-        there is nothing to publish.
-        """
-        if self._live is None:
-            return
-        if not self._live_wanted():
-            self._live_behind = True
-            return
-        self._project_live()
+    def __init__(
+        self,
+        processor: StreamProcessor[S],
+        wanted: bool | Callable[[], bool],
+        swallowed: Swallowed,
+    ) -> None:
+        self._processor = processor
+        self._wanted = wanted
+        self._swallowed = swallowed
+        self._live: LiveState[Any] | None = None
+        # A publish was skipped (nobody wanted it): the live state lags the state.
+        self._behind = False
 
     @property
-    def live_behind(self) -> bool:
+    def behind(self) -> bool:
         """Whether batches ran unpublished since the last delta (``publish_live`` said no)."""
-        return self._live_behind
+        return self._behind
 
-    def _live_wanted(self) -> bool:
-        wanted = self._publish_live
+    def start(self, stream: ProcessorStream, slug: str, state: S) -> None:
+        """Seed the live state with the projection of ``state``, where the engine starts from.
+
+        After a version bump that is the old version's state, so the
+        re-reduce publishes the one delta that heals clients of the old
+        projection. Unwanted, it is not projected at all: the first publish
+        then sends the whole value.
+        """
+        seed = None
+        if self.wanted():
+            try:
+                seed = self._processor.project_live_state(state)
+            except Exception as exc:
+                self._swallowed("processor.projection_failed", exc, None)
+        else:
+            self._behind = True
+        self._live = LiveState(stream, slug, seed)
+
+    def publish(self, state: S) -> None:
+        """Project ``state`` and send a delta if the projection changed, if anyone wants it."""
+        if self._live is None:
+            return
+        if not self.wanted():
+            self._behind = True
+            return
+        self._project(state)
+
+    def snapshot(self, state: S) -> LiveSnapshot:
+        """``(rev, projection)`` for a seed: a lagging live state adopts ``state`` without a delta."""
+        live = self._live
+        assert live is not None  # the engine loads its checkpoint before it asks
+        if self._behind:
+            return self._project(state, rebase=True)
+        return live.snapshot()
+
+    def wanted(self) -> bool:
+        """What ``publish_live`` says now; a callable that raises counts as yes."""
+        wanted = self._wanted
         if isinstance(wanted, bool):
             return wanted
         try:
@@ -75,21 +99,21 @@ class LivePublishing(Generic[S]):
             self._swallowed("processor.publish_live_failed", exc, None)
             return True
 
-    def _project_live(self, *, rebase: bool = False) -> LiveSnapshot:
-        """Project the state now and hand it to the live state: a delta if it changed.
+    async def drain(self) -> None:
+        """Wait for the deltas sent so far to reach the stream."""
+        if self._live is not None:
+            await self._live.drain()
 
-        With ``rebase`` the projection is adopted without a delta (the revision
-        still moves if it changed), for a seed taken while the live state lagged.
-        """
+    def _project(self, state: S, *, rebase: bool = False) -> LiveSnapshot:
         live = self._live
         assert live is not None
         try:
-            projection = self._processor.project_live_state(self._state)
+            projection = self._processor.project_live_state(state)
         except Exception as exc:
             self._swallowed("processor.projection_failed", exc, None)
-            self._live_behind = True  # the next seed tries again
+            self._behind = True  # the next seed tries again
             return live.snapshot()
-        self._live_behind = False
+        self._behind = False
         if rebase:
             return live.rebase(projection)
         live.set(projection)

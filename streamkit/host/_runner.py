@@ -36,16 +36,14 @@ from typing import Any
 import structlog
 
 from streamkit.config import RetrySettings
-from streamkit.engine._engine import BatchInfo, ProcessorEngine
-from streamkit.engine._strays import CANCEL_WAIT
+from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
 from streamkit.errors import LeaseLost, StreamkitError
 from streamkit.events import ScannedRange, StreamEvent
 from streamkit.host._engine_stream import EngineStream
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
 from streamkit.host._pacer import Pacer
-from streamkit.log._follow import Follow
-from streamkit.log._log import Log
+from streamkit.log import Follow, Log
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import Clock, HostStore, Lease
 from streamkit.skips import without_skipped
@@ -412,7 +410,7 @@ class ProcessorRunner:
             if engine is None:
                 return
             started = time.perf_counter()
-            reduced_before = engine.events_reduced
+            reduced_before = engine.statistics().events_reduced
             try:
                 if self.failures and await self._step(engine):
                     continue
@@ -501,7 +499,7 @@ class ProcessorRunner:
         if item == START and not self.caught_up:
             self.caught_up = True
             seconds = time.perf_counter() - started
-            reduced = engine.events_reduced - reduced_before
+            reduced = engine.statistics().events_reduced - reduced_before
             _log.info(
                 "catch_up.done",
                 slug=self.slug,
@@ -518,7 +516,11 @@ class ProcessorRunner:
         delay = self._retry.delay(self.failures)
         # The event whose effect failed, else the one a one-at-a-time retry read,
         # else the first the item held (a read or a checkpoint write failed).
-        offset = engine.failed_at or self._failing_offset or _first_pending(item, engine.cursor)
+        offset = (
+            engine.statistics().failed_at
+            or self._failing_offset
+            or _first_pending(item, engine.cursor)
+        )
         self.last_error = {
             "error": repr(exc)[:1000],
             "code": exc.code if isinstance(exc, StreamkitError) else None,

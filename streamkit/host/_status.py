@@ -19,7 +19,7 @@ from typing import Any
 from streamkit.checkpoint import shown_cursor
 from streamkit.errors import StorageError
 from streamkit.host._runner import ProcessorRunner
-from streamkit.log._log import Log
+from streamkit.log import Log
 from streamkit.protocols import HostStore
 
 __all__ = ["processor_rows", "runner_status"]
@@ -66,7 +66,7 @@ def runner_status(
 
     ``head`` and ``lag`` are None when the database could not be read.
     """
-    incidents = runner.engine.incidents if runner.engine is not None else {}
+    incidents = runner.engine.statistics().incidents if runner.engine is not None else {}
     return {
         "slug": runner.slug,
         "version": runner.version,

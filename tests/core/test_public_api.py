@@ -20,6 +20,7 @@ EXPECTED = {
     "ControlSocketInUse",
     "ControlUnavailable",
     "Delivery",
+    "EngineStatistics",
     "EventDefinition",
     "EventInput",
     "HostConfig",

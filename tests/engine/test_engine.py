@@ -103,7 +103,7 @@ async def test_a_blocker_returning_a_plain_value_is_accepted(rig: Rig) -> None:
     await settle()
     assert ran == [1]
     assert rig.checkpoint().reduced_through_offset == 1
-    assert engine.batches == 1
+    assert engine.statistics().batches == 1
 
 
 # -- rule 4: one durable commit per batch ---------------------------------------------------
@@ -197,8 +197,8 @@ async def test_a_failed_batch_persists_nothing_and_is_retried_whole(rig: Rig) ->
         await engine.process_event_batch(events, ScannedRange(0, 3))
     assert rig.storage.writes == 0
     assert engine.cursor == 0
-    assert engine.batch_failures == 1
-    assert isinstance(engine.last_error, RuntimeError)
+    assert engine.statistics().batch_failures == 1
+    assert isinstance(engine.statistics().last_error, RuntimeError)
     failing["on"] = False
     await engine.process_event_batch(events, ScannedRange(0, 3))
     assert rig.storage.writes == 1
@@ -497,7 +497,8 @@ async def test_counters_and_the_on_batch_hook(rig: Rig) -> None:
     await rig.stream.append(item(1), item(2), note())
     await settle()
     assert (engine.slug, engine.version) == ("recorder", "1")
-    assert (engine.events_reduced, engine.batches, engine.batch_failures) == (2, 1, 0)
+    stats = engine.statistics()
+    assert (stats.events_reduced, stats.batches, stats.batch_failures) == (2, 1, 0)
     (info,) = infos
     assert info.range == ScannedRange(0, 3)
     assert (info.delivered, info.wrote_checkpoint, info.at_head) == (2, True, True)
@@ -515,5 +516,5 @@ async def test_a_raising_on_batch_hook_is_reported_and_ignored(rig: Rig) -> None
         await rig.stream.append(item(1))
         await settle()
     assert rig.checkpoint().reduced_through_offset == 1
-    assert engine.batches == 1
+    assert engine.statistics().batches == 1
     assert [entry["event"] for entry in logs] == ["processor.on_batch_failed"]

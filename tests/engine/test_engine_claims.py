@@ -41,12 +41,12 @@ async def test_background_work_is_not_awaited_and_holds_a_claim(rig: Rig) -> Non
     await settle()
     assert processor.delivered == [1, 2]
     assert done == []
-    assert engine.background_in_flight == 1
+    assert engine.statistics().background_in_flight == 1
     assert rig.stream.claims == [t0 + REVIVE_AFTER]
     gate.set()
     await settle()
     assert done == [1]
-    assert engine.background_in_flight == 0
+    assert engine.statistics().background_in_flight == 0
     assert rig.stream.claims == [t0 + REVIVE_AFTER]  # settling writes nothing
     rig.clock.advance(REVIVE_AFTER)
     await engine.revive()
@@ -96,7 +96,7 @@ async def test_failed_background_work_is_reported_and_released_by_the_revive(rig
     (entry,) = [e for e in logs if e["event"] == "processor.background_failed"]
     assert (entry["slug"], entry["offset"], entry["type"]) == ("recorder", 1, "item.added")
     assert "smtp down" in entry["error"]
-    assert engine.batch_failures == 0
+    assert engine.statistics().batch_failures == 0
     await engine.revive()
     assert rig.stream.claims[-1] is None
 
@@ -119,7 +119,7 @@ async def test_a_revive_finding_work_in_flight_claims_again_doubled_and_capped(r
     await engine.revive()
     assert rig.stream.claims[-1] is None
     # Once released, the next attempt starts from 20 s again.
-    assert engine.claimed_at is None
+    assert engine.statistics().claimed_at is None
 
 
 async def test_revive_runs_the_at_head_pass(rig: Rig) -> None:
@@ -197,7 +197,7 @@ async def test_a_failing_claim_is_reported_and_sent_again(rig: Rig) -> None:
     await settle()
     await engine.revive()
     assert attempts[-1] is None
-    assert engine.claimed_at is None
+    assert engine.statistics().claimed_at is None
 
 
 async def test_attempts_under_a_standing_claim_write_none(rig: Rig) -> None:
@@ -214,7 +214,7 @@ async def test_attempts_under_a_standing_claim_write_none(rig: Rig) -> None:
         await settle()
         rig.clock.advance(1)
     assert rig.stream.claims == [t0 + REVIVE_AFTER]
-    assert engine.background_in_flight == 0
+    assert engine.statistics().background_in_flight == 0
 
 
 async def test_an_attempt_after_the_claim_fell_due_claims_afresh(rig: Rig) -> None:
@@ -277,7 +277,7 @@ async def test_a_wakeup_becomes_the_claim(rig: Rig) -> None:
     await rig.stream.append(item(1))
     await settle()
     assert rig.stream.claims == [t0 + 60]
-    assert engine.claimed_at == t0 + 60
+    assert engine.statistics().claimed_at == t0 + 60
     await rig.stream.append(item(1))
     await settle()
     assert rig.stream.claims == [t0 + 60, None]
@@ -308,7 +308,7 @@ async def test_the_claim_is_the_earliest_of_wakeups_and_background(rig: Rig) -> 
     engine = rig.engine(Recorder(on_event))
     await rig.stream.append(item(1))
     await settle()
-    assert engine.claimed_at == t0 + 5
+    assert engine.statistics().claimed_at == t0 + 5
     assert rig.stream.claims == [t0 + REVIVE_AFTER, t0 + 5]
     gate.set()
     await settle()
@@ -416,7 +416,7 @@ async def test_a_wakeup_replaces_the_background_claim_once_the_attempt_settles(r
     gate.set()
     await settle()
     assert rig.stream.claims == [t0 + REVIVE_AFTER, t0 + 60]
-    assert engine.claim_held == engine.claimed_at == t0 + 60
+    assert engine.statistics().claim_held == engine.statistics().claimed_at == t0 + 60
 
 
 async def test_no_background_work_starts_once_the_engine_is_closing(rig: Rig) -> None:
@@ -452,4 +452,4 @@ async def test_no_background_work_starts_once_the_engine_is_closing(rig: Rig) ->
     assert second == []
     (error,) = refused
     assert "nothing was started" in str(error)
-    assert engine.background_in_flight == 0
+    assert engine.statistics().background_in_flight == 0

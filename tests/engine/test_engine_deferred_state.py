@@ -18,7 +18,7 @@ from streamkit import (
     StreamProcessor,
     define_processor_contract,
 )
-from streamkit.engine._checkpointed import BYTES_PER_DEFERRED_EVENT, DEFER_STATE_FROM
+from streamkit.engine._checkpointer import BYTES_PER_DEFERRED_EVENT, DEFER_STATE_FROM
 from streamkit.processor import ProcessEventArgs
 
 PAD = "x" * (DEFER_STATE_FROM + 1000)

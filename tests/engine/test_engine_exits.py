@@ -30,7 +30,7 @@ async def test_a_reduce_that_exits_is_a_reduce_failure_and_the_fold_goes_on(rig:
     engine = rig.engine(ExitsInReduce())
     await rig.stream.append(item(1), item(13), item(2))
     await engine.wait_until_processed(3)
-    incidents = engine.incidents
+    incidents = engine.statistics().incidents
     assert incidents["reduce_failures"] == 1
     assert "raised SystemExit(13)" in incidents["last_reduce_failure"]["error"]
     assert (await engine.snapshot())[1].total == 3
@@ -52,9 +52,11 @@ async def test_blocking_work_that_exits_fails_its_batch_which_is_retried(rig: Ri
     engine = rig.engine(Recorder(on_event))
     await rig.stream.append(item(1))
     await engine.wait_until_processed(1, timeout=30)
-    assert engine.batch_failures == 1
-    assert isinstance(engine.last_error, ExitRefused)
-    assert "process_event or its blocking work raised SystemExit(2)" in str(engine.last_error)
+    assert engine.statistics().batch_failures == 1
+    assert isinstance(engine.statistics().last_error, ExitRefused)
+    assert "process_event or its blocking work raised SystemExit(2)" in str(
+        engine.statistics().last_error
+    )
 
 
 async def test_background_work_that_exits_is_reported_like_any_failure(rig: Rig) -> None:
@@ -76,4 +78,4 @@ async def test_background_work_that_exits_is_reported_like_any_failure(rig: Rig)
         await engine.wait_until_processed(2)
     (entry,) = [e for e in logs if e["event"] == "processor.background_failed"]
     assert "run_in_background work raised KeyboardInterrupt()" in entry["error"]
-    assert engine.background_in_flight == 0
+    assert engine.statistics().background_in_flight == 0

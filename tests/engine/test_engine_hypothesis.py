@@ -19,7 +19,7 @@ from streamkit.testing import ManualClock, memory_storage, memory_stream, reduce
 from support.engine import Recorder, Tally, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
-from streamkit.engine import _checkpointed
+from streamkit.engine import _checkpointer
 
 DURABLE = st.sampled_from(
     [item(1), item(2), item(5), {"type": "item.added", "payload": {"n": "bad"}}, note()]
@@ -76,8 +76,8 @@ class Witness(Recorder):
 def deferring() -> Iterator[None]:
     """Every state's write waits for a few events (a Tally of 25-60 bytes: 4 to 10)."""
     with (
-        mock.patch.object(_checkpointed, "DEFER_STATE_FROM", 0),
-        mock.patch.object(_checkpointed, "BYTES_PER_DEFERRED_EVENT", 6),
+        mock.patch.object(_checkpointer, "DEFER_STATE_FROM", 0),
+        mock.patch.object(_checkpointer, "BYTES_PER_DEFERRED_EVENT", 6),
     ):
         yield
 

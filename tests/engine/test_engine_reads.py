@@ -69,7 +69,7 @@ async def test_wait_until_processed_returns_when_the_cursor_gets_there(rig: Rig)
     await rig.stream.append(item(1), item(2))
     await asyncio.wait_for(waiting, 1)
     assert engine.cursor >= 2
-    assert engine.pending_waiters == 0
+    assert engine.statistics().pending_waiters == 0
 
 
 async def test_wait_until_processed_catches_up_an_unpushed_engine(rig: Rig) -> None:
@@ -95,7 +95,7 @@ async def test_a_timed_out_waiter_leaves_the_list(rig: Rig) -> None:
         await engine.wait_until_processed(99, timeout=0.01)
     assert caught.value.code == "PROCESSOR_TIMEOUT"
     assert "99" in str(caught.value)
-    assert engine.pending_waiters == 0
+    assert engine.statistics().pending_waiters == 0
 
 
 async def test_a_cancelled_waiter_leaves_the_list(rig: Rig) -> None:
@@ -103,11 +103,11 @@ async def test_a_cancelled_waiter_leaves_the_list(rig: Rig) -> None:
     engine = rig.engine(Recorder())
     waiting = asyncio.ensure_future(engine.wait_until_processed(50))
     await settle(0.005)
-    assert engine.pending_waiters == 1
+    assert engine.statistics().pending_waiters == 1
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    assert engine.pending_waiters == 0
+    assert engine.statistics().pending_waiters == 0
 
 
 async def test_a_failing_catch_up_rejects_the_waiter_with_the_real_error(rig: Rig) -> None:
@@ -120,7 +120,7 @@ async def test_a_failing_catch_up_rejects_the_waiter_with_the_real_error(rig: Ri
     rig.stream.read = broken_read  # type: ignore[method-assign]
     with pytest.raises(StorageError, match="disk on fire"):
         await engine.wait_until_processed(1, timeout=5)
-    assert engine.pending_waiters == 0
+    assert engine.statistics().pending_waiters == 0
 
 
 async def test_live_snapshot_returns_rev_and_projection_together(rig: Rig) -> None:

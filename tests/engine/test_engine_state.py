@@ -59,7 +59,7 @@ async def test_a_malformed_payload_is_skipped_and_reported(rig: Rig) -> None:
     (entry,) = [e for e in logs if e["event"] == "processor.payload_malformed"]
     assert (entry["slug"], entry["offset"], entry["type"]) == ("recorder", 2, "item.added")
     assert "n" in entry["error"]
-    assert engine.events_reduced == 2
+    assert engine.statistics().events_reduced == 2
 
 
 async def test_a_contract_without_a_catalog_reduces_raw_dicts(rig: Rig) -> None:
@@ -104,8 +104,8 @@ async def test_a_raising_reduce_keeps_the_state_and_never_wedges(rig: Rig) -> No
     (entry,) = [e for e in logs if e["event"] == "processor.reduce_failed"]
     assert (entry["slug"], entry["offset"], entry["type"]) == ("recorder", 2, "item.added")
     assert "unlucky" in entry["error"]
-    assert isinstance(engine.last_error, ValueError)
-    assert engine.batch_failures == 0
+    assert isinstance(engine.statistics().last_error, ValueError)
+    assert engine.statistics().batch_failures == 0
 
 
 async def test_reduce_processor_matches_the_engine(rig: Rig) -> None:
@@ -248,7 +248,7 @@ async def test_the_latch_rejects_pending_waiters(rig: Rig) -> None:
         await rig.stream.append({"type": "blob", "payload": {"blob": blob}})
     with pytest.raises(CheckpointTooLarge):
         await engine.wait_until_processed(3, timeout=5)
-    assert engine.pending_waiters == 0
+    assert engine.statistics().pending_waiters == 0
 
 
 async def test_a_state_json_cannot_carry_is_refused_and_latched(rig: Rig) -> None:

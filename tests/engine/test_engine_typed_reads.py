@@ -1,4 +1,4 @@
-"""A catch-up over a stream that types its reads builds each event once (engine/_checkpointed.py).
+"""A catch-up over a stream that types its reads builds each event once (engine/_pages.py).
 
 The log's processor view offers ``read_typed``: the payloads of the types a
 processor reduces come out of the page already validated into their models,
@@ -125,7 +125,7 @@ async def test_a_malformed_payload_in_a_typed_page_is_reported_and_skipped(
         stream = RecordingTyped(log.stream("/").for_processor("summing"))
         engine = ProcessorEngine(Summing(), stream=stream, storage=memory_storage())
         assert (await engine.snapshot()).state.total == 3
-        incidents = engine.incidents
+        incidents = engine.statistics().incidents
         await engine.aclose()
     assert stream.typed[0].events[1].payload == {"n": "one"}
     assert incidents["malformed_payloads"] == 1
@@ -146,7 +146,9 @@ async def test_a_stream_without_typed_reads_gives_the_same_state_and_reports(
             processor = Summing()
             engine = ProcessorEngine(processor, stream=stream, storage=memory_storage())
             snapshot = await engine.snapshot()
-            outcomes.append((snapshot, engine.incidents["malformed_payloads"], processor.seen))
+            outcomes.append(
+                (snapshot, engine.statistics().incidents["malformed_payloads"], processor.seen)
+            )
             await engine.aclose()
     (plain_snapshot, plain_malformed, plain_seen), (typed_snapshot, typed_malformed, typed_seen) = (
         outcomes

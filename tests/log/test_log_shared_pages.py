@@ -174,7 +174,7 @@ async def test_processors_catching_up_together_decode_each_page_once(
         await asyncio.gather(*(engine.catch_up_from_log() for engine in engines))
         for engine in engines:
             assert (await engine.snapshot()).state.total == 3000
-            assert engine.incidents["malformed_payloads"] == 0
+            assert engine.statistics().incidents["malformed_payloads"] == 0
         assert log.shared_pages.hits >= 2
         for engine in engines:
             await engine.aclose()

@@ -132,9 +132,12 @@ class Rig:
             await engine.wait_until_processed(self.stream.head, timeout=5)
             claims = self.stream.claims
             if (
-                engine.background_in_flight == 0
+                engine.statistics().background_in_flight == 0
                 and engine.cursor >= self.stream.head
-                and (engine.claim_held in claims or engine.claim_held is None)
+                and (
+                    engine.statistics().claim_held in claims
+                    or engine.statistics().claim_held is None
+                )
             ):
                 return
             await asyncio.sleep(0.005)
@@ -365,7 +368,7 @@ async def test_a_failed_attempt_is_retried_after_its_backoff(rig: Rig) -> None:
     assert peer.keys() == ["created@1", "created@1"]  # one Idempotency-Key for every attempt
     assert (await engine.snapshot()).state.pending == {}
     # Nothing owed: the attempt's claim stands until its revive, which releases it.
-    assert engine.claimed_at is None
+    assert engine.statistics().claimed_at is None
     standing = rig.stream.claims[-1]
     assert standing is not None
     rig.clock.advance(standing - rig.clock())
@@ -509,9 +512,9 @@ async def _drain(engine: ProcessorEngine[Any]) -> None:
     """Catch up and wait out background attempts until the engine has nothing left to fold."""
     for _ in range(400):
         await engine.catch_up_from_log()
-        if engine.background_in_flight == 0:
+        if engine.statistics().background_in_flight == 0:
             await engine.catch_up_from_log()
-            if engine.background_in_flight == 0:
+            if engine.statistics().background_in_flight == 0:
                 return
         await asyncio.sleep(0.005)
     raise AssertionError("background work did not settle")
@@ -813,7 +816,7 @@ async def test_a_refusal_recorded_differently_before_a_restart_does_not_wedge(ri
     again = rig.start(processor(2 * MAX_RENDERED_BYTES))
     await again.catch_up_from_log()
     assert again.cursor == rig.stream.head
-    assert again.batch_failures == 0
+    assert again.statistics().batch_failures == 0
     assert len(rig.of_type("notification.dead-lettered")) == 1
 
 

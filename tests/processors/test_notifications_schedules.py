@@ -75,9 +75,12 @@ class World:
             await self.engine.wait_until_processed(self.stream.head, timeout=5)
             claims = self.stream.claims
             if (
-                self.engine.background_in_flight == 0
+                self.engine.statistics().background_in_flight == 0
                 and self.engine.cursor >= self.stream.head
-                and (self.engine.claim_held in claims or self.engine.claim_held is None)
+                and (
+                    self.engine.statistics().claim_held in claims
+                    or self.engine.statistics().claim_held is None
+                )
             ):
                 return
             await asyncio.sleep(0.001)

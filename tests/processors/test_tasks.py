@@ -327,10 +327,10 @@ async def test_an_attempt_that_fails_to_record_does_not_end_its_batchmates_claim
         task_requested_event(task_id="slow", name="work"),
     )
     await settle()
-    assert engine.background_in_flight == 1  # the slow attempt still runs
+    assert engine.statistics().background_in_flight == 1  # the slow attempt still runs
     gate.set()
     await settle()
-    assert engine.background_in_flight == 0
+    assert engine.statistics().background_in_flight == 0
     assert rig.types("slow").count(TASK_SUCCEEDED) == 1
 
 
@@ -354,7 +354,7 @@ async def test_failures_retry_with_backoff_through_wakeups(rig: Rig) -> None:
     delay = processor.retry_delay("t", 1, 1)
     assert 10.0 <= delay <= 12.5
     assert failed["retry_at"] == pytest.approx(T0 + delay)
-    await until(lambda: engine.claimed_at == failed["retry_at"])
+    await until(lambda: engine.statistics().claimed_at == failed["retry_at"])
     # Not due yet: a revive now starts nothing.
     await engine.revive()
     await settle()
@@ -389,7 +389,7 @@ async def test_not_before_waits_for_its_wakeup(rig: Rig) -> None:
 
     engine = rig.start(TasksProcessor(handlers={"job": job}, clock=rig.clock))
     await rig.stream.append(task_requested_event(task_id="later", name="job", not_before=T0 + 60))
-    await until(lambda: engine.claimed_at == T0 + 60)
+    await until(lambda: engine.statistics().claimed_at == T0 + 60)
     assert ran == []
     rig.clock.now = T0 + 60
     await engine.revive()
@@ -491,7 +491,7 @@ async def test_crash_mid_attempt_is_counted_failed_and_retried(rig: Rig) -> None
     await rig.stream.append(task_requested_event(task_id="t", name="job"))
     await until(lambda: TASK_ATTEMPT_STARTED in rig.types())
     await settle()
-    assert first.claimed_at is not None  # the in-flight attempt holds a revive claim
+    assert first.statistics().claimed_at is not None  # the in-flight attempt holds a revive claim
     # The host dies: its engine stops getting pushes and its attempt is abandoned.
     rig.stream.engines.clear()
     await first.aclose(grace=0)

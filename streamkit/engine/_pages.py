@@ -1,0 +1,83 @@
+"""The pages an engine reads from its stream: their sizes, their types, and replays.
+
+Every read of the log an engine makes goes through one :class:`PageReader`:
+a catch-up's pages, a gap repair's, a deferred state's replay and a version
+re-reduce. Where the stream can type payloads (``TypedReads``) and the
+processor declares payload models, pages are read typed, so each event is
+built once with the payload its reduce takes; the fold types what a plain
+read leaves decoded, so both give the same batch.
+
+A replay (:meth:`PageReader.replay`) folds the durable events of
+``(after, through]`` into a state, reduce only, never past ``through``:
+what the engine does to rebuild a state whose events were already
+processed (their effects ran).
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+
+from streamkit.engine._fold import Fold
+from streamkit.events import ReadPage
+from streamkit.protocols import ProcessorStream, TypedReads
+
+__all__ = ["MAX_CATCH_UP_PAGE", "PAGE_SIZE", "PageReader"]
+
+S = TypeVar("S")
+
+PAGE_SIZE = 500
+"""Events per read when the engine repairs a gap, and in the first page of a catch-up."""
+
+MAX_CATCH_UP_PAGE = 4000
+"""The most events one catch-up page (one batch, one checkpoint) grows to.
+
+A catch-up doubles its page after each full one, up to this, so a backlog
+pays a batch's fixed costs (the checkpoint, the live-state projection, the
+read's round trip) once per 4,000 events rather than per 500. A typed page
+keeps no events (``TypedEvents``), so a larger one costs its rows and their
+decoded JSON, not 4,000 live events for the garbage collector to scan; the
+log caps the pages of a path several processors read at once, which it
+shares at 500 (``SHARED_PAGE_EVENTS``). Measured on 1M events of a trivial
+processor: 3.96-4.11 µs an event with pages of 4,000 against 4.60 µs with
+pages of 500.
+"""
+
+
+class PageReader(Generic[S]):
+    """Reads the pages one engine folds (see the module docstring)."""
+
+    def __init__(self, stream: ProcessorStream, fold: Fold[S]) -> None:
+        self._stream = stream
+        self._fold = fold
+        types = fold.payload_types()
+        self._typed: tuple[TypedReads, dict[str, type[BaseModel]]] | None = (
+            (stream, types) if types and isinstance(stream, TypedReads) else None
+        )
+
+    async def read(self, after: int, limit: int) -> ReadPage:
+        """Up to ``limit`` events after ``after``, typed when the stream can type them."""
+        typed = self._typed
+        if typed is None:
+            return await self._stream.read(after, limit)
+        stream, types = typed
+        return await stream.read_typed(after, limit, types)
+
+    async def replay(self, state: S, after: int, through: int, page_size: int) -> tuple[S, int]:
+        """``state`` with the durable events of ``(after, through]`` folded in, and how many.
+
+        Reduce only: no effects run. Stops early where the log holds nothing
+        more below ``through``. Raises what the log's read raises.
+        """
+        position = after
+        folded = 0
+        while position < through:
+            page = await self.read(position, page_size)
+            below = [event for event in page.events if event.offset <= through]
+            state, count = await self._fold.fold_paced(below, state)
+            folded += count
+            if page.scanned_through_offset <= position:
+                break  # the log holds nothing more below `through`
+            position = min(page.scanned_through_offset, through)
+        return state, folded
