@@ -17,8 +17,7 @@ from streamkit.backends.sqlite._backend import SqliteLogBackend
 from streamkit.backends.sqlite.host_store import SqliteHostStore
 from streamkit.backends.sqlite.registry import registered_sockets as _sqlite_sockets
 from streamkit.errors import InvalidRequest, LogOpenError
-from streamkit.log import Log
-from streamkit.log._follow import MAX_BUFFERED_BYTES
+from streamkit.log import MAX_BUFFERED_BYTES, Log
 from streamkit.protocols import Clock, HostStore
 
 __all__ = ["host_store", "open_log", "registered_sockets"]

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from streamkit._requests import Connection
 from streamkit.errors import InvalidRequest
 from streamkit.events import MAX_OFFSET, StreamEvent
-from streamkit.log._log import Log
+from streamkit.log import Log
 from streamkit.skips import SKIP_EVENT
 
 __all__ = ["SkipStore", "record_skip"]

@@ -3,7 +3,7 @@
 Appends that become ready in one event-loop turn are handed to the backend
 together, at the end of the turn, and commit as one group; when nothing else
 is ready to run on the loop, a lone append commits at once, inline
-(:meth:`CommitGrouping._commits_now`). While clients contend with processors
+(:meth:`CommitGrouping.commits_now`). While clients contend with processors
 for the loop (:meth:`CommitGrouping.clients_contend`, the one rule by which a
 host favours its clients), a processor's write waits up to
 :data:`HOLD_SECONDS` for a client's append and commits with it. A job
@@ -57,11 +57,15 @@ def _ready_work(loop: asyncio.AbstractEventLoop) -> bool | None:
 
 
 class CommitGrouping:
-    """The grouping half of :class:`~streamkit.log.Log` (which inherits it)."""
+    """The appends a :class:`~streamkit.log.Log` hands to its backend, grouped (see the module).
 
-    _backend: LogBackend
+    ``inline_commits`` says whether groups may commit on the loop (the
+    backend still declines when it cannot); without it every job goes
+    straight to the backend's thread.
+    """
 
-    def _init_grouping(self, inline_commits: bool) -> None:
+    def __init__(self, backend: LogBackend, inline_commits: bool) -> None:
+        self._backend = backend
         self._inline_commits = inline_commits
         self._pending: list[AppendCall | TransactionJob] = []
         # When _pending is handed over: at the end of this loop turn, or (while it
@@ -73,9 +77,9 @@ class CommitGrouping:
         self.client_handovers = 0
         """Clients' appends that could not commit at once (each was in flight for a while)."""
         self.held_writes = 0
-        """Processors' writes that waited for a client's commit (see :meth:`_enqueue`)."""
+        """Processors' writes that waited for a client's commit (see :meth:`enqueue`)."""
 
-    def _client_waits(self, future: asyncio.Future[Any]) -> None:
+    def client_waits(self, future: asyncio.Future[Any]) -> None:
         """A client's append did not commit at once: it is in flight until ``future`` settles."""
         self.client_handovers += 1
         self._client_commits.add(future)
@@ -101,15 +105,15 @@ class CommitGrouping:
         """
         return bool(self._client_commits)
 
-    def _holds(self) -> bool:
-        """Whether a processor's write made now waits for a client's commit (see :meth:`_enqueue`).
+    def holds(self) -> bool:
+        """Whether a processor's write made now waits for a client's commit (see :meth:`enqueue`).
 
         Only where this log groups commits on the loop: a backend that groups
         them on its own thread (PostgreSQL) holds nothing.
         """
         return self._inline_commits and self.clients_contend()
 
-    def _commits_now(self, loop: asyncio.AbstractEventLoop) -> bool:
+    def commits_now(self, loop: asyncio.AbstractEventLoop) -> bool:
         """The one decision to commit on the loop, now, rather than hand over to the backend.
 
         Only when inline commits are on, no appends of this turn are waiting
@@ -128,7 +132,11 @@ class CommitGrouping:
             return False
         return _ready_work(loop) is False
 
-    def _submit(self, job: AppendCall) -> None:
+    def pending_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether appends of this turn of ``loop`` wait to be handed over (a job may join them)."""
+        return bool(self._pending) and self._pending[0].loop is loop
+
+    def submit(self, job: AppendCall) -> None:
         """Hand ``job`` to the writer at the end of this loop turn, with its turn's peers.
 
         The job is registered at once (so a close that follows still commits
@@ -144,13 +152,13 @@ class CommitGrouping:
         if not self._inline_commits or (self._pending and self._pending[0].loop is not job.loop):
             self._backend.submit(job)
             return
-        if self._commits_now(job.loop):
+        if self.commits_now(job.loop):
             if not self._backend.try_inline([job]):
                 self._backend.submit(job)
             return
-        self._enqueue(job, hold=False)
+        self.enqueue(job, hold=False)
 
-    def _enqueue(self, job: AppendCall | TransactionJob, *, hold: bool) -> None:
+    def enqueue(self, job: AppendCall | TransactionJob, *, hold: bool) -> None:
         """Add ``job`` to this turn's group; ``hold``: a processor's write, which may wait.
 
         A processor's write made while clients append waits up to
@@ -178,7 +186,7 @@ class CommitGrouping:
         self._handover = loop.call_soon(self._hand_over)
         self._handover_soon = True
 
-    def _queue_pending(self) -> None:
+    def queue_pending(self) -> None:
         """Appends registered but not yet handed over go to the writer's queue (before a close)."""
         if self._handover is not None:
             self._handover.cancel()
@@ -201,7 +209,7 @@ class CommitGrouping:
         try:
             # Inline only when the loop has nothing else to run: otherwise the thread's
             # fsync overlaps that work instead of holding it up.
-            if self._commits_now(jobs[0].loop) and self._backend.try_inline(jobs):
+            if self.commits_now(jobs[0].loop) and self._backend.try_inline(jobs):
                 return
             for job in jobs:
                 self._backend.submit(job)

@@ -81,7 +81,7 @@ def _check_int(name: str, value: object, low: int, high: int | None = None) -> i
     return value
 
 
-class Log(CommitGrouping):
+class Log:
     """An open log. Cheap to share between tasks; close it once, when done.
 
     Build one with :func:`streamkit.open_log`, which opens the backend the
@@ -102,13 +102,13 @@ class Log(CommitGrouping):
     ) -> None:
         """Open ``backend(feed)`` under this log (``open_log`` does this; prefer it)."""
         self._read_only = read_only
-        self._init_grouping(inline_commits and not read_only)
         _check_int("follower_bytes", follower_bytes, 1)
         self.shared_pages = SharedPages()
         """Full pages read lately, handed to the next reader of the same range (see its module)."""
         self.path = path
         self._feed = Feed(follower_bytes)
         self._backend = backend(self._feed)
+        self._grouping = CommitGrouping(self._backend, inline_commits and not read_only)
         self._streams: dict[str, Stream] = {}
         self._closed = False
         # Closes the backend if the Log is dropped unclosed (or at exit).
@@ -138,14 +138,14 @@ class Log(CommitGrouping):
         Followers end (``StopAsyncIteration``); later calls raise
         :class:`~streamkit.errors.LogClosed`. Prefer :meth:`aclose` on an event loop.
         """
-        self._queue_pending()
+        self._grouping.queue_pending()
         self._closed = True
         self.shared_pages.clear()
         self._finalizer()
 
     async def aclose(self) -> None:
         """Close the log without blocking the loop: queued appends commit first. Idempotent."""
-        self._queue_pending()
+        self._grouping.queue_pending()
         self._closed = True
         self.shared_pages.clear()
         wake(self._feed.close_all())
@@ -174,6 +174,25 @@ class Log(CommitGrouping):
         """
         looked = self._backend.follow_looked_at()
         return None if looked is None else max(0.0, time.monotonic() - looked)
+
+    def clients_contend(self) -> bool:
+        """Whether clients compete with processors for this log now (see ``CommitGrouping``).
+
+        True while a client's append (one without a lease's fence) waits for
+        its commit; only then does a processor's write wait briefly to share
+        a client's commit, and a host pause its processors between ranges.
+        """
+        return self._grouping.clients_contend()
+
+    @property
+    def held_writes(self) -> int:
+        """Processors' writes that waited for a client's commit to share it."""
+        return self._grouping.held_writes
+
+    @property
+    def client_handovers(self) -> int:
+        """Clients' appends that could not commit at once (each was in flight for a while)."""
+        return self._grouping.client_handovers
 
     @property
     def backend(self) -> LogBackend:
@@ -246,13 +265,14 @@ class Log(CommitGrouping):
         future: asyncio.Future[T] = loop.create_future()
         job = TransactionJob(loop, future, fn, short=inline)
         # ``fn`` is the caller's code: only on request may it hold the event loop, and
-        # only when nothing else is waiting to run (see ``_submit``).
-        hold = processor and self._holds()
-        if inline and not hold and self._commits_now(loop):
+        # only when nothing else is waiting to run (see ``CommitGrouping.submit``).
+        grouping = self._grouping
+        hold = processor and grouping.holds()
+        if inline and not hold and grouping.commits_now(loop):
             if not self._backend.try_inline([job]):
                 self._backend.submit(job)
-        elif inline and (hold or (self._pending and self._pending[0].loop is loop)):
-            self._enqueue(job, hold=hold)  # rides the group commit of this turn's appends
+        elif inline and (hold or grouping.pending_on(loop)):
+            grouping.enqueue(job, hold=hold)  # rides the group commit of this turn's appends
         else:
             # The thread commits it while the loop runs the work that is ready (a
             # catch-up reads its next page meanwhile), still grouped with any append
@@ -325,7 +345,7 @@ class Log(CommitGrouping):
     ) -> list[StreamEvent] | asyncio.Future[list[StreamEvent]]:
         """Commit one append call: its committed events, or a future of them.
 
-        When the log commits now (:meth:`_commits_now`) the call is a group of
+        When the log commits now (``CommitGrouping.commits_now``) the call is a group of
         one, run on the loop at once: its outcome is on the call when the
         backend's ``try_inline`` returns, so there is no future to settle and
         no coroutine to wait on (the caller awaits only a future). Else, or if
@@ -335,8 +355,9 @@ class Log(CommitGrouping):
             self._check_writable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[StreamEvent]]
-        hold = fence is not None and self._holds()
-        if not hold and self._commits_now(loop):
+        grouping = self._grouping
+        hold = fence is not None and grouping.holds()
+        if not hold and grouping.commits_now(loop):
             call = AppendCall(loop, None, path, events, fence, seal, expect_head)
             if self._backend.try_inline([call]):
                 if call.error is not None:
@@ -349,11 +370,11 @@ class Log(CommitGrouping):
             future = loop.create_future()
             job = AppendCall(loop, future, path, events, fence, seal, expect_head)
             if hold:
-                self._enqueue(job, hold=True)
+                grouping.enqueue(job, hold=True)
             else:
-                self._submit(job)
+                grouping.submit(job)
         if fence is None:
-            self._client_waits(future)
+            grouping.client_waits(future)
         return future
 
     async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None:

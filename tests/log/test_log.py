@@ -545,14 +545,14 @@ async def test_an_inline_commit_waits_out_a_follow_poll_instead_of_handing_over(
     stream = log.stream()
     writer = log._backend.writer
     polling = threading.Event()
-    poll = writer._poll
+    poll = writer._foreign.poll
 
     def slow_poll() -> None:
         polling.set()
         time.sleep(0.001)  # long enough for the append below to find the connection taken
         poll()
 
-    writer._poll = slow_poll  # type: ignore[method-assign]
+    writer._foreign.poll = slow_poll  # type: ignore[method-assign]
     threads: list[int] = []
     writer._conn.set_trace_callback(
         lambda sql: threads.append(threading.get_ident()) if sql.startswith("INSERT") else None
@@ -627,18 +627,18 @@ async def test_the_writer_polls_only_when_no_transaction_looked_lately(log_file:
     async with open_log(log_file) as log:
         writer = log._backend.writer
         polls: list[float] = []
-        poll = writer._poll
+        poll = writer._foreign.poll
 
         def counted() -> None:
             polls.append(time.monotonic())
             poll()
 
-        writer._poll = counted  # type: ignore[method-assign]
+        writer._foreign.poll = counted  # type: ignore[method-assign]
         follow = log.stream().follow()
         try:
             await asyncio.sleep(0.05)
             assert polls  # following and idle: the writer polls
-            writer._synced_at = time.monotonic() + 1.0  # as if a commit looked just now
+            writer._foreign.synced_at = time.monotonic() + 1.0  # as if a commit looked just now
             await asyncio.sleep(0.01)
             quiet_from = time.monotonic()
             await asyncio.sleep(0.2)

@@ -1,7 +1,7 @@
 """The log on an event loop that is not asyncio's own (uvloop): same outcomes, thread commits.
 
 The inline-commit decision reads asyncio's private ready queue in one place
-(``streamkit.log._grouping.CommitGrouping._commits_now``); a loop without it must take the
+(``streamkit.log._grouping.CommitGrouping.commits_now``); a loop without it must take the
 writer thread every time and keep every rule of the log.
 """
 
@@ -36,7 +36,7 @@ def test_uvloop_has_no_ready_queue_so_nothing_commits_on_the_loop(tmp_path: Path
     async def scenario() -> tuple[bool, list[int], int, int]:
         loop = asyncio.get_running_loop()
         async with open_log(tmp_path / "u.db") as log:
-            inline = log._commits_now(loop)
+            inline = log._grouping.commits_now(loop)
             stream = log.stream("/")
             await stream.append(order(1))  # a lone plain append
             await asyncio.gather(*(stream.append(order(n)) for n in range(2, 12)))  # a group
@@ -64,9 +64,9 @@ def test_asyncios_own_loop_answers_from_its_ready_queue() -> None:
     async def scenario() -> tuple[bool, bool]:
         loop = asyncio.get_running_loop()
         async with open_log(":memory:") as log:
-            idle = log._commits_now(loop)
+            idle = log._grouping.commits_now(loop)
             loop.call_soon(lambda: None)
-            busy = log._commits_now(loop)
+            busy = log._grouping.commits_now(loop)
             await asyncio.sleep(0)
         return idle, busy
 

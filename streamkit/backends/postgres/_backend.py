@@ -47,7 +47,7 @@ from streamkit.backends.postgres._schema import ensure_schema, stored_version
 from streamkit.backends.postgres._writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed, LogOpenError, StorageError
 from streamkit.events import ReadPage
-from streamkit.log._follow import Feed
+from streamkit.log import Feed
 from streamkit.protocols import Clock, LogStats, PayloadTypes
 
 __all__ = ["READERS", "PostgresLogBackend"]
@@ -175,14 +175,7 @@ class PostgresLogBackend:
 
     def stats(self) -> LogStats:
         """The writer's counters since the log was opened."""
-        w = self.writer
-        return LogStats(
-            transactions=w.transactions,
-            appended=w.appended,
-            ephemeral=w.ephemeral,
-            ephemeral_reservations=w.ephemeral_reservations,
-            refused=w.refused,
-        )
+        return self.writer.counters.stats()
 
     # -- reads: the reader threads --------------------------------------------------------
 

@@ -1,7 +1,8 @@
-"""The group commit of the PostgreSQL writer: placing a group's calls, in one round trip if it can.
+"""The PostgreSQL statements of the shared group commit: one round trip per group if it can.
 
-:class:`GroupCommit` is the half of :class:`~._writer.Writer` that runs one
-group of write calls (it inherits this; no state of its own):
+:class:`PostgresStatements` is what
+:class:`~streamkit.backends._group_commit.GroupCommit` runs a group of write
+calls through on PostgreSQL:
 
 - plain appends to one path (a lone append, most groups) are ONE statement
   in its own transaction: the head-row upsert, the rows and the ``NOTIFY``;
@@ -24,15 +25,16 @@ the commit was in flight leaves the outcome unknown, and the error says so.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
-from streamkit._requests import AppendCall, ClaimCall, Job, WriteCall
+from streamkit._requests import AppendCall, ClaimCall, WriteCall
 from streamkit.backends._blocks import BLOCK_MIN, PathState, Snapshot, ephemeral_needs
+from streamkit.backends._group_commit import Group, WriteCounters, fresh_by_path
 from streamkit.backends._placing import place_events
+from streamkit.backends._stamps import Stamps
 from streamkit.backends._stored import decode_prepared
-from streamkit.backends._writer_thread import fresh_by_path
 from streamkit.backends.postgres._connect import is_disconnect, is_retryable, storage_error
 from streamkit.backends.postgres._notify import Fed, notify_channel
 from streamkit.backends.postgres._offsets import (
@@ -46,9 +48,9 @@ from streamkit.backends.postgres._offsets import (
 from streamkit.backends.postgres._read import Reads
 from streamkit.errors import StorageError, StreamkitError
 from streamkit.events import StreamEvent
-from streamkit.log._follow import Feed, Push, WakeList
+from streamkit.log import Feed
 
-__all__ = ["GroupCommit"]
+__all__ = ["PostgresStatements"]
 
 RETRIES = 5
 """Times a group the server aborted (deadlock, serialization) runs again before it fails."""
@@ -91,34 +93,33 @@ SELECT h.head, h.stamped, (SELECT count(*) FROM note) FROM h
 )
 
 
-class GroupCommit:
-    """The group-commit half of the writer (see the module docstring).
+class PostgresStatements:
+    """How a group commits on PostgreSQL (see the module docstring).
 
-    The attributes below are the writer's; they are named here so each
-    method's use of them is checked.
+    Owns the cached :class:`~streamkit.backends._blocks.PathState` of each
+    path this writer touched; ``connection()`` is the writer's connection,
+    opened again if it broke.
     """
 
-    _schema: str
-    _token: str
-    _timestamp: Callable[[], str]
-    _last_stamp: str
-    _feed: Feed
-    _fed: Fed
-    _states: dict[str, PathState]
-    _committing: bool
-    _settle: list[Job]
-    _wakes: WakeList
-    transactions: int
-    appended: int
-    ephemeral: int
-    ephemeral_reservations: int
-    refused: int
-
-    if TYPE_CHECKING:
-
-        def _connection(self) -> psycopg.Connection[Any]: ...
-
-    def _init_statements(self, schema: str) -> None:
+    def __init__(
+        self,
+        schema: str,
+        *,
+        token: str,
+        connection: Callable[[], psycopg.Connection[Any]],
+        stamps: Stamps,
+        counters: WriteCounters,
+        feed: Feed,
+        fed: Fed,
+    ) -> None:
+        self._schema = schema
+        self._token = token
+        self._connection = connection
+        self._stamps = stamps
+        self._counters = counters
+        self._feed = feed
+        self._fed = fed
+        self.states: dict[str, PathState] = {}
         quoted = f'"{schema}"'
         self._insert = _INSERT.replace("{s}", quoted)
         self._claim = _CLAIM.replace("{s}", quoted)
@@ -129,74 +130,70 @@ class GroupCommit:
         self._channel = notify_channel(schema)
         self._reads = Reads(schema)
 
-    def _stamp(self) -> str:
-        """``created_at`` for what is placed now: the clock, or the latest stamp seen if later."""
-        # Fixed-width ISO stamps compare in time order as strings: a clock that steps
-        # back never makes a later commit look older.
-        self._last_stamp = max(self._timestamp(), self._last_stamp)
-        return self._last_stamp
-
     def _state(self, path: str) -> PathState:
-        state = self._states.get(path)
+        state = self.states.get(path)
         if state is None:
-            state = self._states[path] = PathState()
+            state = self.states[path] = PathState()
         return state
 
-    # -- group commit ---------------------------------------------------------------------
+    # -- the GroupStatements protocol ---------------------------------------------------
 
-    def _run_group(self, calls: Sequence[WriteCall]) -> None:
-        counters = (self.appended, self.ephemeral, self.ephemeral_reservations, self.refused)
+    def saved(self, calls: Sequence[WriteCall]) -> dict[str, Snapshot]:
+        return {path: self._state(path).snapshot() for path in {call.path for call in calls}}
+
+    def undo(self, saved: object) -> None:
+        assert isinstance(saved, dict)
+        for path, snapshot in saved.items():
+            self.states[path].restore(snapshot)
+
+    def attempt(self, group: Group) -> None:
+        calls = group.calls
         paths = sorted({call.path for call in calls})
-        saved: dict[str, Snapshot] = {path: self._state(path).snapshot() for path in paths}
-        following = self._feed.has_subscribers()
-        attempt = 0
-        while True:
-            self._committing = False
-            try:
-                if len(paths) == 1 and all(call.plain for call in calls):
-                    self._run_plain(calls, paths[0], following)
-                elif not self._run_without_transaction(calls):
-                    self._run_in_transaction(calls, paths, following)
-                break
-            except Exception as exc:
-                for path, snapshot in saved.items():
-                    self._states[path].restore(snapshot)
-                (self.appended, self.ephemeral, self.ephemeral_reservations, self.refused) = (
-                    counters
-                )
-                for call in calls:
-                    call.error = call.result = None
-                    if isinstance(call, AppendCall):
-                        call.fresh = ()
-                attempt += 1
-                if is_retryable(exc) and attempt < RETRIES:
-                    continue  # nothing was written: the server asks for the group again
-                self._fail_group(calls, exc)
-                break
-        self._settle.extend(calls)
-        if following:
-            self._push_fresh(calls)
+        if len(paths) == 1 and all(call.plain for call in calls):
+            self._run_plain(group, paths[0])
+        elif not self._without_transaction(group):
+            self._in_transaction(group, paths)
 
-    def _fail_group(self, calls: Sequence[WriteCall], exc: Exception) -> None:
+    def again(self, exc: Exception, attempt: int, group: Group) -> bool:
+        # Nothing was written: the server asks for the group again (deadlock, serialization).
+        return is_retryable(exc) and attempt < RETRIES
+
+    def call_error(self, exc: Exception, call: WriteCall, group: Group) -> BaseException:
+        if not isinstance(exc, psycopg.Error):
+            return exc
+        outcome = (
+            "the connection broke while the commit was in flight, so it may or may not "
+            "have been written (retry with idempotency keys to find out)"
+            if group.committing and is_disconnect(exc)
+            else "the transaction was rolled back and nothing was written"
+        )
+        error = storage_error(exc, "appending", outcome=outcome)
+        error.__cause__ = exc
+        return error
+
+    def transaction_error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, psycopg.Error):
-            outcome = (
-                "the connection broke while the commit was in flight, so it may or may not "
-                "have been written (retry with idempotency keys to find out)"
-                if self._committing and is_disconnect(exc)
-                else "the transaction was rolled back and nothing was written"
-            )
-            error: BaseException = storage_error(exc, "appending", outcome=outcome)
+            error = storage_error(exc, "write_transaction")
             error.__cause__ = exc
-        else:
-            error = exc
-        for call in calls:
-            call.error = error
-        if isinstance(exc, StreamkitError) and not isinstance(exc, StorageError):
-            self.refused += len(calls)
+            return error
+        return exc
 
-    def _run_without_transaction(self, calls: Sequence[WriteCall]) -> bool:
+    def forget(self) -> None:
+        for state in self.states.values():
+            state.head = None
+
+    def pushed(self, path: str, durable_through: int | None) -> None:
+        if durable_through is not None:
+            self._fed.advance(path, durable_through)
+
+    def unfollowed(self) -> None:
+        """(The listener keeps the positions of followed paths; nothing to drop here.)"""
+
+    # -- the attempts -------------------------------------------------------------------
+
+    def _without_transaction(self, group: Group) -> bool:
         """Hand out ephemerals from own blocks with no transaction; False if one must be reserved."""
-        need = ephemeral_needs(calls)
+        need = ephemeral_needs(group.calls)
         if need is None:
             return False
         rows = read_heads(self._connection(), self._schema, list(need))
@@ -209,28 +206,28 @@ class GroupCommit:
             state.reserved_through = row.reserved_through
             if max(row.head, state.last_ephemeral) + count > row.reserved_through:
                 return False
-        now = self._stamp()
-        for call in calls:
+        now = group.now = self._stamps.stamp()
+        counters = self._counters
+        for call in group.calls:
             assert isinstance(call, AppendCall)
-            state = self._states[call.path]
+            state = self.states[call.path]
             placed = place_events(call, state, now, _no_key, None)
             call.fresh, call.result = placed.committed(call.path, now)
-            self.ephemeral += call.ephemerals
+            counters.ephemeral += call.ephemerals
         return True
 
-    def _run_in_transaction(
-        self, calls: Sequence[WriteCall], paths: list[str], following: bool
-    ) -> None:
+    def _in_transaction(self, group: Group, paths: list[str]) -> None:
         conn = self._connection()
+        calls = group.calls
         stamps: dict[str, str] = {}
-        inflight = False
+        inflight: dict[str, int] | None = None
         try:
             with conn.transaction():
                 if len(paths) > 1:
                     # Every head row this group needs, locked in one order for all writers.
                     conn.execute(self._ensure_heads, (paths,))
                     conn.execute(self._lock_heads, (paths,))
-                now = self._stamp()
+                now = group.now = self._stamps.stamp()
                 wrote = False
                 plain: list[AppendCall] = []
                 for call in calls:
@@ -249,26 +246,25 @@ class GroupCommit:
                 if wrote:
                     for path in self._notified(calls):
                         conn.execute("SELECT pg_notify(%s, %s)", (self._channel, path))
-                    if following:
-                        self._feed.set_inflight(_starts(calls))
-                        inflight = True
-                    self._committing = True
+                    if group.following:
+                        inflight = _starts(calls)
+                        self._feed.set_inflight(inflight)
+                    group.committing = True
                 else:
                     # Nothing to keep (every call refused): roll back rather than commit.
                     raise psycopg.Rollback
             if wrote:
-                self.transactions += 1
+                self._counters.transactions += 1
         except BaseException:
-            # (_committing stays as it was: the group's failure says whether the commit was sent)
-            if inflight:
-                self._feed.clear_inflight(set(_starts(calls)))
+            # (committing stays as it was: the group's failure says whether the commit was sent)
+            if inflight is not None:
+                self._feed.clear_inflight(set(inflight))
             raise
-        self._committing = False
+        group.committing = False
         for stamp in stamps.values():
-            if stamp > self._last_stamp:
-                self._last_stamp = stamp
+            self._stamps.saw(stamp)
 
-    def _run_plain(self, calls: Sequence[WriteCall], path: str, following: bool) -> None:
+    def _run_plain(self, group: Group, path: str) -> None:
         """Plain appends to one path (the commonest group): ONE statement, its own transaction.
 
         The head row's upsert, the rows' insert and the notification are one
@@ -276,16 +272,17 @@ class GroupCommit:
         and commits on its own (autocommit); the offsets come back with it.
         """
         conn = self._connection()
+        calls = group.calls
         state = self._state(path)
         events = [e for call in calls if isinstance(call, AppendCall) for e in call.events]
         count = len(events)
-        now = self._stamp()
-        if following:
+        now = group.now = self._stamps.stamp()
+        if group.following:
             # Before the commit: this process's readers stop short of it until its push
             # is out. Any position at or below the commit's start will do; the head
             # this writer saw last is one (a follower reads the rest as a gap).
             self._feed.set_inflight({path: state.head or 0})
-        self._committing = True
+        group.committing = True
         try:
             row = conn.execute(
                 self._plain,
@@ -304,14 +301,13 @@ class GroupCommit:
                 },
             ).fetchone()
         except BaseException:
-            if following:
+            if group.following:
                 self._feed.clear_inflight({path})
             raise
-        self._committing = False
+        group.committing = False
         assert row is not None
         last, stamp = int(row[0]), str(row[1])
-        if stamp > self._last_stamp:
-            self._last_stamp = stamp
+        self._stamps.saw(stamp)
         state.head = last
         first = last - count + 1
         for call in calls:
@@ -320,8 +316,8 @@ class GroupCommit:
             offsets = range(first, first + size)
             first += size
             call.result = call.fresh = decode_prepared(path, call.events, offsets, stamp)
-        self.appended += count
-        self.transactions += 1
+        self._counters.appended += count
+        self._counters.transactions += 1
 
     def _notified(self, calls: Sequence[WriteCall]) -> list[str]:
         """The payloads to notify: each path with new durable events, or ``""`` for "read all"."""
@@ -374,7 +370,7 @@ class GroupCommit:
                 for o, e in zip(offsets, call.events, strict=True)
             )
             call.result = call.fresh = decode_prepared(path, call.events, offsets, stamp)
-            self.appended += len(call.events)
+            self._counters.appended += len(call.events)
         with conn.cursor() as cur:
             cur.executemany(self._insert, rows)
 
@@ -384,7 +380,7 @@ class GroupCommit:
         """Run one call that may be refused in its own savepoint; False if it was refused."""
         state = self._state(call.path)
         saved = state.snapshot()
-        counters = (self.appended, self.ephemeral, self.ephemeral_reservations)
+        counters = self._counters.saved()
         try:
             with conn.transaction():
                 if isinstance(call, ClaimCall):
@@ -397,13 +393,13 @@ class GroupCommit:
             return True
         except StreamkitError as exc:
             state.restore(saved)
-            (self.appended, self.ephemeral, self.ephemeral_reservations) = counters
+            self._counters.restore(counters)
             call.error = exc
             call.result = None
             if isinstance(call, AppendCall):
                 call.fresh = ()
             if not isinstance(exc, StorageError):
-                self.refused += 1
+                self._counters.refused += 1
             return False
 
     def _append(
@@ -458,24 +454,12 @@ class GroupCommit:
         if call.seal is not None:
             # Same transaction as the rows: a control record and its event land together.
             call.seal(conn, result)
-        self.appended += len(placed.rows)
+        counters = self._counters
+        counters.appended += len(placed.rows)
         if call.ephemerals:
-            self.ephemeral += call.ephemerals
-            self.ephemeral_reservations += placed.reserved
+            counters.ephemeral += call.ephemerals
+            counters.ephemeral_reservations += placed.reserved
         return result
-
-    def _push_fresh(self, calls: Sequence[WriteCall]) -> None:
-        """Publish a group's new events: one push per path, proving the range they fill."""
-        published: list[tuple[str, Push]] = []
-        for path, (events, size) in fresh_by_path(calls).items():
-            # The group held the path's row (or drew from its own block), so nothing of
-            # anyone else's lies between its first offset and its last.
-            published.append((path, Push(events[0].offset - 1, events[-1].offset, events, size)))
-            durable = [event.offset for event in events if not event.ephemeral]
-            if durable:
-                self._fed.advance(path, durable[-1])
-        if published:
-            self._feed.publish(published, self._wakes)
 
 
 def _no_key(_key: str) -> StreamEvent | None:

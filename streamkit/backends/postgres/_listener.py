@@ -34,7 +34,7 @@ from streamkit.backends.postgres._connect import connect
 from streamkit.backends.postgres._notify import Fed, notify_channel
 from streamkit.backends.postgres._read import Reads
 from streamkit.errors import StorageError
-from streamkit.log._follow import Feed, Push, WakeList, wake
+from streamkit.log import Feed, Push, WakeList, wake
 
 __all__ = ["POLL_SECONDS", "Listener"]
 

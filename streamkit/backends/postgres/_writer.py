@@ -13,22 +13,29 @@ given back.
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from streamkit._requests import AppendCall, ClaimCall, CloseJob, TransactionJob, WriteCall
+from streamkit._requests import (
+    AppendCall,
+    ClaimCall,
+    CloseJob,
+    FollowJob,
+    Job,
+    TransactionJob,
+    WriteCall,
+)
 from streamkit._targets import PostgresTarget
-from streamkit.backends._blocks import PathState
+from streamkit.backends._group_commit import GroupCommit, WriteCounters
+from streamkit.backends._settling import Settling
+from streamkit.backends._stamps import Stamps
 from streamkit.backends._writer_thread import WriterThread
-from streamkit.backends.postgres._connect import connect, session_options, storage_error
-from streamkit.backends.postgres._group_commit import GroupCommit
+from streamkit.backends.postgres._connect import connect, session_options
+from streamkit.backends.postgres._group_commit import PostgresStatements
 from streamkit.backends.postgres._notify import Fed
 from streamkit.errors import StorageError
-from streamkit.events import format_timestamp, now_timestamp
-from streamkit.log._follow import Feed
+from streamkit.log import Feed
 from streamkit.protocols import Clock
 
 __all__ = ["Writer"]
@@ -42,8 +49,15 @@ _RELEASE = (
 )
 
 
-class Writer(WriterThread, GroupCommit):
-    """The writer thread and the state it alone touches."""
+class Writer:
+    """The writer of one PostgreSQL log: its thread, its connection and the parts that use it.
+
+    Parts, each owning its state: the thread and its queue, the outcomes
+    owed to callers, the stamps, the counters, and the group commit run
+    through :class:`~._group_commit.PostgresStatements` (which caches the
+    path states). The writer itself owns the connection, opened again for
+    the next job if it broke.
+    """
 
     def __init__(
         self,
@@ -57,29 +71,26 @@ class Writer(WriterThread, GroupCommit):
         group_limit: int = GROUP_LIMIT,
     ) -> None:
         self._target = target
-        self._schema = target.schema
-        self._init_statements(target.schema)
         self._release = _RELEASE.replace("{s}", f'"{target.schema}"')
         # A row lock another transaction holds is waited for up to busy_timeout.
         self._options = session_options(busy_timeout)
         self._conn: psycopg.Connection[Any] | None = self._connect()
         self._token = token
-        self._timestamp: Callable[[], str] = (
-            now_timestamp if clock is time.time else lambda: format_timestamp(clock())
-        )
-        self._last_stamp = ""
-        self._feed = feed
-        self._fed = fed
         self._group_limit = group_limit
-        self._init_queue()
-        self._states: dict[str, PathState] = {}
-        self._committing = False
-        self.transactions = 0
-        self.appended = 0
-        self.ephemeral = 0
-        self.ephemeral_reservations = 0
-        self.refused = 0
-        self._start_thread(self._run, "streamkit-pg-writer")
+        self.counters = WriteCounters()
+        self._settling = Settling()
+        self._statements = PostgresStatements(
+            target.schema,
+            token=token,
+            connection=self._connection,
+            stamps=Stamps(clock),
+            counters=self.counters,
+            feed=feed,
+            fed=fed,
+        )
+        self._group_commit = GroupCommit(self._statements, feed, self.counters, self._settling)
+        self._thread = WriterThread(self._run, "streamkit-pg-writer")
+        self._thread.start()
 
     def _connect(self) -> psycopg.Connection[Any]:
         return connect(
@@ -99,6 +110,18 @@ class Writer(WriterThread, GroupCommit):
 
     # -- the caller's side (any thread) ---------------------------------------------------
 
+    def submit(self, job: Job | FollowJob) -> None:
+        """Queue a job; raise :class:`~streamkit.errors.LogClosed` once the log is closing."""
+        self._thread.submit(job)
+
+    def request_close(self, waiter: Any = None) -> None:
+        """Stop accepting jobs; the thread finishes the queued ones, then closes the connection."""
+        self._thread.request_close(waiter)
+
+    def join(self) -> None:
+        """Wait until the writer thread has finished (not from the thread itself)."""
+        self._thread.join()
+
     def try_inline(self, jobs: list[AppendCall | TransactionJob]) -> bool:
         """Never: a commit is a network round trip, which must not block an event loop."""
         return False
@@ -106,9 +129,10 @@ class Writer(WriterThread, GroupCommit):
     # -- the thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        thread = self._thread
         try:
             while True:
-                jobs = self._take(self._queue.get(), self._group_limit)
+                jobs = thread.take(thread.get(), self._group_limit)
                 if self._handle(jobs):
                     return
         finally:
@@ -117,52 +141,50 @@ class Writer(WriterThread, GroupCommit):
                     with contextlib.suppress(psycopg.Error):
                         self._conn.close()
             finally:
-                self._finish()
+                thread.finish(self._settling)
 
     def _handle(self, jobs: list[Any]) -> bool:
         """Run a batch of jobs in order; True once a close was among them (the thread ends)."""
+        guarded = self._settling.guarded
+        forget = self._statements.forget
         group: list[WriteCall] = []
         for job in jobs:
             if isinstance(job, AppendCall | ClaimCall):
                 group.append(job)
                 continue
             if group:
-                self._guarded(self._run_group, group)
+                guarded(self._group_commit.run, group, forget)
                 group = []
             if isinstance(job, TransactionJob):
-                self._guarded(self._run_transaction, job)
+                guarded(self._run_transaction, job, forget)
             elif isinstance(job, CloseJob):
                 self._release_reservations()
                 return True
         if group:
-            self._guarded(self._run_group, group)
+            guarded(self._group_commit.run, group, forget)
         return False
 
     # -- other jobs -----------------------------------------------------------------------
 
     def _run_transaction(self, job: TransactionJob) -> None:
-        self._settle.append(job)
+        self._settling.add(job)
         try:
             conn = self._connection()
             with conn.transaction():
                 result = job.fn(conn)
             job.result = result
-            self.transactions += 1
-        except psycopg.Error as exc:
-            job.error = storage_error(exc, "write_transaction")
-            job.error.__cause__ = exc
+            self.counters.transactions += 1
         except BaseException as exc:  # whatever fn raises goes back to its caller
-            job.error = exc
+            job.error = self._statements.transaction_error(exc)
         finally:
             # The function may have touched any table: trust nothing cached.
-            for state in self._states.values():
-                state.head = None
+            self._statements.forget()
 
     def _release_reservations(self) -> None:
         """Give back the unused rest of own blocks so a clean restart leaves no hole."""
         own = [
             (state.last_ephemeral, path)
-            for path, state in self._states.items()
+            for path, state in self._statements.states.items()
             if state.mine and state.last_ephemeral
         ]
         if not own:

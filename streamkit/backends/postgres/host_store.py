@@ -38,7 +38,7 @@ from streamkit.backends.postgres.leases import Leases
 from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
 from streamkit.errors import StorageError
 from streamkit.events import StreamEvent
-from streamkit.log._log import Log
+from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, Lease, LeaseGuard
 
 __all__ = ["PostgresHostStore", "PostgresLeaseRenewer", "registered_sockets"]

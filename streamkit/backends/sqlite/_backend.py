@@ -37,7 +37,7 @@ from streamkit.backends.sqlite._wal_guard import WalIdentity
 from streamkit.backends.sqlite._writer import Writer
 from streamkit.errors import InvalidRequest
 from streamkit.events import ReadPage
-from streamkit.log._follow import Feed
+from streamkit.log import Feed
 from streamkit.protocols import Clock, LogStats, PayloadTypes
 
 __all__ = ["SqliteLogBackend"]
@@ -133,14 +133,7 @@ class SqliteLogBackend:
 
     def stats(self) -> LogStats:
         """The writer's counters since the log was opened."""
-        w = self.writer
-        return LogStats(
-            transactions=w.transactions,
-            appended=w.appended,
-            ephemeral=w.ephemeral,
-            ephemeral_reservations=w.ephemeral_reservations,
-            refused=w.refused,
-        )
+        return self.writer.counters.stats()
 
     # -- reads: the reader connection -----------------------------------------------------
 

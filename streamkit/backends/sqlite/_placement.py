@@ -1,6 +1,6 @@
 """Placing one call inside a group commit: its rows, its offsets, its refusals.
 
-:meth:`Placement._apply` runs one write call in the group's open
+:meth:`Placement.apply` runs one write call in the group's open
 transaction (or, for ephemerals that fit this writer's block, with none). A
 plain call (durable events, no key, no offset precondition) cannot be refused
 and takes the next offsets in one pass. Any other append is placed event by
@@ -17,6 +17,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
+from streamkit.backends._group_commit import Group, WriteCounters
 from streamkit.backends._placing import place_events
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends.sqlite._offsets import (
@@ -30,9 +31,9 @@ from streamkit.backends.sqlite._read import durable_head, select_key
 from streamkit.errors import StorageError, StreamkitError
 from streamkit.events import StreamEvent
 
-__all__ = ["_INSERT", "Placement"]
+__all__ = ["INSERT", "Placement"]
 
-_INSERT = (
+INSERT = (
     'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, source, '
     "idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?)"
 )
@@ -47,32 +48,35 @@ _UNCLAIM = "DELETE FROM streamkit_claims WHERE path = ? AND slug = ?"
 
 
 class Placement:
-    """The placement half of the writer's group commit (:class:`~._group_commit.GroupCommit`).
+    """Places calls on the writer connection and caches each path's head and block.
 
-    The attributes below are the writer's; they are named here so each
-    method's use of them is checked.
+    Owns the cached :class:`~._offsets.PathState` of every path the writer
+    touched (loaded from the log on first use, dropped by :meth:`forget`
+    whenever another connection may have written), and moves the writer's
+    counters as it places. The group being committed is passed in as a
+    :class:`~streamkit.backends._group_commit.Group` value.
     """
 
-    _conn: sqlite3.Connection
-    _cur: sqlite3.Cursor
-    _token: str
-    _in_transaction: bool
-    _following: bool
-    _deferred_rows: list[tuple[Any, ...]] | None
-    _states: dict[str, PathState]
-    _group_before: dict[str, int]
-    _now: str
-    # The writer's counters (its stats), moved by the placement that earns them; a
-    # group that fails puts them back (see GroupCommit._run_group).
-    appended: int
-    ephemeral: int
-    ephemeral_reservations: int
-    refused: int
+    def __init__(
+        self, conn: sqlite3.Connection, cur: sqlite3.Cursor, token: str, counters: WriteCounters
+    ) -> None:
+        self._conn = conn
+        self._cur = cur
+        self._token = token
+        self._counters = counters
+        self.states: dict[str, PathState] = {}
 
-    def _state(self, path: str) -> PathState:
-        state = self._states.get(path)
+    def forget(self) -> None:
+        """Drop every cached head and reservation: read them again before the next use."""
+        for state in self.states.values():
+            state.head = None
+            state.reserved_through = None
+
+    def state(self, path: str) -> PathState:
+        """``path``'s cached state, its head and reservation read from the log if unknown."""
+        state = self.states.get(path)
         if state is None:
-            state = self._states[path] = PathState()
+            state = self.states[path] = PathState()
         if state.head is None:
             state.head = durable_head(self._conn, path)
         if state.reserved_through is None:
@@ -84,39 +88,47 @@ class Placement:
             state.mine = mine
         return state
 
-    def _apply(self, call: WriteCall) -> bool:
+    def apply(
+        self,
+        call: WriteCall,
+        group: Group,
+        *,
+        transaction: bool = True,
+        deferred: list[tuple[Any, ...]] | None = None,
+    ) -> bool:
         """Run one call; on refusal undo its effect on the cached state and keep its error.
 
         A plain call (durable events, no key, no offset precondition: the
         commonest by far) is placed here: nothing in it can be refused or be in
         the log already, so its events take the next offsets in order and the
         rows and the committed events are built in one pass each. Any other
-        append is placed by :meth:`_append`.
+        append is placed by :meth:`_append`. ``transaction``: whether a
+        transaction is open (else only ephemerals from own blocks are placed).
+        ``deferred``: plain rows are held there for one ``executemany``.
         """
         path = call.path
-        state = self._states.get(path)
+        state = self.states.get(path)
         if state is None or state.head is None or state.reserved_through is None:
-            state = self._state(path)
-        if self._following:
-            self._group_before.setdefault(path, state.head or 0)
+            state = self.state(path)
+        if group.following:
+            group.starts.setdefault(path, state.head or 0)
         if not call.plain:
-            return self._apply_refusable(call, state)
+            return self._apply_refusable(call, state, group, transaction)
         if TYPE_CHECKING:  # (plain only ever marks an append: no isinstance at run time)
             assert isinstance(call, AppendCall)
         events = call.events
         first = next_plain(state)
-        now = self._now
-        deferred = self._deferred_rows  # (rows held back for one executemany: _apply_group)
+        now = group.now
         if len(events) == 1:  # the calls of a group, mostly: no comprehension or zip to set up
             e = events[0]
             source = e.source_json or ""
             row = (path, first, e.type, e.payload_json, e.metadata_json, source, "", now)
             if deferred is None:
-                self._cur.execute(_INSERT, row)
+                self._cur.execute(INSERT, row)
             else:
                 deferred.append(row)
             state.head = first
-            self.appended += 1
+            self._counters.appended += 1
             call.result = call.fresh = decode_prepared(path, events, (first,), now)
             return True
         offsets = range(first, first + len(events))
@@ -125,19 +137,21 @@ class Placement:
             for o, e in zip(offsets, events, strict=True)
         ]
         if deferred is None:
-            self._conn.executemany(_INSERT, rows)
+            self._conn.executemany(INSERT, rows)
         else:
             deferred.extend(rows)
         state.head = offsets[-1]
-        self.appended += len(events)
+        self._counters.appended += len(events)
         call.result = call.fresh = decode_prepared(path, events, offsets, now)
         return True
 
-    def _apply_refusable(self, call: WriteCall, state: PathState) -> bool:
+    def _apply_refusable(
+        self, call: WriteCall, state: PathState, group: Group, transaction: bool
+    ) -> bool:
         saved = state.snapshot()
         try:
             if isinstance(call, AppendCall):
-                call.result = self._append(call, state)
+                call.result = self._append(call, state, group.now, transaction)
             else:
                 self._claim(call)
             return True
@@ -148,7 +162,7 @@ class Placement:
             if isinstance(call, AppendCall):
                 call.fresh = ()
             if not isinstance(exc, StorageError):
-                self.refused += 1
+                self._counters.refused += 1
             return False
 
     def _claim(self, call: ClaimCall) -> None:
@@ -157,8 +171,10 @@ class Placement:
         else:
             self._conn.execute(_CLAIM, (call.path, call.slug, call.due_at))
 
-    def _append(self, call: AppendCall, state: PathState) -> list[StreamEvent]:
-        """Place the events of a call that is not plain (see :meth:`_apply`).
+    def _append(
+        self, call: AppendCall, state: PathState, now: str, transaction: bool
+    ) -> list[StreamEvent]:
+        """Place the events of a call that is not plain (see :meth:`apply`).
 
         Returns the committed events in input order. The rules are
         :func:`~streamkit.backends._placing.place_events`; ``call.fresh`` gets
@@ -171,28 +187,28 @@ class Placement:
             # Inside the transaction, before any row: a fence that refuses (a lease
             # taken over, say) leaves this call with nothing written.
             call.fence(conn)
-        now = self._now
         placed = place_events(
             call,
             state,
             now,
             lambda key: select_key(conn, path, key),
-            self._reserve if self._in_transaction else None,
+            self._reserve if transaction else None,
         )
         rows = placed.rows
         if len(rows) == 1:
-            self._cur.execute(_INSERT, rows[0])
+            self._cur.execute(INSERT, rows[0])
         elif rows:
-            conn.executemany(_INSERT, rows)
+            conn.executemany(INSERT, rows)
         call.fresh, result = placed.committed(path, now)
         if call.seal is not None:
             # Same transaction as the rows: a control record and its event land together.
             call.seal(conn, result)
         # Counted once nothing more can refuse the call (the seal may).
-        self.appended += len(rows)
+        counters = self._counters
+        counters.appended += len(rows)
         if call.ephemerals:
-            self.ephemeral += call.ephemerals
-            self.ephemeral_reservations += placed.reserved
+            counters.ephemeral += call.ephemerals
+            counters.ephemeral_reservations += placed.reserved
         return result
 
     def _reserve(self, path: str, through: int) -> None:

@@ -13,13 +13,14 @@ became ready in one loop turn may instead run as one group on the loop itself
 same lock, so both paths give the same outcomes.
 
 Offsets and ephemeral reservations are the rules of :mod:`._offsets`; the
-group commit itself is :mod:`._group_commit`.
+group commit is :mod:`streamkit.backends._group_commit` run through the
+SQLite statements of :mod:`._group_commit`.
 
-Other processes' commits: the writer connection's ``PRAGMA data_version``
-changes exactly when another connection committed, so the writer checks it at
-the start of every group (dropping cached heads, reading the new rows of
-followed paths and pushing them) and, while anyone follows, the thread polls it
-whenever 2 ms passed without such a check. A log quiet for half a second (no
+Other processes' commits (:mod:`._foreign`): the writer connection's ``PRAGMA
+data_version`` changes exactly when another connection committed, so the
+writer checks it at the start of every group (dropping cached heads, reading
+the new rows of followed paths and pushing them) and, while anyone follows,
+the thread polls it whenever 2 ms passed without such a check. A log quiet for half a second (no
 events committed here, none seen from elsewhere) is polled every 50 ms instead, so an
 idle host costs next to no CPU; the first commit from elsewhere after a quiet
 spell is then seen within 50 ms, and the 2 ms polling resumes with it.
@@ -34,7 +35,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from streamkit._requests import (
@@ -42,36 +43,32 @@ from streamkit._requests import (
     ClaimCall,
     CloseJob,
     FollowJob,
+    Job,
     QueryJob,
     TransactionJob,
     WriteCall,
 )
+from streamkit.backends._group_commit import GroupCommit, WriteCounters
+from streamkit.backends._settling import Settling
+from streamkit.backends._stamps import Stamps
 from streamkit.backends._writer_thread import WriterThread
+from streamkit.backends.sqlite._foreign import ForeignCommits
 from streamkit.backends.sqlite._group_commit import (
-    GroupCommit,
-    _TakenElsewhere,
+    SqliteStatements,
+    TakenElsewhere,
+    begin_waiting,
     transaction_error,
 )
-from streamkit.backends.sqlite._offsets import PathState
-from streamkit.backends.sqlite._read import (
-    durable_head,
-    read_page_sized,
-)
+from streamkit.backends.sqlite._placement import Placement
 from streamkit.backends.sqlite._schema import is_busy, storage_error
 from streamkit.backends.sqlite._wal_guard import WalIdentity
-from streamkit.errors import (
-    LogClosed,
-)
-from streamkit.events import (
-    format_timestamp,
-    now_timestamp,
-)
-from streamkit.log._follow import Feed, Push
+from streamkit.errors import LogClosed
+from streamkit.log import Feed
 from streamkit.protocols import Clock
 
 __all__ = ["Writer"]
 
-monotonic = time.monotonic  # bound once: every transaction reads it
+monotonic = time.monotonic  # bound once: every loop turn reads it
 
 GROUP_LIMIT = 1000
 """Calls per group commit at most, so one huge backlog cannot delay every caller behind it."""
@@ -86,25 +83,21 @@ POLL_QUIET_INTERVAL_SECONDS = 0.05
 """How often a quiet log is looked at: 20 looks a second instead of 500."""
 POLL_WAIT_SECONDS = 0.002
 """How long an inline commit waits for a follow poll to hand the connection back."""
-FOREIGN_PAGE = 1000
-"""Rows of other processes' commits read per path per poll (bounds one push's size)."""
-
-# The newest created_at of the log: the head row of each path, found by walking the
-# primary key from one distinct path to the next (no scan of the rows between).
-_LATEST_STAMP = """
-WITH RECURSIVE p(x) AS (
-    SELECT min(path) FROM streamkit_events
-    UNION ALL
-    SELECT (SELECT min(path) FROM streamkit_events WHERE path > x) FROM p WHERE x IS NOT NULL
-)
-SELECT max((SELECT created_at FROM streamkit_events WHERE path = x ORDER BY "offset" DESC
-            LIMIT 1))
-FROM p WHERE x IS NOT NULL
-"""
 
 
-class Writer(WriterThread, GroupCommit):
-    """The writer thread and the state it alone touches."""
+class Writer:
+    """The writer of one SQLite log: its thread, its connection and the parts that use it.
+
+    Parts, each owning its state: the thread and its queue
+    (:class:`~streamkit.backends._writer_thread.WriterThread`), the outcomes
+    owed to callers (:class:`~streamkit.backends._settling.Settling`), the
+    stamps, the counters, the placement of calls and its cached path states
+    (:class:`~._placement.Placement`), other processes' commits
+    (:class:`~._foreign.ForeignCommits`) and the group commit run through
+    :class:`~._group_commit.SqliteStatements`. The writer itself owns the
+    connection's lock: whoever uses the connection (the thread for a group,
+    or a caller committing inline) holds it, so the two never interleave.
+    """
 
     def __init__(
         self,
@@ -121,49 +114,52 @@ class Writer(WriterThread, GroupCommit):
         self._conn = conn
         self._wal = wal
         # SQLite's own busy wait is off: the thread waits for a foreign write lock
-        # itself (_BusyWait), and an inline group must never wait at all.
+        # itself, and an inline group must never wait at all.
         conn.execute("PRAGMA busy_timeout = 0")
         # One cursor for the fixed statements of every commit (no cursor object per statement).
-        self._cur = conn.cursor()
+        cur = conn.cursor()
         self._busy_timeout = busy_timeout
-        self._inline = False
-        self._polling = False
-        # Rows of plain appends held back to be inserted together (see _apply_group).
-        self._deferred_rows: list[tuple[Any, ...]] | None = None
-        self._synced_at = 0.0  # monotonic time of the latest look for other processes' commits
-        self._active_at = 0.0  # monotonic time of the latest events, committed here or seen
         self._token = token
-        # What stamps each commit's created_at: the default clock is read as integer
-        # nanoseconds (cheaper to format); any other clock through format_timestamp.
-        self._timestamp: Callable[[], str] = (
-            now_timestamp if clock is time.time else lambda: format_timestamp(clock())
-        )
         self._feed = feed
         self._persistent = persistent
         self._group_limit = group_limit
-        self._init_queue()
-        # Held by whoever uses the connection: the thread for a group, or a caller
-        # committing inline (see try_inline), so the two never interleave.
         self._conn_lock = threading.Lock()
-        self._states: dict[str, PathState] = {}
-        self._data_version: int | None = None
-        self._fed: dict[str, int] = {}
-        self._pending_follows: set[str] = set()
-        self._in_transaction = False
-        self._following = False
-        self._group_before: dict[str, int] = {}
-        self._now = ""
-        # The latest created_at this writer used or saw committed: no commit is
-        # stamped earlier, whatever this process's clock (or another's) says.
-        self._last_stamp = ""
-        self.transactions = 0
-        self.appended = 0
-        self.ephemeral = 0
-        self.ephemeral_reservations = 0
-        self.refused = 0
-        self._start_thread(self._run, "streamkit-log-writer")
+        self._polling = False
+        self.counters = WriteCounters()
+        self._settling = Settling()
+        self._stamps = Stamps(clock)
+        self._placement = Placement(conn, cur, token, self.counters)
+        self._foreign = ForeignCommits(
+            conn, cur, feed, self._stamps, self._settling, self._placement.forget
+        )
+        self._statements = SqliteStatements(
+            conn,
+            cur,
+            placement=self._placement,
+            foreign=self._foreign,
+            stamps=self._stamps,
+            counters=self.counters,
+            feed=feed,
+            busy_timeout=busy_timeout,
+            wal=wal,
+        )
+        self._group_commit = GroupCommit(self._statements, feed, self.counters, self._settling)
+        self._thread = WriterThread(self._run, "streamkit-log-writer")
+        self._thread.start()
 
     # -- the caller's side (any thread) ---------------------------------------------------
+
+    def submit(self, job: Job | FollowJob) -> None:
+        """Queue a job; raise :class:`LogClosed` once the log is closing."""
+        self._thread.submit(job)
+
+    def request_close(self, waiter: Any = None) -> None:
+        """Stop accepting jobs; the thread finishes the queued ones, then closes the connection."""
+        self._thread.request_close(waiter)
+
+    def join(self) -> None:
+        """Wait until the writer thread has finished (not from the thread itself)."""
+        self._thread.join()
 
     def try_inline(self, jobs: list[AppendCall | TransactionJob]) -> bool:
         """Run ``jobs`` now on the calling thread if the writer is idle; False to queue them.
@@ -192,23 +188,22 @@ class Writer(WriterThread, GroupCommit):
             # close queued after this check runs after this commit. A job the thread took
             # off the queue but has not run yet may commit after this one: both calls were
             # in flight at once, so either order is one the callers could have seen.
-            if not self._accepting:
+            if not self._thread.accepting:
                 raise LogClosed(
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
-            if not self._queue.empty():
+            if not self._thread.empty():
                 return False
-            self._inline = True
             try:
-                self._run_jobs(jobs)
-            except _TakenElsewhere:
+                self._run_jobs(jobs, inline=True)
+            except TakenElsewhere:
                 return False
             except Exception as exc:
-                self._fail(jobs, exc)
-            finally:
-                self._inline = False
-            if self._settle or self._wakes:
-                self._flush(direct=jobs[0].loop)
+                self._settling.fail(jobs, exc)
+                self._placement.forget()
+            settling = self._settling
+            if settling.jobs or settling.wakes:
+                settling.flush(direct=jobs[0].loop)
         finally:
             conn_lock.release()
         return True
@@ -219,7 +214,7 @@ class Writer(WriterThread, GroupCommit):
         Every transaction looks, and the idle thread polls every
         :data:`POLL_SECONDS` while anyone follows.
         """
-        return self._synced_at if self._feed.has_subscribers() else None
+        return self._foreign.synced_at if self._feed.has_subscribers() else None
 
     # -- the thread ---------------------------------------------------------------------
 
@@ -230,44 +225,48 @@ class Writer(WriterThread, GroupCommit):
             try:
                 self._conn.close()
             finally:
-                self._finish()
+                self._thread.finish(self._settling)
 
     def _loop(self) -> None:
+        thread = self._thread
+        foreign = self._foreign
         while True:
             job: Any
             if self._feed.has_subscribers():
-                # Every transaction looks for other processes' commits too (_sync_foreign),
-                # so the poll is due only an interval after the latest look: while inline
-                # commits flow, the thread stays off the connection and the GIL.
+                # Every transaction looks for other processes' commits too, so the poll
+                # is due only an interval after the latest look: while inline commits
+                # flow, the thread stays off the connection and the GIL.
                 now = monotonic()
                 interval = (
                     POLL_SECONDS
-                    if now - self._active_at < POLL_QUIET_SECONDS
+                    if now - foreign.active_at < POLL_QUIET_SECONDS
                     else POLL_QUIET_INTERVAL_SECONDS
                 )
-                wait = self._synced_at + interval - now
+                wait = foreign.synced_at + interval - now
                 if wait <= 0:
                     # Flagged before taking the lock: the thread may hold it while it waits
                     # for the GIL, and an inline caller seeing it held must know it is a poll.
                     self._polling = True
                     try:
                         with self._conn_lock:
-                            self._poll()
+                            foreign.poll()
                     finally:
                         self._polling = False
                     wait = interval
                 try:
-                    job = self._queue.get(timeout=wait)
+                    job = thread.get(timeout=wait)
                 except queue.Empty:
                     continue
             else:
-                job = self._queue.get()
-            jobs = self._take(job, self._group_limit)
+                job = thread.get()
+            jobs = thread.take(job, self._group_limit)
             with self._conn_lock:
                 if self._handle(jobs):
                     return
 
     def _handle(self, jobs: list[Any]) -> bool:
+        guarded = self._settling.guarded
+        forget = self._placement.forget
         group: list[WriteCall | TransactionJob] = []
         for job in jobs:
             if isinstance(job, AppendCall | ClaimCall) or (
@@ -276,23 +275,26 @@ class Writer(WriterThread, GroupCommit):
                 group.append(job)
                 continue
             if group:
-                self._guarded(self._run_jobs, group)
+                guarded(self._run_jobs, group, forget)
                 group = []
             if isinstance(job, TransactionJob):
-                self._guarded(self._run_transaction, job)
+                guarded(self._run_transaction, job, forget)
             elif isinstance(job, QueryJob):
-                self._guarded(self._run_query, job)
+                guarded(self._run_query, job, forget)
             elif isinstance(job, FollowJob):
-                self._pending_follows.add(job.path)
-                self._guarded(self._start_following, None)
+                self._foreign.follow(job.path)
+                guarded(self._foreign.start_following, None, forget)
             elif isinstance(job, CloseJob):
-                self._release_reservations()
+                if self._persistent:
+                    self._statements.release_reservations(self._token)
                 return True
         if group:
-            self._guarded(self._run_jobs, group)
+            guarded(self._run_jobs, group, forget)
         return False
 
-    def _run_jobs(self, jobs: Sequence[WriteCall | TransactionJob]) -> None:
+    def _run_jobs(
+        self, jobs: Sequence[WriteCall | TransactionJob], *, inline: bool = False
+    ) -> None:
         """Run appends, claims and short transactions queued together as one group commit.
 
         A lone transaction runs as before, in a transaction of its own.
@@ -305,86 +307,27 @@ class Writer(WriterThread, GroupCommit):
             else:
                 writes.append(job)
         if not writes and len(transactions) == 1:
-            self._run_transaction(transactions[0])
+            self._run_transaction(transactions[0], inline=inline)
         else:
-            self._run_group(writes, transactions)
-
-    def _forget(self) -> None:
-        self._invalidate()
-
-    # -- reading and caching what other connections committed ----------------------------
-
-    def _sync_foreign(self) -> None:
-        """Notice other connections' commits: drop cached heads and push their rows to followers."""
-        self._synced_at = monotonic()
-        version = self._cur.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._data_version:
-            self._take_foreign(version)
-
-    def _take_foreign(self, version: int) -> None:
-        """Other connections committed (``data_version`` is now ``version``): see to it."""
-        self._data_version = version
-        self._active_at = self._synced_at
-        self._invalidate()
-        latest = self._conn.execute(_LATEST_STAMP).fetchone()[0]
-        if latest is not None and latest > self._last_stamp:
-            self._last_stamp = str(latest)
-        followed = set(self._feed.followed_paths())
-        for path in list(self._fed):
-            if path not in followed:
-                del self._fed[path]
-        pushes: list[tuple[str, Push]] = []
-        for path, fed in self._fed.items():
-            page, size = read_page_sized(self._conn, path, fed, FOREIGN_PAGE)
-            if page.events:
-                pushes.append((path, Push(fed, page.scanned_through_offset, page.events, size)))
-                self._fed[path] = page.scanned_through_offset
-            if not page.at_head:
-                self._data_version = None  # more rows wait: read on at the next look
-        if pushes:
-            self._feed.publish(pushes, self._wakes)
-
-    def _poll(self) -> None:
-        try:
-            self._sync_foreign()
-            if self._pending_follows:
-                self._start_following(None)
-        except sqlite3.Error:
-            self._data_version = None  # a busy or failing read: try again at the next poll
-        self._flush()
-
-    def _start_following(self, _: None) -> None:
-        """Start watching newly followed paths (retried at the next poll if SQLite fails)."""
-        self._sync_foreign()
-        followed = set(self._feed.followed_paths())
-        pushes: list[tuple[str, Push]] = []
-        for path in sorted(self._pending_follows):
-            if path in followed:
-                fed = self._fed.get(path)
-                if fed is None:
-                    fed = self._fed[path] = durable_head(self._conn, path)
-                # Everything at or below ``fed`` is committed; everything above will be pushed.
-                pushes.append((path, Push(fed, fed, ())))
-        self._feed.publish(pushes, self._wakes)
-        self._pending_follows.clear()
+            self._group_commit.run(writes, transactions, inline=inline)
 
     # -- other jobs -----------------------------------------------------------------------
 
-    def _run_transaction(self, job: TransactionJob) -> None:
+    def _run_transaction(self, job: TransactionJob, *, inline: bool = False) -> None:
         conn = self._conn
         try:
-            if self._inline:
+            if inline:
                 conn.execute("BEGIN IMMEDIATE")
             else:
-                self._begin_waiting()
+                begin_waiting(conn, self._busy_timeout)
         except sqlite3.Error as exc:
-            if self._inline and is_busy(exc):
-                raise _TakenElsewhere from exc  # nothing ran: the thread takes it and may wait
-            self._settle.append(job)
+            if inline and is_busy(exc):
+                raise TakenElsewhere from exc  # nothing ran: the thread takes it and may wait
+            self._settling.add(job)
             job.error = storage_error(exc, "write_transaction")
             job.error.__cause__ = exc
             return
-        self._settle.append(job)
+        self._settling.add(job)
         try:
             if self._wal is not None:
                 self._wal.check()
@@ -392,7 +335,7 @@ class Writer(WriterThread, GroupCommit):
             if conn.in_transaction:
                 conn.execute("COMMIT")
             job.result = result
-            self.transactions += 1
+            self.counters.transactions += 1
         except BaseException as exc:  # whatever fn raises goes back to its caller
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
@@ -400,10 +343,10 @@ class Writer(WriterThread, GroupCommit):
             job.error = transaction_error(exc)
         finally:
             # The function may have touched any table: trust nothing cached.
-            self._invalidate()
+            self._placement.forget()
 
     def _run_query(self, job: QueryJob) -> None:
-        self._settle.append(job)
+        self._settling.add(job)
         try:
             job.result = job.fn(self._conn)
         except sqlite3.Error as exc:

@@ -17,7 +17,7 @@ import sqlite3
 
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.checkpoint import ReduceCheckpoint
-from streamkit.log._log import Log
+from streamkit.log import Log
 from streamkit.protocols import LeaseGuard
 
 __all__ = ["FencedCheckpointStorage"]

@@ -21,7 +21,7 @@ from streamkit.backends.sqlite import leases, registry, skips, status
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.backends.sqlite.fenced import FencedCheckpointStorage
 from streamkit.events import StreamEvent
-from streamkit.log._log import Log
+from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, Lease, LeaseGuard
 
 __all__ = ["SqliteHostStore", "SqliteLeaseRenewer"]

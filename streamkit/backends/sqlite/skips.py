@@ -28,7 +28,7 @@ from streamkit.backends._skip_rules import record_skip as _record_skip
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, read_lease
 from streamkit.events import StreamEvent
-from streamkit.log._log import Log
+from streamkit.log import Log
 
 __all__ = ["SKIP_TABLE", "ensure_skip_table", "load_skips", "record_skip"]
 

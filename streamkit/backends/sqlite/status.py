@@ -15,7 +15,7 @@ from typing import Any
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, leases
-from streamkit.log._log import Log
+from streamkit.log import Log
 
 __all__ = ["checkpoint_snapshot", "durable_lag", "durable_status"]
 
