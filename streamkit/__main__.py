@@ -1,5 +1,5 @@
 """``python -m streamkit`` runs the command line."""
 
-from streamkit.cli._main import main
+from streamkit.cli import main
 
 raise SystemExit(main())

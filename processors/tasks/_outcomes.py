@@ -48,17 +48,26 @@ def run_key(task: LiveTask) -> str:
 
 
 class Outcomes:
-    """The outcome half of :class:`~._processor.TasksProcessor` (which inherits it)."""
+    """What a :class:`~._processor.TasksProcessor` appends when a task run moves on.
 
-    idempotency_key: Callable[..., str]
-    retry_delay: Callable[[str, int, int], float]
-    # An attempt's outcome goes in one append with the others ending in its loop turn.
-    _joint: JointAppends
+    ``idempotency_key`` is the processor's (stable per event and step),
+    ``retry_delay(task_id, request_offset, attempt)`` its backoff.
+    """
 
-    def _key(self, task: LiveTask, what: str) -> str:
-        return self.idempotency_key(f"{run_key(task)}/{what}")
+    def __init__(
+        self,
+        idempotency_key: Callable[..., str],
+        retry_delay: Callable[[str, int, int], float],
+    ) -> None:
+        self._idempotency_key = idempotency_key
+        self._retry_delay = retry_delay
+        # An attempt's outcome goes in one append with the others ending in its loop turn.
+        self._joint = JointAppends(lambda args, events: self.append(args, *events))
 
-    async def _append(
+    def key(self, task: LiveTask, what: str) -> str:
+        return self._idempotency_key(f"{run_key(task)}/{what}")
+
+    async def append(
         self, args: ProcessEventArgs[TasksState], *events: Mapping[str, Any]
     ) -> list[StreamEvent] | None:
         # A conflict means this step was already recorded, possibly with another
@@ -68,7 +77,7 @@ class Outcomes:
         except IdempotencyConflict:
             return None
 
-    async def _succeeded(
+    async def succeeded(
         self,
         args: ProcessEventArgs[TasksState],
         task: LiveTask,
@@ -80,7 +89,7 @@ class Outcomes:
             json.dumps(result, allow_nan=False)
         except (TypeError, ValueError) as exc:
             error = f"the handler returned a result that is not JSON ({exc}); it was not recorded"
-            await self._failed(args, task, attempt, started_at, error)
+            await self.failed(args, task, attempt, started_at, error)
             return
         body = TaskSucceeded(
             task_id=task.task_id, request_offset=task.request_offset, attempt=attempt, result=result
@@ -89,14 +98,14 @@ class Outcomes:
             {
                 "type": TASK_SUCCEEDED,
                 "payload": body,
-                "idempotency_key": self._key(task, f"{attempt}/outcome"),
+                "idempotency_key": self.key(task, f"{attempt}/outcome"),
             }
         ]
         if task.dlq is not None:
             events.append(record_succeeded_event(task.dlq))
         await self._joint.append(args, events)
 
-    async def _failed(
+    async def failed(
         self,
         args: ProcessEventArgs[TasksState],
         task: LiveTask,
@@ -105,7 +114,7 @@ class Outcomes:
         error: str,
     ) -> None:
         if attempt >= task.max_attempts:
-            await self._dead_letter(
+            await self.dead_letter(
                 args, task, f"attempt {attempt} of {task.max_attempts} failed: {error}", attempt
             )
             return
@@ -114,12 +123,12 @@ class Outcomes:
             request_offset=task.request_offset,
             attempt=attempt,
             error=error[:_ERROR_CHARS],
-            retry_at=started_at + self.retry_delay(task.task_id, task.request_offset, attempt),
+            retry_at=started_at + self._retry_delay(task.task_id, task.request_offset, attempt),
         )
         failed = {
             "type": TASK_ATTEMPT_FAILED,
             "payload": body,
-            "idempotency_key": self._key(task, f"{attempt}/outcome"),
+            "idempotency_key": self.key(task, f"{attempt}/outcome"),
         }
         await self._joint.append(args, [failed])
 
@@ -134,7 +143,7 @@ class Outcomes:
             timeout_s=task.timeout_s,
         ).model_dump(mode="json")
 
-    async def _dead_letter(
+    async def dead_letter(
         self, args: ProcessEventArgs[TasksState], task: LiveTask, error: str, attempt: int = 0
     ) -> None:
         attempts = attempt or task.attempt
@@ -144,12 +153,12 @@ class Outcomes:
             attempts=attempts,
             error=error[:_ERROR_CHARS],
         )
-        await self._append(
+        await self.append(
             args,
             {
                 "type": TASK_DEAD_LETTERED,
                 "payload": body,
-                "idempotency_key": self._key(task, f"{attempts}/outcome"),
+                "idempotency_key": self.key(task, f"{attempts}/outcome"),
             },
             dead_lettered_event(
                 record_id=f"{SLUG}/{run_key(task)}",
@@ -161,11 +170,11 @@ class Outcomes:
                 resource_id=task.task_id,
                 request_type=TASK_REQUESTED,
                 replay_of=task.dlq,
-                idempotency_key=self._key(task, f"{attempts}/dlq"),
+                idempotency_key=self.key(task, f"{attempts}/dlq"),
             ),
         )
 
-    async def _cancelled(
+    async def cancelled(
         self,
         args: ProcessEventArgs[TasksState],
         task: LiveTask,
@@ -182,7 +191,7 @@ class Outcomes:
             {
                 "type": TASK_CANCELLED,
                 "payload": body,
-                "idempotency_key": self._key(task, "cancelled"),
+                "idempotency_key": self.key(task, "cancelled"),
             }
         ]
         if task.dlq is not None:
@@ -198,7 +207,7 @@ class Outcomes:
                     resource_id=task.task_id,
                     request_type=TASK_REQUESTED,
                     replay_of=task.dlq,
-                    idempotency_key=self._key(task, "cancelled-dlq"),
+                    idempotency_key=self.key(task, "cancelled-dlq"),
                 )
             )
-        await self._append(args, *events)
+        await self.append(args, *events)

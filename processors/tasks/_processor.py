@@ -69,7 +69,6 @@ from streamkit.processors.tasks._events import (
 )
 from streamkit.processors.tasks._handler_call import error_text, run_handler
 from streamkit.processors.tasks._index import TaskIndex
-from streamkit.processors.tasks._joint import JointAppends
 from streamkit.processors.tasks._outcomes import Outcomes, run_key
 
 from streamkit import (
@@ -105,7 +104,7 @@ def _started_at(event: StreamEvent, default: float) -> float:
     return default
 
 
-class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
+class TasksProcessor(StreamProcessor[TasksState]):
     """Runs ``task.requested`` tasks with the registered ``handlers``.
 
     ``handlers`` maps a task name to ``async def handler(args, ctx)`` (or a
@@ -172,7 +171,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         # slots that free up before the next pass are filled from it (_refill).
         self._at_head: tuple[ProcessEventArgs[TasksState], TasksState] | None = None
         self._refill_due = False
-        self._joint = JointAppends(lambda args, events: self._append(args, *events))
+        self._outcomes = Outcomes(self.idempotency_key, self.retry_delay)
 
     # -- pure parts -----------------------------------------------------------------
 
@@ -295,7 +294,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                     f'no handler is registered for task name "{task.name}" (registered: '
                     f"{', '.join(sorted(self._handlers)) or 'none'}); the task was not run"
                 )
-                args.run_in_background(partial(self._dead_letter, args, task, error))
+                args.run_in_background(partial(self._outcomes.dead_letter, args, task, error))
             elif slots > 0:
                 slots -= 1
                 starting.append(self._take_slot(task))
@@ -420,7 +419,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                     idempotency_key=self.idempotency_key("rejected-dlq", event),
                 )
             )
-        args.run_in_background(lambda: self._append(args, *events))
+        args.run_in_background(lambda: self._outcomes.append(args, *events))
 
     async def _attempts(self, args: ProcessEventArgs[TasksState], tasks: list[LiveTask]) -> None:
         """Start the attempts of one pass together (one append), then run each on its own."""
@@ -459,7 +458,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
                     attempt=task.attempt + 1,
                     started_at=now,
                 ),
-                "idempotency_key": self._key(task, f"{task.attempt + 1}/started"),
+                "idempotency_key": self._outcomes.key(task, f"{task.attempt + 1}/started"),
             }
             for task in tasks
         ]
@@ -470,7 +469,7 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
             if len(events) == 1:
                 written = [None]
             else:
-                alone = [await self._append(args, event) for event in events]
+                alone = [await self._outcomes.append(args, event) for event in events]
                 written = [None if w is None else w[0] for w in alone]
         # An idempotent retry returns the event as first written, with its own time.
         return [None if event is None else _started_at(event, now) for event in written]
@@ -535,22 +534,22 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
         if done and loop.time() - began > task.timeout_s and not call.cancelled():
             done = set()
         if not done:
-            await self._failed(
+            await self._outcomes.failed(
                 args, task, attempt, started_at, f"timed out after {task.timeout_s} s"
             )
         elif call.cancelled():
             if run in self._cancelling:
-                await self._cancelled(args, task, attempt, self._cancelling[run])
+                await self._outcomes.cancelled(args, task, attempt, self._cancelling[run])
             else:
-                await self._failed(
+                await self._outcomes.failed(
                     args, task, attempt, started_at, "CancelledError: the handler was cancelled"
                 )
         elif call.exception() is not None:
             exc = call.exception()
             assert exc is not None
-            await self._failed(args, task, attempt, started_at, error_text(exc))
+            await self._outcomes.failed(args, task, attempt, started_at, error_text(exc))
         else:
-            await self._succeeded(args, task, attempt, started_at, call.result())
+            await self._outcomes.succeeded(args, task, attempt, started_at, call.result())
 
     def _interrupted(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
         # Started (the log says so) but not by this incarnation and never
@@ -563,7 +562,9 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
             "(the handler may or may not have completed its work)"
         )
         started_at = task.started_at if task.started_at is not None else self._clock()
-        args.run_in_background(lambda: self._failed(args, task, task.attempt, started_at, error))
+        args.run_in_background(
+            lambda: self._outcomes.failed(args, task, task.attempt, started_at, error)
+        )
 
     def _cancel(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
         run = run_key(task)
@@ -579,5 +580,5 @@ class TasksProcessor(Outcomes, StreamProcessor[TasksState]):
             return
         self._settling.add((run, "cancel"))
         args.run_in_background(
-            lambda: self._cancelled(args, task, task.attempt, task.cancel_reason)
+            lambda: self._outcomes.cancelled(args, task, task.attempt, task.cancel_reason)
         )

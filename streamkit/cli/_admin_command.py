@@ -18,7 +18,7 @@ from typing import TextIO
 
 from streamkit.cli._args import live_host_sockets
 from streamkit.cli._common import add_socket_flag, served
-from streamkit.control._client import request_sync
+from streamkit.control import request_sync
 from streamkit.errors import InvalidRequest
 
 __all__ = ["add_admin"]

@@ -24,10 +24,10 @@ from typing import Any
 from streamkit._targets import default_socket, is_postgres_target, served_name
 from streamkit.backends import host_store, open_log, registered_sockets
 from streamkit.checkpoint import shown_snapshot
-from streamkit.control._client import host_socket
+from streamkit.control import host_socket
 from streamkit.errors import InvalidRequest, LogOpenError, UntrustedSocket
 from streamkit.events import MAX_OFFSET
-from streamkit.log._log import Log
+from streamkit.log import Log
 
 __all__ = [
     "existing_log",

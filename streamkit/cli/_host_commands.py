@@ -32,13 +32,12 @@ from streamkit.cli._common import (
     socket_of,
 )
 from streamkit.config import HostConfig, add_host_arguments, config_from_namespace, find_config
-from streamkit.control._client import ControlClient, request_sync
+from streamkit.control import ControlClient, request_sync
 from streamkit.errors import (
     InvalidConfig,
 )
 from streamkit.events import StreamEvent, format_timestamp
-from streamkit.host._host import HostService, ProcessorHost
-from streamkit.host._logging import configure_logging
+from streamkit.host import HostService, ProcessorHost, configure_logging
 
 __all__ = ["add_host", "add_skip", "add_snapshot", "add_status", "add_watch"]
 

@@ -26,7 +26,7 @@ from streamkit.cli._common import (
     served,
     socket_of,
 )
-from streamkit.control._client import ControlClient, request_sync
+from streamkit.control import ControlClient, request_sync
 from streamkit.errors import (
     ControlUnavailable,
     SlowConsumer,

@@ -68,7 +68,7 @@ from streamkit.config._sources import (
     find_config,
     load_config,
 )
-from streamkit.control._socket import MAX_SOCKET_PATH_BYTES
+from streamkit.control import MAX_SOCKET_PATH_BYTES
 
 __all__ = [
     "DEFAULT_CONFIG_NAME",

@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from streamkit._targets import default_socket, is_postgres_target, postgres_target, sqlite_target
-from streamkit.control._socket import MAX_SOCKET_PATH_BYTES
+from streamkit.control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
 

@@ -2,7 +2,12 @@
 
 from streamkit.control._client import ControlClient, host_socket, request_sync
 from streamkit.control._server import ControlHandler, ControlServer, NoArgs, Operation
-from streamkit.control._socket import MAX_SOCKET_PATH_BYTES, live_server_at
+from streamkit.control._socket import (
+    MAX_SOCKET_PATH_BYTES,
+    check_private_directory,
+    check_socket_path,
+    live_server_at,
+)
 from streamkit.control._wire import MAX_REQUEST_BYTES, error_from_reply
 
 __all__ = [
@@ -13,6 +18,8 @@ __all__ = [
     "ControlServer",
     "NoArgs",
     "Operation",
+    "check_private_directory",
+    "check_socket_path",
     "error_from_reply",
     "host_socket",
     "live_server_at",

@@ -34,7 +34,7 @@ from streamkit.errors import StreamkitError
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._runner import ProcessorRunner
 from streamkit.host._spread import Key, assign, key_of
-from streamkit.log._log import Log
+from streamkit.log import Log
 from streamkit.protocols import Clock, HostStore
 
 __all__ = ["LeaseAcquirer"]

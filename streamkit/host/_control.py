@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from streamkit.control._server import NoArgs, Operation
+from streamkit.control import NoArgs, Operation
 from streamkit.errors import InvalidRequest, UnknownOperation
 from streamkit.events import MAX_OFFSET, EventInput, ReadPage, StreamEvent, appended_to_dicts
-from streamkit.log._log import Log
+from streamkit.log import Log
 
 __all__ = ["HostControlHandler", "ServedHost"]
 

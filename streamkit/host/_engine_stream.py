@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.host._lease_keeper import HeldLease
-from streamkit.log._log import ProcessorStreamView
+from streamkit.log import ProcessorStreamView
 from streamkit.skips import filter_page
 
 __all__ = ["EngineStream"]

@@ -36,7 +36,16 @@ Guarantees:
 
 The control socket (see :mod:`streamkit.control`) lets other processes append
 (durable and ephemeral), read, follow, ask for status and snapshots, watch live
-state, and skip events: the verbs of :mod:`._verbs`, which HTTP serves too.
+state, and skip events: the host's verbs, which HTTP serves too. Each verb is
+one method, so the socket's handler (:mod:`._control`) and the HTTP routes
+(``streamkit.web``) translate to it and keep no rule of their own: a refusal
+raised by a verb is the refusal both send, and writes nothing.
+
+The host is a coordinator of parts, each owning its state: a runner per
+processor (:mod:`._runner`), its leases (:mod:`._leasing`), the feeds of
+its live-state watchers (:mod:`._watch_feeds`), the alarm, the pacer and the
+control server. The host itself keeps its lifecycle and its verbs: the
+clients' view of it is one class.
 """
 
 from __future__ import annotations
@@ -45,11 +54,9 @@ import asyncio
 import functools
 import os
 import secrets
-import signal
 import socket
-import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,27 +65,31 @@ import structlog
 
 from streamkit._targets import own_socket, served_name, shown_target
 from streamkit.backends import host_store, open_log
+from streamkit.checkpoint import shown_snapshot
 from streamkit.config import HostConfig, resolve_processors, shared_slug
-from streamkit.control._server import ControlServer
-from streamkit.control._socket import check_private_directory, check_socket_path
-from streamkit.engine._strays import CANCEL_WAIT
+from streamkit.control import ControlServer, check_private_directory, check_socket_path
 from streamkit.errors import (
     ControlSocketInUse,
     InvalidConfig,
-    LeaseLost,
+    InvalidRequest,
+    NotFound,
+    SlowConsumer,
     StreamkitError,
 )
-from streamkit.host._acquire import LeaseAcquirer
+from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.host._alarm import Alarm
 from streamkit.host._control import HostControlHandler
-from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
-from streamkit.host._pacer import Pacer
-from streamkit.host._path_watch import PathWatch
+from streamkit.host._lease_keeper import HeldLease
+from streamkit.host._leasing import HostLeases
+from streamkit.host._live_watch import Subscription, jsonable, watch_messages
+from streamkit.host._pacer import Pacer, PacerStats
 from streamkit.host._recorded_skips import obey_recorded_skips
 from streamkit.host._runner import ProcessorRunner
-from streamkit.host._verbs import HostVerbs
-from streamkit.host._watch import Subscription
-from streamkit.log._log import Log
+from streamkit.host._signals import StopSignals, exit_past_strays
+from streamkit.host._status import processor_rows
+from streamkit.host._watch_feeds import WatchFeeds
+from streamkit.live_state import LiveSnapshot
+from streamkit.log import Log, read_matching, type_matcher
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import Clock, HostStore
 
@@ -112,15 +123,6 @@ class HostService(Protocol):
 
 _log = structlog.get_logger("streamkit.host")
 
-REPEAT_SIGNAL_WINDOW = 0.5
-"""Seconds after the first stop signal within which another is the same request.
-
-``timeout`` sends its child SIGTERM twice (to the child, then to its process
-group); a Ctrl-C reaches a wrapper and its child alike. Read as "exit at once",
-such an echo would skip the lease release and leave the next host waiting a
-full ttl, so only a signal after this window forces the exit.
-"""
-
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
@@ -129,7 +131,7 @@ class _Entry:
     label: str
 
 
-class ProcessorHost(HostVerbs):
+class ProcessorHost:
     """Runs processors over one log file; see the module docstring.
 
     ``processors`` overrides the config's list: each item is a processor (run on
@@ -175,20 +177,16 @@ class ProcessorHost(HostVerbs):
         self._alarm: Alarm | None = None
         self.pacer: Pacer | None = None
         """The host's clients-first pacer (None before start, or at ``processor_share = 1``)."""
-        self._keeper: LeaseKeeper | None = None
-        self._acquirer: LeaseAcquirer | None = None
-        self._lease_tasks: set[asyncio.Task[None]] = set()
-        self._handing_off: set[ProcessorRunner] = set()
+        self._leases: HostLeases | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._watches: dict[str, PathWatch] = {}
+        self._watch_feeds = WatchFeeds(self._require_log, config.limits.subscriber_bytes)
         self._control: ControlServer | None = None
         self.socket_path: Path | None = None
         """The control socket this host serves (None until it listens, or without one)."""
         self._started_at: float | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
-        self._stop_requested: asyncio.Event | None = None
-        self._first_signal_at: float | None = None
+        self._signals: StopSignals | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -248,23 +246,15 @@ class ProcessorHost(HostVerbs):
                     )
                 )
             loop = asyncio.get_running_loop()
-            # HostConfig refuses ":memory:", so the keeper can always reach the file.
-            self._keeper = LeaseKeeper(
-                store.lease_renewer(min(5.0, config.lease.heartbeat_interval)),
-                interval=config.lease.heartbeat_interval,
-                ttl=config.lease.ttl,
-                clock=self.clock,
-                loop=loop,
-            )
-            self._keeper.start()
-            self._acquirer = LeaseAcquirer(
+            self._leases = HostLeases(
+                config=config,
                 log=log,
                 store=store,
                 owner=self.owner,
                 clock=self.clock,
-                ttl=config.lease.ttl,
-                on_acquired=self._acquired,
-                on_hand_off=self._hand_off,
+                runners=self.runners,
+                changed=self._alarm.changed,
+                stopping=lambda: self._stopping,
             )
             await self._heartbeat_once()
             self._tasks.append(loop.create_task(self._heartbeat()))
@@ -343,16 +333,13 @@ class ProcessorHost(HostVerbs):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        watches, self._watches = self._watches, {}
-        await asyncio.gather(*(watch.close() for watch in watches.values()))
+        await self._watch_feeds.close()
         await asyncio.gather(*(runner.stop(grace) for runner in self.runners))
-        if self._lease_tasks:  # hand-offs and losses in progress end with their runners
-            await asyncio.gather(*self._lease_tasks, return_exceptions=True)
-        keeper, self._keeper = self._keeper, None
-        if keeper is not None:
+        leases = self._leases
+        if leases is not None:
             # After the runners (their last batches needed the leases kept), before
             # the releases (a renewal must not race them).
-            await asyncio.to_thread(keeper.stop)
+            await leases.stop()
         log = self.log
         if log is None:
             return
@@ -363,62 +350,34 @@ class ProcessorHost(HostVerbs):
                 await self.store.deregister(self.owner)
             except StreamkitError as exc:
                 _log.warning("host.deregister_failed", error=exc.message)
-        for runner in self.runners:
-            lease = runner.lease
-            if lease is None:
-                continue
-            try:
-                if await self._require_store().release(lease):
-                    _log.info("lease.released", slug=runner.slug, path=runner.path)
-            except StreamkitError as exc:
-                _log.warning("lease.release_failed", slug=runner.slug, error=exc.message)
-            runner.held = None
+        if leases is not None:
+            await leases.release_all()
         await log.aclose()
 
     async def run(self) -> None:
-        """The daemon's main: start, serve until SIGTERM/SIGINT, then stop.
+        """The daemon's main: start, serve until SIGTERM/SIGINT, then stop (see :mod:`._signals`).
 
         The first signal stops cleanly (see :meth:`stop`); a signal within
-        :data:`REPEAT_SIGNAL_WINDOW` seconds of it is the same request; a later
+        ``REPEAT_SIGNAL_WINDOW`` seconds of it is the same request; a later
         one exits the process at once (the log keeps every committed write).
         Work that ignores its cancel (a handler that catches
         ``CancelledError``) does not hold the exit: once the stop is done (the
         leases released, the log closed), the process exits with it still
         running, naming it (``host.exit_forced``).
         """
-        loop = asyncio.get_running_loop()
-        self._stop_requested = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        signals = self._signals = StopSignals(asyncio.get_running_loop())
         try:
             await self.start()
-            await self._stop_requested.wait()
+            await signals.wait()
         finally:
             await self.stop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
-        await _exit_past_strays()
+            signals.remove()
+        await exit_past_strays()
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop (as SIGTERM does)."""
-        if self._stop_requested is not None:
-            self._stop_requested.set()
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        now = time.monotonic()
-        if self._first_signal_at is None:
-            self._first_signal_at = now
-            _log.info("host.signal", signal=sig.name)
-            self.request_stop()
-        elif now - self._first_signal_at < REPEAT_SIGNAL_WINDOW:
-            _log.info(
-                "host.signal_repeated",
-                signal=sig.name,
-                detail=f"within {REPEAT_SIGNAL_WINDOW} s of the first: the same stop, still clean",
-            )
-        else:
-            _log.warning("host.exit_now", signal=sig.name)
-            os._exit(128 + int(sig))
+        if self._signals is not None:
+            self._signals.request()
 
     # -- leases --------------------------------------------------------------------------
 
@@ -434,50 +393,13 @@ class ProcessorHost(HostVerbs):
                 _log.error("host.heartbeat_failed", error=repr(exc), exc_info=exc)
 
     async def _heartbeat_once(self) -> None:
-        assert self._acquirer is not None  # built by start()
-        await self._acquirer.beat_all(self.runners, lambda: self._stopping)
+        assert self._leases is not None  # built by start()
+        await self._leases.beat()
         await obey_recorded_skips(self._require_log(), self._require_store(), self.runners)
 
-    def _acquired(self, runner: ProcessorRunner, held: HeldLease) -> None:
-        runner.start_engine(held)
-        if self._keeper is not None and runner.held is held:
-            self._keeper.hold(held, functools.partial(self._lost_by_keeper, runner, held))
-        if self._alarm is not None:
-            self._alarm.changed()
-
-    def _hand_off(self, runner: ProcessorRunner) -> None:
-        """Give ``runner``'s processor to the host it is placed on (see ``_acquire``)."""
-        if runner in self._handing_off or self._stopping:
-            return
-        self._handing_off.add(runner)
-        task = asyncio.get_running_loop().create_task(self._release_to_another(runner))
-        self._lease_tasks.add(task)
-        task.add_done_callback(self._lease_tasks.discard)
-
-    async def _release_to_another(self, runner: ProcessorRunner) -> None:
-        try:
-            # Background work gets part of the ttl: the lease is renewed meanwhile.
-            grace = min(self.config.shutdown_grace, self.config.lease.ttl / 2)
-            held = await runner.hand_off(grace)
-            if held is not None and await self._require_store().release(held.lease):
-                _log.info("lease.released", slug=runner.slug, path=runner.path, handed_off=True)
-        except StreamkitError as exc:
-            # Kept or lost, the lease stays the arbiter: the other host takes it when free.
-            _log.warning("lease.hand_off_failed", slug=runner.slug, error=exc.message)
-        finally:
-            self._handing_off.discard(runner)
-
-    def _lost_by_keeper(self, runner: ProcessorRunner, held: HeldLease, error: LeaseLost) -> None:
-        # On the loop, called by the keeper thread: stop the engine if it still
-        # runs under this very lease (the runner may have moved on already).
-        if runner.held is held:
-            task = asyncio.get_running_loop().create_task(runner.lose_lease(error))
-            self._lease_tasks.add(task)
-            task.add_done_callback(self._lease_tasks.discard)
-
     def _lease_gone(self, held: HeldLease) -> None:
-        if self._keeper is not None:
-            self._keeper.drop(held)
+        if self._leases is not None:
+            self._leases.gone(held)
 
     # -- watchers ------------------------------------------------------------------------
 
@@ -486,23 +408,242 @@ class ProcessorHost(HostVerbs):
 
         Close it with :meth:`unsubscribe`.
         """
-        subscription = Subscription(path, key, self.config.limits.subscriber_bytes)
-        watch = self._watches.get(path)
-        if watch is None:
-            watch = self._watches[path] = PathWatch(self._require_log(), path)
-        watch.add(subscription)
-        return subscription
+        return self._watch_feeds.subscribe(path, key)
 
     def unsubscribe(self, subscription: Subscription) -> None:
         """Stop delivering to ``subscription``."""
-        watch = self._watches.get(subscription.path)
-        if watch is not None:
-            watch.discard(subscription)
+        self._watch_feeds.unsubscribe(subscription)
 
     def watching(self, path: str, key: str) -> bool:
         """Whether a client here watches ``key``'s live state on ``path`` (its batches publish then)."""
-        watch = self._watches.get(path)
-        return watch is not None and watch.watches(key)
+        return self._watch_feeds.watching(path, key)
+
+    # -- the verbs clients reach through the socket and HTTP ------------------------------
+
+    def runner(self, slug: str, path: str | None = None) -> ProcessorRunner:
+        """The runner of ``slug`` (on ``path`` if given); InvalidRequest if there is none."""
+        found = [r for r in self.runners if r.slug == slug and (path is None or r.path == path)]
+        if len(found) != 1:
+            known = ", ".join(f"{r.slug}@{r.path}" for r in self.runners) or "none"
+            why = "is not run by this host" if not found else "runs on several paths; name one"
+            raise InvalidRequest(
+                f"processor {slug!r} {why} (this host runs: {known}); nothing was done",
+                details={"slug": slug, "path": path},
+            )
+        return found[0]
+
+    async def append(
+        self,
+        path: str,
+        events: Sequence[EventInput | Mapping[str, Any]],
+        *,
+        expect_head: int | None = None,
+    ) -> list[StreamEvent]:
+        """Append to a stream of the host's log (ephemerals reach this host's subscribers).
+
+        ``expect_head`` as in :meth:`streamkit.log.Stream.append`.
+        """
+        return await self._require_log().stream(path).append(*events, expect_head=expect_head)
+
+    async def read(
+        self,
+        path: str,
+        after_offset: int = 0,
+        limit: int = 500,
+        types: Sequence[str] | None = None,
+    ) -> ReadPage:
+        """Read durable events of a stream of the host's log, of ``types`` only if given.
+
+        With ``types`` (exact types, or prefixes ending in ``*``) the page holds
+        the matching events and its proof covers what was looked at (see
+        :func:`streamkit.log._types.read_matching`).
+        """
+        stream = self._require_log().stream(path)
+        if types is None:
+            return await stream.read(after_offset, limit)
+        return await read_matching(stream.read, after_offset, limit, type_matcher(types))
+
+    async def event(self, path: str, offset: int) -> StreamEvent:
+        """The durable event at ``offset`` of ``path``; :class:`NotFound` if there is none."""
+        page = await self._require_log().stream(path).read(max(0, offset - 1), 1)
+        if not page.events or page.events[0].offset != offset:
+            raise NotFound(
+                f"no durable event at offset {offset} of {path!r} (an ephemeral's offset, or "
+                "past the head); nothing was read",
+                details={"path": path, "offset": offset},
+            )
+        return page.events[0]
+
+    async def stream_heads(self) -> list[tuple[str, int]]:
+        """Every path of the log with a durable event, and its head."""
+        return await self._require_store().stream_heads()
+
+    async def hosts(self) -> list[dict[str, Any]]:
+        """The hosts beating on this log now and the processors each runs (the registry)."""
+        live = await self._require_store().live_hosts(self.clock(), self.config.lease.ttl)
+        return [
+            {"owner": owner, "processors": sorted(processors), "here": owner == self.owner}
+            for owner, processors in sorted(live.items())
+        ]
+
+    async def follow(self, path: str, after_offset: int = 0) -> AsyncIterator[StreamEvent]:
+        """Every event of ``path`` after ``after_offset``, then each commit as it lands.
+
+        A client that reads slower than its byte budget
+        (``limits.subscriber_bytes``) loses what the host buffered for it:
+        the follow ends with :class:`~streamkit.errors.SlowConsumer`, whose
+        ``resume_after`` is the last durable offset yielded (durable events
+        are intact; skipped ephemerals are gone).
+        """
+        follower = self._require_log().stream(path).follow(after_offset)
+        sent = after_offset
+        try:
+            async for events, _ in follower:
+                if follower.overflows:
+                    raise SlowConsumer(
+                        f"the follower of {path!r} fell more than its byte budget behind and "
+                        f"the host dropped what it held for it (ephemerals in it are gone); "
+                        f"durable events are intact: follow again after offset {sent}",
+                        details={"path": path, "resume_after": sent},
+                    )
+                for event in events:
+                    if not event.ephemeral:
+                        sent = event.offset
+                    yield event
+        finally:
+            closer = getattr(follower, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]:
+        """``{offset, state, source}``: live from the engine here, else from the checkpoint.
+
+        From the engine it also carries ``rev`` and ``live`` (the live-state
+        revision and projection), so a watcher can re-seed from it and apply
+        the deltas after ``rev``. ``offset`` is never past the durable head
+        (as status shows the cursor).
+        """
+        runner = self.runner(slug, path)
+        stream = self._require_log().stream(runner.path)
+        engine = runner.engine
+        if engine is not None:
+            offset, state = await engine.snapshot()
+            # Caught up by the line above, this reads no log and awaits nothing: the
+            # revision belongs to the very state returned.
+            rev, projection = await engine.live_snapshot()
+            snapshot = {
+                "offset": offset,
+                "state": jsonable(state),
+                "rev": rev,
+                "live": jsonable(projection),
+                "source": "engine",
+            }
+            # The head after the snapshot: a durable event the engine reduced is below it.
+            return shown_snapshot(snapshot, await stream.head())
+
+        stored = await self._require_store().stored_snapshot(slug)
+        contract = runner.processor.contract
+        if stored.get("state") is not None and stored.get("version") == contract.version:
+            # A checkpoint leaves out fields at their defaults (compact_state): a reader
+            # of the snapshot gets the whole state, as from the engine.
+            stored["state"] = contract.restored_json(stored["state"])
+        return shown_snapshot(stored, await stream.head())
+
+    async def live_snapshot(self, slug: str, path: str | None = None) -> LiveSnapshot:
+        """``(rev, projection)`` of a processor this host runs (the watch seed)."""
+        runner = self.runner(slug, path)
+        engine = runner.engine
+        if engine is None:
+            raise InvalidRequest(
+                f"processor {slug!r} is not running in this host (another host holds its "
+                "lease); watch it through that host's socket; nothing was done",
+                details={"slug": slug, "path": runner.path},
+            )
+        return await engine.live_snapshot()
+
+    async def watch(self, slug: str, path: str | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Yield ``{"kind": "seed", rev, state}`` then ``{"kind": "delta", from, to, patch}``.
+
+        A gap in the revision chain (a lost delta, a ``patch: null``, a watcher
+        that fell behind) yields a fresh seed.
+        """
+        runner = self.runner(slug, path)
+        subscription = self.subscribe(runner.path, slug)
+        try:
+            async for message in watch_messages(
+                subscription, lambda: self.live_snapshot(slug, runner.path)
+            ):
+                yield message
+        finally:
+            self.unsubscribe(subscription)
+
+    async def skip(
+        self, slug: str, offset: int, *, by: str, reason: str, path: str | None = None
+    ) -> StreamEvent:
+        """Move ``slug`` past the event at ``offset``; the decision is a durable skip event."""
+        runner = self.runner(slug, path)
+        event = await self._require_store().record_skip(
+            runner.path, slug, offset, by=by, reason=reason
+        )
+        runner.skip(offset, by=by, recorded_at=event.offset, reason=reason)
+        return event
+
+    async def status(self) -> dict[str, Any]:
+        """The host and each processor: cursor, head, lag, lease, claim, stalled, rates."""
+        database, processors = await processor_rows(
+            self._require_log(), self._require_store(), self.runners
+        )
+        started = self._started_at
+        return {
+            "database": database,
+            "host": {
+                "owner": self.owner,
+                "pid": os.getpid(),
+                "db": shown_target(self.config.db),
+                "socket": None if self.socket_path is None else str(self.socket_path),
+                "uptime": None if started is None else round(self.clock() - started, 3),
+                "clients_first": self._clients_first(),
+            },
+            "processors": processors,
+        }
+
+    def _clients_first(self) -> dict[str, Any]:
+        """What favouring clients cost the processors so far (docs/host.md, "Clients first")."""
+        paced = PacerStats(0, 0.0) if self.pacer is None else self.pacer.statistics()
+        return {
+            "pauses": paced.pauses,
+            "paused_seconds": round(paced.paused_seconds, 6),
+            "held_writes": 0 if self.log is None else self.log.held_writes,
+        }
+
+    async def wait_until_processed(
+        self,
+        slug: str,
+        offset: int,
+        timeout: float = 10.0,  # noqa: ASYNC109 - the engine's verb, with its timeout
+        path: str | None = None,
+    ) -> None:
+        """Wait until ``slug`` (running here) has processed through ``offset``."""
+        runner = self.runner(slug, path)
+        deadline = time.monotonic() + timeout
+        while runner.engine is None:
+            if time.monotonic() >= deadline:
+                raise InvalidRequest(
+                    f"processor {slug!r} is not running in this host; nothing to wait for",
+                    details={"slug": slug},
+                )
+            await asyncio.sleep(0.01)
+        await runner.engine.wait_until_processed(offset, max(0.0, deadline - time.monotonic()))
+
+    def _require_log(self) -> Log:
+        if self.log is None:
+            raise InvalidRequest("the host is not started; call start() first")
+        return self.log
+
+    def _require_store(self) -> HostStore:
+        if self.store is None:
+            raise InvalidRequest("the host is not started; call start() first")
+        return self.store
 
 
 def _check_entries(entries: Sequence[_Entry]) -> None:
@@ -516,31 +657,3 @@ def _check_entries(entries: Sequence[_Entry]) -> None:
                 details={"slug": slug, "paths": [seen[slug], entry.path]},
             )
         seen[slug] = entry.path
-
-
-async def _exit_past_strays() -> None:
-    """Cancel what still runs after a stop; exit the process now if some of it will not end.
-
-    ``asyncio.run`` waits for every task it cancels at the end, so one that
-    catches ``CancelledError`` would keep a stopped host's process alive for
-    ever. The stop released the leases and closed the log first, so exiting
-    past it loses nothing.
-    """
-    current = asyncio.current_task()
-    left = [task for task in asyncio.all_tasks() if task is not current]
-    for task in left:
-        task.cancel()
-    if not left:
-        return
-    _, still = await asyncio.wait(left, timeout=CANCEL_WAIT)
-    if not still:
-        return
-    _log.warning(
-        "host.exit_forced",
-        running=sorted(task.get_name() for task in still),
-        detail=f"still running {CANCEL_WAIT} s after their cancel (they catch CancelledError); "
-        "the host stopped cleanly (leases released, log closed) and exits without them",
-    )
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -16,7 +16,7 @@ import structlog
 
 from streamkit.errors import StreamkitError
 from streamkit.host._runner import ProcessorRunner
-from streamkit.log._log import Log
+from streamkit.log import Log
 from streamkit.protocols import HostStore
 
 __all__ = ["obey_recorded_skips"]

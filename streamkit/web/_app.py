@@ -45,7 +45,7 @@ from streamkit.web._sse import LiveStreams
 
 if TYPE_CHECKING:
     from streamkit.config import HttpSettings
-    from streamkit.host._host import ProcessorHost
+    from streamkit.host import ProcessorHost
 
 __all__ = ["build_app"]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import structlog
 
 if TYPE_CHECKING:
-    from streamkit.host._host import ProcessorHost
+    from streamkit.host import ProcessorHost
 
 __all__ = [
     "METRICS_GROUP",

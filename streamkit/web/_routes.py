@@ -28,9 +28,8 @@ from streamkit.errors import (
     StreamkitError,
 )
 from streamkit.events import MAX_OFFSET, appended_to_dicts, replayed_offsets
-from streamkit.host._metrics import parse_created_at
-from streamkit.log import type_matcher
-from streamkit.log._time import after_offset_for, timestamp_param
+from streamkit.host import parse_created_at
+from streamkit.log import after_offset_for, timestamp_param, type_matcher
 from streamkit.web._body import json_body
 from streamkit.web._health import assess
 from streamkit.web._metrics import CONTENT_TYPE_LATEST, LATENCY_BUCKETS, exposition
@@ -40,8 +39,7 @@ from streamkit.web._sse import SSE_TYPE, LiveStreams, frame, with_heartbeat
 
 if TYPE_CHECKING:
     from streamkit.config import HttpSettings
-    from streamkit.host._host import ProcessorHost
-    from streamkit.host._runner import ProcessorRunner
+    from streamkit.host import ProcessorHost, ProcessorRunner
 
 __all__ = ["Endpoints"]
 

@@ -46,7 +46,7 @@ from streamkit.web._sse import LiveStreams
 
 if TYPE_CHECKING:
     from streamkit.config import HttpSettings
-    from streamkit.host._host import ProcessorHost
+    from streamkit.host import ProcessorHost
 
 __all__ = ["HttpService", "read_token"]
 

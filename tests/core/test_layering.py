@@ -10,8 +10,13 @@ docs/internals.md, from the bottom up:
 - ``log/`` imports only the base; ``backends/`` the base and ``log/``;
 - ``engine/`` and ``control/`` import only the base;
 - ``host/`` never imports ``cli/``; nothing below the CLI imports it;
-- first-party processors and ``streamkit.testing`` use only public modules
-  (no ``_private`` one outside their own package) and never a backend;
+- a core module reaches another package through its face (``streamkit.log``,
+  never ``streamkit.log._follow``), as first-party processors and
+  ``streamkit.testing`` must too, using only public modules (no ``_private``
+  one outside their own package) and never a backend;
+- no class is assembled from halves: none declares attributes it never
+  assigns (another class's, named for the type checker) nor method stubs
+  under ``TYPE_CHECKING`` (see docs/internals.md, "Parts, not halves");
 - no import cycles, no function-local imports but those of optional extras,
   no string imports but where a user names the class to load.
 """
@@ -195,6 +200,84 @@ def test_processors_and_testing_use_only_public_modules(name: str) -> None:
         ):
             wrong.append(dep)
     assert sorted(wrong) == [], f"{name} imports {sorted(wrong)}"
+
+
+@pytest.mark.parametrize("name", _core())
+def test_a_core_module_reaches_another_package_through_its_face(name: str) -> None:
+    """``streamkit.log`` from the host, never ``streamkit.log._log``: a package's face is its API."""
+    package = _package(name)
+    wrong = sorted(
+        dep
+        for dep in _deps(MODULES[name])
+        if _package(dep) not in {package, None}
+        and any(part.startswith("_") for part in dep.split(".")[2:])
+    )
+    assert wrong == [], f"{name} imports private modules of other packages: {wrong}"
+
+
+def _package(name: str) -> str | None:
+    """The subpackage of streamkit a module belongs to (``streamkit.log._log`` -> ``log``)."""
+    parts = name.split(".")
+    if len(parts) < 2 or parts[1] in {"processors", "testing"}:
+        return None
+    if len(parts) == 2 and MODULES[name].path.name != "__init__.py":
+        return None  # a base module of the top package
+    return parts[1]
+
+
+# Classes whose bare annotations are fields by their base's own rule (and the classes of
+# the same module derived from them).
+_FIELD_BASES = ("Protocol", "NamedTuple", "TypedDict", "BaseModel")
+# Declared for subclasses to set: each processor class names its contract.
+_DECLARED_FOR_SUBCLASSES = {"streamkit.processor.StreamProcessor.contract"}
+
+
+def _halves() -> Iterator[str]:
+    for name, module in MODULES.items():
+        tree = ast.parse(module.path.read_text(encoding="utf-8"))
+        field_classes: set[str] = set()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            bases = [ast.unparse(b) for b in node.bases]
+            decorators = [ast.unparse(d) for d in node.decorator_list]
+            if any(
+                field in base for base in bases for field in (*_FIELD_BASES, *field_classes)
+            ) or any("dataclass" in d for d in decorators):
+                field_classes.add(node.name)
+                continue
+            assigned = {
+                target.attr
+                for item in ast.walk(node)
+                if isinstance(item, ast.Assign | ast.AnnAssign | ast.AugAssign)
+                for target in (item.targets if isinstance(item, ast.Assign) else [item.target])
+                for target in ast.walk(target)
+                if isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id in {"self", "cls"}
+            }
+            for item in node.body:
+                if isinstance(item, ast.If) and "TYPE_CHECKING" in ast.unparse(item.test):
+                    yield f"{name}.{node.name}: method stubs under TYPE_CHECKING"
+                if (
+                    isinstance(item, ast.AnnAssign)
+                    and item.value is None
+                    and isinstance(item.target, ast.Name)
+                    and item.target.id not in assigned
+                    and not _class_var(item)
+                    and f"{name}.{node.name}.{item.target.id}" not in _DECLARED_FOR_SUBCLASSES
+                ):
+                    yield f"{name}.{node.name}.{item.target.id}: declared, never assigned here"
+
+
+def _class_var(item: ast.AnnAssign) -> bool:
+    return "ClassVar" in ast.unparse(item.annotation)
+
+
+def test_no_class_is_assembled_from_halves() -> None:
+    """A class owns the attributes it declares: no mixin re-declares another class's fields."""
+    found = sorted(_halves())
+    assert found == [], "\n".join(found)
 
 
 def test_there_are_no_import_cycles() -> None:

@@ -274,9 +274,9 @@ async def test_a_hand_off_during_a_catch_up_waits_for_one_batch_not_the_backlog(
 
 def freeze_renewals(host: ProcessorHost) -> None:
     """Stop a host's lease keeper, as if the process froze: its lease rows stop changing."""
-    keeper = host._keeper
-    assert keeper is not None
-    keeper.stop()
+    leases = host._leases
+    assert leases is not None
+    leases._keeper.stop()
 
 
 async def test_unrenewed_lease_is_taken_over_and_old_holder_is_fenced(
@@ -636,10 +636,11 @@ async def test_a_path_is_followed_for_watchers_only_while_watched(
     """No watcher, no follower of the host's own; the first starts one, the last stops it."""
     host = hosts(Tally())
     await host.start()
-    assert host._watches == {}
+    assert host._watch_feeds.feed("/") is None
     first = host.subscribe("/", "tally")
     second = host.subscribe("/", "tally")
-    watch = host._watches["/"]
+    watch = host._watch_feeds.feed("/")
+    assert watch is not None
     assert watch.following
     await host.append("/", [{"type": "item"}])
     deltas = await asyncio.wait_for(first.get(), 5)
@@ -902,10 +903,10 @@ async def test_a_stop_passes_a_batch_whose_blocker_ignores_its_cancel(
     assert "processor.batch_abandoned" in events
     assert "lease.released" in events
     await asyncio.sleep(CANCEL_WAIT + 0.2)
-    assert engine.incidents["refusing_cancel"] == ["a batch of tally"]
-    assert engine.incidents["refused_cancel"] == 1
+    assert engine.statistics().incidents["refusing_cancel"] == ["a batch of tally"]
+    assert engine.statistics().incidents["refused_cancel"] == 1
     stubborn.released.set()
-    await wait_for(lambda: not engine.incidents["refusing_cancel"])
+    await wait_for(lambda: not engine.statistics().incidents["refusing_cancel"])
 
 
 async def test_a_state_that_outgrows_the_ceiling_is_reported_stalled_at_that_event(

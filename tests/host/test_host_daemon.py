@@ -27,7 +27,7 @@ from streamkit import open_log
 from streamkit._targets import default_socket
 from streamkit.backends import host_store
 from streamkit.errors import InvalidRequest
-from streamkit.host._host import REPEAT_SIGNAL_WINDOW
+from streamkit.host._signals import REPEAT_SIGNAL_WINDOW
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
-"""The feed of a path's watchers: the host follows a path only while someone watches it.
+"""The feeds of a host's watchers: the host follows a path only while someone watches it.
 
-A watcher (:class:`~._watch.Subscription`) takes one processor's live-state
+A watcher (:class:`~._live_watch.Subscription`) takes one processor's live-state
 deltas, which are ephemerals: only a follower's pushes carry them, never a
 read of the log. So the first watcher of a path starts a follower of it,
 moved to the head as it is then, and the last one to leave stops it; a path
@@ -11,20 +11,21 @@ logged and followed again from the last position after a second (a watcher
 whose chain breaks meanwhile re-seeds, as for any gap).
 
 This follower is on the way of no event to a checkpoint: each processor
-follows its path itself (:mod:`._runner`).
+follows its path itself (:mod:`._runner`). :class:`WatchFeeds` is the part
+of the host that holds the feed of every watched path.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import structlog
 
-from streamkit.host._watch import Subscription
-from streamkit.log._follow import Follow
-from streamkit.log._log import Log
+from streamkit.host._live_watch import Subscription
+from streamkit.log import Follow, Log
 
-__all__ = ["FOLLOW_RETRY_SECONDS", "PathWatch"]
+__all__ = ["FOLLOW_RETRY_SECONDS", "PathFeed", "WatchFeeds"]
 
 _log = structlog.get_logger("streamkit.host")
 
@@ -32,7 +33,49 @@ FOLLOW_RETRY_SECONDS = 1.0
 """How long the follower waits before following again after a failed read."""
 
 
-class PathWatch:
+class WatchFeeds:
+    """The feed of every path a host's clients watch (see the module docstring).
+
+    ``log()`` is the host's log, asked for when the first watcher of a path
+    comes (it raises while the host is not started).
+    """
+
+    def __init__(self, log: Callable[[], Log], max_bytes: int) -> None:
+        self._log = log
+        self._max_bytes = max_bytes
+        self._feeds: dict[str, PathFeed] = {}
+
+    def subscribe(self, path: str, key: str) -> Subscription:
+        """A mailbox of ``key``'s live-state deltas on ``path`` from now on."""
+        subscription = Subscription(path, key, self._max_bytes)
+        feed = self._feeds.get(path)
+        if feed is None:
+            feed = self._feeds[path] = PathFeed(self._log(), path)
+        feed.add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        """Stop delivering to ``subscription``."""
+        feed = self._feeds.get(subscription.path)
+        if feed is not None:
+            feed.discard(subscription)
+
+    def watching(self, path: str, key: str) -> bool:
+        """Whether a client watches ``key``'s live state on ``path`` now."""
+        feed = self._feeds.get(path)
+        return feed is not None and feed.watches(key)
+
+    def feed(self, path: str) -> PathFeed | None:
+        """The feed of ``path``, if it ever had a watcher."""
+        return self._feeds.get(path)
+
+    async def close(self) -> None:
+        """Drop every watcher and stop every follower (the host is stopping)."""
+        feeds, self._feeds = self._feeds, {}
+        await asyncio.gather(*(feed.close() for feed in feeds.values()))
+
+
+class PathFeed:
     """The watchers of ``path`` and, while there are any, the follower that feeds them."""
 
     def __init__(self, log: Log, path: str) -> None:
