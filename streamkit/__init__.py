@@ -4,6 +4,7 @@ The public names live here; everything else is an implementation detail.
 """
 
 from streamkit._json_diff import diff_json
+from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit._version import __version__
 from streamkit.backends import open_log
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
@@ -58,11 +59,12 @@ from streamkit.host import ProcessorHost
 from streamkit.live_state import LIVE_STATE_CHANGED, LiveSnapshot, LiveState, apply_delta
 from streamkit.log import Log, Stream
 from streamkit.processor import Delivery, ProcessEventArgs, StreamProcessor, consumes_event
-from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream, TypedReads
+from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream
 from streamkit.shared_map import SharedMap
 
 __all__ = [
     "LIVE_STATE_CHANGED",
+    "SPEED_TRICKS",
     "Appended",
     "BatchInfo",
     "CheckpointStorage",
@@ -118,7 +120,6 @@ __all__ = [
     "StreamEvent",
     "StreamProcessor",
     "StreamkitError",
-    "TypedReads",
     "Unauthorized",
     "UndeclaredEmit",
     "UnknownOperation",

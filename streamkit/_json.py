@@ -30,6 +30,8 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from streamkit._speed import FAST as SPEED_TRICKS
+
 __all__ = [
     "FAST",
     "decode",
@@ -40,8 +42,8 @@ __all__ = [
     "encode_object_plain",
 ]
 
-FAST = True
-"""The one switch of this module's fast paths (read once, at import)."""
+FAST = SPEED_TRICKS
+"""Whether this module's fast paths are on: :data:`streamkit._speed.FAST`, the one switch."""
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 # One shared encoder: json.dumps with options would build a new one for every call.

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from streamkit._json import encode_object, encode_object_plain
 from streamkit._json_size import utf8_json_size
+from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.errors import InvalidEvent, InvalidRequest
 
 __all__ = [
@@ -165,6 +166,13 @@ class ReadPage:
     ``scanned_through_offset`` is how far the read proves the durable log: the
     last event's offset on a full page, else ``max(after_offset, durable head)``.
     It never passes the durable head. ``at_head`` says nothing durable lies past it.
+
+    ``events`` is a list, except on a page read with ``types`` (the typed read
+    a processor engine's catch-up makes): there it is a lazy sequence
+    (``TypedEvents``) that builds each event as it is taken and keeps none, so
+    a fold that takes each once and drops it holds one event at a time.
+    Taking the same index twice builds two equal events, not one; it compares
+    equal to the list of its events, and ``list(page.events)`` keeps them.
     """
 
     events: Sequence[StreamEvent]
@@ -336,9 +344,10 @@ def prepare_event(
     is prepared here with only the checks such an input can fail; anything
     else, and any input that fails one, goes to :func:`prepare_event_plain`,
     which checks every field (the fast path's twin: the same event or the
-    same refusal for every input).
+    same refusal for every input). The shortcut is a speed trick: off under
+    ``STREAMKIT_PLAIN=1``.
     """
-    if type(raw) is dict and not control:
+    if type(raw) is dict and not control and SPEED_TRICKS:
         etype = raw.get("type")
         payload = raw.get("payload")
         if (

@@ -44,7 +44,8 @@ import structlog
 from pydantic import BaseModel
 
 from streamkit._json_diff import REPLACE_OVERHEAD, diff, no_larger_than_replace
-from streamkit._json_forms import ABSENT, Step, Unplanned, step
+from streamkit._json_walk import ABSENT, Step, Unplanned, step
+from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.errors import InvalidRequest
 
 __all__ = [
@@ -55,6 +56,13 @@ __all__ = [
     "LiveStateSink",
     "apply_delta",
 ]
+
+REUSE_FORMS = SPEED_TRICKS
+"""Whether a pydantic value's form and patch are walked beside the last one (a speed trick).
+
+Off under ``STREAMKIT_PLAIN=1``: every value is then serialized, parsed and
+diffed whole. Both give the same deltas (a hypothesis test holds them to it).
+"""
 
 LIVE_STATE_CHANGED = "streamkit.live-state-changed"
 """The type of the ephemeral delta event. No processor ever reduces it."""
@@ -165,7 +173,6 @@ class LiveState(Generic[S]):
         initial: S,
         *,
         epoch: int | None = None,
-        reuse_forms: bool = True,
     ) -> None:
         if not isinstance(key, str) or not key:
             raise InvalidRequest(
@@ -197,10 +204,10 @@ class LiveState(Generic[S]):
         # The diff base: the last value that serialized, i.e. what a client that
         # applied every delta holds. Kept apart from the held value so a value
         # the wire cannot carry never becomes the base later diffs start from.
-        # With reuse_forms, a pydantic value's form and patch are built side by
-        # side with the base value (the value the base form is the form of),
-        # walking only what changed (streamkit._json_forms).
-        self._reuse_forms = reuse_forms
+        # With REUSE_FORMS (a speed trick), a pydantic value's form and patch are
+        # built side by side with the base value (the value the base form is the
+        # form of), walking only what changed (streamkit._json_walk).
+        self._reuse_forms = REUSE_FORMS
         self._base_value: Any = ABSENT
         self._base_text: str | None = None
         self._base_form: Any = _NO_BASE

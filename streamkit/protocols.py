@@ -11,23 +11,27 @@ nothing needs to inherit from streamkit classes.
   commits, claims, transactions) and serves reads with their proof. The log
   above it validates, batches and fans out; ``streamkit.backends`` holds one
   package per storage engine, and ``open_log(target)`` picks one.
+
+Only protocols are defined here. The records that cross the boundary
+(:class:`~streamkit.records.Lease`, :class:`~streamkit.records.LogStats`)
+live in :mod:`streamkit.records` and the payload validators of a typed read
+in :mod:`streamkit._event_builders`; both are re-exported here, where the
+protocols name them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
-from streamkit._fast import payload_validator
+from streamkit._event_builders import PayloadTypes, payload_validators
 from streamkit._requests import AppendCall, Connection, FollowJob, Job, TransactionJob
 from streamkit.checkpoint import ReduceCheckpoint
-from streamkit.errors import InvalidRequest
 from streamkit.events import EventInput, ReadPage, StreamEvent
+from streamkit.records import RELEASED, Lease, LogStats
 
 __all__ = [
     "RELEASED",
@@ -39,7 +43,10 @@ __all__ = [
     "LeaseRenewer",
     "LogBackend",
     "LogStats",
+    "PayloadTypes",
     "ProcessorStream",
+    "StreamAccess",
+    "payload_validators",
 ]
 
 T = TypeVar("T")
@@ -66,8 +73,21 @@ class StreamAccess(Protocol):
         """Append atomically; return the committed (or, for ephemerals, pushed) events."""
         ...
 
-    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
-        """Read durable events after ``after_offset`` with the scanned-range proof."""
+    async def read(
+        self,
+        after_offset: int = 0,
+        limit: int = 500,
+        *,
+        types: Mapping[str, type[BaseModel]] | None = None,
+    ) -> ReadPage:
+        """Read durable events after ``after_offset`` with the scanned-range proof.
+
+        ``types`` (event type -> pydantic model) is an option of speed: a
+        stream may build the payloads of those types as their models, so a
+        processor's fold builds each event once. A payload that does not
+        validate stays as decoded JSON. A stream may ignore it: the fold
+        types what a plain read leaves decoded, so both give the same batch.
+        """
         ...
 
 
@@ -77,67 +97,6 @@ class ProcessorStream(StreamAccess, Protocol):
     async def claim(self, at: float | None) -> None:
         """Ask to be revived by epoch second ``at``; ``None`` releases the claim."""
         ...
-
-
-PayloadTypes = Mapping[str, Callable[[Any], Any]]
-"""Event type -> the function that validates its decoded payload into its model.
-
-What a backend's typed read is handed: each event whose type it names is
-built once, with its payload already the model a processor's fold would make
-of it. A payload its function refuses is left as decoded JSON; the fold
-validates it again, meets the same refusal, and reports it as malformed, as
-for an untyped read. The function runs on the thread the backend reads on.
-"""
-
-
-def payload_validators(types: object) -> PayloadTypes:
-    """The :data:`PayloadTypes` of a ``read_typed`` call's ``types`` (event type -> model).
-
-    Anything but a mapping of type strings to pydantic model classes is
-    refused before anything is read.
-    """
-    if isinstance(types, Mapping) and all(
-        isinstance(etype, str) and isinstance(schema, type) and issubclass(schema, BaseModel)
-        for etype, schema in types.items()
-    ):
-        return {etype: payload_validator(schema) for etype, schema in types.items()}
-    raise InvalidRequest(
-        "types must map event type strings to pydantic model classes, got "
-        f"{types!r:.200}; nothing was read",
-        details={"types": repr(types)[:200]},
-    )
-
-
-@runtime_checkable
-class TypedReads(Protocol):
-    """A stream that can also read with payloads already validated (optional).
-
-    A :class:`ProcessorEngine` over a stream that has it reads its catch-up
-    pages this way, so each event is built once, with the payload its fold
-    needs, instead of once decoded and once more typed.
-    """
-
-    async def read_typed(
-        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
-    ) -> ReadPage:
-        """:meth:`ProcessorStream.read`, each payload of a type in ``types`` validated into its model."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class LogStats:
-    """Counters of one open log since it was opened (this process only)."""
-
-    transactions: int
-    """Write transactions committed (a group of appends counts once)."""
-    appended: int
-    """Durable events written (idempotent retries excluded)."""
-    ephemeral: int
-    """Offsets handed to ephemeral events."""
-    ephemeral_reservations: int
-    """Writes that reserved a block of offsets for ephemerals."""
-    refused: int
-    """Append and claim calls refused (their effects rolled back)."""
 
 
 class LogBackend(Protocol):
@@ -255,55 +214,6 @@ class CheckpointStorage(Protocol):
         :class:`~streamkit.errors.CheckpointTooLarge` and writes nothing.
         """
         ...
-
-
-RELEASED = -math.inf
-"""The ``expires_at`` of a lease its holder gave up: expired at every instant, and
-telling "given up" apart from "timed out"."""
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A lease as stored: who holds ``(path, slug)``, under which generation, until when."""
-
-    path: str
-    slug: str
-    owner: str
-    generation: int
-    expires_at: float
-    """Epoch seconds by the holder's clock; ``-inf`` once the holder released it."""
-    beat: int = 0
-    """Renewals under this generation: a taker watches it to see the holder is alive."""
-
-    def same_row(self, other: Lease) -> bool:
-        """Whether ``other`` is this row unchanged: same owner, generation and beat."""
-        return (self.owner, self.generation, self.beat, self.expires_at) == (
-            other.owner,
-            other.generation,
-            other.beat,
-            other.expires_at,
-        )
-
-    @property
-    def released(self) -> bool:
-        """Whether the holder gave the lease up (rather than letting it expire)."""
-        return self.expires_at == RELEASED
-
-    def held_at(self, now: float) -> bool:
-        """Whether the lease is still in force at epoch second ``now``."""
-        return now < self.expires_at
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready data for status output (``expires_at`` is ``None`` once released)."""
-        return {
-            "path": self.path,
-            "slug": self.slug,
-            "owner": self.owner,
-            "generation": self.generation,
-            "expires_at": None if self.released else self.expires_at,
-            "beat": self.beat,
-            "released": self.released,
-        }
 
 
 class LeaseGuard(Protocol):

@@ -19,7 +19,7 @@ Guarantees:
   object or a dict, and serializes as a JSON object, as ``dict[str, Model]``
   would, with every serialization setting (``exclude_defaults`` and the
   rest) applied to the values.
-- The live-state walk (:mod:`streamkit._json_forms`) compares two versions
+- The live-state walk (:mod:`streamkit._json_walk`) compares two versions
   bucket by bucket by identity, so a watched state's delta costs the
   buckets that changed, not the entries.
 """

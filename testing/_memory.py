@@ -40,7 +40,7 @@ from streamkit.events import (
     validate_path,
 )
 from streamkit.log import MAX_READ_LIMIT
-from streamkit.protocols import Clock, payload_validators
+from streamkit.protocols import Clock, PayloadTypes, payload_validators
 
 __all__ = ["MemoryStorage", "MemoryStream", "memory_storage", "memory_stream"]
 
@@ -168,8 +168,20 @@ class MemoryStream:
             details={"path": self._path, "index": index, "expected": expected, "actual": actual},
         )
 
-    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
-        """Durable events after ``after_offset``, with the proof of how far the read scanned."""
+    async def read(
+        self,
+        after_offset: int = 0,
+        limit: int = 500,
+        *,
+        types: Mapping[str, type[BaseModel]] | None = None,
+    ) -> ReadPage:
+        """Durable events after ``after_offset``, with the proof of how far the read scanned.
+
+        With ``types``, as the log's ``Stream.read``: payloads of those types
+        come validated into their models; one that does not validate stays
+        as stored.
+        """
+        validators = None if types is None else payload_validators(types)
         for name, value, low, high in (
             ("after_offset", after_offset, 0, MAX_OFFSET),
             ("limit", limit, 1, MAX_READ_LIMIT),
@@ -189,33 +201,12 @@ class MemoryStream:
         self.reads += 1
         start = bisect.bisect_right(self._offsets, after_offset)
         page = self.events[start : start + limit]
+        if validators is not None:
+            page = [_typed(event, validators) for event in page]
         head = self.head
         if len(page) == limit:
             return ReadPage(page, page[-1].offset, page[-1].offset == head)
         return ReadPage(page, max(after_offset, head), True)
-
-    async def read_typed(
-        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
-    ) -> ReadPage:
-        """:meth:`read`, payloads of the types in ``types`` validated into their models.
-
-        As the log's ``Stream.read_typed``: a payload that does not validate
-        stays as stored.
-        """
-        validators = payload_validators(types)
-        page = await self.read(after_offset, limit)
-        typed: list[StreamEvent] = []
-        for event in page.events:
-            validate = validators.get(event.type)
-            if validate is not None:
-                try:
-                    payload = validate({} if event.payload is None else event.payload)
-                except Exception:  # refused: stays as stored, for the reader to report
-                    pass
-                else:
-                    event = dataclasses.replace(event, payload=payload)
-            typed.append(event)
-        return ReadPage(typed, page.scanned_through_offset, page.at_head)
 
     async def claim(self, at: float | None) -> None:
         """Record the claim (a test that wants the revive calls ``engine.revive()`` itself)."""
@@ -270,3 +261,15 @@ def memory_stream(path: str = "/", *, clock: Clock = time.time) -> MemoryStream:
 def memory_storage() -> MemoryStorage:
     """A fresh :class:`MemoryStorage` (close it, or use ``with``)."""
     return MemoryStorage()
+
+
+def _typed(event: StreamEvent, validators: PayloadTypes) -> StreamEvent:
+    """``event`` with its payload validated into its type's model, if it has one and validates."""
+    validate = validators.get(event.type)
+    if validate is None:
+        return event
+    try:
+        payload = validate({} if event.payload is None else event.payload)
+    except Exception:  # refused: stays as stored, for the reader to report
+        return event
+    return dataclasses.replace(event, payload=payload)

@@ -16,12 +16,26 @@ import pytest
 from hypothesis import settings
 from support.engine import Rig
 
-from streamkit import open_log
+from streamkit import SPEED_TRICKS, open_log
 from streamkit.log import Log
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under STREAMKIT_PLAIN=1 the tests that pin a speed trick itself are skipped, saying so.
+
+    Every other test runs both ways (scripts/test runs the suite with the
+    switch on, then off): the plain twins must give the same outcomes.
+    """
+    if SPEED_TRICKS:
+        return
+    off = pytest.mark.skip(reason="pins a speed trick, which STREAMKIT_PLAIN=1 turns off")
+    for item in items:
+        if item.get_closest_marker("speed_trick") is not None:
+            item.add_marker(off)
 
 
 @pytest.fixture

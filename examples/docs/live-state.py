@@ -100,7 +100,7 @@ async def main() -> None:
     assert wall_sink.events[-1]["payload"]["patch"] == [
         {"op": "replace", "path": "/cards/c7/votes", "value": 1}
     ]
-    # --- docs/live-state.md:184
+    # --- docs/live-state.md:185
     late = Client(board)
     board.set({"open": ["ship", "celebrate"], "done": 1})
     board.set({"open": ["celebrate"], "done": 2})
@@ -110,7 +110,7 @@ async def main() -> None:
     assert late.reseeds == 2
     assert late.state == {"open": ["celebrate"], "done": 2}
     assert late.rev == board.snapshot().rev
-    # --- docs/live-state.md:200
+    # --- docs/live-state.md:201
     from streamkit.live_state import MAX_PATCH_BYTES
 
     big = LiveState(sink, "archive", {"blob": ""})
@@ -123,7 +123,7 @@ async def main() -> None:
     watcher.on_event(sink.events[-1])
     assert watcher.reseeds == 2
     assert len(watcher.state["blob"]) == MAX_PATCH_BYTES
-    # --- docs/live-state.md:221
+    # --- docs/live-state.md:222
     first = LiveState(sink, "counter", {"n": 0})
     stale = Client(first)
     first.set({"n": 1})
@@ -137,7 +137,7 @@ async def main() -> None:
     stale.on_event(sink.events[-1])
     assert stale.reseeds == 2
     assert stale.state == {"n": 2}
-    # --- docs/live-state.md:246
+    # --- docs/live-state.md:247
     quiet_sink = CollectingSink()
     quiet = LiveState(quiet_sink, "quiet", {"n": 0})
     old_rev = quiet.snapshot().rev
@@ -148,7 +148,7 @@ async def main() -> None:
     (delta,) = quiet_sink.events
     assert delta["payload"]["from"] == seed.rev
     assert apply_delta(seed.state, delta["payload"]["patch"]) == {"n": 6}
-    # --- docs/live-state.md:267
+    # --- docs/live-state.md:268
     import asyncio
 
 
@@ -171,7 +171,7 @@ async def main() -> None:
     assert queue.pending == 0
     start = queue.snapshot().rev - 3
     assert [e["payload"]["from"] for e in slow.events] == [start, start + 1, start + 2]
-    # --- docs/live-state.md:303
+    # --- docs/live-state.md:304
     import datetime as dt
 
     from pydantic import BaseModel
@@ -190,7 +190,7 @@ async def main() -> None:
     assert change["payload"]["patch"] == [
         {"op": "replace", "path": "/0/due", "value": "2030-01-01T00:00:00Z"}
     ]
-    # --- docs/live-state.md:330
+    # --- docs/live-state.md:331
     odd_sink = CollectingSink()
     odd = LiveState(odd_sink, "odd", {"tags": []})
     follower = Client(odd)
@@ -204,7 +204,7 @@ async def main() -> None:
     (delta,) = odd_sink.events
     assert delta["payload"]["from"] == follower.rev + 1
     assert apply_delta({"tags": []}, delta["payload"]["patch"]) == {"tags": ["a", "b"]}
-    # --- docs/live-state.md:353
+    # --- docs/live-state.md:354
     from streamkit import apply_delta, diff_json
 
     queue = [f"task-{n:03}" for n in range(20)]

@@ -117,7 +117,7 @@ async def main() -> None:
     page = await orders.read(2)
     assert [e.offset for e in page.events] == [3, 4, 6]
     assert (page.scanned_through_offset, page.at_head) == (6, True)
-    # --- docs/log.md:355
+    # --- docs/log.md:358
     from pydantic import BaseModel
 
 
@@ -132,13 +132,13 @@ async def main() -> None:
             {"type": "sensor.read", "payload": {"celsius": "warm"}},
             {"type": "sensor.moved", "payload": {"room": "hall"}},
         )
-        page = await sensors.read_typed(0, 10, {"sensor.read": Reading})
+        page = await sensors.read(0, 10, types={"sensor.read": Reading})
         assert [e.payload for e in page.events] == [
             Reading(celsius=21.5),
             {"celsius": "warm"},  # refused by the model: left as stored
             {"room": "hall"},  # a type not named
         ]
-    # --- docs/log.md:383
+    # --- docs/log.md:386
     import asyncio
 
     follower = orders.follow()
@@ -150,7 +150,7 @@ async def main() -> None:
     assert [(e.offset, e.ephemeral) for e in events] == [(7, True), (8, False)]
     assert scanned == (6, 8)
     await follower.aclose()
-    # --- docs/log.md:436
+    # --- docs/log.md:439
     follower = orders.follow()
     follower.skip_to(8)  # offsets 1 to 8 were read another way
     follower.wake()
@@ -159,7 +159,7 @@ async def main() -> None:
     events, scanned = await asyncio.wait_for(follower.next_or_woken(), 5)
     assert events == [opened] and scanned == (8, opened.offset) and follower.at_head
     follower.close()
-    # --- docs/log.md:452
+    # --- docs/log.md:455
     jobs = log.stream("/jobs")
     await jobs.claim(1_900_000_000.0, claimant="mailer")
     view = jobs.for_processor("billing")  # what a processor engine is given
@@ -167,7 +167,7 @@ async def main() -> None:
     assert await jobs.claims() == {"billing": 1_800_000_000.0, "mailer": 1_900_000_000.0}
     await view.claim(None)  # release
     assert await jobs.claims() == {"mailer": 1_900_000_000.0}
-    # --- docs/log.md:470
+    # --- docs/log.md:473
     def create_leases(conn):
         conn.execute("CREATE TABLE IF NOT EXISTS leases (slug TEXT PRIMARY KEY, holder TEXT)")
         conn.execute("INSERT OR REPLACE INTO leases VALUES ('mailer', 'host-1')")
@@ -177,7 +177,7 @@ async def main() -> None:
     assert await log.write_transaction(create_leases) == "ok"
     rows = await log.query(lambda conn: conn.execute("SELECT * FROM leases").fetchall())
     assert rows == [("mailer", "host-1")]
-    # --- docs/log.md:536
+    # --- docs/log.md:539
     async with (
         open_log("inline.db") as quick,
         open_log("threaded.db", inline_commits=False) as threaded,
@@ -191,7 +191,7 @@ async def main() -> None:
             )
             assert [s[0].offset for s in singles] == [1, 2, 3]
             assert sorted(t[0].offset for t in together) == list(range(4, 12))
-    # --- docs/log.md:634
+    # --- docs/log.md:637
     stats = log.stats
     assert (stats.appended, stats.ephemeral, stats.refused) == (9, 3, 3)
     await log.aclose()

@@ -17,7 +17,7 @@ from typing import Any
 
 from streamkit.processors.tasks._events import TasksState
 
-from streamkit import ProcessEventArgs, StreamEvent, StreamkitError
+from streamkit import SPEED_TRICKS, ProcessEventArgs, StreamEvent, StreamkitError
 
 __all__ = ["JointAppends"]
 
@@ -42,7 +42,12 @@ class JointAppends:
         self._flushing: set[asyncio.Task[None]] = set()
 
     async def append(self, args: ProcessEventArgs[TasksState], events: Events) -> Written:
-        """Append ``events`` with the others of this loop turn; what ``alone`` would return."""
+        """Append ``events`` with the others of this loop turn; what ``alone`` would return.
+
+        Joining is a speed trick: under ``STREAMKIT_PLAIN=1`` each caller appends alone.
+        """
+        if not SPEED_TRICKS:
+            return await self._alone(args, events)
         loop = asyncio.get_running_loop()
         joined = self._turn.get(id(args))
         if joined is None:

@@ -7,20 +7,39 @@ driver. What a target names is the rule of :mod:`streamkit._targets`.
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from typing import Literal
 
-from streamkit._targets import is_postgres_target, postgres_target, sqlite_target
-from streamkit.backends.sqlite._backend import SqliteLogBackend
-from streamkit.backends.sqlite.host_store import SqliteHostStore
-from streamkit.backends.sqlite.registry import registered_sockets as _sqlite_sockets
-from streamkit.errors import InvalidRequest, LogOpenError
+from streamkit._targets import is_postgres_target, postgres_target
+from streamkit.backends._storage import LogOptions, Storage
+from streamkit.backends.sqlite import SQLITE
+from streamkit.errors import LogOpenError
 from streamkit.log import MAX_BUFFERED_BYTES, Log
 from streamkit.protocols import Clock, HostStore
 
 __all__ = ["host_store", "open_log", "registered_sockets"]
+
+
+def storage_for(target: str | os.PathLike[str]) -> Storage:
+    """The one storage that serves ``target``: PostgreSQL for its URLs, SQLite for the rest.
+
+    A PostgreSQL target without the ``postgres`` extra installed is refused
+    with :class:`~streamkit.errors.LogOpenError`.
+    """
+    if not is_postgres_target(target):
+        return SQLITE
+    try:
+        # The optional extra: imported only when a PostgreSQL target is named.
+        from streamkit.backends.postgres import POSTGRES
+    except ImportError as exc:
+        shown = postgres_target(str(target)).shown
+        raise LogOpenError(
+            f"the target {shown!r} needs the PostgreSQL driver, which is not installed "
+            f"({exc}); nothing was opened (pip install 'streamkit-events[postgres]')",
+            details={"target": shown},
+        ) from None
+    return POSTGRES
 
 
 def open_log(
@@ -62,96 +81,30 @@ def open_log(
     is how long a write waits for a row lock another transaction holds, and
     only ``synchronous="FULL"`` is accepted (the server decides durability).
     """
-    if is_postgres_target(target):
-        return _open_postgres(
-            str(target),
-            synchronous=synchronous,
-            clock=clock,
-            busy_timeout=busy_timeout,
-            follower_bytes=follower_bytes,
-            read_only=read_only,
-        )
-    path = sqlite_target(target)
-    backend = functools.partial(
-        SqliteLogBackend,
-        path,
+    options = LogOptions(
         synchronous=synchronous,
         clock=clock,
         busy_timeout=busy_timeout,
-        read_only=read_only,
-    )
-    return Log(
-        path,
-        backend,
         inline_commits=inline_commits,
         follower_bytes=follower_bytes,
         read_only=read_only,
     )
-
-
-def _open_postgres(
-    target: str,
-    *,
-    synchronous: Literal["FULL", "NORMAL"],
-    clock: Clock,
-    busy_timeout: float,
-    follower_bytes: int,
-    read_only: bool,
-) -> Log:
-    parsed = postgres_target(target)
-    try:
-        # The optional extra: imported only when a PostgreSQL log is opened.
-        from streamkit.backends.postgres._backend import PostgresLogBackend
-    except ImportError as exc:
-        raise LogOpenError(
-            f"the target {parsed.shown!r} needs the PostgreSQL driver, which is not installed "
-            f"({exc}); nothing was opened (pip install 'streamkit-events[postgres]')",
-            details={"target": parsed.shown},
-        ) from None
-    backend = functools.partial(
-        PostgresLogBackend,
-        parsed,
-        synchronous=synchronous,
-        clock=clock,
-        busy_timeout=busy_timeout,
-        read_only=read_only,
-    )
-    return Log(
-        parsed.shown,
-        backend,
-        inline_commits=False,
-        follower_bytes=follower_bytes,
-        read_only=read_only,
-    )
+    return storage_for(target).open(target, options)
 
 
 def host_store(log: Log) -> HostStore:
-    """What a host keeps beside ``log``, in the log's own backend."""
-    if isinstance(log.backend, SqliteLogBackend):
-        return SqliteHostStore(log)
-    if type(log.backend).__name__ == "PostgresLogBackend":
-        # (imported here: the PostgreSQL driver is an optional extra)
-        from streamkit.backends.postgres.host_store import PostgresHostStore
-
-        return PostgresHostStore(log)
-    raise InvalidRequest(
-        f"the log {log.path!r} has no host store (its backend, {type(log.backend).__name__}, "
-        "keeps no leases or checkpoints); nothing was done; run hosts on a SQLite file or a "
-        "PostgreSQL log",
-        details={"path": log.path},
-    )
+    """What a host keeps beside ``log``, by the storage that serves the log's target."""
+    return storage_for(log.path).host_store(log)
 
 
 def registered_sockets(target: str, slug: str | None = None) -> list[str]:
     """The control sockets of the hosts registered on ``target``, the holder of ``slug`` first.
 
     Reads without opening a log (a client asking where to send a request);
-    empty when nothing is registered yet.
+    empty when nothing is registered yet, or no installed backend serves it.
     """
-    if is_postgres_target(target):
-        try:
-            from streamkit.backends.postgres.host_store import registered_sockets as _pg_sockets
-        except ImportError:
-            return []
-        return _pg_sockets(postgres_target(target), slug)
-    return _sqlite_sockets(sqlite_target(target), slug)
+    try:
+        storage = storage_for(target)
+    except LogOpenError:
+        return []
+    return storage.registered_sockets(target, slug)

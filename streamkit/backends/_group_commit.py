@@ -46,6 +46,13 @@ class WriteCounters:
     ephemeral_reservations: int = 0
     refused: int = 0
 
+    def placed(self, call: AppendCall, rows: int, reserved: int) -> None:
+        """``call`` was placed: ``rows`` durable rows, its ephemerals with ``reserved`` blocks."""
+        self.appended += rows
+        if call.ephemerals:
+            self.ephemeral += call.ephemerals
+            self.ephemeral_reservations += reserved
+
     def stats(self) -> LogStats:
         """The counters now, as the log reports them."""
         return LogStats(

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
-from streamkit._fast import make_event
+from streamkit._event_builders import make_event
 from streamkit._json import decode, decode_many
 from streamkit.events import PreparedEvent, ReadPage, StreamEvent
 from streamkit.protocols import PayloadTypes

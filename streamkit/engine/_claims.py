@@ -171,7 +171,7 @@ class ClaimKeeper:
             for task in pending:
                 task.cancel()
             # An attempt that ignores its cancel is a stray: counted, not awaited.
-            await self._strays.settle((task, attempts[task]) for task in pending)
+            await self._strays.wait_out((task, attempts[task]) for task in pending)
         if self._last_sent is not None:
             await asyncio.wait((self._last_sent,))
 

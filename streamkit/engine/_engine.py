@@ -43,6 +43,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.contract import ProcessorContract
 from streamkit.engine._batch import BatchInfo, BatchRunner
 from streamkit.engine._checkpointer import Checkpointer
@@ -561,7 +562,8 @@ class ProcessorEngine(Generic[S]):
                     ScannedRange(after, through),
                     page.at_head,
                     from_read=True,
-                    read_ahead=0 if page.at_head else limit,
+                    # Reading the next page while the checkpoint commits: a speed trick.
+                    read_ahead=0 if page.at_head or not SPEED_TRICKS else limit,
                 )
             if self._yielding and (not page.at_head or self._cursor < through):
                 return  # handed to another host, or stopping: see yield_catch_up

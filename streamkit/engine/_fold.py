@@ -19,7 +19,7 @@ from typing import Any, Final, Generic, TypeVar
 import structlog
 from pydantic import BaseModel
 
-from streamkit._fast import payload_validator, with_payload
+from streamkit._event_builders import payload_validator, with_payload
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.processor import USER_EXITS, StreamProcessor, consumes_predicate, exit_refused

@@ -2,10 +2,11 @@
 
 Every read of the log an engine makes goes through one :class:`PageReader`:
 a catch-up's pages, a gap repair's, a deferred state's replay and a version
-re-reduce. Where the stream can type payloads (``TypedReads``) and the
-processor declares payload models, pages are read typed, so each event is
-built once with the payload its reduce takes; the fold types what a plain
-read leaves decoded, so both give the same batch.
+re-reduce. Where the processor declares payload models, pages are read with
+them (``read(..., types=...)``), so a stream that types payloads builds each
+event once with the payload its reduce takes; the fold types what a plain
+read leaves decoded, so both give the same batch. The typed read is a speed
+trick: off under ``STREAMKIT_PLAIN=1`` (:mod:`streamkit._speed`).
 
 A replay (:meth:`PageReader.replay`) folds the durable events of
 ``(after, through]`` into a state, reduce only, never past ``through``:
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel
-
+from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.engine._fold import Fold
 from streamkit.events import ReadPage
-from streamkit.protocols import ProcessorStream, TypedReads
+from streamkit.protocols import ProcessorStream
 
 __all__ = ["MAX_CATCH_UP_PAGE", "PAGE_SIZE", "PageReader"]
 
@@ -36,7 +36,7 @@ MAX_CATCH_UP_PAGE = 4000
 A catch-up doubles its page after each full one, up to this, so a backlog
 pays a batch's fixed costs (the checkpoint, the live-state projection, the
 read's round trip) once per 4,000 events rather than per 500. A typed page
-keeps no events (``TypedEvents``), so a larger one costs its rows and their
+keeps no events (a lazy ``TypedEvents``), so a larger one costs its rows and their
 decoded JSON, not 4,000 live events for the garbage collector to scan; the
 log caps the pages of a path several processors read at once, which it
 shares at 500 (``SHARED_PAGE_EVENTS``). Measured on 1M events of a trivial
@@ -51,18 +51,14 @@ class PageReader(Generic[S]):
     def __init__(self, stream: ProcessorStream, fold: Fold[S]) -> None:
         self._stream = stream
         self._fold = fold
-        types = fold.payload_types()
-        self._typed: tuple[TypedReads, dict[str, type[BaseModel]]] | None = (
-            (stream, types) if types and isinstance(stream, TypedReads) else None
-        )
+        types = fold.payload_types() if SPEED_TRICKS else None
+        self._types = types or None
 
     async def read(self, after: int, limit: int) -> ReadPage:
-        """Up to ``limit`` events after ``after``, typed when the stream can type them."""
-        typed = self._typed
-        if typed is None:
+        """Up to ``limit`` events after ``after``, typed when the processor declares models."""
+        if self._types is None:
             return await self._stream.read(after, limit)
-        stream, types = typed
-        return await stream.read_typed(after, limit, types)
+        return await self._stream.read(after, limit, types=self._types)
 
     async def replay(self, state: S, after: int, through: int, page_size: int) -> tuple[S, int]:
         """``state`` with the durable events of ``(after, through]`` folded in, and how many.

@@ -51,7 +51,7 @@ class Strays:
         work.add_done_callback(self._stopped)
         asyncio.get_running_loop().call_later(CANCEL_WAIT, self._check, work)
 
-    async def settle(self, cancelled: Iterable[tuple[asyncio.Future[Any], str]]) -> None:
+    async def wait_out(self, cancelled: Iterable[tuple[asyncio.Future[Any], str]]) -> None:
         """Wait up to :data:`CANCEL_WAIT` s for work just cancelled; what still runs is a stray."""
         pending = {work: label for work, label in cancelled if not work.done()}
         if not pending:

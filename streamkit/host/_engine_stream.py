@@ -55,14 +55,14 @@ class EngineStream:
         stamp = {"owner": lease.owner, "generation": lease.generation}
         return await self._view.append(*(_with_lease(e, stamp) for e in events), fence=held.fence)
 
-    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
-        page = await self._view.read(after_offset, limit)
-        return filter_page(page, self._skipped)
-
-    async def read_typed(
-        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
+    async def read(
+        self,
+        after_offset: int = 0,
+        limit: int = 500,
+        *,
+        types: Mapping[str, type[BaseModel]] | None = None,
     ) -> ReadPage:
-        page = await self._view.read_typed(after_offset, limit, types)
+        page = await self._view.read(after_offset, limit, types=types)
         return filter_page(page, self._skipped)
 
     async def claim(self, at: float | None) -> None:

@@ -38,7 +38,7 @@ from typing import Any
 from streamkit.errors import LogClosed
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
-__all__ = ["MAX_BUFFERED_BYTES", "Feed", "Follow", "Push", "Subscription", "WakeList"]
+__all__ = ["MAX_BUFFERED_BYTES", "Feed", "Follow", "Push", "PushMailbox", "WakeList"]
 
 WakeList = dict[asyncio.AbstractEventLoop, list[asyncio.Event]]
 
@@ -60,7 +60,7 @@ class Push:
     """The payload and metadata JSON its events were stored or appended with, in bytes."""
 
 
-class Subscription:
+class PushMailbox:
     """One follower's mailbox; every field is guarded by the feed's lock."""
 
     __slots__ = (
@@ -90,7 +90,7 @@ class Feed:
 
     def __init__(self, max_bytes: int = MAX_BUFFERED_BYTES) -> None:
         self.lock = threading.Lock()
-        self._subs: dict[str, list[Subscription]] = {}
+        self._subs: dict[str, list[PushMailbox]] = {}
         self._inflight: dict[str, int] = {}
         self._closed = False
         self._max_events = MAX_BUFFERED_EVENTS
@@ -106,16 +106,16 @@ class Feed:
         with self.lock:
             return list(self._subs)
 
-    def register(self, path: str) -> Subscription:
+    def register(self, path: str) -> PushMailbox:
         """Add a follower of ``path``; it starts out needing a catch-up read."""
-        sub = Subscription(path)
+        sub = PushMailbox(path)
         with self.lock:
             if self._closed:
                 raise LogClosed("the log is closed; open it again to follow a stream")
             self._subs.setdefault(path, []).append(sub)
         return sub
 
-    def unregister(self, sub: Subscription) -> None:
+    def unregister(self, sub: PushMailbox) -> None:
         """Remove a follower (idempotent) and release its buffered pushes."""
         with self.lock:
             subs = self._subs.get(sub.path)
@@ -188,7 +188,7 @@ class Feed:
                         wakes.setdefault(loop, []).append(event)
         return published
 
-    def _offer(self, sub: Subscription, push: Push) -> None:
+    def _offer(self, sub: PushMailbox, push: Push) -> None:
         if (
             sub.buffered_events + len(push.events) > self._max_events
             or len(sub.buffer) >= self._max_pushes
@@ -221,7 +221,7 @@ class Feed:
             self._inflight.clear()
         return wakes
 
-    def take(self, sub: Subscription, local: deque[Push]) -> tuple[bool, bool, int | None]:
+    def take(self, sub: PushMailbox, local: deque[Push]) -> tuple[bool, bool, int | None]:
         """Move ``sub``'s pushes into the empty ``local`` queue.
 
         Returns ``(closed, resync, bound)``: whether the log closed, whether the
@@ -245,7 +245,7 @@ class Feed:
             return sub.closed, resync, bound
 
     def wait_on(
-        self, sub: Subscription, loop: asyncio.AbstractEventLoop, event: asyncio.Event
+        self, sub: PushMailbox, loop: asyncio.AbstractEventLoop, event: asyncio.Event
     ) -> bool:
         """Register ``event`` to be set on the next push; False if there is something already."""
         with self.lock:

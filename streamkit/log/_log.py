@@ -44,6 +44,7 @@ from streamkit._requests import (
     Seal,
     TransactionJob,
 )
+from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.errors import InvalidRequest, LogClosed
 from streamkit.events import (
     MAX_OFFSET,
@@ -108,7 +109,11 @@ class Log:
         self.path = path
         self._feed = Feed(follower_bytes)
         self._backend = backend(self._feed)
-        self._grouping = CommitGrouping(self._backend, inline_commits and not read_only)
+        # Inline commits (and the processors' writes held to ride clients') are a
+        # speed trick: off under STREAMKIT_PLAIN=1.
+        self._grouping = CommitGrouping(
+            self._backend, inline_commits and not read_only and SPEED_TRICKS
+        )
         self._streams: dict[str, Stream] = {}
         self._closed = False
         # Closes the backend if the Log is dropped unclosed (or at exit).
@@ -300,6 +305,8 @@ class Log:
         types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
         self._check_open()
+        if not SPEED_TRICKS:
+            return await self._backend.read_sized(path, after, limit, upto, types)
         pages = self.shared_pages
         if limit > SHARED_PAGE_EVENTS and pages.is_shared(path):
             limit = SHARED_PAGE_EVENTS  # the size its pages are shared at (SharedPages)
@@ -457,25 +464,26 @@ class Stream:
             outcome = log._append(self.path, prepared, fence, expect_head=expect_head)
         return outcome if isinstance(outcome, list) else await outcome
 
-    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
-        """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof."""
-        _check_int("after_offset", after_offset, 0, MAX_OFFSET)
-        _check_int("limit", limit, 1, MAX_READ_LIMIT)
-        return await self.log._read(self.path, after_offset, limit, None)
-
-    async def read_typed(
-        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
+    async def read(
+        self,
+        after_offset: int = 0,
+        limit: int = 500,
+        *,
+        types: Mapping[str, type[BaseModel]] | None = None,
     ) -> ReadPage:
-        """:meth:`read`, each payload of a type in ``types`` validated into that type's model.
+        """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof.
 
-        ``types`` maps event types to pydantic models. A payload that does not
-        validate is left as its decoded JSON (check ``type(event.payload)``),
-        and events of other types are as :meth:`read` gives them. A processor
-        engine reads its catch-up this way, so each event is built once.
+        ``types`` maps event types to pydantic models: each payload of such a
+        type comes validated into its model (one that does not validate stays
+        as its decoded JSON: check ``type(event.payload)``), and the page's
+        events are then a lazy sequence, each built as it is taken (see
+        :class:`~streamkit.events.ReadPage`). A processor engine reads this
+        way so each event is built once.
         """
         _check_int("after_offset", after_offset, 0, MAX_OFFSET)
         _check_int("limit", limit, 1, MAX_READ_LIMIT)
-        return await self.log._read(self.path, after_offset, limit, None, payload_validators(types))
+        validators = None if types is None else payload_validators(types)
+        return await self.log._read(self.path, after_offset, limit, None, validators)
 
     async def head(self) -> int:
         """The durable head: the highest committed offset of this path (0 if it is empty)."""
@@ -557,15 +565,15 @@ class ProcessorStreamView:
         """Same as :meth:`Stream.append`."""
         return await self.stream.append(*events, expect_head=expect_head, fence=fence)
 
-    async def read(self, after_offset: int = 0, limit: int = 500) -> ReadPage:
-        """Same as :meth:`Stream.read`."""
-        return await self.stream.read(after_offset, limit)
-
-    async def read_typed(
-        self, after_offset: int, limit: int, types: Mapping[str, type[BaseModel]]
+    async def read(
+        self,
+        after_offset: int = 0,
+        limit: int = 500,
+        *,
+        types: Mapping[str, type[BaseModel]] | None = None,
     ) -> ReadPage:
-        """Same as :meth:`Stream.read_typed`."""
-        return await self.stream.read_typed(after_offset, limit, types)
+        """Same as :meth:`Stream.read`."""
+        return await self.stream.read(after_offset, limit, types=types)
 
     async def head(self) -> int:
         """Same as :meth:`Stream.head`."""

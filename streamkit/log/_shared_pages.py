@@ -21,7 +21,7 @@ no page in memory beyond its own.
 - A read of a shared path takes at most :data:`SHARED_PAGE_EVENTS` events,
   so readers asking for larger pages meet on the same ones.
 - Pages come in kinds: plain, or typed with one set of models
-  (``read_typed``). A kind's pages are kept once two of its readers were
+  (``read(..., types=...)``). A kind's pages are kept once two of its readers were
   seen together, so readers of the same types share their typed events, and
   a lone typed reader on a path plain readers share keeps nothing.
 - What is kept is bounded by an estimate of its memory

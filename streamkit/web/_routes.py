@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.errors import (
     InvalidRequest,
     MalformedRequest,
@@ -287,7 +288,8 @@ class Endpoints:
         if cached is not None and cached[0] == rev:
             return cached[1]
         built = frame(_json({"rev": rev, "state": message["state"]}), event="seed", id=str(rev))
-        self._seeds[key] = (rev, built)
+        if SPEED_TRICKS:  # the cache is a speed trick: off under STREAMKIT_PLAIN=1
+            self._seeds[key] = (rev, built)
         return built
 
     async def skip(self, request: Request) -> Response:

@@ -23,6 +23,7 @@ async def test_durable_ephemeral_durable_is_1_2_3(log: Log) -> None:
     assert not a.ephemeral
 
 
+@pytest.mark.speed_trick
 async def test_many_ephemerals_cost_amortized_zero_writes(log: Log) -> None:
     """A thousand ephemerals take a thousand offsets with a handful of reservation writes."""
     stream = log.stream()

@@ -27,7 +27,6 @@ from streamkit import (
 )
 from streamkit.contract import ProcessorContract
 from streamkit.events import StreamEvent
-from streamkit.protocols import TypedReads
 
 PATH = "/orders"
 
@@ -170,16 +169,15 @@ class Order(BaseModel):
 async def test_a_typed_read_gives_the_named_types_models_and_the_rest_as_read(
     stream: Any,
 ) -> None:
-    """read_typed types the payloads of the named types; others, and refused ones, stay decoded."""
+    """read(types=) types the payloads of the named types; others, and refused ones, stay decoded."""
     await stream.append(
         order(1),
         {"type": "order.noted", "payload": {"text": "hi"}},
         {"type": "order.placed", "payload": {"n": "not a number"}},
         order(4, metadata={"via": "api"}),
     )
-    assert isinstance(stream, TypedReads)
     plain = await stream.read(0, 10)
-    typed = await stream.read_typed(0, 10, {"order.placed": Order})
+    typed = await stream.read(0, 10, types={"order.placed": Order})
     assert [e.payload for e in typed.events] == [
         Order(n=1),
         {"text": "hi"},
@@ -208,7 +206,7 @@ async def test_a_typed_read_refuses_types_that_are_not_models(stream: Any, types
     """Types must map type strings to pydantic models; anything else is refused before reading."""
     await stream.append(order(1))
     with pytest.raises(InvalidRequest, match="nothing was read"):
-        await stream.read_typed(0, 10, types)
+        await stream.read(0, 10, types=types)
 
 
 async def test_claims_are_accepted_and_released(stream: Any) -> None:

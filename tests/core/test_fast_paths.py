@@ -12,7 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from streamkit import StreamkitError, _fast, _json
+from streamkit import StreamkitError, _event_builders, _json, _speed
 from streamkit.events import (
     MAX_EVENT_BYTES,
     MAX_TYPE_LENGTH,
@@ -39,15 +39,22 @@ values = st.recursive(
 objects = st.dictionaries(st.text(max_size=8), values, max_size=5)
 
 
+@pytest.mark.skipif(not _speed.FAST, reason="STREAMKIT_PLAIN=1: the plain twins are exported")
 def test_the_fast_paths_are_in_use_on_this_python() -> None:
     """On CPython with its C accelerators the fast twins are the ones exported."""
     assert _json.FAST
-    assert _fast.FAST
+    assert _event_builders.FAST
     assert _json.decode is not _json.decode_plain
     assert _json._FROM_JSON is not None
     assert _json.encode_object is not _json.encode_object_plain
-    assert _fast.make_event is not _fast.make_event_plain
-    assert _fast.with_payload is not _fast.with_payload_plain
+    assert _event_builders.make_event is not _event_builders.make_event_plain
+    assert _event_builders.with_payload is not _event_builders.with_payload_plain
+
+
+def test_one_switch_turns_the_fast_paths_off() -> None:
+    """Both modules follow streamkit._speed.FAST: STREAMKIT_PLAIN=1 is the one switch."""
+    assert _json.FAST is _speed.FAST
+    assert _event_builders.FAST is _speed.FAST
 
 
 @given(objects)
@@ -149,7 +156,7 @@ def _fields(event: StreamEvent) -> tuple[Any, ...]:
 def test_make_event_is_the_dataclass_constructor(event: StreamEvent) -> None:
     """The fast constructor builds the dataclass's event: same type and fields, still frozen."""
     args = _fields(event)
-    fast, plain = _fast.make_event(*args), _fast.make_event_plain(*args)
+    fast, plain = _event_builders.make_event(*args), _event_builders.make_event_plain(*args)
     assert fast == plain == event
     assert type(fast) is StreamEvent
     assert repr(fast) == repr(plain)
@@ -163,8 +170,10 @@ def test_make_event_is_the_dataclass_constructor(event: StreamEvent) -> None:
 @given(events, objects)
 def test_with_payload_is_replace(event: StreamEvent, payload: dict[str, Any]) -> None:
     """A copy with another payload equals dataclasses.replace and leaves the original alone."""
-    before = _fast.make_event_plain(*_fields(event))
-    assert _fast.with_payload(event, payload) == _fast.with_payload_plain(event, payload)
+    before = _event_builders.make_event_plain(*_fields(event))
+    assert _event_builders.with_payload(event, payload) == _event_builders.with_payload_plain(
+        event, payload
+    )
     assert event == before
 
 
@@ -176,7 +185,10 @@ class Order(BaseModel):
 @given(st.dictionaries(st.sampled_from(["order", "note", "extra"]), values, max_size=3))
 def test_payload_validator_is_model_validate(payload: dict[str, Any]) -> None:
     """The core validator accepts and refuses exactly what model_validate does, with equal models."""
-    fast, plain = _fast.payload_validator(Order), _fast.payload_validator_plain(Order)
+    fast, plain = (
+        _event_builders.payload_validator(Order),
+        _event_builders.payload_validator_plain(Order),
+    )
     assert fast is not plain
     try:
         expected = plain(payload)

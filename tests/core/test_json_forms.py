@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import Any, Literal
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer
 
-from streamkit import LiveState, apply_delta
-from streamkit._json_forms import ABSENT, Unplanned, fresh_form, plain_form_of, step
+from streamkit import LiveState, apply_delta, live_state
+from streamkit._json_walk import ABSENT, Unplanned, fresh_form, plain_form_of, step
 
 
 class Tag(BaseModel):
@@ -222,7 +223,8 @@ def _client_follows(history: list[Any], *, reuse: bool) -> list[str]:
         def append(self, *events: dict[str, Any]) -> None:
             sent.extend(events)
 
-    live: LiveState[Any] = LiveState(Sink(), "k", history[0], reuse_forms=reuse)
+    with mock.patch.object(live_state, "REUSE_FORMS", reuse):
+        live: LiveState[Any] = LiveState(Sink(), "k", history[0])
     copy = json.loads(json.dumps(plain_form_of(history[0])))
     held = []
     for value in history[1:]:

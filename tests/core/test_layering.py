@@ -44,6 +44,7 @@ BASE = {
     "streamkit.processor",
     "streamkit.live_state",
     "streamkit.protocols",
+    "streamkit.records",
     "streamkit._requests",
     "streamkit._targets",
     "streamkit._version",
@@ -51,9 +52,10 @@ BASE = {
     "streamkit.checkpoint",
     "streamkit._json",
     "streamkit._json_size",
-    "streamkit._fast",
+    "streamkit._event_builders",
+    "streamkit._speed",
     "streamkit._json_diff",
-    "streamkit._json_forms",
+    "streamkit._json_walk",
     "streamkit.shared_map",
 }
 

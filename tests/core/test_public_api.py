@@ -10,6 +10,7 @@ import streamkit
 import streamkit.errors
 
 EXPECTED = {
+    "SPEED_TRICKS",
     "LIVE_STATE_CHANGED",
     "Appended",
     "BatchInfo",
@@ -46,7 +47,6 @@ EXPECTED = {
     "ProcessorHost",
     "ProcessorSnapshot",
     "ProcessorStream",
-    "TypedReads",
     "ProcessorTimeout",
     "ReadPage",
     "ReduceCheckpoint",

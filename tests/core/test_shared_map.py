@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from streamkit import LiveState, SharedMap, apply_delta
-from streamkit._json_forms import ABSENT, plain_form_of, step
+from streamkit._json_walk import ABSENT, plain_form_of, step
 from streamkit.shared_map import BUCKETS
 
 

@@ -20,7 +20,7 @@ class Tick(BaseModel):
 async def typed_page(log: Log, monkeypatch: pytest.MonkeyPatch) -> tuple[ReadPage, list[int]]:
     """A typed page of offsets 1-10 from a real log, and the offsets of the events it builds."""
     await log.stream("/").append(*({"type": "tick", "payload": {"n": n}} for n in range(10)))
-    page = await log.stream("/").read_typed(0, 10, {"tick": Tick})
+    page = await log.stream("/").read(0, 10, types={"tick": Tick})
     built: list[int] = []
     make = _stored.make_event
 

@@ -310,7 +310,7 @@ async def test_catch_up_delivers_caught_up_on_the_last_page_only(rig: Rig) -> No
 
 
 class _PlainReads:
-    """The rig's stream without ``read_typed``: the engine reads plain pages from it."""
+    """The rig's stream, reading plain pages whatever ``types`` the engine asks for."""
 
     def __init__(self, stream: Any, pages: list[int]) -> None:
         self._stream = stream
@@ -320,7 +320,7 @@ class _PlainReads:
     async def append(self, *events: Any, **kwargs: Any) -> Any:
         return await self._stream.append(*events, **kwargs)
 
-    async def read(self, after_offset: int = 0, limit: int = 500) -> Any:
+    async def read(self, after_offset: int = 0, limit: int = 500, **_: Any) -> Any:
         self.pages.append(limit)
         return await self._stream.read(after_offset, limit)
 
@@ -340,9 +340,9 @@ async def test_catch_up_pages_double_up_to_the_cap_while_a_backlog_lasts(
     if typed:
         real_read = rig.stream.read
 
-        async def counted(after: int, limit: int = 500) -> Any:
+        async def counted(after: int, limit: int = 500, **kwargs: Any) -> Any:
             read.append(limit)
-            return await real_read(after, limit)
+            return await real_read(after, limit, **kwargs)
 
         rig.stream.read = counted  # type: ignore[method-assign]
         engine = rig.engine(Recorder(), pushed=False)

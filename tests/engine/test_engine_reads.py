@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from streamkit.testing import settle
@@ -113,7 +114,7 @@ async def test_a_cancelled_waiter_leaves_the_list(rig: Rig) -> None:
 async def test_a_failing_catch_up_rejects_the_waiter_with_the_real_error(rig: Rig) -> None:
     """When the read under the wait's catch-up fails, the wait raises that error at once."""
 
-    async def broken_read(after_offset: int = 0, limit: int = 500) -> ReadPage:
+    async def broken_read(after_offset: int = 0, limit: int = 500, **_: Any) -> ReadPage:
         raise StorageError("disk on fire; nothing was read")
 
     engine = rig.engine(Recorder())

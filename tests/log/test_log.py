@@ -192,6 +192,7 @@ async def test_write_transaction_commits_on_return(log: Log) -> None:
     assert rows == [("mailer", "host-1")]
 
 
+@pytest.mark.speed_trick
 async def test_write_transaction_runs_inline_only_on_request_and_on_an_idle_loop(
     log: Log,
 ) -> None:
@@ -381,6 +382,7 @@ async def test_an_in_memory_log_keeps_every_rule() -> None:
         assert await stream.claims() == {"p": 5.0}
 
 
+@pytest.mark.speed_trick
 @pytest.mark.parametrize("inline", [True, False])
 async def test_a_lone_append_commits_inline_only_when_asked(log_file: Path, inline: bool) -> None:
     """With inline commits a lone append commits on the loop's thread; without, on the writer's."""
@@ -535,6 +537,7 @@ async def test_a_lone_append_after_a_close_from_another_thread_is_refused(log: L
         await stream.append(order(2))
 
 
+@pytest.mark.speed_trick
 async def test_an_inline_commit_waits_out_a_follow_poll_instead_of_handing_over(
     log: Log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -578,6 +581,7 @@ async def test_inline_commits_keep_group_commit_for_concurrent_appends(log_file:
         assert log.stats.transactions == before + 1
 
 
+@pytest.mark.speed_trick
 async def test_an_inline_group_refuses_one_call_alone(log_file: Path) -> None:
     """An inline group with a refused call commits the others, on the loop, in one transaction."""
     async with open_log(log_file) as log:
@@ -604,6 +608,7 @@ async def test_an_inline_group_refuses_one_call_alone(log_file: Path) -> None:
         assert [e.payload["n"] for e in page.events] == [0, 1, 4]
 
 
+@pytest.mark.speed_trick
 async def test_a_group_that_cannot_be_refused_needs_no_savepoint(log_file: Path) -> None:
     """Calls without keys or offset preconditions share a group with no savepoint statements."""
     async with open_log(log_file) as log:
@@ -937,6 +942,7 @@ async def test_expect_head_is_checked_across_processes(log_file: Path) -> None:
             await mine.stream("/").append(order(3), expect_head=seen.offset)
 
 
+@pytest.mark.speed_trick
 async def test_a_lone_append_on_an_idle_loop_commits_without_yielding(log: Log) -> None:
     """SQLite commits inline: with nothing else ready on the loop, the append commits at once
     and its await never suspends (a PostgreSQL commit always goes to the writer thread)."""

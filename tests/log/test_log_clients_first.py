@@ -58,6 +58,7 @@ def long_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(log_module, "HOLD_SECONDS", 60.0)
 
 
+@pytest.mark.speed_trick
 @pytest.mark.usefixtures("long_hold")
 async def test_a_processors_append_rides_a_contending_clients_commit(log_file: Path) -> None:
     async with open_log(log_file) as log:
@@ -72,6 +73,7 @@ async def test_a_processors_append_rides_a_contending_clients_commit(log_file: P
         assert await offsets(log) == [1, 2]
 
 
+@pytest.mark.speed_trick
 @pytest.mark.usefixtures("long_hold")
 async def test_a_processors_checkpoint_transaction_rides_too(log_file: Path) -> None:
     async with open_log(log_file) as log:
@@ -104,6 +106,7 @@ async def test_a_refused_client_append_still_carries_the_held_write(log_file: Pa
         assert await offsets(log) == [1, 2]
 
 
+@pytest.mark.speed_trick
 async def test_a_held_write_goes_alone_when_no_client_comes(
     log_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

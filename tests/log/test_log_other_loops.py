@@ -58,6 +58,7 @@ def test_uvloop_has_no_ready_queue_so_nothing_commits_on_the_loop(tmp_path: Path
     assert transactions >= 3  # the lone append, at least one group, the keyed one
 
 
+@pytest.mark.speed_trick
 def test_asyncios_own_loop_answers_from_its_ready_queue() -> None:
     """On asyncio's loop the decision is yes while nothing else is ready, no once something is."""
 

@@ -44,6 +44,7 @@ async def test_a_lone_reader_keeps_no_page(log: Log) -> None:
     assert log.shared_pages.hits == 0
 
 
+@pytest.mark.speed_trick
 async def test_once_a_second_reader_shows_up_full_pages_are_read_once(log: Log) -> None:
     """A second reader of a page makes the path shared; its full pages then go to every reader."""
     stream = log.stream("/")
@@ -68,6 +69,7 @@ async def test_a_page_that_reaches_the_head_is_read_again(log: Log) -> None:
     assert len(after.events) == len(before.events) + 1
 
 
+@pytest.mark.speed_trick
 async def test_a_shared_path_is_read_in_pages_of_the_shared_size(
     log: Log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -82,12 +84,13 @@ async def test_a_shared_path_is_read_in_pages_of_the_shared_size(
     assert (first.scanned_through_offset, first.at_head) == (14, False)
     second = await stream.read(10, 6)  # another reader, another limit: the same page
     assert second is first
-    typed = await stream.read_typed(10, 20, {"tick": Tick})
+    typed = await stream.read(10, 20, types={"tick": Tick})
     assert typed is first  # a typed reader of a shared path is handed the plain page
     assert log.shared_pages.hits == 2
     assert [e.offset for e in (await stream.read(10, 3)).events] == [11, 12, 13]  # below: as asked
 
 
+@pytest.mark.speed_trick
 async def test_kept_pages_stay_within_the_memory_budget(log: Log) -> None:
     """Past the budget the least recently used page is dropped (and read again when asked)."""
     stream = log.stream("/")
@@ -102,6 +105,7 @@ async def test_kept_pages_stay_within_the_memory_budget(log: Log) -> None:
     assert log.shared_pages.hits == 1
 
 
+@pytest.mark.speed_trick
 async def test_pages_nobody_takes_are_dropped_after_a_while(
     log: Log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -116,6 +120,7 @@ async def test_pages_nobody_takes_are_dropped_after_a_while(
     assert log.shared_pages.held_bytes == 0
 
 
+@pytest.mark.speed_trick
 async def test_a_shared_page_cannot_be_changed_by_a_reader(log: Log) -> None:
     """A kept page holds its events in a tuple: no reader can alter what others are given."""
     await shared(log)
@@ -151,6 +156,7 @@ def summing(slug: str, *, typed: bool = False) -> StreamProcessor[Total]:
     return Summing()
 
 
+@pytest.mark.speed_trick
 @pytest.mark.parametrize("typed", [False, True], ids=["plain", "typed"])
 async def test_processors_catching_up_together_decode_each_page_once(
     tmp_path: Path, typed: bool
@@ -209,21 +215,22 @@ class OtherTick(BaseModel):
     n: int
 
 
+@pytest.mark.speed_trick
 async def test_readers_of_the_same_types_share_typed_pages(log: Log) -> None:
     """A typed page is kept for readers of the same types only, its events built once for all."""
     stream = log.stream("/")
-    lone = await stream.read_typed(0, 10, {"tick": Tick})
+    lone = await stream.read(0, 10, types={"tick": Tick})
     assert log.shared_pages.held_bytes == 0  # a lone reader's page is never kept
-    again = await stream.read_typed(0, 10, {"tick": Tick})  # a second reader: kept
+    again = await stream.read(0, 10, types={"tick": Tick})  # a second reader: kept
     assert again is not lone
     assert log.shared_pages.held_bytes > 0
-    third = await stream.read_typed(0, 10, {"tick": Tick})
+    third = await stream.read(0, 10, types={"tick": Tick})
     assert third is again
     assert isinstance(third.events, tuple)
     assert [e.payload for e in third.events] == [Tick(n=n) for n in range(10)]
     # Other kinds of reader read their own: plain, or typed with other models.
     plain = await stream.read(0, 10)
-    other = await stream.read_typed(0, 10, {"tick": OtherTick})
+    other = await stream.read(0, 10, types={"tick": OtherTick})
     assert [e.payload for e in plain.events] == [{"n": n} for n in range(10)]
     assert [type(e.payload) for e in other.events] == [OtherTick] * 10
     assert log.shared_pages.hits == 1
@@ -235,7 +242,7 @@ async def test_a_lone_typed_reader_on_a_path_plain_readers_share_keeps_nothing(l
     await shared(log)
     held = log.shared_pages.held_bytes
     for after in (5, 10, 15):
-        page = await stream.read_typed(after, 5, {"tick": Tick})
+        page = await stream.read(after, 5, types={"tick": Tick})
         assert [type(e.payload) for e in page.events] == [Tick] * 5
         assert not isinstance(page.events, tuple)
     assert log.shared_pages.held_bytes == held

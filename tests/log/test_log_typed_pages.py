@@ -27,7 +27,7 @@ async def typed_page(log: Log, *values: object) -> tuple[ReadPage, ReadPage]:
     stream = log.stream("/")
     await stream.append(*({"type": "tick", "payload": {"n": n}} for n in values))
     await stream.append({"type": "note", "payload": {"text": "untyped"}})
-    return await stream.read_typed(0, 100, {"tick": Tick}), await stream.read(0, 100)
+    return await stream.read(0, 100, types={"tick": Tick}), await stream.read(0, 100)
 
 
 async def test_a_typed_page_is_a_sequence_like_its_list(log: Log) -> None:

@@ -162,6 +162,7 @@ async def test_a_backlog_beyond_the_concurrency_drains_without_a_revive(rig: Rig
     assert not state.tasks
 
 
+@pytest.mark.speed_trick
 async def test_the_attempts_of_one_pass_start_in_one_append(rig: Rig) -> None:
     """One append records every attempt a pass starts, and one their outcomes when they end together."""
     gate = asyncio.Event()

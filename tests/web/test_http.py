@@ -922,6 +922,7 @@ class WideView(Tally):
         return {"offsets": state.offsets, "text": ["w" * 1000 for _ in range(300)]}
 
 
+@pytest.mark.speed_trick
 async def test_a_seed_larger_than_one_write_arrives_whole_and_is_built_once(
     serve: Serve, monkeypatch: pytest.MonkeyPatch
 ) -> None:

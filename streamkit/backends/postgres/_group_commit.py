@@ -13,7 +13,7 @@ calls through on PostgreSQL:
   never wait on each other in a cycle; consecutive plain calls take their
   offsets with one statement per path and insert every row in one batch;
   any other call runs in its own savepoint with the shared placement rules
-  (:mod:`streamkit.backends._placing`), so a refused call rolls back alone
+  (:mod:`streamkit.backends._append_rules`), so a refused call rolls back alone
   and keeps its coded error; the commit carries a ``NOTIFY`` per path.
 
 A deadlock or serialization failure reported by the server runs the group
@@ -30,9 +30,10 @@ from typing import Any
 import psycopg
 
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
+from streamkit._speed import FAST as SPEED_TRICKS
+from streamkit.backends._append_rules import place_events
 from streamkit.backends._blocks import BLOCK_MIN, PathState, Snapshot, ephemeral_needs
 from streamkit.backends._group_commit import Group, WriteCounters, fresh_by_path
-from streamkit.backends._placing import place_events
 from streamkit.backends._stamps import Stamps
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends.postgres._connect import is_disconnect, is_retryable, storage_error
@@ -149,9 +150,11 @@ class PostgresStatements:
     def attempt(self, group: Group) -> None:
         calls = group.calls
         paths = sorted({call.path for call in calls})
-        if len(paths) == 1 and all(call.plain for call in calls):
+        # One statement for plain appends to one path, no transaction for ephemerals
+        # that fit own blocks: speed tricks, off under STREAMKIT_PLAIN=1.
+        if SPEED_TRICKS and len(paths) == 1 and all(call.plain for call in calls):
             self._run_plain(group, paths[0])
-        elif not self._without_transaction(group):
+        elif not SPEED_TRICKS or not self._without_transaction(group):
             self._in_transaction(group, paths)
 
     def again(self, exc: Exception, attempt: int, group: Group) -> bool:
@@ -454,11 +457,7 @@ class PostgresStatements:
         if call.seal is not None:
             # Same transaction as the rows: a control record and its event land together.
             call.seal(conn, result)
-        counters = self._counters
-        counters.appended += len(placed.rows)
-        if call.ephemerals:
-            counters.ephemeral += call.ephemerals
-            counters.ephemeral_reservations += placed.reserved
+        self._counters.placed(call, len(placed.rows), placed.reserved)
         return result
 
 

@@ -16,7 +16,7 @@ second round trip): call it after everything that can be done before
 (validation, encoding), so the row is held for this statement plus the
 inserts and the commit. Any other append locks the row with
 :func:`lock_head`, places its events with the shared rules of
-:mod:`streamkit.backends._placing` and writes the row back with
+:mod:`streamkit.backends._append_rules` and writes the row back with
 :func:`store_head`. The rule is the one of :mod:`streamkit.backends._blocks`
 (``take_offsets`` states it in SQL): one past the durable head and past the
 block another writer reserved for ephemerals, or past this writer's own last

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamkit._requests import ClaimCall, TransactionJob, WriteCall
+from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.backends._blocks import ephemeral_needs
 from streamkit.backends._group_commit import Group, WriteCounters
 from streamkit.backends._stamps import Stamps
@@ -126,9 +127,11 @@ class SqliteStatements:
 
     def attempt(self, group: Group) -> None:
         calls = group.calls
-        # Ephemerals only may fit this writer's blocks: then no transaction at all.
+        # Ephemerals only may fit this writer's blocks: then no transaction at all
+        # (a speed trick; under STREAMKIT_PLAIN=1 every group takes the transaction).
         if (
-            calls
+            SPEED_TRICKS
+            and calls
             and calls[0].ephemerals
             and not group.transactions
             and self._without_transaction(group)
@@ -267,7 +270,7 @@ class SqliteStatements:
         """
         calls = group.calls
         placement = self._placement
-        if all(isinstance(call, ClaimCall) or call.certain for call in calls):
+        if SPEED_TRICKS and all(isinstance(call, ClaimCall) or call.certain for call in calls):
             # Nothing here can be refused (no key, no offset precondition), so there
             # is nothing to roll back alone: no savepoints. Nor does any call look up
             # rows, so the plain appends' rows can wait and go in one executemany.

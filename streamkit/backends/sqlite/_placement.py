@@ -17,8 +17,8 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
+from streamkit.backends._append_rules import place_events
 from streamkit.backends._group_commit import Group, WriteCounters
-from streamkit.backends._placing import place_events
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends.sqlite._offsets import (
     BLOCK_MIN,
@@ -177,7 +177,7 @@ class Placement:
         """Place the events of a call that is not plain (see :meth:`apply`).
 
         Returns the committed events in input order. The rules are
-        :func:`~streamkit.backends._placing.place_events`; ``call.fresh`` gets
+        :func:`~streamkit.backends._append_rules.place_events`; ``call.fresh`` gets
         the events this call adds (what followers are pushed): an idempotent
         hit returns the event committed earlier and is not pushed again.
         """
@@ -204,11 +204,7 @@ class Placement:
             # Same transaction as the rows: a control record and its event land together.
             call.seal(conn, result)
         # Counted once nothing more can refuse the call (the seal may).
-        counters = self._counters
-        counters.appended += len(rows)
-        if call.ephemerals:
-            counters.ephemeral += call.ephemerals
-            counters.ephemeral_reservations += placed.reserved
+        self._counters.placed(call, len(rows), placed.reserved)
         return result
 
     def _reserve(self, path: str, through: int) -> None:

@@ -1,8 +1,9 @@
-"""The host's checkpoint storage: the log's own database, every write fenced by a lease.
+"""A host's checkpoints on a SQLite log: in the log's own file, every write fenced by a lease.
 
 :class:`FencedCheckpointStorage` implements the async
-:class:`~streamkit.checkpoint.CheckpointStorage` over the checkpoint table in
-the log's SQLite file. Each :meth:`~FencedCheckpointStorage.save` runs ONE
+:class:`~streamkit.protocols.CheckpointStorage` over the checkpoint table in
+the log's SQLite file (a PostgreSQL log keeps its fenced checkpoints in its
+own schema: ``streamkit.backends.postgres.host_store``). Each :meth:`~FencedCheckpointStorage.save` runs ONE
 ``log.write_transaction``: the lease fence (the host's local trust in the
 lease, then the stored row) and the checkpoint UPSERT commit together or not
 at all. A host whose lease was taken over (or expired)

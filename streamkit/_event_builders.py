@@ -1,4 +1,4 @@
-"""The object fast paths of streamkit, each beside its plain twin.
+"""How streamkit builds events and payload validators: fast paths, each beside its plain twin.
 
 Building a :class:`~streamkit.events.StreamEvent` and validating a payload
 run once per event on every read and catch-up, so two tricks pay for
@@ -21,26 +21,30 @@ hypothesis test holds each pair to that (``tests/core/test_fast_paths.py``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
+from streamkit._speed import FAST as SPEED_TRICKS
+from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent
 
 __all__ = [
     "FAST",
     "EventMaker",
+    "PayloadTypes",
     "make_event",
     "make_event_plain",
     "payload_validator",
     "payload_validator_plain",
+    "payload_validators",
     "with_payload",
     "with_payload_plain",
 ]
 
-FAST = True
-"""The one switch of this module's fast paths (read once, at import)."""
+FAST = SPEED_TRICKS
+"""Whether this module's fast paths are on: :data:`streamkit._speed.FAST`, the one switch."""
 
 EventMaker = Callable[
     [str, int, str, Any, dict[str, Any], dict[str, Any] | None, str | None, str, bool], StreamEvent
@@ -189,3 +193,32 @@ def payload_validator(schema: type[BaseModel]) -> Callable[[Any], BaseModel]:
         validate: Callable[[Any], BaseModel] = schema.__pydantic_validator__.validate_python
         return validate
     return payload_validator_plain(schema)
+
+
+PayloadTypes = Mapping[str, Callable[[Any], Any]]
+"""Event type -> the function that validates its decoded payload into its model.
+
+What a backend's typed read is handed: each event whose type it names is
+built once, with its payload already the model a processor's fold would make
+of it. A payload its function refuses is left as decoded JSON; the fold
+validates it again, meets the same refusal, and reports it as malformed, as
+for an untyped read. The function runs on the thread the backend reads on.
+"""
+
+
+def payload_validators(types: object) -> PayloadTypes:
+    """The :data:`PayloadTypes` of a typed read's ``types`` (event type -> model).
+
+    Anything but a mapping of type strings to pydantic model classes is
+    refused before anything is read.
+    """
+    if isinstance(types, Mapping) and all(
+        isinstance(etype, str) and isinstance(schema, type) and issubclass(schema, BaseModel)
+        for etype, schema in types.items()
+    ):
+        return {etype: payload_validator(schema) for etype, schema in types.items()}
+    raise InvalidRequest(
+        "types must map event type strings to pydantic model classes, got "
+        f"{types!r:.200}; nothing was read",
+        details={"types": repr(types)[:200]},
+    )

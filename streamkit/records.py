@@ -1,0 +1,78 @@
+"""The plain records that cross the backend boundary: a stored lease, a log's counters.
+
+Values, not protocols: a backend builds them, the layers above read them.
+:mod:`streamkit.protocols` names them in its protocols and re-exports them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RELEASED", "Lease", "LogStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class LogStats:
+    """Counters of one open log since it was opened (this process only)."""
+
+    transactions: int
+    """Write transactions committed (a group of appends counts once)."""
+    appended: int
+    """Durable events written (idempotent retries excluded)."""
+    ephemeral: int
+    """Offsets handed to ephemeral events."""
+    ephemeral_reservations: int
+    """Writes that reserved a block of offsets for ephemerals."""
+    refused: int
+    """Append and claim calls refused (their effects rolled back)."""
+
+
+RELEASED = -math.inf
+"""The ``expires_at`` of a lease its holder gave up: expired at every instant, and
+telling "given up" apart from "timed out"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A lease as stored: who holds ``(path, slug)``, under which generation, until when."""
+
+    path: str
+    slug: str
+    owner: str
+    generation: int
+    expires_at: float
+    """Epoch seconds by the holder's clock; ``-inf`` once the holder released it."""
+    beat: int = 0
+    """Renewals under this generation: a taker watches it to see the holder is alive."""
+
+    def same_row(self, other: Lease) -> bool:
+        """Whether ``other`` is this row unchanged: same owner, generation and beat."""
+        return (self.owner, self.generation, self.beat, self.expires_at) == (
+            other.owner,
+            other.generation,
+            other.beat,
+            other.expires_at,
+        )
+
+    @property
+    def released(self) -> bool:
+        """Whether the holder gave the lease up (rather than letting it expire)."""
+        return self.expires_at == RELEASED
+
+    def held_at(self, now: float) -> bool:
+        """Whether the lease is still in force at epoch second ``now``."""
+        return now < self.expires_at
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data for status output (``expires_at`` is ``None`` once released)."""
+        return {
+            "path": self.path,
+            "slug": self.slug,
+            "owner": self.owner,
+            "generation": self.generation,
+            "expires_at": None if self.released else self.expires_at,
+            "beat": self.beat,
+            "released": self.released,
+        }
