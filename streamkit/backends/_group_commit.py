@@ -23,7 +23,7 @@ push starts, the stamp, whether the commit is in flight) is a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from streamkit._requests import AppendCall, TransactionJob, WriteCall
@@ -84,7 +84,6 @@ class WriteCounters:
         ) = saved
 
 
-@dataclass(slots=True)
 class Group:
     """One group commit in progress (see the module docstring); fresh for each attempt's use.
 
@@ -98,14 +97,34 @@ class Group:
     failed, for a backend that waits for a lock only so long.
     """
 
-    calls: Sequence[WriteCall]
-    transactions: Sequence[TransactionJob]
-    following: bool
-    inline: bool = False
-    starts: dict[str, int] = field(default_factory=dict)
-    now: str = ""
-    committing: bool = False
-    first_failed_at: float | None = None
+    __slots__ = (
+        "calls",
+        "committing",
+        "first_failed_at",
+        "following",
+        "inline",
+        "now",
+        "starts",
+        "transactions",
+    )
+
+    def __init__(
+        self,
+        calls: Sequence[WriteCall],
+        transactions: Sequence[TransactionJob],
+        following: bool,
+        inline: bool = False,
+    ) -> None:
+        # A plain class, not a dataclass: one is made per commit, and a dataclass
+        # with a default factory costs a call more to build.
+        self.calls = calls
+        self.transactions = transactions
+        self.following = following
+        self.inline = inline
+        self.starts: dict[str, int] = {}
+        self.now = ""
+        self.committing = False
+        self.first_failed_at: float | None = None
 
 
 class GroupStatements(Protocol):

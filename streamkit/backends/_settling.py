@@ -25,20 +25,18 @@ A = TypeVar("A")
 class Settling:
     """The jobs finished and followers woken since the last flush (see the module)."""
 
-    __slots__ = ("jobs", "wakes")
+    __slots__ = ("add", "add_all", "jobs", "wakes")
 
     def __init__(self) -> None:
         self.jobs: list[Job] = []
+        """The jobs finished since the last flush (always this one list object)."""
         self.wakes: WakeList = {}
         """Followers to wake, by loop: handed to ``Feed.publish`` to fill."""
-
-    def add(self, job: Job) -> None:
+        # The list's own methods, called once or twice per commit: no frame of ours.
+        self.add: Callable[[Job], None] = self.jobs.append
         """``job`` finished (its result or error is set)."""
-        self.jobs.append(job)
-
-    def add_all(self, jobs: Iterable[Job]) -> None:
+        self.add_all: Callable[[Iterable[Job]], None] = self.jobs.extend
         """Each of ``jobs`` finished."""
-        self.jobs.extend(jobs)
 
     def pending(self) -> bool:
         """Whether anything waits to be flushed."""
@@ -46,8 +44,8 @@ class Settling:
 
     def flush(self, direct: asyncio.AbstractEventLoop | None = None) -> None:
         """Settle the finished jobs and wake followers; ``direct`` is the loop running this call."""
-        jobs, wakes = self.jobs, self.wakes
-        self.jobs = []
+        jobs, wakes = self.jobs.copy(), self.wakes
+        self.jobs.clear()
         if wakes:
             self.wakes = {}
         deliver(jobs, wakes, direct)

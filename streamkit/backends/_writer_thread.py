@@ -54,8 +54,11 @@ class WriterThread:
 
     def __init__(self, run: Callable[[], None], name: str) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.queue_empty = self._queue.empty
+        """Whether no job waits in the queue (the queue's own method: no frame of ours)."""
         self._submit_lock = threading.Lock()
-        self._accepting = True
+        self.accepting = True
+        """Whether jobs are still taken (no close was requested); changed under the submit lock."""
         self._finished = threading.Event()
         self._close_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._thread = threading.Thread(target=run, name=name, daemon=True)
@@ -64,15 +67,10 @@ class WriterThread:
         """Start the thread (once)."""
         self._thread.start()
 
-    @property
-    def accepting(self) -> bool:
-        """Whether jobs are still taken (no close was requested)."""
-        return self._accepting
-
     def submit(self, job: Job | FollowJob) -> None:
         """Queue a job; raise :class:`LogClosed` once the log is closing."""
         with self._submit_lock:
-            if not self._accepting:
+            if not self.accepting:
                 raise LogClosed(
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
@@ -88,18 +86,14 @@ class WriterThread:
                     waiter[1].set_result(None)
                 else:
                     self._close_waiters.append(waiter)
-            if self._accepting:
-                self._accepting = False
+            if self.accepting:
+                self.accepting = False
                 self._queue.put(CloseJob())
 
     def join(self) -> None:
         """Wait until the writer thread has finished (not from the thread itself)."""
         if threading.current_thread() is not self._thread:
             self._thread.join()
-
-    def empty(self) -> bool:
-        """Whether no job waits in the queue."""
-        return self._queue.empty()
 
     def get(self, timeout: float | None = None) -> Any:
         """The next job, waiting up to ``timeout`` seconds (forever if None); queue.Empty if none."""
@@ -129,7 +123,7 @@ class WriterThread:
         settling.add_all(leftovers)
         settling.flush()
         with self._submit_lock:
-            self._accepting = False
+            self.accepting = False
             self._finished.set()
             waiters, self._close_waiters = self._close_waiters, []
         for loop, future in waiters:

@@ -240,7 +240,7 @@ class ProcessorHost:
                         publish_live=(
                             True
                             if config.live_state == "always"
-                            else functools.partial(self.watching, entry.path, slug)
+                            else functools.partial(self._watch_feeds.watching, entry.path, slug)
                         ),
                         pacer=pacer,
                     )

@@ -410,7 +410,10 @@ class ProcessorRunner:
             if engine is None:
                 return
             started = time.perf_counter()
-            reduced_before = engine.statistics().events_reduced
+            # Read for the catch-up's log line only: a snapshot per range would cost
+            # every live event its construction.
+            catching_up = item == START and not self.caught_up
+            reduced_before = engine.statistics().events_reduced if catching_up else 0
             try:
                 if self.failures and await self._step(engine):
                     continue

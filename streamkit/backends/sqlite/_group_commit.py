@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamkit._requests import ClaimCall, TransactionJob, WriteCall
@@ -103,6 +103,11 @@ class SqliteStatements:
         self._feed = feed
         self._busy_timeout = busy_timeout
         self._wal = wal
+        # The protocol's hooks that only pass a call on are the parts' own methods:
+        # no frame of ours on every commit.
+        self.forget: Callable[[], None] = placement.forget
+        self.pushed: Callable[[str, int | None], None] = foreign.pushed
+        self.unfollowed: Callable[[], None] = foreign.unfollowed
 
     # -- the GroupStatements protocol ---------------------------------------------------
 
@@ -126,6 +131,7 @@ class SqliteStatements:
         self._placement.forget()
 
     def attempt(self, group: Group) -> None:
+        """One ``BEGIN IMMEDIATE`` for the whole group (or none: see below)."""
         calls = group.calls
         # Ephemerals only may fit this writer's blocks: then no transaction at all
         # (a speed trick; under STREAMKIT_PLAIN=1 every group takes the transaction).
@@ -137,61 +143,6 @@ class SqliteStatements:
             and self._without_transaction(group)
         ):
             return
-        self._in_transaction(group)
-
-    def again(self, exc: Exception, attempt: int, group: Group) -> bool:
-        if not is_busy(exc):
-            return False
-        # Nothing was written: the thread waits the lock out and runs the group again;
-        # an inline group never waits, it goes to the thread instead.
-        if group.inline:
-            raise TakenElsewhere from exc
-        if group.first_failed_at is None:
-            group.first_failed_at = monotonic()
-        return wait_busy(attempt, group.first_failed_at, self._busy_timeout)
-
-    def call_error(self, exc: Exception, call: WriteCall, group: Group) -> BaseException:
-        if isinstance(exc, sqlite3.Error):
-            error = storage_error(exc, f"appending to {call.path!r}")
-            error.__cause__ = exc
-            return error
-        return exc
-
-    def transaction_error(self, exc: BaseException) -> BaseException:
-        return transaction_error(exc)
-
-    def forget(self) -> None:
-        self._placement.forget()
-
-    def pushed(self, path: str, durable_through: int | None) -> None:
-        self._foreign.pushed(path, durable_through)
-
-    def unfollowed(self) -> None:
-        self._foreign.unfollowed()
-
-    # -- the attempts -------------------------------------------------------------------
-
-    def _without_transaction(self, group: Group) -> bool:
-        """Hand out ephemerals from own blocks with no transaction; False if one must be reserved."""
-        need = ephemeral_needs(group.calls)
-        if need is None:
-            return False
-        self._foreign.sync()
-        group.now = self._stamps.stamp()
-        placement = self._placement
-        for path, count in need.items():
-            state = placement.state(path)
-            assert state.head is not None
-            assert state.reserved_through is not None
-            if not state.mine or max(state.head, state.last_ephemeral) + count > (
-                state.reserved_through
-            ):
-                return False
-        for call in group.calls:
-            placement.apply(call, group, transaction=False)
-        return True
-
-    def _in_transaction(self, group: Group) -> None:
         cur = self._cur
         cur.execute("BEGIN IMMEDIATE")  # busy: the group commit waits and runs it again
         inflight = False
@@ -202,7 +153,6 @@ class SqliteStatements:
             # Stamped under the write lock and after the look at other commits, so
             # created_at follows commit order across processes.
             group.now = self._stamps.stamp()
-            calls = group.calls
             wrote = False
             if calls:
                 wrote = (
@@ -228,6 +178,49 @@ class SqliteStatements:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.execute("ROLLBACK")
             raise
+
+    def again(self, exc: Exception, attempt: int, group: Group) -> bool:
+        if not is_busy(exc):
+            return False
+        # Nothing was written: the thread waits the lock out and runs the group again;
+        # an inline group never waits, it goes to the thread instead.
+        if group.inline:
+            raise TakenElsewhere from exc
+        if group.first_failed_at is None:
+            group.first_failed_at = monotonic()
+        return wait_busy(attempt, group.first_failed_at, self._busy_timeout)
+
+    def call_error(self, exc: Exception, call: WriteCall, group: Group) -> BaseException:
+        if isinstance(exc, sqlite3.Error):
+            error = storage_error(exc, f"appending to {call.path!r}")
+            error.__cause__ = exc
+            return error
+        return exc
+
+    def transaction_error(self, exc: BaseException) -> BaseException:
+        return transaction_error(exc)
+
+    # -- the attempts -------------------------------------------------------------------
+
+    def _without_transaction(self, group: Group) -> bool:
+        """Hand out ephemerals from own blocks with no transaction; False if one must be reserved."""
+        need = ephemeral_needs(group.calls)
+        if need is None:
+            return False
+        self._foreign.sync()
+        group.now = self._stamps.stamp()
+        placement = self._placement
+        for path, count in need.items():
+            state = placement.state(path)
+            assert state.head is not None
+            assert state.reserved_through is not None
+            if not state.mine or max(state.head, state.last_ephemeral) + count > (
+                state.reserved_through
+            ):
+                return False
+        for call in group.calls:
+            placement.apply(call, group, transaction=False)
+        return True
 
     def _run_nested(self, job: TransactionJob) -> bool:
         """Run one transaction's function in a savepoint of the open transaction; False if it failed.

@@ -192,7 +192,7 @@ class Writer:
                 raise LogClosed(
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
-            if not self._thread.empty():
+            if not self._thread.queue_empty():
                 return False
             try:
                 self._run_jobs(jobs, inline=True)
