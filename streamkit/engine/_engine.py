@@ -34,6 +34,13 @@ checkpoint is written, so a crash in between loses a notification, never state.
 
 Live state costs nothing while nobody wants it (``publish_live``, see
 :mod:`._live`): the revision chain rules never change.
+
+The engine is a coordinator of parts, each owning its state (the checkpoint,
+the pages, the live projection, the batch runner, the fold, the claims, the
+effects, the waiters, the strays). What stays here is one thing: the serial
+chain that alone owns the state and the cursor, with the read verbs and the
+effect-host calls that reach it. It stays whole past 600 lines for that
+reason: cut further, the cursor would again be written in several modules.
 """
 
 from __future__ import annotations
