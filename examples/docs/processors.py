@@ -333,7 +333,7 @@ async def main() -> None:
     await reminders.append({"type": "task.closed", "payload": {"task_id": "t9"}})
     await settle()
     assert reminders.claims[-1] is None  # nothing open: no wakeup asked, the claim is released
-    # --- docs/processors.md:650
+    # --- docs/processors.md:652
     for built in (engine, upgraded, reminder):
         await built.aclose()
     storage.close()
