@@ -151,10 +151,6 @@ class LogBackend(Protocol):
         """Run read-only ``fn`` on the backend's read connection."""
         ...
 
-    async def read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
-        """Durable events of ``path`` after ``after`` (at most ``limit``, at most ``upto``)."""
-        ...
-
     async def read_sized(
         self,
         path: str,
@@ -163,7 +159,10 @@ class LogBackend(Protocol):
         upto: int | None,
         types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
-        """:meth:`read`, with the size in bytes of the page's stored JSON.
+        """Durable events of ``path`` after ``after`` (at most ``limit``, at most ``upto``).
+
+        The page (with the range it proves scanned) and the size in bytes of
+        its stored JSON, which followers count against their budget.
 
         With ``types`` (event type -> validate function), the payloads of
         those types are validated into their models as the events are built;

@@ -10,7 +10,8 @@ committed). What is the same for every backend lives here, once:
   says whether to run the group again (another process's lock waited out,
   a serialization failure the server asks to retry) or fail it;
 - a failed group gives every call its error (and every short transaction
-  riding it); a refusal counts once per call;
+  riding it); a call refused in its own savepoint (:func:`refuse`) keeps
+  the error as its outcome and adds no event; a refusal counts once per call;
 - the finished calls are settled together (one hand-off per event loop);
 - the new events of a committed group are pushed to the followers, one push
   per path, proving the range from the position the group started after.
@@ -33,7 +34,7 @@ from streamkit.events import StreamEvent
 from streamkit.log import Feed, Push
 from streamkit.protocols import LogStats
 
-__all__ = ["Group", "GroupCommit", "GroupStatements", "WriteCounters", "fresh_by_path"]
+__all__ = ["Group", "GroupCommit", "GroupStatements", "WriteCounters", "fresh_by_path", "refuse"]
 
 
 @dataclass(slots=True)
@@ -254,6 +255,21 @@ class GroupCommit:
             self._statements.pushed(path, durable[-1] if durable else None)
         if published:
             self._feed.publish(published, self._settling.wakes)
+
+
+def refuse(call: WriteCall, exc: StreamkitError, counters: WriteCounters) -> bool:
+    """``call`` was refused and its savepoint rolled back: ``exc`` is its outcome; False.
+
+    A storage failure is not the call's fault and is not counted as a refusal.
+    The caller has put back what the call changed in its cached path state.
+    """
+    call.error = exc
+    call.result = None
+    if isinstance(call, AppendCall):
+        call.fresh = ()
+    if not isinstance(exc, StorageError):
+        counters.refused += 1
+    return False
 
 
 def fresh_by_path(calls: Sequence[WriteCall]) -> dict[str, tuple[list[StreamEvent], int]]:

@@ -41,15 +41,19 @@ from streamkit.errors import (
 __all__ = ["ControlClient", "host_socket", "request_sync"]
 
 
+def _no_server(name: str, exc: OSError) -> ControlUnavailable:
+    return ControlUnavailable(
+        f"no control server answers at {name!r} ({exc.strerror or exc}); is the host "
+        "running? nothing was sent",
+        details={"path": name},
+    )
+
+
 async def _open(path: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     try:
         return await asyncio.open_unix_connection(os.fspath(path), limit=MAX_REPLY_BYTES)
     except OSError as exc:
-        raise ControlUnavailable(
-            f"no control server answers at {str(path)!r} ({exc.strerror or exc}); is the host "
-            "running? nothing was sent",
-            details={"path": str(path)},
-        ) from exc
+        raise _no_server(str(path), exc) from exc
 
 
 async def _read_reply(reader: asyncio.StreamReader, path: Path, op: str) -> dict[str, Any]:
@@ -206,11 +210,7 @@ def request_sync(
             sock.settimeout(timeout)
             sock.connect(name)
         except OSError as exc:
-            raise ControlUnavailable(
-                f"no control server answers at {name!r} ({exc.strerror or exc}); is the host "
-                "running? nothing was sent",
-                details={"path": name},
-            ) from exc
+            raise _no_server(name, exc) from exc
         try:
             sock.sendall(line)
             while b"\n" not in buffer:

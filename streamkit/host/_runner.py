@@ -261,14 +261,7 @@ class ProcessorRunner:
         )
         engine.abort(reason)
         if error is not None:
-            self.last_error = {
-                "error": error.message[:1000],
-                "code": error.code,
-                "offset": None,
-                "cursor": engine.cursor,
-                "failures": self.failures,
-                "at": self._clock(),
-            }
+            self._keep_error(error.message, error.code, None, engine.cursor)
             _log.warning(
                 "lease.lost",
                 slug=self.slug,
@@ -513,6 +506,17 @@ class ProcessorRunner:
                 events_per_second=round(reduced / seconds, 1) if seconds > 0 else None,
             )
 
+    def _keep_error(self, error: str, code: str | None, offset: int | None, cursor: int) -> None:
+        """What ``status`` shows of the last failure (its message cut to 1,000 characters)."""
+        self.last_error = {
+            "error": error[:1000],
+            "code": code,
+            "offset": offset,
+            "cursor": cursor,
+            "failures": self.failures,
+            "at": self._clock(),
+        }
+
     def _failed(self, engine: ProcessorEngine[Any], item: Item, exc: Exception) -> float:
         self.failures += 1
         self.metrics.batch_failures += 1
@@ -524,14 +528,8 @@ class ProcessorRunner:
             or self._failing_offset
             or _first_pending(item, engine.cursor)
         )
-        self.last_error = {
-            "error": repr(exc)[:1000],
-            "code": exc.code if isinstance(exc, StreamkitError) else None,
-            "offset": offset,
-            "cursor": engine.cursor,
-            "failures": self.failures,
-            "at": self._clock(),
-        }
+        code = exc.code if isinstance(exc, StreamkitError) else None
+        self._keep_error(repr(exc), code, offset, engine.cursor)
         _log.warning(
             "batch.failed",
             slug=self.slug,

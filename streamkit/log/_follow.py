@@ -152,12 +152,7 @@ class Feed:
         with self.lock:
             for path, push in pushes:
                 self._inflight.pop(path, None)
-                for sub in self._subs.get(path, ()):
-                    self._offer(sub, push)
-                    if sub.waiter is not None:
-                        loop, event = sub.waiter
-                        sub.waiter = None
-                        wakes.setdefault(loop, []).append(event)
+                self._deliver(path, push, wakes)
 
     def publish_read(self, pushes: Sequence[tuple[str, Push]], wakes: WakeList) -> dict[str, int]:
         """Publish pushes made from reads of the log; return through where each path went out.
@@ -180,13 +175,17 @@ class Feed:
                     events = [event for event in push.events if event.offset <= through]
                     push = Push(push.after, through, events, push.size)
                 published[path] = push.through
-                for sub in self._subs.get(path, ()):
-                    self._offer(sub, push)
-                    if sub.waiter is not None:
-                        loop, event = sub.waiter
-                        sub.waiter = None
-                        wakes.setdefault(loop, []).append(event)
+                self._deliver(path, push, wakes)
         return published
+
+    def _deliver(self, path: str, push: Push, wakes: WakeList) -> None:
+        """Offer ``push`` to each subscriber of ``path`` (under the lock); collect who to wake."""
+        for sub in self._subs.get(path, ()):
+            self._offer(sub, push)
+            if sub.waiter is not None:
+                loop, event = sub.waiter
+                sub.waiter = None
+                wakes.setdefault(loop, []).append(event)
 
     def _offer(self, sub: PushMailbox, push: Push) -> None:
         if (

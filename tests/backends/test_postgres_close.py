@@ -22,6 +22,6 @@ async def test_a_read_after_the_backend_released_its_readers_is_refused_as_close
         assert isinstance(backend, PostgresLogBackend)
         await asyncio.to_thread(backend.shutdown)
         with pytest.raises(LogClosed) as refused:
-            await backend.read("/", 0, 10, None)
+            await backend.read_sized("/", 0, 10, None)
         assert refused.value.code == "LOG_CLOSED"
         assert "nothing was read" in refused.value.message

@@ -532,7 +532,7 @@ async def test_a_lone_append_after_a_close_from_another_thread_is_refused(log: L
     """A close begun on another thread (the writer stops accepting) refuses the append."""
     stream = log.stream()
     await stream.append(order(1))
-    await asyncio.to_thread(log._backend.writer.request_close)
+    await asyncio.to_thread(log._backend.writer.thread.request_close)
     with pytest.raises(LogClosed):
         await stream.append(order(2))
 

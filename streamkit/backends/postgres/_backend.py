@@ -24,15 +24,15 @@ import asyncio
 import contextlib
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
 from streamkit._requests import AppendCall, FollowJob, Job, TransactionJob
 from streamkit._targets import PostgresTarget
+from streamkit.backends._storage import LogOptions
 from streamkit.backends._writer_thread import check_busy_timeout
 from streamkit.backends.postgres._connect import (
     connect,
@@ -48,7 +48,7 @@ from streamkit.backends.postgres._writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed, LogOpenError, StorageError
 from streamkit.events import ReadPage
 from streamkit.log import Feed
-from streamkit.protocols import Clock, LogStats, PayloadTypes
+from streamkit.protocols import LogStats, PayloadTypes
 
 __all__ = ["READERS", "PostgresLogBackend"]
 
@@ -65,12 +65,9 @@ class PostgresLogBackend:
         self,
         target: PostgresTarget,
         feed: Feed,
-        *,
-        synchronous: Literal["FULL", "NORMAL"] = "FULL",
-        clock: Clock = time.time,
-        busy_timeout: float = 5.0,
-        read_only: bool = False,
+        options: LogOptions,
     ) -> None:
+        synchronous, busy_timeout = options.synchronous, options.busy_timeout
         if synchronous != "FULL":
             raise InvalidRequest(
                 f"synchronous={synchronous!r} is a SQLite setting; a PostgreSQL log commits as "
@@ -81,7 +78,7 @@ class PostgresLogBackend:
         check_busy_timeout(busy_timeout)
         self.path = target.shown
         self.target = target
-        self._prepare(target, read_only)
+        self._prepare(target, options.read_only)
         self._fed = Fed()
         self._feed = feed
         self.writer = Writer(
@@ -89,7 +86,7 @@ class PostgresLogBackend:
             feed,
             self._fed,
             token=secrets.token_hex(8),
-            clock=clock,
+            clock=options.clock,
             busy_timeout=busy_timeout,
         )
         self.listener = Listener(target, feed, self._fed)
@@ -138,7 +135,7 @@ class PostgresLogBackend:
         if isinstance(job, FollowJob):
             self.listener.follow(job.path)
         else:
-            self.writer.submit(job)
+            self.writer.thread.submit(job)
 
     def follow(self, path: str) -> None:
         """Start publishing other processes' commits on ``path`` to the feed."""
@@ -148,18 +145,18 @@ class PostgresLogBackend:
         self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
     ) -> None:
         """Stop taking requests; queued ones finish, then the connections close."""
-        self.writer.request_close(waiter)
+        self.writer.thread.request_close(waiter)
         # The rest is released off the caller's thread: joining threads may take a moment.
         threading.Thread(target=self._release, name="streamkit-pg-close", daemon=True).start()
 
     def shutdown(self) -> None:
         """Close and wait for every thread (blocking)."""
-        self.writer.request_close()
-        self.writer.join()
+        self.writer.thread.request_close()
+        self.writer.thread.join()
         self._release()
 
     def _release(self) -> None:
-        self.writer.join()
+        self.writer.thread.join()
         self.listener.close()
         self._reads_closed = True
         self._pool.shutdown(wait=True)
@@ -223,11 +220,6 @@ class PostgresLogBackend:
             raise
         return await reading
 
-    async def read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
-        """Durable events of ``path`` after ``after``, with the scanned-range proof."""
-        page, _ = await self.read_sized(path, after, limit, upto)
-        return page
-
     async def read_sized(
         self,
         path: str,
@@ -236,7 +228,7 @@ class PostgresLogBackend:
         upto: int | None,
         types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
-        """:meth:`read`, with the bytes of stored JSON the page holds (for follow budgets)."""
+        """A page of ``path`` in ``(after, upto]`` (proof included) and its stored JSON bytes."""
         reads = self._reads
         return await self.query(
             lambda conn: reads.page_sized(conn, path, after, limit, upto, types=types),

@@ -33,7 +33,7 @@ from streamkit._requests import AppendCall, ClaimCall, WriteCall
 from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.backends._append_rules import place_events
 from streamkit.backends._blocks import BLOCK_MIN, PathState, Snapshot, ephemeral_needs
-from streamkit.backends._group_commit import Group, WriteCounters, fresh_by_path
+from streamkit.backends._group_commit import Group, WriteCounters, fresh_by_path, refuse
 from streamkit.backends._stamps import Stamps
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends.postgres._connect import is_disconnect, is_retryable, storage_error
@@ -47,7 +47,7 @@ from streamkit.backends.postgres._offsets import (
     take_offsets,
 )
 from streamkit.backends.postgres._read import Reads
-from streamkit.errors import StorageError, StreamkitError
+from streamkit.errors import StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.log import Feed
 
@@ -397,13 +397,7 @@ class PostgresStatements:
         except StreamkitError as exc:
             state.restore(saved)
             self._counters.restore(counters)
-            call.error = exc
-            call.result = None
-            if isinstance(call, AppendCall):
-                call.fresh = ()
-            if not isinstance(exc, StorageError):
-                self._counters.refused += 1
-            return False
+            return refuse(call, exc, self._counters)
 
     def _append(
         self,

@@ -25,14 +25,7 @@ class PostgresStorage:
 
     def open(self, target: str | os.PathLike[str], options: LogOptions) -> Log:
         parsed = postgres_target(str(target))
-        backend = functools.partial(
-            PostgresLogBackend,
-            parsed,
-            synchronous=options.synchronous,
-            clock=options.clock,
-            busy_timeout=options.busy_timeout,
-            read_only=options.read_only,
-        )
+        backend = functools.partial(PostgresLogBackend, parsed, options=options)
         return Log(
             parsed.shown,
             backend,

@@ -21,8 +21,6 @@ from streamkit._requests import (
     AppendCall,
     ClaimCall,
     CloseJob,
-    FollowJob,
-    Job,
     TransactionJob,
     WriteCall,
 )
@@ -89,8 +87,9 @@ class Writer:
             fed=fed,
         )
         self._group_commit = GroupCommit(self._statements, feed, self.counters, self._settling)
-        self._thread = WriterThread(self._run, "streamkit-pg-writer")
-        self._thread.start()
+        self.thread = WriterThread(self._run, "streamkit-pg-writer")
+        """The thread and its queue: callers submit jobs and request the close through it."""
+        self.thread.start()
 
     def _connect(self) -> psycopg.Connection[Any]:
         return connect(
@@ -110,18 +109,6 @@ class Writer:
 
     # -- the caller's side (any thread) ---------------------------------------------------
 
-    def submit(self, job: Job | FollowJob) -> None:
-        """Queue a job; raise :class:`~streamkit.errors.LogClosed` once the log is closing."""
-        self._thread.submit(job)
-
-    def request_close(self, waiter: Any = None) -> None:
-        """Stop accepting jobs; the thread finishes the queued ones, then closes the connection."""
-        self._thread.request_close(waiter)
-
-    def join(self) -> None:
-        """Wait until the writer thread has finished (not from the thread itself)."""
-        self._thread.join()
-
     def try_inline(self, jobs: list[AppendCall | TransactionJob]) -> bool:
         """Never: a commit is a network round trip, which must not block an event loop."""
         return False
@@ -129,7 +116,7 @@ class Writer:
     # -- the thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
-        thread = self._thread
+        thread = self.thread
         try:
             while True:
                 jobs = thread.take(thread.get(), self._group_limit)

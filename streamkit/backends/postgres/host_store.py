@@ -29,13 +29,14 @@ from typing import Any
 import psycopg
 
 from streamkit._targets import PostgresTarget
+from streamkit.backends._fenced_checkpoints import CheckpointRow, FencedCheckpoints
 from streamkit.backends._skip_rules import record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
 from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.backends.postgres._connect import connect, session_options, storage_error
 from streamkit.backends.postgres.leases import CLOCK as _CLOCK
 from streamkit.backends.postgres.leases import Leases
-from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
+from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.errors import StorageError
 from streamkit.events import StreamEvent
 from streamkit.log import Log
@@ -50,7 +51,7 @@ class _Tables:
     def __init__(self, schema: str) -> None:
         s = f'"{schema}"'
         self.leases = Leases(schema)
-        self.read_checkpoint = (
+        self.checkpoint_row = (
             "SELECT reducer_version, reduced_through_offset, state, state_offset "
             f"FROM {s}.streamkit_checkpoints WHERE slug = %s"
         )
@@ -113,8 +114,8 @@ class _Tables:
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    def checkpoint(self, conn: psycopg.Connection[Any], slug: str) -> ReduceCheckpoint | None:
-        row = conn.execute(self.read_checkpoint, (slug,)).fetchone()
+    def read_checkpoint(self, conn: psycopg.Connection[Any], slug: str) -> ReduceCheckpoint | None:
+        row = conn.execute(self.checkpoint_row, (slug,)).fetchone()
         if row is None:
             return None
         return ReduceCheckpoint(
@@ -123,6 +124,9 @@ class _Tables:
             state_json=None if row[2] is None else str(row[2]),
             state_offset=None if row[3] is None else int(row[3]),
         )
+
+    def upsert_checkpoint(self, conn: psycopg.Connection[Any], row: CheckpointRow) -> None:
+        conn.execute(self.write_checkpoint, row)
 
     # -- skips (the SkipStore of the shared rules) ----------------------------------------
 
@@ -135,7 +139,7 @@ class _Tables:
     def processor_facts(
         self, conn: psycopg.Connection[Any], path: str, slug: str
     ) -> tuple[bool, int | None]:
-        stored = self.checkpoint(conn, slug)
+        stored = self.read_checkpoint(conn, slug)
         cursor = None if stored is None else stored.reduced_through_offset
         leased = conn.execute(self.lease_exists, (path, slug)).fetchone() is not None
         return cursor is not None or leased, cursor
@@ -213,43 +217,6 @@ class PostgresLeaseRenewer:
                 conn.close()
 
 
-class _FencedCheckpoints:
-    """Checkpoints written only while ``held`` is in force: fence and upsert in one transaction."""
-
-    __slots__ = ("_log", "_tables", "held")
-
-    def __init__(self, log: Log, tables: _Tables, held: LeaseGuard) -> None:
-        self._log = log
-        self._tables = tables
-        self.held = held
-
-    async def load(self, slug: str) -> ReduceCheckpoint | None:
-        return await self._log.query(lambda conn: self._tables.checkpoint(conn, slug))
-
-    async def save(
-        self,
-        slug: str,
-        *,
-        reducer_version: str,
-        reduced_through_offset: int,
-        state_json: str | None,
-        state_offset: int | None = None,
-    ) -> None:
-        """Check the fence and write the checkpoint in one transaction (LeaseLost: nothing written)."""
-        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json, state_offset)
-        fence = self.held.fence
-        statement = self._tables.write_checkpoint
-
-        def fenced_write(conn: psycopg.Connection[Any]) -> None:
-            fence(conn)
-            conn.execute(
-                statement,
-                (slug, reducer_version, reduced_through_offset, state_json, state_offset),
-            )
-
-        await self._log.write_transaction(fenced_write)
-
-
 class PostgresHostStore:
     """A host's tables in the PostgreSQL schema of ``log``."""
 
@@ -308,11 +275,11 @@ class PostgresHostStore:
 
     def checkpoints(self, guard: LeaseGuard) -> CheckpointStorage:
         """Checkpoints in this schema, each save fenced by ``guard`` in its transaction."""
-        return _FencedCheckpoints(self._log, self._tables, guard)
+        return FencedCheckpoints(self._log, guard, self._tables)
 
     async def stored_snapshot(self, slug: str) -> dict[str, Any]:
         """``slug``'s checkpoint as ``{offset, state, version, source}``."""
-        stored = await self._log.query(lambda conn: self._tables.checkpoint(conn, slug))
+        stored = await self._log.query(lambda conn: self._tables.read_checkpoint(conn, slug))
         return checkpoint_snapshot_of(slug, stored)
 
     async def load_skips(self) -> dict[tuple[str, str], dict[int, int]]:

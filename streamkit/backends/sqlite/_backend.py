@@ -19,11 +19,11 @@ import asyncio
 import secrets
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from streamkit._requests import AppendCall, FollowJob, Job, QueryJob, TransactionJob
+from streamkit.backends._storage import LogOptions
 from streamkit.backends._writer_thread import check_busy_timeout
 from streamkit.backends.sqlite._read import durable_head, read_page_sized, stream_paths
 from streamkit.backends.sqlite._schema import (
@@ -38,7 +38,7 @@ from streamkit.backends.sqlite._writer import Writer
 from streamkit.errors import InvalidRequest
 from streamkit.events import ReadPage
 from streamkit.log import Feed
-from streamkit.protocols import Clock, LogStats, PayloadTypes
+from streamkit.protocols import LogStats, PayloadTypes
 
 __all__ = ["SqliteLogBackend"]
 
@@ -54,12 +54,10 @@ class SqliteLogBackend:
         self,
         path: str,
         feed: Feed,
-        *,
-        synchronous: Literal["FULL", "NORMAL"] = "FULL",
-        clock: Clock = time.time,
-        busy_timeout: float = 5.0,
-        read_only: bool = False,
+        options: LogOptions,
     ) -> None:
+        synchronous, busy_timeout = options.synchronous, options.busy_timeout
+        read_only = options.read_only
         if synchronous not in ("FULL", "NORMAL"):
             raise InvalidRequest(
                 f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}; nothing was opened",
@@ -93,7 +91,7 @@ class SqliteLogBackend:
         self.writer = Writer(
             conn,
             token=secrets.token_hex(8),
-            clock=clock,
+            clock=options.clock,
             feed=feed,
             persistent=not memory,
             busy_timeout=busy_timeout,
@@ -101,7 +99,7 @@ class SqliteLogBackend:
         )
         # The writer's own methods, bound here: every append passes one of them, and a
         # delegating method would be one call more each time.
-        self.submit: Callable[[Job | FollowJob], None] = self.writer.submit
+        self.submit: Callable[[Job | FollowJob], None] = self.writer.thread.submit
         """Queue a job for the writer thread (raises LogClosed once closing)."""
         self.try_inline: Callable[[list[AppendCall | TransactionJob]], bool] = (
             self.writer.try_inline
@@ -112,18 +110,18 @@ class SqliteLogBackend:
 
     def follow(self, path: str) -> None:
         """Start pushing other processes' commits on ``path`` to the feed."""
-        self.writer.submit(FollowJob(path))
+        self.writer.thread.submit(FollowJob(path))
 
     def request_close(
         self, waiter: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
     ) -> None:
         """Stop taking requests; queued ones finish, then the connections close."""
-        self.writer.request_close(waiter)
+        self.writer.thread.request_close(waiter)
 
     def shutdown(self) -> None:
         """Close and wait for the writer thread (blocking), then close the reader."""
-        self.writer.request_close()
-        self.writer.join()
+        self.writer.thread.request_close()
+        self.writer.thread.join()
         if self._reader is not None:
             self._reader.close()
 
@@ -144,18 +142,13 @@ class SqliteLogBackend:
         if self._reader is None:
             loop = asyncio.get_running_loop()
             future: asyncio.Future[T] = loop.create_future()
-            self.writer.submit(QueryJob(loop, future, fn))
+            self.writer.thread.submit(QueryJob(loop, future, fn))
             return await future
         with self._reader_lock:
             try:
                 return fn(self._reader)
             except sqlite3.Error as exc:
                 raise storage_error(exc, what) from exc
-
-    async def read(self, path: str, after: int, limit: int, upto: int | None) -> ReadPage:
-        """Durable events of ``path`` after ``after``, with the scanned-range proof."""
-        page, _ = await self.read_sized(path, after, limit, upto)
-        return page
 
     async def read_sized(
         self,
@@ -165,7 +158,7 @@ class SqliteLogBackend:
         upto: int | None,
         types: PayloadTypes | None = None,
     ) -> tuple[ReadPage, int]:
-        """:meth:`read`, with the bytes of stored JSON the page holds (for follow budgets)."""
+        """A page of ``path`` in ``(after, upto]`` (proof included) and its stored JSON bytes."""
         return await self.query(
             lambda conn: read_page_sized(conn, path, after, limit, upto, types=types),
             f"reading {path!r}",

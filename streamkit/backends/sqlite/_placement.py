@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
 from streamkit.backends._append_rules import place_events
-from streamkit.backends._group_commit import Group, WriteCounters
+from streamkit.backends._group_commit import Group, WriteCounters, refuse
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends.sqlite._offsets import (
     BLOCK_MIN,
@@ -28,7 +28,7 @@ from streamkit.backends.sqlite._offsets import (
     next_plain,
 )
 from streamkit.backends.sqlite._read import durable_head, select_key
-from streamkit.errors import StorageError, StreamkitError
+from streamkit.errors import StreamkitError
 from streamkit.events import StreamEvent
 
 __all__ = ["INSERT", "Placement"]
@@ -157,13 +157,7 @@ class Placement:
             return True
         except StreamkitError as exc:
             state.restore(saved)
-            call.error = exc
-            call.result = None
-            if isinstance(call, AppendCall):
-                call.fresh = ()
-            if not isinstance(exc, StorageError):
-                self._counters.refused += 1
-            return False
+            return refuse(call, exc, self._counters)
 
     def _claim(self, call: ClaimCall) -> None:
         if call.due_at is None:

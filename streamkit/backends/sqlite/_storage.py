@@ -22,14 +22,7 @@ class SqliteStorage:
 
     def open(self, target: str | os.PathLike[str], options: LogOptions) -> Log:
         path = sqlite_target(target)
-        backend = functools.partial(
-            SqliteLogBackend,
-            path,
-            synchronous=options.synchronous,
-            clock=options.clock,
-            busy_timeout=options.busy_timeout,
-            read_only=options.read_only,
-        )
+        backend = functools.partial(SqliteLogBackend, path, options=options)
         return Log(
             path,
             backend,

@@ -43,7 +43,6 @@ from streamkit._requests import (
     ClaimCall,
     CloseJob,
     FollowJob,
-    Job,
     QueryJob,
     TransactionJob,
     WriteCall,
@@ -144,22 +143,11 @@ class Writer:
             wal=wal,
         )
         self._group_commit = GroupCommit(self._statements, feed, self.counters, self._settling)
-        self._thread = WriterThread(self._run, "streamkit-log-writer")
-        self._thread.start()
+        self.thread = WriterThread(self._run, "streamkit-log-writer")
+        """The thread and its queue: callers submit jobs and request the close through it."""
+        self.thread.start()
 
     # -- the caller's side (any thread) ---------------------------------------------------
-
-    def submit(self, job: Job | FollowJob) -> None:
-        """Queue a job; raise :class:`LogClosed` once the log is closing."""
-        self._thread.submit(job)
-
-    def request_close(self, waiter: Any = None) -> None:
-        """Stop accepting jobs; the thread finishes the queued ones, then closes the connection."""
-        self._thread.request_close(waiter)
-
-    def join(self) -> None:
-        """Wait until the writer thread has finished (not from the thread itself)."""
-        self._thread.join()
 
     def try_inline(self, jobs: list[AppendCall | TransactionJob]) -> bool:
         """Run ``jobs`` now on the calling thread if the writer is idle; False to queue them.
@@ -188,11 +176,11 @@ class Writer:
             # close queued after this check runs after this commit. A job the thread took
             # off the queue but has not run yet may commit after this one: both calls were
             # in flight at once, so either order is one the callers could have seen.
-            if not self._thread.accepting:
+            if not self.thread.accepting:
                 raise LogClosed(
                     "the log is closed; nothing was read or written (open it again to use it)"
                 )
-            if not self._thread.queue_empty():
+            if not self.thread.queue_empty():
                 return False
             try:
                 self._run_jobs(jobs, inline=True)
@@ -225,10 +213,10 @@ class Writer:
             try:
                 self._conn.close()
             finally:
-                self._thread.finish(self._settling)
+                self.thread.finish(self._settling)
 
     def _loop(self) -> None:
-        thread = self._thread
+        thread = self.thread
         foreign = self._foreign
         while True:
             job: Any

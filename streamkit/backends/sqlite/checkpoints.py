@@ -112,7 +112,11 @@ class ReduceCheckpointTable:
         stored row is untouched.
         """
         check_checkpoint(slug, reducer_version, reduced_through_offset, state_json, state_offset)
-        with self._statement(f'write the checkpoint of "{slug}"'):
+        self.upsert((slug, reducer_version, reduced_through_offset, state_json, state_offset))
+
+    def upsert(self, row: tuple[str, str, int, str | None, int | None]) -> None:
+        """:meth:`write` of ``(slug, version, cursor, state, state_offset)``, already checked."""
+        with self._statement(f'write the checkpoint of "{row[0]}"'):
             self._conn.execute(
                 f"INSERT INTO {self._quoted}"
                 " (slug, reducer_version, reduced_through_offset, state, state_offset)"
@@ -122,7 +126,7 @@ class ReduceCheckpointTable:
                 " reduced_through_offset = excluded.reduced_through_offset,"
                 f" state = COALESCE(excluded.state, {self._quoted}.state),"
                 " state_offset = excluded.state_offset",
-                (slug, reducer_version, reduced_through_offset, state_json, state_offset),
+                row,
             )
         self.writes += 1
 

@@ -424,6 +424,17 @@ async function showEvent(path, offset) {
   for (const tr of document.querySelectorAll("#events tbody tr")) tr.classList.toggle("selected", tr.dataset.offset === String(offset));
 }
 
+// The section of a first-party processor (tasks, dead letters): hidden while the host runs
+// none (`at` null, and `load` is not called), else shown with its path once `load` answered.
+async function fillSection(kind, at, load) {
+  const section = document.getElementById(kind + "-section");
+  if (at === null) { section.hidden = true; return null; }
+  const listing = await load();
+  section.hidden = false;
+  document.getElementById(kind + "-path").textContent = at === "/" ? "" : "on " + at;
+  return listing;
+}
+
 // -- tasks -------------------------------------------------------------------------------
 
 let shownTask = null;
@@ -433,11 +444,8 @@ function tasksUrl(suffix) {
 }
 
 async function refreshTasks() {
-  const section = document.getElementById("tasks-section");
-  if (found.tasks === null) { section.hidden = true; return; }
-  const listing = await api(tasksUrl());
-  section.hidden = false;
-  document.getElementById("tasks-path").textContent = found.tasks === "/" ? "" : "on " + found.tasks;
+  const listing = await fillSection("tasks", found.tasks, () => api(tasksUrl()));
+  if (listing === null) return;
   replaceRows(document.getElementById("tasks"), listing.tasks.map((t) => {
     const tr = el("tr", null, "clickable");
     tr.dataset.task = t.task_id;
@@ -531,11 +539,8 @@ function describeReplay(last, records) {
 }
 
 async function refreshDlq() {
-  const section = document.getElementById("dlq-section");
-  if (found.dlq === null) { section.hidden = true; return; }
-  const listing = await api(dlqUrl("", { limit: "50" }));
-  section.hidden = false;
-  document.getElementById("dlq-path").textContent = found.dlq === "/" ? "" : "on " + found.dlq;
+  const listing = await fillSection("dlq", found.dlq, () => api(dlqUrl("", { limit: "50" })));
+  if (listing === null) return;
   replaceRows(document.getElementById("dlq"), listing.records.map((r) => {
     const tr = el("tr", null, "clickable");
     tr.dataset.record = r.record_id;
