@@ -61,8 +61,10 @@ from streamkit.log import Log, Stream
 from streamkit.processor import Delivery, ProcessEventArgs, StreamProcessor, consumes_event
 from streamkit.protocols import CheckpointStorage, Clock, ProcessorStream
 from streamkit.shared_map import SharedMap
+from streamkit.upcasting import DROP, Upcaster
 
 __all__ = [
+    "DROP",
     "LIVE_STATE_CHANGED",
     "SPEED_TRICKS",
     "Appended",
@@ -124,6 +126,7 @@ __all__ = [
     "UndeclaredEmit",
     "UnknownOperation",
     "UntrustedSocket",
+    "Upcaster",
     "__version__",
     "apply_delta",
     "consumes_event",

@@ -37,6 +37,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -44,6 +45,7 @@ from pydantic import BaseModel
 from streamkit.errors import InvalidContract
 from streamkit.events import MAX_TYPE_LENGTH
 from streamkit.live_state import LIVE_STATE_CHANGED
+from streamkit.upcasting import Upcaster, check_versions
 
 __all__ = [
     "EventDefinition",
@@ -64,11 +66,20 @@ class EventDefinition:
     ``ephemeral=True`` documents that the type is appended as an ephemeral
     event: it reaches a processor only when a contract names it in
     ``consumes`` (``"*"`` never sweeps ephemerals).
+
+    ``version`` is the version of ``payload_schema`` (from 1); ``upcasters``
+    maps each older version k to the function that lifts a version-k payload
+    (a JSON dict) to version k + 1, or returns :data:`~streamkit.DROP` for an
+    event no longer read (see :mod:`streamkit.upcasting`); ``renamed_from``
+    lists the names this type was stored under before.
     """
 
     description: str
     payload_schema: type[BaseModel]
     ephemeral: bool = False
+    version: int = 1
+    upcasters: Mapping[int, Upcaster] = field(default_factory=dict, hash=False)
+    renamed_from: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.description, str):
@@ -89,6 +100,11 @@ class EventDefinition:
                 f"EventDefinition.ephemeral must be True or False, got {self.ephemeral!r}",
                 details={"field": "ephemeral"},
             )
+        _, chain = check_versions("EventDefinition", self.version, self.upcasters)
+        object.__setattr__(self, "upcasters", MappingProxyType(chain))
+        object.__setattr__(
+            self, "renamed_from", _type_list(None, "renamed_from", self.renamed_from)
+        )
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -114,6 +130,7 @@ class ProcessorContract(Generic[S]):
     emits: tuple[str, ...] = ()
     compact_state: bool = False
     _schemas: dict[str, type[BaseModel]] = field(init=False, repr=False)
+    _renames: dict[str, str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         slug = self.slug
@@ -182,6 +199,7 @@ class ProcessorContract(Generic[S]):
                 schemas[etype] = definition.payload_schema
         for etype, definition in (events or {}).items():
             schemas[etype] = definition.payload_schema
+        renames = _check_renames(slug, deps, events, schemas)
         if events is not None:
             for name, types, allowed in (
                 ("consumes", consumes or (), {"*"}),
@@ -200,6 +218,7 @@ class ProcessorContract(Generic[S]):
         object.__setattr__(self, "consumes", consumes)
         object.__setattr__(self, "emits", emits)
         object.__setattr__(self, "_schemas", schemas)
+        object.__setattr__(self, "_renames", renames)
         self._check_initial_state()
 
     def initial_state(self) -> S:
@@ -213,6 +232,10 @@ class ProcessorContract(Generic[S]):
     def payload_schemas(self) -> dict[str, type[BaseModel]]:
         """Every event type with a payload model (owned locally or by a dependency)."""
         return dict(self._schemas)
+
+    def renames(self) -> dict[str, str]:
+        """Each old type name a definition reads (its ``renamed_from``) -> the type it is now."""
+        return dict(self._renames)
 
     def dump_state(self, state: S) -> str:
         """The JSON a checkpoint stores: a pydantic state's own JSON, anything else via json.
@@ -319,16 +342,17 @@ def define_processor_contract(
     )
 
 
-def _check_event_type(slug: str, field_name: str, etype: object) -> str:
+def _check_event_type(slug: str | None, field_name: str, etype: object) -> str:
+    where = _where(slug)
     if not isinstance(etype, str) or not etype.strip() or len(etype) > MAX_TYPE_LENGTH:
         raise InvalidContract(
-            f'contract "{slug}": {field_name} holds {etype!r}, which is not an event type (a '
+            f"{where}: {field_name} holds {etype!r}, which is not an event type (a "
             f"non-empty string of at most {MAX_TYPE_LENGTH} characters)",
             details={"slug": slug, "field": field_name, "value": repr(etype)[:200]},
         )
     if etype == LIVE_STATE_CHANGED:
         raise InvalidContract(
-            f'contract "{slug}": {field_name} names "{LIVE_STATE_CHANGED}", the live-state delta '
+            f'{where}: {field_name} names "{LIVE_STATE_CHANGED}", the live-state delta '
             "type; deltas describe state and are never reduced, emitted or owned by a processor "
             "(watch them through a subscription instead)",
             details={"slug": slug, "field": field_name, "value": etype},
@@ -336,14 +360,19 @@ def _check_event_type(slug: str, field_name: str, etype: object) -> str:
     return etype
 
 
-def _type_list(slug: str, field_name: str, types: object) -> tuple[str, ...]:
+def _type_list(slug: str | None, field_name: str, types: object) -> tuple[str, ...]:
     if isinstance(types, str) or not isinstance(types, Iterable):
         raise InvalidContract(
-            f'contract "{slug}": {field_name} must be a list of event types, got {types!r}'
+            f"{_where(slug)}: {field_name} must be a list of event types, got {types!r}"
             + (f"; write [{types!r}]" if isinstance(types, str) else ""),
             details={"slug": slug, "field": field_name, "value": repr(types)[:200]},
         )
     return tuple(dict.fromkeys(_check_event_type(slug, field_name, t) for t in types))
+
+
+def _where(slug: str | None) -> str:
+    """How a refusal names what it refuses: a contract by its slug, else an event definition."""
+    return "EventDefinition" if slug is None else f'contract "{slug}"'
 
 
 def _check_catalog(
@@ -368,6 +397,48 @@ def _check_catalog(
             )
         catalog[etype] = definition
     return catalog
+
+
+def _check_renames(
+    slug: str,
+    deps: tuple[ProcessorContract[Any], ...],
+    events: Mapping[str, EventDefinition] | None,
+    schemas: Mapping[str, type[BaseModel]],
+) -> dict[str, str]:
+    """Old name -> current type over every definition the contract sees; one reading per name.
+
+    A name still defined as a type of its own, or renamed into two types,
+    would make a stored event's meaning depend on which rule ran first; a
+    type renamed from itself is a cycle.
+    """
+    definitions = [
+        (etype, definition) for dep in deps for etype, definition in (dep.events or {}).items()
+    ]
+    definitions.extend((events or {}).items())
+    renames: dict[str, str] = {}
+    for etype, definition in definitions:
+        for old in definition.renamed_from:
+            if old == etype:
+                raise InvalidContract(
+                    f'contract "{slug}": event "{etype}" is renamed from itself; renamed_from '
+                    "lists the names it was stored under before",
+                    details={"slug": slug, "event": etype, "renamed_from": old},
+                )
+            if old in schemas:
+                raise InvalidContract(
+                    f'contract "{slug}": event "{etype}" is renamed from "{old}", which is still '
+                    "defined as a type of its own; a stored name has one reading, so drop one "
+                    "definition (a type that is split keeps its name and an upcaster)",
+                    details={"slug": slug, "event": etype, "renamed_from": old},
+                )
+            if renames.get(old, etype) != etype:
+                raise InvalidContract(
+                    f'contract "{slug}": "{old}" is renamed into both "{renames[old]}" and '
+                    f'"{etype}"; a stored name has one reading',
+                    details={"slug": slug, "renamed_from": old, "events": [renames[old], etype]},
+                )
+            renames[old] = etype
+    return renames
 
 
 def _check_deps(slug: str, deps: object) -> tuple[ProcessorContract[Any], ...]:

@@ -41,6 +41,7 @@ BASE = {
     "streamkit.errors",
     "streamkit.events",
     "streamkit.contract",
+    "streamkit.upcasting",
     "streamkit.processor",
     "streamkit.live_state",
     "streamkit.protocols",

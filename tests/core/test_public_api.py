@@ -11,6 +11,8 @@ import streamkit.errors
 
 EXPECTED = {
     "SPEED_TRICKS",
+    "DROP",
+    "Upcaster",
     "LIVE_STATE_CHANGED",
     "Appended",
     "BatchInfo",
