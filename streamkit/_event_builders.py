@@ -6,8 +6,9 @@ themselves; each has a plain twin that gives the same object, and a
 hypothesis test holds each pair to that (``tests/core/test_fast_paths.py``).
 :data:`FAST` is the one switch.
 
-- :func:`make_event` (positional constructor) and :func:`with_payload` (a copy
-  with another payload): a frozen dataclass's ``__init__`` stores each field
+- :func:`make_event` (positional constructor), :func:`with_payload` (a copy
+  with another payload) and :func:`reshaped` (a copy under another type,
+  payload and version): a frozen dataclass's ``__init__`` stores each field
   through ``object.__setattr__``; an unfrozen class of the same slots stores
   them directly and the instance then takes ``StreamEvent`` as its class, at
   about a quarter of the cost (see :class:`_Unfrozen`). Used only while
@@ -39,6 +40,8 @@ __all__ = [
     "payload_validator",
     "payload_validator_plain",
     "payload_validators",
+    "reshaped",
+    "reshaped_plain",
     "with_payload",
     "with_payload_plain",
 ]
@@ -47,7 +50,8 @@ FAST = SPEED_TRICKS
 """Whether this module's fast paths are on: :data:`streamkit._speed.FAST`, the one switch."""
 
 EventMaker = Callable[
-    [str, int, str, Any, dict[str, Any], dict[str, Any] | None, str | None, str, bool], StreamEvent
+    [str, int, str, Any, dict[str, Any], dict[str, Any] | None, str | None, str, bool, int],
+    StreamEvent,
 ]
 
 _FIELDS = (
@@ -60,6 +64,7 @@ _FIELDS = (
     "idempotency_key",
     "created_at",
     "ephemeral",
+    "payload_version",
 )
 
 
@@ -73,6 +78,7 @@ def make_event_plain(
     key: str | None,
     created_at: str,
     ephemeral: bool,
+    version: int,
 ) -> StreamEvent:
     """The plain twin of :func:`make_event`: the dataclass constructor."""
     return StreamEvent(
@@ -85,12 +91,18 @@ def make_event_plain(
         idempotency_key=key,
         created_at=created_at,
         ephemeral=ephemeral,
+        payload_version=version,
     )
 
 
 def with_payload_plain(event: StreamEvent, payload: Any) -> StreamEvent:
     """The plain twin of :func:`with_payload`: :func:`dataclasses.replace`."""
     return dataclasses.replace(event, payload=payload)
+
+
+def reshaped_plain(event: StreamEvent, etype: str, payload: Any, version: int) -> StreamEvent:
+    """The plain twin of :func:`reshaped`: :func:`dataclasses.replace`."""
+    return dataclasses.replace(event, type=etype, payload=payload, payload_version=version)
 
 
 class _Unfrozen:
@@ -116,6 +128,7 @@ class _Unfrozen:
         idempotency_key: str | None,
         created_at: str,
         ephemeral: bool,
+        payload_version: int,
     ) -> None:
         self.path = path
         self.offset = offset
@@ -126,14 +139,19 @@ class _Unfrozen:
         self.idempotency_key = idempotency_key
         self.created_at = created_at
         self.ephemeral = ephemeral
+        self.payload_version = payload_version
 
 
-def _slot_tricks() -> tuple[EventMaker, Callable[[StreamEvent, Any], StreamEvent]] | None:
+Reshaper = Callable[[StreamEvent, str, Any, int], StreamEvent]
+"""``(event, type, payload, version) -> event``: what :data:`reshaped` is."""
+
+
+def _slot_tricks() -> tuple[EventMaker, Callable[[StreamEvent, Any], StreamEvent], Reshaper] | None:
     names = tuple(f.name for f in dataclasses.fields(StreamEvent))
     if not FAST or names != _FIELDS or tuple(getattr(StreamEvent, "__slots__", ())) != _FIELDS:
         return None
     try:
-        probe: Any = _Unfrozen("/", 1, "t", {}, {}, None, None, "", False)
+        probe: Any = _Unfrozen("/", 1, "t", {}, {}, None, None, "", False, 1)
         probe.__class__ = StreamEvent
     except TypeError:  # a layout this Python will not swap: the plain twins
         return None
@@ -149,37 +167,46 @@ def _slot_tricks() -> tuple[EventMaker, Callable[[StreamEvent, Any], StreamEvent
         key: str | None,
         created_at: str,
         ephemeral: bool,
+        version: int,
     ) -> StreamEvent:
         event: Any = scaffold(
-            path, offset, etype, payload, metadata, source, key, created_at, ephemeral
+            path, offset, etype, payload, metadata, source, key, created_at, ephemeral, version
         )
         event.__class__ = StreamEvent
         built: StreamEvent = event
         return built
 
-    def copy(event: StreamEvent, payload: Any) -> StreamEvent:
+    def reshape(event: StreamEvent, etype: str, payload: Any, version: int) -> StreamEvent:
         return make(
             event.path,
             event.offset,
-            event.type,
+            etype,
             payload,
             event.metadata,
             event.source,
             event.idempotency_key,
             event.created_at,
             event.ephemeral,
+            version,
         )
 
-    return make, copy
+    def copy(event: StreamEvent, payload: Any) -> StreamEvent:
+        return reshape(event, event.type, payload, event.payload_version)
+
+    return make, copy, reshape
 
 
 _TRICKS = _slot_tricks()
 make_event: EventMaker = make_event_plain if _TRICKS is None else _TRICKS[0]
-"""``make_event(path, offset, type, payload, metadata, source, key, created_at, ephemeral)``."""
+"""``make_event(path, offset, type, payload, metadata, source, key, created_at, ephemeral,
+version)``."""
 with_payload: Callable[[StreamEvent, Any], StreamEvent] = (
     with_payload_plain if _TRICKS is None else _TRICKS[1]
 )
 """A copy of ``event`` with ``payload`` in place of its own."""
+reshaped: Reshaper = reshaped_plain if _TRICKS is None else _TRICKS[2]
+"""``reshaped(event, type, payload, version)``: a copy under another type, payload and version
+(an old event lifted to its current shape)."""
 
 
 def payload_validator_plain(schema: type[BaseModel]) -> Callable[[Any], BaseModel]:

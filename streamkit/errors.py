@@ -38,6 +38,7 @@ __all__ = [
     "RemoteError",
     "RequestTimeout",
     "RequestTooLarge",
+    "SchemaAhead",
     "SlowConsumer",
     "StateNotSerializable",
     "StorageBusy",
@@ -85,6 +86,13 @@ class InvalidEvent(StreamkitError, ValueError):
     """An event envelope broke a rule of the log; the whole append wrote nothing."""
 
     code = "INVALID_EVENT"
+
+
+class SchemaAhead(StreamkitError, RuntimeError):
+    """A stored payload is of a version newer than the processor's code; it stopped before it."""
+
+    code = "SCHEMA_AHEAD"
+    default_retryable = True
 
 
 class InvalidRequest(StreamkitError, ValueError):

@@ -26,6 +26,7 @@ from streamkit._json import encode_object, encode_object_plain
 from streamkit._json_size import utf8_json_size
 from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.errors import InvalidEvent, InvalidRequest
+from streamkit.upcasting import MAX_VERSION
 
 __all__ = [
     "MAX_EVENT_BYTES",
@@ -58,7 +59,16 @@ MAX_NESTING = 100
 Deeper JSON would hit Python's recursion limit when decoded on a deep call stack."""
 
 _INPUT_FIELDS = frozenset(
-    {"type", "payload", "metadata", "source", "idempotency_key", "offset", "ephemeral"}
+    {
+        "type",
+        "payload",
+        "metadata",
+        "source",
+        "idempotency_key",
+        "offset",
+        "ephemeral",
+        "payload_version",
+    }
 )
 _PATH_RE = re.compile(r"^/(?:[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*)?$")
 _MAX_PATH_LENGTH = 512
@@ -79,6 +89,9 @@ class EventInput:
     """A precondition: the event must land at exactly this offset, or the whole append is refused."""
     ephemeral: bool = False
     """Takes an offset and reaches live subscribers of this process, but is never written."""
+    payload_version: int | None = None
+    """The version of the payload's shape (see ``EventDefinition.version``); None: 1, or the
+    version the appending processor's contract defines for the type."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +108,8 @@ class StreamEvent:
     idempotency_key: str | None = None
     created_at: str = ""
     ephemeral: bool = False
+    payload_version: int = 1
+    """The version of the payload's shape it was stored at (1 for an event stored without one)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The event as JSON-ready data (a model payload is dumped in JSON mode)."""
@@ -115,6 +130,8 @@ class StreamEvent:
             data["idempotency_key"] = self.idempotency_key
         if self.ephemeral:
             data["ephemeral"] = True
+        if self.payload_version != 1:
+            data["payload_version"] = self.payload_version
         return data
 
 
@@ -197,6 +214,7 @@ class PreparedEvent:
     offset: int | None
     ephemeral: bool
     index: int
+    payload_version: int = 1
 
     def decoded(self, *, path: str, offset: int, created_at: str) -> StreamEvent:
         """The committed form: decoded from the serialized JSON, so it equals a later read."""
@@ -210,6 +228,7 @@ class PreparedEvent:
             idempotency_key=self.idempotency_key,
             created_at=created_at,
             ephemeral=self.ephemeral,
+            payload_version=self.payload_version,
         )
 
 
@@ -411,6 +430,7 @@ def prepare_event_plain(
         key: object = raw.idempotency_key
         offset: object = raw.offset
         ephemeral: object = raw.ephemeral
+        version: object = raw.payload_version
     elif type(raw) is dict or isinstance(raw, Mapping):
         if not raw.keys() <= _INPUT_FIELDS:
             unknown = set(raw) - _INPUT_FIELDS
@@ -428,6 +448,7 @@ def prepare_event_plain(
         key = get("idempotency_key")
         offset = get("offset")
         ephemeral = get("ephemeral", False)
+        version = get("payload_version")
     else:
         raise InvalidEvent(
             f"event #{index}: expected an EventInput or a mapping, got {type(raw).__name__}; "
@@ -465,6 +486,15 @@ def prepare_event_plain(
         )
     if not isinstance(ephemeral, bool):
         raise _refuse(index, "ephemeral", "must be true or false", value=repr(ephemeral)[:80])
+    if version is not None and (
+        isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION
+    ):
+        raise _refuse(
+            index,
+            "payload_version",
+            f"must be an integer from 1 to {MAX_VERSION} (the version of the payload's shape)",
+            value=repr(version)[:80],
+        )
     if not ephemeral and not control and etype.startswith(RESERVED_PREFIX):
         # A host obeys control events (a skip moves a processor past an event), so
         # none may come through the ordinary append path, from any entry point.
@@ -507,6 +537,7 @@ def prepare_event_plain(
         offset if isinstance(offset, int) else None,
         ephemeral,
         index,
+        version if isinstance(version, int) else 1,
     )
 
 

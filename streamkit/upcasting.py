@@ -16,8 +16,8 @@ each refusal an :class:`~streamkit.errors.InvalidContract` naming the key):
 :func:`upcast` runs the chain from a stored version: one stored event stays
 one event (never split in two), or is dropped when a step returns
 :data:`DROP`. An upcaster is pure, as a reduce is (no clock, no I/O, the
-same answer for the same payload), must not change the dict it is given
-(the stored event is shared with every reader) and returns JSON data. A
+same answer for the same payload) and returns JSON data; the chain is given
+a copy of the stored payload, which every reader of the event shares. A
 version newer than the definition, or older than its chain, is not guessed
 at: :func:`upcast` refuses it with :class:`~streamkit.errors.InvalidEvent`.
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
+from streamkit._json_diff import copy_form
 from streamkit.errors import InvalidContract, InvalidEvent
 
 __all__ = ["DROP", "MAX_VERSION", "Drop", "Upcaster", "check_versions", "upcast"]
@@ -118,7 +119,9 @@ def upcast(
             f"{version}); it was not read",
             details={"type": event_type, "stored": stored, "version": version},
         )
-    current: dict[str, Any] = payload
+    # The stored dict is shared (a read's page, every reader of the event): the chain gets
+    # a copy, so a step that edits its argument in place changes nothing it does not own.
+    current: dict[str, Any] = copy_form(payload)
     for step in range(stored, version):
         lift = upcasters.get(step)
         if lift is None:

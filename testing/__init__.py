@@ -55,7 +55,11 @@ def reduce_processor(
     Starts from the contract's initial state; skips what the contract does not
     consume; validates each declared payload (a malformed one is skipped and
     reported) and hands the reduce the validated model; a reduce that raises
-    keeps the previous state. Inputs (mappings with the keys of an append, or
+    keeps the previous state. An event stored in an older shape is lifted
+    through its definition's upcasters (or dropped, if one returns DROP); one
+    of a version newer than the contract raises
+    :class:`~streamkit.errors.SchemaAhead`, as the engine stalls on it.
+    Inputs (mappings with the keys of an append, or
     :class:`~streamkit.events.EventInput`) get offsets in input order from 1;
     committed :class:`~streamkit.events.StreamEvent` inputs keep their own.
     No effects run.
@@ -83,7 +87,11 @@ def reduce_processor(
                 created_at=format_timestamp(read_clock()) if created_at is None else created_at,
             )
         )
-    state, _ = Fold(processor).fold_all(events, processor.contract.initial_state())
+    fold = Fold(processor)
+    state, _ = fold.fold_all(events, processor.contract.initial_state())
+    if fold.ahead is not None:
+        # The engine stalls there; a test must not see a state that silently stopped short.
+        raise fold.ahead
     return state
 
 

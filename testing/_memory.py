@@ -178,8 +178,8 @@ class MemoryStream:
         """Durable events after ``after_offset``, with the proof of how far the read scanned.
 
         With ``types``, as the log's ``Stream.read``: payloads of those types
-        come validated into their models; one that does not validate stays
-        as stored.
+        come validated into their models; one that does not validate, or is
+        stored at a version other than 1, stays as stored.
         """
         validators = None if types is None else payload_validators(types)
         for name, value, low, high in (
@@ -266,8 +266,8 @@ def memory_storage() -> MemoryStorage:
 def _typed(event: StreamEvent, validators: PayloadTypes) -> StreamEvent:
     """``event`` with its payload validated into its type's model, if it has one and validates."""
     validate = validators.get(event.type)
-    if validate is None:
-        return event
+    if validate is None or event.payload_version != 1:
+        return event  # another version's payload is not of the model's shape
     try:
         payload = validate({} if event.payload is None else event.payload)
     except Exception:  # refused: stays as stored, for the reader to report

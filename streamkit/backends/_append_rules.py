@@ -31,13 +31,29 @@ from streamkit.backends._stored import decode_prepared
 from streamkit.errors import IdempotencyConflict, OffsetConflict
 from streamkit.events import Appended, PreparedEvent, StreamEvent, same_body
 
-__all__ = ["Placed", "place_events"]
+__all__ = ["Placed", "Row", "event_row", "place_events"]
 
-Row = tuple[str, int, str, str, str, str, str, str]
-"""An event row to insert: path, offset, type, payload, metadata, source, key, created_at.
+Row = tuple[str, int, str, str, str, str, str, str, int]
+"""An event row to insert: path, offset, type, payload, metadata, source, key, created_at,
+payload version.
 
 Source and key are ``''`` for none (neither can be empty otherwise); the
 backend's INSERT turns ``''`` back into NULL."""
+
+
+def event_row(path: str, offset: int, event: PreparedEvent, now: str) -> Row:
+    """The row ``event`` is inserted as at ``offset``: every backend's INSERT takes this order."""
+    return (
+        path,
+        offset,
+        event.type,
+        event.payload_json,
+        event.metadata_json,
+        event.source_json or "",
+        event.idempotency_key or "",
+        now,
+        event.payload_version,
+    )
 
 
 @dataclass(slots=True)
@@ -141,18 +157,7 @@ def place_events(
         if event.offset is not None and event.offset != offset:
             raise offset_conflict(path, event, offset)
         head = offset
-        rows.append(
-            (
-                path,
-                offset,
-                event.type,
-                event.payload_json,
-                event.metadata_json,
-                event.source_json or "",
-                key or "",
-                now,
-            )
-        )
+        rows.append(event_row(path, offset, event, now))
         placed.append(len(fresh))
         fresh.append((event, offset))
     state.head = head

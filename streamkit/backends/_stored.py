@@ -3,11 +3,12 @@
 Both directions decode the stored JSON texts, so an event an append returns
 equals the one a later read returns, field for field. Nothing is checked
 here: every text was validated and encoded by the log before it was written.
-A typed read (``types``) only validates payloads into the models a reader
-asked for, as each event is built, so a catch-up builds each event once;
+A typed read (``types``) only validates payloads (stored at version 1) into
+the models a reader asked for, as each event is built, so a catch-up builds each event once;
 its page builds them as they are taken and keeps none (:class:`TypedEvents`).
 A stored row is ``(offset, type, payload, metadata, source, idempotency_key,
-created_at)``, the column order every backend's reads select.
+created_at, payload_version)``, the column order every backend's reads
+select (a row stored without a version selects 1).
 
 :func:`page_of` is the proof rule of SPEC section 2, for every backend: a
 page cut short (by ``limit`` or by :data:`MAX_PAGE_BYTES`) proves through
@@ -31,8 +32,9 @@ __all__ = ["MAX_PAGE_BYTES", "Row", "TypedEvents", "decode_prepared", "decode_ro
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 """The stored JSON a read page holds at most (one event always fits, whatever its size)."""
 
-Row = tuple[int, str, str, str, str | None, str | None, str]
-"""A stored event: offset, type, payload, metadata, source, idempotency key, created_at."""
+Row = tuple[int, str, str, str, str | None, str | None, str, int]
+"""A stored event: offset, type, payload, metadata, source, idempotency key, created_at,
+payload version."""
 
 
 def decode_rows(
@@ -63,12 +65,13 @@ def _events(
     """Each row as its event: the one place a stored row becomes a :class:`StreamEvent`."""
     make = make_event
     typed = types.get if types else None
-    for (offset, etype, _, _, source, key, created_at), payload, metadata in zip(
+    for (offset, etype, _, _, source, key, created_at, version), payload, metadata in zip(
         rows, payloads, metadatas, strict=True
     ):
-        if typed is not None and (validate := typed(etype)) is not None:
+        if typed is not None and version == 1 and (validate := typed(etype)) is not None:
             # An absent payload is ``{}``, as everywhere a payload is validated. A
-            # refused one stays decoded: the reader's fold reports it.
+            # refused one stays decoded: the reader's fold reports it. A payload of
+            # another version stays decoded too: its shape is not the model's.
             try:  # noqa: SIM105 (a try costs less than contextlib.suppress, once per event)
                 payload = validate({} if payload is None else payload)
             except Exception:
@@ -83,6 +86,7 @@ def _events(
             key,
             created_at,
             False,
+            version,
         )
 
 
@@ -172,6 +176,7 @@ def decode_prepared(
                 event.idempotency_key,
                 now,
                 event.ephemeral,
+                event.payload_version,
             )
         ]
     # One parser call for all payloads (and one for all metadata) of the call.
@@ -188,6 +193,7 @@ def decode_prepared(
             event.idempotency_key,
             now,
             event.ephemeral,
+            event.payload_version,
         )
         for offset, event, payload, metadata in zip(
             offsets, events, payloads, metadatas, strict=True

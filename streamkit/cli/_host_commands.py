@@ -225,6 +225,8 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
                     f"{label}={row[count]} (last at offset {seen.get('offset')}, "
                     f"{seen.get('type')}: {seen.get('error')})"
                 )
+        if row.get("dropped_events"):
+            parts.append(f"dropped={row['dropped_events']} (an upcaster returned DROP)")
         if row.get("refusing_cancel"):
             names = "; ".join(row["refusing_cancel"])
             parts.append(f"refusing_cancel={len(row['refusing_cancel'])} ({names})")

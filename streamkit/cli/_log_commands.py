@@ -58,6 +58,11 @@ def add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--metadata", type=json_object("--metadata"), help="the metadata, a JSON object")
     p.add_argument("--idempotency-key", help="retry-safe key: same key + same body appends once")
     p.add_argument(
+        "--payload-version",
+        type=positive_int,
+        help="the version of the payload's shape (default 1; see docs/schema-evolution.md)",
+    )
+    p.add_argument(
         "--expect-offset",
         type=positive_int,
         help="refuse unless the event lands at exactly this offset (a stale-view guard)",
@@ -93,6 +98,8 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
         event["idempotency_key"] = args.idempotency_key
     if args.expect_offset is not None:
         event["offset"] = args.expect_offset
+    if args.payload_version is not None:
+        event["payload_version"] = args.payload_version
     if args.ephemeral:
         event["ephemeral"] = True
     socket = live_socket(args)

@@ -28,6 +28,7 @@ from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._fold import SLICE_SECONDS, Fold
 from streamkit.engine._pages import PageReader
+from streamkit.errors import SchemaAhead
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
 __all__ = ["EFFECTS_PER_CHECKPOINT", "BatchInfo", "BatchOutcome", "BatchRunner"]
@@ -128,6 +129,11 @@ class BatchRunner(Generic[S]):
         checkpoint is being written and returned in the outcome, so the log
         read overlaps the commit.
         """
+        latched = self._fold.ahead
+        if latched is not None:
+            # A payload newer than this code lies at the cursor's next event: nothing
+            # past it is folded, skipped or checkpointed until newer code runs.
+            raise SchemaAhead(latched.message, details=latched.details)
         through = scanned.through
         fresh: Sequence[StreamEvent]
         if (
@@ -162,6 +168,9 @@ class BatchRunner(Generic[S]):
             # The catch-up hot path: nothing to deliver, only the fold.
             state, delivered = await self._fold.fold_paced(fresh, state)
             unsaved = delivered
+            stopped = self._fold.ahead
+            if stopped is not None:
+                through, at_head, read_ahead = _before(stopped), False, 0
         else:
             delivered = 0
             apply = self._fold.apply
@@ -178,7 +187,11 @@ class BatchRunner(Generic[S]):
                 previous = state
                 state, normalized = apply(event, state)
                 if normalized is None:
-                    continue  # malformed: skipped for reduce and effects, already reported
+                    stopped = self._fold.ahead
+                    if stopped is not None:
+                        through, at_head, read_ahead = _before(stopped), False, 0
+                        break
+                    continue  # malformed or dropped: no reduce, no effects, counted
                 delivered += 1
                 unsaved += 1
                 caught_up = at_head and index == final
@@ -213,6 +226,12 @@ class BatchRunner(Generic[S]):
             else:
                 await self._checkpoints.save(new_cursor, state, unsaved)
         return BatchOutcome(state, through, True, delivered, fresh_durable, at_head, ahead)
+
+
+def _before(ahead: SchemaAhead) -> int:
+    """The last offset before the event a fold stopped at."""
+    offset: int = ahead.details["offset"]
+    return offset - 1
 
 
 def _fresh(

@@ -160,6 +160,20 @@ class EffectAppender:
             except Exception as exc:
                 why = f"does not match its declared schema {schema.__name__}"
                 raise _refused(index, etype, why, exc) from exc
+        if schema is not None:
+            # The payload is of the current model, so it is of the current version: said
+            # only when not 1 (a dict without the field stays on the log's shortest path).
+            version = self._contract.payload_version_of(etype)
+            named = data.get("payload_version")
+            if named is not None and named != version:
+                raise InvalidEvent(
+                    f'event #{index}: "{etype}" names payload_version {named!r}, but its payload '
+                    f"is of the current model {schema.__name__}, version {version}; nothing was "
+                    "appended; leave payload_version out",
+                    details={"index": index, "field": "payload_version", "type": etype},
+                )
+            if version != 1:
+                data["payload_version"] = version
         source = data.get("source")
         if source is None or isinstance(source, Mapping):
             data["source"] = {**(source or {}), "processor": processor_source}

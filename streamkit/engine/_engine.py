@@ -65,6 +65,7 @@ from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import (
     InvalidContract,
     InvalidRequest,
+    SchemaAhead,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
@@ -520,6 +521,11 @@ class ProcessorEngine(Generic[S]):
                 self._on_batch(info)
             except Exception as exc:
                 report("processor.on_batch_failed", exc, slug=self._slug, offset=self._cursor)
+        stopped = self._fold.ahead
+        if stopped is not None:
+            # The batch checkpointed what lay before a payload newer than this code;
+            # the caller learns of it now, not at the next batch.
+            raise SchemaAhead(stopped.message, details=stopped.details)
         return outcome.ahead
 
     def _advance(self, through: int, state: S) -> None:
@@ -681,6 +687,7 @@ class ProcessorEngine(Generic[S]):
             last_malformed=fold.last_malformed,
             reduce_failures=fold.reduce_failures,
             last_reduce_failure=fold.last_reduce_failure,
+            dropped_events=fold.dropped,
             refusing_cancel=tuple(self._strays.refusing_cancel),
             refused_cancel=self._strays.refused_cancel,
             background_in_flight=claims.in_flight,

@@ -5,6 +5,15 @@ Shared by the engine's live path, its version re-reduce and
 live fold (a coercion applied live but not on replay would make a version bump
 rewrite state). Also the state's JSON form for checkpoints, and the structured
 reports of failures the engine swallows.
+
+Events stored in an older shape are lifted here, and only here: an event of
+a type renamed since (``renamed_from``) takes its current name, a payload of
+an older version goes through its definition's upcasters (a step that
+returns DROP drops the event, counted), so every path that folds (live,
+catch-up, re-reduce, the test harness) reads old events alike. A payload of
+a version newer than the code is never guessed at: the fold stops before it
+(:attr:`Fold.ahead`), and the engine stalls there until newer code runs.
+Events of the current version pay one comparison.
 """
 
 from __future__ import annotations
@@ -19,10 +28,12 @@ from typing import Any, Final, Generic, TypeVar
 import structlog
 from pydantic import BaseModel
 
-from streamkit._event_builders import payload_validator, with_payload
+from streamkit._event_builders import payload_validator, reshaped, with_payload
+from streamkit.errors import SchemaAhead
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.processor import USER_EXITS, StreamProcessor, consumes_predicate, exit_refused
+from streamkit.upcasting import DROP, upcast
 
 __all__ = ["MAX_SLICE", "SLICE_SECONDS", "Fold", "report"]
 
@@ -44,7 +55,9 @@ class _Skip(Enum):
 
 _IGNORED: Final = _Skip.IGNORED
 
-_Plan = tuple[type[BaseModel], _Validate] | _Skip | None
+_Plan = tuple[type[BaseModel], _Validate, int, str | None] | _Skip | None
+"""Per stored type: its model, the model's validate function, the model's version and the
+type's current name if it was renamed (else None); None for an undeclared type."""
 
 _log = structlog.get_logger("streamkit.engine")
 
@@ -77,8 +90,11 @@ class Fold(Generic[S]):
         "_on_error",
         "_plans",
         "_reduce",
+        "_renames",
         "_slice",
         "_slug",
+        "ahead",
+        "dropped",
         "last_malformed",
         "last_reduce_failure",
         "malformed",
@@ -103,18 +119,30 @@ class Fold(Generic[S]):
         # How many events one slice of a paced fold takes: learned from the last
         # slice's time per event, so a slice lasts about SLICE_SECONDS.
         self._slice = 8
-        self.reduces = consumes_predicate(contract.consumes, never=_NEVER_REDUCED)
+        self._renames = contract.renames()
+        self.reduces = _reduces(contract.consumes, self._renames)
         # What operators see in `streamkit status`: counts, and the latest of each
         # as {offset, type, error}.
         self.malformed = 0
         self.reduce_failures = 0
         self.last_malformed: dict[str, Any] | None = None
         self.last_reduce_failure: dict[str, Any] | None = None
+        # Events an upcaster dropped (DROP): counted, never silent.
+        self.dropped = 0
+        # The first event of a version newer than the code: the fold stopped before it.
+        self.ahead: SchemaAhead | None = None
 
     def payload_types(self) -> dict[str, type[BaseModel]]:
         """The payload model of each durable type this processor reduces: what a typed read types."""
-        consumes = self._contract.consumes
-        schemas = self._contract.payload_schemas()
+        contract = self._contract
+        consumes = contract.consumes
+        # A versioned type is validated here, after its events are lifted: a read types
+        # only the types whose every readable event is of the model's own shape.
+        schemas = {
+            t: s
+            for t, s in contract.payload_schemas().items()
+            if contract.payload_version_of(t) == 1
+        }
         if consumes is None or "*" in consumes:
             return {t: s for t, s in schemas.items() if t not in _NEVER_REDUCED}
         return {t: s for t, s in schemas.items() if t in consumes}
@@ -132,8 +160,12 @@ class Fold(Generic[S]):
             if not event.ephemeral:
                 self._plans[etype] = _IGNORED
             return _IGNORED
-        schema = self._contract.payload_schema_for(etype)
-        plan: _Plan = None if schema is None else (schema, payload_validator(schema))
+        renamed = self._renames.get(etype)
+        definition = self._contract.definition_for(renamed or etype)
+        plan: _Plan = None
+        if definition is not None:
+            schema = definition.payload_schema
+            plan = (schema, payload_validator(schema), definition.version, renamed)
         self._plans[etype] = plan
         return plan
 
@@ -191,6 +223,8 @@ class Fold(Generic[S]):
         plans = self._plans
         reduce = self._reduce
         folded = 0
+        if self.ahead is not None:
+            return state, folded
         for event in events:
             etype = event.type
             try:
@@ -200,7 +234,14 @@ class Fold(Generic[S]):
             if plan is _IGNORED or (event.ephemeral and not reduces(event)):
                 continue
             if plan is not None:
-                schema, validate = plan
+                schema, validate, version, renamed = plan
+                if event.payload_version != version or renamed is not None:
+                    lifted = self._lift(event, version, renamed)
+                    if lifted is None:
+                        if self.ahead is not None:
+                            break  # nothing past it is folded: the engine stalls here
+                        continue
+                    event = lifted
                 payload = event.payload
                 if type(payload) is not schema:
                     try:
@@ -224,6 +265,41 @@ class Fold(Generic[S]):
             if next_state is not None:
                 state = next_state
         return state, folded
+
+    def _lift(self, event: StreamEvent, version: int, renamed: str | None) -> StreamEvent | None:
+        """``event`` in its current name and shape; None if dropped, unreadable or ahead."""
+        etype = renamed or event.type
+        stored = event.payload_version
+        if stored > version:
+            self.ahead = SchemaAhead(
+                f'processor "{self._slug}" stopped before offset {event.offset}: its "{etype}" '
+                f"payload is of version {stored}, and this code knows version {version} at "
+                "most; nothing was skipped; run the processor where its newer code is deployed",
+                details={
+                    "slug": self._slug,
+                    "offset": event.offset,
+                    "type": etype,
+                    "stored": stored,
+                    "version": version,
+                },
+            )
+            return None
+        payload = event.payload
+        if stored < version:
+            definition = self._contract.definition_for(etype)
+            upcasters = {} if definition is None else definition.upcasters
+            try:
+                lifted = upcast(
+                    etype, {} if payload is None else payload, stored, version, upcasters
+                )
+            except Exception as exc:
+                self._malformed(event, exc)
+                return None
+            if lifted is DROP:
+                self.dropped += 1
+                return None
+            payload = lifted
+        return reshaped(event, etype, payload, version)
 
     def _malformed(self, event: StreamEvent, exc: Exception) -> None:
         self.malformed += 1
@@ -252,6 +328,27 @@ class Fold(Generic[S]):
             type=event.type,
             detail="previous state kept",
         )
+
+
+def _reduces(
+    consumes: Sequence[str] | None, renames: dict[str, str]
+) -> Callable[[StreamEvent], bool]:
+    """The consumes rule, reading an event stored under an old name as its current type."""
+    rule = consumes_predicate(consumes, never=_NEVER_REDUCED)
+    if not renames:
+        return rule
+
+    def reduces(event: StreamEvent) -> bool:
+        current = renames.get(event.type)
+        if current is None:
+            return rule(event)
+        return rule(
+            StreamEvent(
+                path=event.path, offset=event.offset, type=current, ephemeral=event.ephemeral
+            )
+        )
+
+    return reduces
 
 
 def _incident(event: StreamEvent, exc: Exception) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Generic, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.engine._fold import Fold
+from streamkit.errors import SchemaAhead
 from streamkit.events import ReadPage
 from streamkit.protocols import ProcessorStream
 
@@ -64,7 +65,8 @@ class PageReader(Generic[S]):
         """``state`` with the durable events of ``(after, through]`` folded in, and how many.
 
         Reduce only: no effects run. Stops early where the log holds nothing
-        more below ``through``. Raises what the log's read raises.
+        more below ``through``. Raises what the log's read raises, and
+        :class:`~streamkit.errors.SchemaAhead` at a payload newer than the code.
         """
         position = after
         folded = 0
@@ -73,6 +75,10 @@ class PageReader(Generic[S]):
             below = [event for event in page.events if event.offset <= through]
             state, count = await self._fold.fold_paced(below, state)
             folded += count
+            stopped = self._fold.ahead
+            if stopped is not None:
+                # A replay that stopped short must not pass for one that reached `through`.
+                raise SchemaAhead(stopped.message, details=stopped.details)
             if page.scanned_through_offset <= position:
                 break  # the log holds nothing more below `through`
             position = min(page.scanned_through_offset, through)

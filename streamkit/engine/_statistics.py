@@ -28,6 +28,8 @@ class EngineStatistics:
       ``last_reduce_failure``: events skipped as malformed and reduces that
       raised (each latest ``{offset, type, error}`` or None); neither wedges
       the processor, so this is where an operator sees them.
+    - ``dropped_events``: events an upcaster dropped (it returned DROP: the
+      current code no longer reads their type); never folded, counted here.
     - ``refusing_cancel``: cancelled work still running now, by label;
       ``refused_cancel``: how many there ever were.
     - ``background_in_flight``: ``run_in_background`` attempts not yet settled.
@@ -48,6 +50,7 @@ class EngineStatistics:
     last_malformed: dict[str, Any] | None
     reduce_failures: int
     last_reduce_failure: dict[str, Any] | None
+    dropped_events: int
     refusing_cancel: tuple[str, ...]
     refused_cancel: int
     background_in_flight: int
@@ -64,6 +67,7 @@ class EngineStatistics:
             "last_malformed": self.last_malformed,
             "reduce_failures": self.reduce_failures,
             "last_reduce_failure": self.last_reduce_failure,
+            "dropped_events": self.dropped_events,
             "refusing_cancel": list(self.refusing_cancel),
             "refused_cancel": self.refused_cancel,
         }

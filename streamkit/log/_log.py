@@ -474,8 +474,9 @@ class Stream:
         """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof.
 
         ``types`` maps event types to pydantic models: each payload of such a
-        type comes validated into its model (one that does not validate stays
-        as its decoded JSON: check ``type(event.payload)``), and the page's
+        type stored at version 1 comes validated into its model (one that does
+        not validate, or of another version, stays as its decoded JSON: check
+        ``type(event.payload)``; a processor's fold lifts older versions), and the page's
         events are then a lazy sequence, each built as it is taken (see
         :class:`~streamkit.events.ReadPage`). A processor engine reads this
         way so each event is built once.

@@ -115,6 +115,9 @@ def _processor_families(
         "malformed_payloads", "Events skipped because their payload failed its schema."
     )
     reduce_failures = counter("reduce_failures", "Events whose reduce raised (state kept).")
+    dropped = counter(
+        "events_dropped", "Events an upcaster dropped: the current code no longer reads their type."
+    )
     refusing = gauge(
         "work_refusing_cancel",
         "Cancelled work of the processor still running (it ignores cancels).",
@@ -147,6 +150,7 @@ def _processor_families(
         failures.add_metric(labels, float(row.get("batch_failures", 0)))
         malformed.add_metric(labels, float(row.get("malformed_payloads", 0)))
         reduce_failures.add_metric(labels, float(row.get("reduce_failures", 0)))
+        dropped.add_metric(labels, float(row.get("dropped_events", 0)))
         refusing.add_metric(labels, float(len(row.get("refusing_cancel") or ())))
         refused.add_metric(labels, float(row.get("refused_cancel", 0)))
         counts, total, seconds = histograms.get(key, ([0] * len(LATENCY_BUCKETS), 0, 0.0))
@@ -166,6 +170,7 @@ def _processor_families(
         failures,
         malformed,
         reduce_failures,
+        dropped,
         refusing,
         refused,
         latency,

@@ -40,6 +40,7 @@ _STATUS: dict[str, int] = {
     "LEASE_LOST": 409,
     "SLOW_CONSUMER": 409,
     "PROCESSOR_TIMEOUT": 504,
+    "SCHEMA_AHEAD": 503,
     "LOG_CLOSED": 503,
     "STORAGE_ERROR": 503,
     "STORAGE_BUSY": 503,

@@ -1,8 +1,10 @@
-"""Logs of schema 1 are upgraded in place when opened for writing, in both backends.
+"""Logs of schemas 1 and 2 are upgraded in place when opened for writing, in both backends.
 
-Schema 2 gave a checkpoint's state an offset of its own (``state_offset``). A
-row schema 1 wrote reads as current (NULL), the version moves in the same
-transaction as the column, and a reader that may not write says how to
+Schema 2 gave a checkpoint's state an offset of its own (``state_offset``);
+schema 3 gave an event row the version of its payload (``payload_version``).
+A row an older schema wrote reads as current (NULL: the state is the
+cursor's; the payload is version 1), the version moves in the same
+transaction as the columns, and a reader that may not write says how to
 upgrade instead of guessing.
 """
 
@@ -27,18 +29,20 @@ from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, s
 from streamkit.cli import main
 
 
-def downgrade_sqlite(path: Path) -> None:
-    """Make ``path`` look as schema 1 left it: no state_offset column, version 1."""
+def downgrade_sqlite(path: Path, to: int = 1) -> None:
+    """Make ``path`` look as schema ``to`` left it: without the columns later schemas added."""
     with closing(sqlite3.connect(path)) as conn:
-        conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN state_offset")
-        conn.execute("UPDATE streamkit_meta SET value = '1' WHERE key = 'schema_version'")
+        if to < 2:
+            conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN state_offset")
+        conn.execute("ALTER TABLE streamkit_events DROP COLUMN payload_version")
+        conn.execute("UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'", (str(to),))
         conn.commit()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
-def columns(path: Path) -> set[str]:
+def columns(path: Path, table: str = "streamkit_checkpoints") -> set[str]:
     with closing(sqlite3.connect(path)) as conn:
-        return {row[1] for row in conn.execute("PRAGMA table_info(streamkit_checkpoints)")}
+        return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
 def version(path: Path) -> str:
@@ -74,7 +78,8 @@ async def test_a_sqlite_log_of_schema_1_is_upgraded_when_opened_for_writing(
         assert stored == ReduceCheckpoint("1", 1, '{"n":1}', None)
         assert [e.offset for e in (await log.stream("/").read()).events] == [1]
     assert "state_offset" in columns(path)
-    assert version(path) == "2"
+    assert "payload_version" in columns(path, "streamkit_events")
+    assert version(path) == "3"
 
 
 async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
@@ -84,7 +89,7 @@ async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
     path = tmp_path / "old.db"
     await make_schema_1_log(path)
     before = path.read_bytes()
-    with pytest.raises(LogOpenError, match="upgraded to 2 when a host"):
+    with pytest.raises(LogOpenError, match="upgraded to 3 when a host"):
         open_log(path, read_only=True)
     assert path.read_bytes() == before
 
@@ -120,6 +125,9 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
             sql.SQL("ALTER TABLE {}.streamkit_checkpoints DROP COLUMN state_offset").format(name)
         )
         conn.execute(
+            sql.SQL("ALTER TABLE {}.streamkit_events DROP COLUMN payload_version").format(name)
+        )
+        conn.execute(
             sql.SQL("INSERT INTO {}.streamkit_checkpoints VALUES ('tally', '1', 4, '[1]')").format(
                 name
             )
@@ -128,7 +136,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         assert stored_version(conn, schema) == 1
 
         ensure_schema(conn, schema, "test")
-        assert stored_version(conn, schema) == SCHEMA_VERSION == 2
+        assert stored_version(conn, schema) == SCHEMA_VERSION == 3
         row = conn.execute(
             sql.SQL(
                 "SELECT reduced_through_offset, state, state_offset FROM {}.streamkit_checkpoints"
@@ -136,7 +144,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         ).fetchone()
         assert row == (4, "[1]", None)
         ensure_schema(conn, schema, "test")  # a second opener changes nothing
-        assert stored_version(conn, schema) == 2
+        assert stored_version(conn, schema) == 3
 
 
 async def write_lagging_checkpoint(path: Path) -> None:
@@ -170,3 +178,53 @@ def test_a_stopped_processor_s_snapshot_names_the_state_s_offset_and_the_cursor(
     assert out.getvalue().splitlines()[0] == (
         "offset 4 (checkpoint; cursor 9, the events after the offset are reduced again at start)"
     )
+
+
+# -- schema 2 to 3: payload versions ------------------------------------------------------
+
+
+async def test_a_sqlite_log_of_schema_2_reads_its_events_as_version_1_and_keeps_new_ones(
+    tmp_path: Path,
+) -> None:
+    """Events stored before the column read as version 1; an append after keeps its version."""
+    path = tmp_path / "v2.db"
+    async with open_log(path) as log:
+        await log.stream("/").append({"type": "item", "payload": {"n": 1}})
+    downgrade_sqlite(path, to=2)
+    assert "payload_version" not in columns(path, "streamkit_events")
+    with pytest.raises(LogOpenError, match="upgraded to 3 when a host"):
+        open_log(path, read_only=True)
+    async with open_log(path) as log:
+        stream = log.stream("/")
+        await stream.append({"type": "item", "payload": {"n": 2}, "payload_version": 4})
+        events = (await stream.read()).events
+    assert [(e.offset, e.payload_version) for e in events] == [(1, 1), (2, 4)]
+    assert version(path) == "3"
+    with closing(sqlite3.connect(path)) as conn:
+        stored = conn.execute('SELECT payload_version FROM streamkit_events ORDER BY "offset"')
+        assert [row[0] for row in stored] == [None, 4]  # the old row is not rewritten
+
+
+async def test_a_postgres_log_of_schema_2_reads_its_events_as_version_1_and_keeps_new_ones() -> (
+    None
+):
+    """ensure_schema adds the column; the old row reads as version 1, a new one keeps its own."""
+    schema = fresh_schema_name()
+    url = postgres_url()
+    target = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    with dropped_after(url, schema):
+        async with open_log(target) as log:
+            await log.stream("/").append({"type": "item", "payload": {"n": 1}})
+        with _connect() as conn:
+            name = sql.Identifier(schema)
+            conn.execute(
+                sql.SQL("ALTER TABLE {}.streamkit_events DROP COLUMN payload_version").format(name)
+            )
+            conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 2").format(name))
+        async with open_log(target) as log:
+            stream = log.stream("/")
+            await stream.append({"type": "item", "payload": {"n": 2}, "payload_version": 4})
+            events = (await stream.read()).events
+        assert [(e.offset, e.payload_version) for e in events] == [(1, 1), (2, 4)]
+        with _connect() as conn:
+            assert stored_version(conn, schema) == 3

@@ -53,6 +53,10 @@ BAD_EVENTS: list[tuple[Any, str]] = [
     ({"type": "t", "offset": True}, "offset"),
     ({"type": "t", "offset": "3"}, "offset"),
     ({"type": "t", "offset": 1.0}, "offset"),
+    ({"type": "t", "payload_version": 0}, "payload_version"),
+    ({"type": "t", "payload_version": True}, "payload_version"),
+    ({"type": "t", "payload_version": "2"}, "payload_version"),
+    ({"type": "t", "payload_version": 32_768}, "payload_version"),
     (["type", "t"], "index"),
 ]
 
@@ -91,6 +95,30 @@ async def test_append_returns_what_a_read_returns(log: Log) -> None:
     assert appended[1].payload == {"tuple": [1, 2], "nested": {"x": [None]}}
     assert appended[0].source == {"processor": {"slug": "intake"}}
     assert appended[0].metadata == {"trace": "t-1"}
+
+
+async def test_every_event_keeps_the_version_of_its_payload(log: Log) -> None:
+    """A payload's version is stored with it and read back; none given is version 1.
+
+    Lone calls, one call of several events and concurrent calls (grouped
+    into one commit) all keep each event's own version.
+    """
+    stream = log.stream("/versions")
+    lone = await stream.append({"type": "t", "payload_version": 3})
+    several = await stream.append(
+        EventInput(type="t", payload_version=2), {"type": "t"}, {"type": "u", "payload_version": 7}
+    )
+    grouped = await asyncio.gather(
+        *(
+            stream.append({"type": "t", "payload": {"i": i}, "payload_version": i})
+            for i in (1, 5, 9)
+        )
+    )
+    appended = lone + several + [event for call in grouped for event in call]
+    assert [e.payload_version for e in appended] == [3, 2, 1, 7, 1, 5, 9]
+    assert list((await stream.read()).events) == appended
+    assert "payload_version" not in appended[2].to_dict()
+    assert appended[0].to_dict()["payload_version"] == 3
 
 
 async def test_created_at_with_the_default_clock_is_the_commit_time(log: Log) -> None:

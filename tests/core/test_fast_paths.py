@@ -49,6 +49,7 @@ def test_the_fast_paths_are_in_use_on_this_python() -> None:
     assert _json.encode_object is not _json.encode_object_plain
     assert _event_builders.make_event is not _event_builders.make_event_plain
     assert _event_builders.with_payload is not _event_builders.with_payload_plain
+    assert _event_builders.reshaped is not _event_builders.reshaped_plain
 
 
 def test_one_switch_turns_the_fast_paths_off() -> None:
@@ -131,6 +132,7 @@ events = st.builds(
     idempotency_key=st.none() | st.text(min_size=1, max_size=10),
     created_at=st.text(max_size=30),
     ephemeral=st.booleans(),
+    payload_version=st.integers(min_value=1, max_value=32_767),
 )
 
 
@@ -149,6 +151,7 @@ def _fields(event: StreamEvent) -> tuple[Any, ...]:
         event.idempotency_key,
         event.created_at,
         event.ephemeral,
+        event.payload_version,
     )
 
 
@@ -174,6 +177,19 @@ def test_with_payload_is_replace(event: StreamEvent, payload: dict[str, Any]) ->
     assert _event_builders.with_payload(event, payload) == _event_builders.with_payload_plain(
         event, payload
     )
+    assert event == before
+
+
+@given(events, st.text(min_size=1, max_size=10), objects, st.integers(1, 32_767))
+def test_reshaped_is_replace(
+    event: StreamEvent, etype: str, payload: dict[str, Any], version: int
+) -> None:
+    """A copy under another type, payload and version equals dataclasses.replace."""
+    before = _event_builders.make_event_plain(*_fields(event))
+    fast = _event_builders.reshaped(event, etype, payload, version)
+    assert fast == _event_builders.reshaped_plain(event, etype, payload, version)
+    assert (fast.type, fast.payload, fast.payload_version) == (etype, payload, version)
+    assert type(fast) is StreamEvent
     assert event == before
 
 

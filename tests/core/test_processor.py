@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from streamkit.testing import settle
-from support.engine import Echo, Recorder, Rig, Tally, item
+from support.engine import CATALOG, Echo, Recorder, Rig, Tally, item
 
 from streamkit import (
     LIVE_STATE_CHANGED,
+    EventDefinition,
     EventInput,
     InvalidEvent,
     StreamEvent,
@@ -253,6 +254,56 @@ async def test_a_model_payload_of_the_declared_schema_is_appended_as_its_json(ri
     (echoed,) = await tasks[0]
     assert echoed.payload == {"n": 5}
     assert rig.stream.events[-1].payload == {"n": 5}
+
+
+class VersionedRecorder(Recorder):
+    """The recorder, its emitted type at version 2 of its payload."""
+
+    contract = define_processor_contract(
+        slug="recorder",
+        version="1",
+        state_schema=Tally,
+        events={
+            **CATALOG,
+            "item.echoed": EventDefinition(
+                description="what the recorder emits",
+                payload_schema=Echo,
+                version=2,
+                upcasters={1: lambda payload: {"n": 0, **payload}},
+            ),
+        },
+        consumes=["item.added", "ping"],
+        emits=["item.echoed"],
+    )
+
+
+async def test_an_emitted_event_is_stamped_with_its_definition_s_version(rig: Rig) -> None:
+    """What a processor appends is of its current model, so it carries that model's version;
+    naming another version is refused, nothing written."""
+    tasks: list[Any] = []
+    refused: list[InvalidEvent] = []
+
+    def on_event(args: ProcessEventArgs[Any]) -> None:
+        if args.event is None:
+            return
+        tasks.append(args.append({"type": "item.echoed", "payload": Echo(n=5)}))
+        try:
+            args.append({"type": "item.echoed", "payload": {"n": 6}, "payload_version": 1})
+        except InvalidEvent as exc:
+            refused.append(exc)
+
+    rig.engine(VersionedRecorder(on_event))
+    await rig.stream.append(item(1))
+    await settle()
+    (echoed,) = await tasks[0]
+    assert echoed.payload_version == 2
+    assert [(e.type, e.payload_version) for e in rig.stream.events] == [
+        ("item.added", 1),
+        ("item.echoed", 2),
+    ]
+    (error,) = refused
+    assert error.details["field"] == "payload_version"
+    assert "nothing was appended" in str(error)
 
 
 async def test_a_failed_append_nobody_awaits_is_reported(rig: Rig) -> None:

@@ -57,6 +57,7 @@ EXPECTED = {
     "RequestTooLarge",
     "SlowConsumer",
     "ScannedRange",
+    "SchemaAhead",
     "SharedMap",
     "StateNotSerializable",
     "StorageBusy",

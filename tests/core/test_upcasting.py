@@ -7,44 +7,30 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from streamkit.testing import reduce_processor
+from support.upcasting import (
+    CREATED,
+    Board,
+    TaskBoard,
+    Tasks,
+    TaskV3,
+    stored_at,
+    v1_to_v2,
+    v2_to_v3,
+)
 
 from streamkit import (
     DROP,
     EventDefinition,
     InvalidContract,
     InvalidEvent,
+    SchemaAhead,
+    StreamEvent,
     define_processor_contract,
 )
+from streamkit.engine import Fold
+from streamkit.events import prepare_event
 from streamkit.upcasting import MAX_VERSION, upcast
-
-
-class TaskV3(BaseModel):
-    title: str
-    priority: int
-    owner: str
-
-
-class Board(BaseModel):
-    titles: list[str] = []
-
-
-def v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
-    return {**payload, "priority": 0}
-
-
-def v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
-    rest = {k: v for k, v in payload.items() if k != "assignee"}
-    return {**rest, "owner": payload.get("assignee", "")}
-
-
-CREATED = EventDefinition(
-    description="a task was opened",
-    payload_schema=TaskV3,
-    version=3,
-    upcasters={2: v2_to_v3, 1: v1_to_v2},
-    renamed_from=("task.opened",),
-)
 
 
 def test_a_definition_defaults_to_version_one_with_no_chain() -> None:
@@ -206,3 +192,90 @@ def test_each_step_of_a_chain_runs_once_in_order(
     lifted = upcast("t", payload, start, version, definition.upcasters)
     assert ran == list(range(start, version))
     assert lifted == {**payload, **{f"v{k + 1}": k for k in range(start, version)}}
+
+
+# -- the fold: every path that reduces reads old events alike ------------------------------
+
+
+def test_the_fold_reads_renamed_and_older_events_as_the_current_model() -> None:
+    events = [
+        stored_at(1, "a", 0, "ana"),
+        stored_at(2, "b", 2, "bo"),
+        {"type": "task.retired", "payload": {"why": "gone"}},
+        stored_at(3, "c", 3, "cy"),
+    ]
+    assert reduce_processor(TaskBoard(), events) == Tasks(
+        titles=["a", "b", "c"], owners=["ana", "bo", "cy"], priorities=[0, 2, 3]
+    )
+
+
+def test_a_dropped_event_is_counted_never_reduced() -> None:
+    fold = Fold(TaskBoard())
+    state, folded = fold.fold_all(
+        [
+            StreamEvent(path="/", offset=1, type="task.retired"),
+            StreamEvent(path="/", offset=2, type="task.retired", payload_version=2),
+        ],
+        Tasks(),
+    )
+    assert (folded, fold.dropped, fold.malformed) == (1, 1, 0)
+    assert state == Tasks()
+
+
+def test_an_upcaster_that_raises_makes_the_event_malformed_not_a_crash() -> None:
+    broken = EventDefinition(
+        description="x", payload_schema=TaskV3, version=2, upcasters={1: lambda p: p["missing"]}
+    )
+
+    class Broken(TaskBoard):
+        contract = define_processor_contract(
+            slug="broken", version="1", state_schema=Tasks, events={"task.created": broken}
+        )
+
+    fold = Fold(Broken())
+    fold.fold_all([StreamEvent(path="/", offset=1, type="task.created", payload={})], Tasks())
+    assert fold.malformed == 1
+    assert fold.last_malformed is not None
+    assert "missing" in fold.last_malformed["error"]
+
+
+def test_a_version_newer_than_the_contract_stops_the_fold_before_it() -> None:
+    events = [stored_at(3, "a", 1, "x"), {**stored_at(3, "b", 1, "y"), "payload_version": 4}]
+    with pytest.raises(SchemaAhead) as caught:
+        reduce_processor(TaskBoard(), [*events, stored_at(3, "c", 1, "z")])
+    assert caught.value.code == "SCHEMA_AHEAD"
+    assert caught.value.retryable
+    assert caught.value.details["offset"] == 2
+    assert "nothing was skipped" in str(caught.value)
+    fold = Fold(TaskBoard())
+    prepared = [
+        prepare_event(e, i).decoded(path="/", offset=i + 1, created_at="")
+        for i, e in enumerate(events)
+    ]
+    state, folded = fold.fold_all(prepared, Tasks())
+    assert (state.titles, folded) == (["a"], 1)
+    assert fold.fold_all(prepared, state) == (state, 0)  # it stays stopped
+
+
+def test_a_typed_read_types_only_payloads_of_the_model_s_version() -> None:
+    """A processor's typed reads leave versioned types to the fold, which lifts them first."""
+    assert "task.created" not in Fold(TaskBoard()).payload_types()
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([1, 2, 3]),
+            st.text(max_size=4),
+            st.integers(min_value=-5, max_value=5),
+            st.text(max_size=4),
+        ),
+        max_size=20,
+    )
+)
+def test_a_mixed_version_log_folds_as_the_same_log_written_at_the_current_version(
+    tasks: list[tuple[int, str, int, str]],
+) -> None:
+    mixed = [stored_at(v, title, prio if v > 1 else 0, owner) for v, title, prio, owner in tasks]
+    current = [stored_at(3, title, prio if v > 1 else 0, owner) for v, title, prio, owner in tasks]
+    assert reduce_processor(TaskBoard(), mixed) == reduce_processor(TaskBoard(), current)

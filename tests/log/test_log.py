@@ -52,8 +52,8 @@ def tables(path: Path) -> set[str]:
 # -- opening ------------------------------------------------------------------------------
 
 
-async def test_open_creates_a_wal_log_with_schema_version_2(log_file: Path) -> None:
-    """A new file becomes a WAL-mode log whose streamkit_meta says schema_version 2."""
+async def test_open_creates_a_wal_log_with_schema_version_3(log_file: Path) -> None:
+    """A new file becomes a WAL-mode log whose streamkit_meta says schema_version 3."""
     async with open_log(log_file) as log:
         assert log.path == str(log_file)
         mode = await log.query(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
@@ -63,7 +63,7 @@ async def test_open_creates_a_wal_log_with_schema_version_2(log_file: Path) -> N
                 "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
             ).fetchone()[0]
         )
-        assert version == "2"
+        assert version == "3"
     assert {"streamkit_meta", "streamkit_events", "streamkit_heads", "streamkit_claims"} <= (
         tables(log_file)
     )
@@ -860,11 +860,12 @@ def test_a_page_always_holds_its_first_event_and_cuts_before_the_budget() -> Non
     try:
         conn.execute(
             'CREATE TABLE streamkit_events (path TEXT, "offset" INTEGER, type TEXT, payload TEXT,'
-            " metadata TEXT, source TEXT, idempotency_key TEXT, created_at TEXT)"
+            " metadata TEXT, source TEXT, idempotency_key TEXT, created_at TEXT,"
+            " payload_version INTEGER)"
         )
         for offset, size in enumerate([50, 10, 10, 10, 40, 10], start=1):
             conn.execute(
-                "INSERT INTO streamkit_events VALUES ('/', ?, 't', ?, '{}', NULL, NULL, 'now')",
+                "INSERT INTO streamkit_events VALUES ('/', ?, 't', ?, '{}', NULL, NULL, 'now', NULL)",
                 (offset, json.dumps({"d": "y" * size})),
             )
         first = read_page_sized(conn, "/", 0, 100, max_bytes=5)[0]

@@ -31,7 +31,7 @@ import psycopg
 
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
 from streamkit._speed import FAST as SPEED_TRICKS
-from streamkit.backends._append_rules import place_events
+from streamkit.backends._append_rules import event_row, place_events
 from streamkit.backends._blocks import BLOCK_MIN, PathState, Snapshot, ephemeral_needs
 from streamkit.backends._group_commit import Group, WriteCounters, fresh_by_path, refuse
 from streamkit.backends._stamps import Stamps
@@ -60,7 +60,8 @@ MAX_NOTIFY_PATH = 4000
 
 _INSERT = (
     'INSERT INTO {s}.streamkit_events (path, "offset", type, payload, metadata, source, '
-    "idempotency_key, created_at) VALUES (%s, %s, %s, %s, %s, NULLIF(%s, ''), NULLIF(%s, ''), %s)"
+    "idempotency_key, created_at, payload_version) "
+    "VALUES (%s, %s, %s, %s, %s, NULLIF(%s, ''), NULLIF(%s, ''), %s, %s)"
 )
 _CLAIM = (
     "INSERT INTO {s}.streamkit_claims (path, slug, due_at) VALUES (%s, %s, %s) "
@@ -81,11 +82,13 @@ _PLAIN = (
     + TAKE
     + """), rows AS (
     INSERT INTO {s}.streamkit_events
-        (path, "offset", type, payload, metadata, source, idempotency_key, created_at)
+        (path, "offset", type, payload, metadata, source, idempotency_key, created_at,
+        payload_version)
     SELECT %(path)s, h.head - %(count)s + r.n, r.type, r.payload, r.metadata,
-        NULLIF(r.source, ''), NULL, h.stamped
+        NULLIF(r.source, ''), NULL, h.stamped, r.version
     FROM h, unnest(%(types)s::text[], %(payloads)s::text[], %(metadatas)s::text[],
-        %(sources)s::text[]) WITH ORDINALITY AS r(type, payload, metadata, source, n)
+        %(sources)s::text[], %(versions)s::smallint[])
+        WITH ORDINALITY AS r(type, payload, metadata, source, version, n)
 ), note AS (
     SELECT pg_notify(%(channel)s, %(notified)s)
 )
@@ -299,6 +302,7 @@ class PostgresStatements:
                     "payloads": [e.payload_json for e in events],
                     "metadatas": [e.metadata_json for e in events],
                     "sources": [e.source_json or "" for e in events],
+                    "versions": [e.payload_version for e in events],
                     "channel": self._channel,
                     "notified": "" if len(path.encode()) > MAX_NOTIFY_PATH else path,
                 },
@@ -369,8 +373,7 @@ class PostgresStatements:
             offsets = range(first, first + len(call.events))
             next_offsets[path] = first + len(call.events)
             rows.extend(
-                (path, o, e.type, e.payload_json, e.metadata_json, e.source_json or "", "", stamp)
-                for o, e in zip(offsets, call.events, strict=True)
+                event_row(path, o, e, stamp) for o, e in zip(offsets, call.events, strict=True)
             )
             call.result = call.fresh = decode_prepared(path, call.events, offsets, stamp)
             self._counters.appended += len(call.events)

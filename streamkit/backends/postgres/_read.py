@@ -22,7 +22,10 @@ from streamkit.protocols import PayloadTypes
 
 __all__ = ["Reads"]
 
-_COLUMNS = '"offset", type, payload, metadata, source, idempotency_key, created_at'
+_COLUMNS = (
+    '"offset", type, payload, metadata, source, idempotency_key, created_at, '
+    "coalesce(payload_version, 1) AS payload_version"
+)
 
 
 class Reads:
@@ -85,7 +88,7 @@ class Reads:
             if len(rows) == limit or (rows and size + row_size > max_bytes):
                 full = True
                 break
-            rows.append(row[:7])
+            rows.append(row[:8])
             size += row_size
         return page_of(path, rows, after, upto, full, types), size
 

@@ -41,19 +41,29 @@ from streamkit.errors import LogOpenError
 
 __all__ = ["SCHEMA_VERSION", "ensure_schema", "stored_version"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The layout this release writes and reads. 2: a checkpoint's state has an offset of its own.
+3: an event row records the version of its payload's shape.
 
-A log of version 1 is upgraded in place when opened; any other is refused.
+A log of version 1 or 2 is upgraded in place when opened; any other is refused.
 """
 
+_STATE_OFFSET = (
+    "ALTER TABLE {schema}.streamkit_checkpoints ADD COLUMN IF NOT EXISTS state_offset bigint"
+)
+_PAYLOAD_VERSION = (
+    "ALTER TABLE {schema}.streamkit_events ADD COLUMN IF NOT EXISTS payload_version smallint"
+)
 _UPGRADES = {
-    1: ("ALTER TABLE {schema}.streamkit_checkpoints ADD COLUMN IF NOT EXISTS state_offset bigint",),
+    1: (_STATE_OFFSET, _PAYLOAD_VERSION),
+    2: (_PAYLOAD_VERSION,),
 }
 """The statements that bring a log of an older version to :data:`SCHEMA_VERSION`.
 
 1 to 2: NULL in ``state_offset`` reads as "the state is the cursor's", true of
-every row version 1 wrote (it wrote the state every batch).
+every row version 1 wrote (it wrote the state every batch). 2 to 3: NULL in
+``payload_version`` reads as version 1, the only one earlier releases knew;
+adding a column without a default rewrites no row.
 """
 
 _ATTEMPTS = 20
@@ -74,6 +84,7 @@ _TABLES = (
         source text,
         idempotency_key text,
         created_at text NOT NULL,
+        payload_version smallint,
         PRIMARY KEY (path, "offset")
     )""",
     """CREATE UNIQUE INDEX IF NOT EXISTS streamkit_events_idempotency

@@ -17,7 +17,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
-from streamkit.backends._append_rules import place_events
+from streamkit.backends._append_rules import event_row, place_events
 from streamkit.backends._group_commit import Group, WriteCounters, refuse
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends.sqlite._offsets import (
@@ -35,7 +35,8 @@ __all__ = ["INSERT", "Placement"]
 
 INSERT = (
     'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, source, '
-    "idempotency_key, created_at) VALUES (?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?)"
+    "idempotency_key, created_at, payload_version) "
+    "VALUES (?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''), ?, ?)"
 )
 """Source and key go in as ``''`` for NULL: neither can be empty (a source is a JSON object,
 a key is refused if empty), and ``sqlite3`` binds ``None`` only after a failed adapter
@@ -120,9 +121,7 @@ class Placement:
         first = next_plain(state)
         now = group.now
         if len(events) == 1:  # the calls of a group, mostly: no comprehension or zip to set up
-            e = events[0]
-            source = e.source_json or ""
-            row = (path, first, e.type, e.payload_json, e.metadata_json, source, "", now)
+            row = event_row(path, first, events[0], now)
             if deferred is None:
                 self._cur.execute(INSERT, row)
             else:
@@ -132,10 +131,7 @@ class Placement:
             call.result = call.fresh = decode_prepared(path, events, (first,), now)
             return True
         offsets = range(first, first + len(events))
-        rows = [
-            (path, o, e.type, e.payload_json, e.metadata_json, e.source_json or "", "", now)
-            for o, e in zip(offsets, events, strict=True)
-        ]
+        rows = [event_row(path, o, e, now) for o, e in zip(offsets, events, strict=True)]
         if deferred is None:
             self._conn.executemany(INSERT, rows)
         else:

@@ -28,7 +28,10 @@ __all__ = [
     "stream_paths",
 ]
 
-_COLUMNS = '"offset", type, payload, metadata, source, idempotency_key, created_at'
+_COLUMNS = (
+    '"offset", type, payload, metadata, source, idempotency_key, created_at, '
+    "coalesce(payload_version, 1) AS payload_version"
+)
 _PAGE = (
     f"SELECT {_COLUMNS} FROM streamkit_events "
     'WHERE path = ? AND "offset" > ? ORDER BY "offset" LIMIT ?'

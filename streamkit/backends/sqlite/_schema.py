@@ -31,13 +31,14 @@ __all__ = [
 ]
 
 MEMORY = ":memory:"
-SCHEMA_VERSION = 2
-"""The layout this release writes. 2: a checkpoint's state has an offset of its own."""
+SCHEMA_VERSION = 3
+"""The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
+event row records the version of its payload's shape."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
 
-_UPGRADABLE = frozenset({"1"})
+_UPGRADABLE = frozenset({"1", "2"})
 """Older layouts the writer upgrades in place when it opens the file."""
 
 # Events are keyed by (path, offset) in a WITHOUT ROWID table: a read of a
@@ -59,6 +60,7 @@ CREATE TABLE IF NOT EXISTS streamkit_events (
     source TEXT,
     idempotency_key TEXT,
     created_at TEXT NOT NULL,
+    payload_version INTEGER,
     PRIMARY KEY (path, "offset")
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS streamkit_events_idempotency
@@ -232,14 +234,23 @@ def add_state_offset(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) ->
         conn.execute(f'ALTER TABLE "{table}" ADD COLUMN state_offset INTEGER')
 
 
+def add_payload_version(conn: sqlite3.Connection) -> None:
+    """Give an events table made before payloads had versions its column (NULL reads as 1)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_events)")}
+    if "payload_version" not in columns:
+        conn.execute("ALTER TABLE streamkit_events ADD COLUMN payload_version INTEGER")
+
+
 def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     """Bring a file of an older layout to :data:`SCHEMA_VERSION`, in one transaction.
 
     1 to 2: the checkpoint table gains ``state_offset`` (NULL on every old
     row: that release wrote the state every batch, so it is the cursor's).
-    The version goes to 2 in the same transaction, so a release that does not
-    know the column refuses the file instead of taking a lagging state as
-    current.
+    2 to 3: the events table gains ``payload_version`` (NULL on every old
+    row, read as version 1: no release before it knew another). Adding a
+    column rewrites no row, so the upgrade of a large file is instant. The
+    version moves in the same transaction, so a release that does not know
+    a column refuses the file instead of misreading it.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -249,6 +260,7 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
         version = None if row is None else str(row[0])
         if version in _UPGRADABLE:
             add_state_offset(conn)
+            add_payload_version(conn)
             conn.execute(
                 "UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),

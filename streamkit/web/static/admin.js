@@ -249,6 +249,9 @@ function problemOf(p) {
     const last = p.last_malformed || {};
     notes.push(["warn", p.malformed_payloads + " malformed payload(s) skipped (last at offset " + last.offset + ", " + last.type + ")"]);
   }
+  if (p.dropped_events) {
+    notes.push(["warn", p.dropped_events + " event(s) dropped by an upcaster (their type is retired)"]);
+  }
   if (p.reduce_failures) {
     const last = p.last_reduce_failure || {};
     notes.push(["warn", p.reduce_failures + " reduce failure(s) (last at offset " + last.offset + ": " + last.error + ")"]);

@@ -1,0 +1,142 @@
+"""The code of docs/schema-evolution.md, block by block, as one program.
+
+Generated from the page by scripts/docs_examples.py; do not edit. Run it
+from any directory (it writes its files there):
+
+    python examples/docs/schema-evolution.py
+"""
+
+import asyncio
+
+
+async def main() -> None:
+    # --- docs/schema-evolution.md:25
+    from streamkit import EventInput, open_log
+
+    log = open_log("evolution.db")
+    stream = log.stream("/tasks")
+    committed = await stream.append(
+        EventInput(type="task.created", payload={"title": "plan", "owner": "ana"}, payload_version=2)
+    )
+    assert committed[0].payload_version == 2
+    assert (await stream.read()).events[0].payload_version == 2
+    # --- docs/schema-evolution.md:52
+    from pydantic import BaseModel
+
+    from streamkit import DROP, EventDefinition, StreamEvent, StreamProcessor
+    from streamkit import define_processor_contract
+
+
+    class Task(BaseModel):  # version 3 of task.created
+        title: str
+        priority: int
+        owner: str
+
+
+    def add_priority(payload: dict) -> dict:  # 1 -> 2: a required field is added
+        return {**payload, "priority": 0}
+
+
+    def rename_assignee(payload: dict) -> dict:  # 2 -> 3: a field is renamed
+        rest = {key: value for key, value in payload.items() if key != "assignee"}
+        return {**rest, "owner": payload.get("assignee", "")}
+
+
+    TASK_CREATED = EventDefinition(
+        description="a task was opened",
+        payload_schema=Task,
+        version=3,
+        upcasters={1: add_priority, 2: rename_assignee},
+        renamed_from=("task.opened",),
+    )
+    # --- docs/schema-evolution.md:110
+    class TaskEvent(BaseModel):
+        pass
+
+
+    class Board(BaseModel):
+        titles: list[str] = []
+        owners: list[str] = []
+
+
+    class TaskBoard(StreamProcessor[Board]):
+        contract = define_processor_contract(
+            slug="task-board",
+            version="1",
+            state_schema=Board,
+            events={
+                "task.created": TASK_CREATED,
+                "task.noted": EventDefinition(
+                    description="retired: notes moved to another service",
+                    payload_schema=TaskEvent,
+                    version=2,
+                    upcasters={1: lambda payload: DROP},
+                ),
+            },
+            consumes=["task.created", "task.noted"],
+        )
+
+        def reduce(self, event: StreamEvent, state: Board) -> Board:
+            task = event.payload  # always a Task: every older shape was lifted
+            return Board(titles=[*state.titles, task.title], owners=[*state.owners, task.owner])
+    # --- docs/schema-evolution.md:144
+    from streamkit.testing import reduce_processor
+
+    history = [
+        {"type": "task.opened", "payload": {"title": "a", "assignee": "ana"}},
+        {"type": "task.noted", "payload": {"text": "remember"}},
+        {
+            "type": "task.created",
+            "payload": {"title": "b", "priority": 2, "assignee": "bo"},
+            "payload_version": 2,
+        },
+        {
+            "type": "task.created",
+            "payload": {"title": "c", "priority": 1, "owner": "cy"},
+            "payload_version": 3,
+        },
+    ]
+    assert reduce_processor(TaskBoard(), history) == Board(
+        titles=["a", "b", "c"], owners=["ana", "bo", "cy"]
+    )
+    # --- docs/schema-evolution.md:168
+    from streamkit import ProcessorEngine
+    from streamkit.testing import memory_storage
+
+    await log.stream("/board").append(*history)
+    engine = ProcessorEngine(
+        TaskBoard(),
+        stream=log.stream("/board").for_processor("task-board"),
+        storage=memory_storage(),
+    )
+    snapshot = await engine.snapshot()
+    assert snapshot.state.titles == ["a", "b", "c"]
+    assert engine.statistics().dropped_events == 1
+    await engine.aclose()
+    # --- docs/schema-evolution.md:196
+    from streamkit import SchemaAhead
+
+    future = {
+        "type": "task.created",
+        "payload": {"title": "d", "priority": 1, "owner": "di", "labels": []},
+        "payload_version": 4,
+    }
+    (placed,) = await log.stream("/board").append(future)
+    stalled = ProcessorEngine(
+        TaskBoard(),
+        stream=log.stream("/board").for_processor("task-board"),
+        storage=memory_storage(),
+    )
+    stopped = None
+    try:
+        await stalled.catch_up_from_log()
+    except SchemaAhead as exc:
+        stopped = exc
+    assert stopped is not None and stopped.details["offset"] == placed.offset
+    assert stalled.cursor == placed.offset - 1  # everything before it is folded and checkpointed
+    await stalled.aclose()
+    await log.aclose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

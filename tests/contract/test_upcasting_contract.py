@@ -1,0 +1,108 @@
+"""Old events on a real log: every path an engine folds reads them alike, and a newer one stalls.
+
+Runs over every backend (the ``log`` fixture): the stored payload version
+round-trips through the backend, and the engine's catch-up, its live path,
+its version re-reduce and its restart all lift old events through the one
+fold. A payload newer than the code stops the engine before it, with the
+events before it checkpointed and nothing after it skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from streamkit.testing import memory_storage, settle
+from support.upcasting import CREATED, RETIRED, TaskBoard, Tasks, stored_at
+
+from streamkit import ProcessorEngine, SchemaAhead, define_processor_contract
+from streamkit.log import Log
+
+MIXED = [
+    stored_at(1, "a", 0, "ana"),
+    stored_at(2, "b", 2, "bo"),
+    {"type": "task.retired", "payload": {}},
+    stored_at(3, "c", 3, "cy"),
+]
+EXPECTED = Tasks(titles=["a", "b", "c"], owners=["ana", "bo", "cy"], priorities=[0, 2, 3])
+
+
+def engine_on(log: Log, processor: Any = None, storage: Any = None) -> ProcessorEngine[Any]:
+    return ProcessorEngine(
+        processor or TaskBoard(),
+        stream=log.stream("/tasks").for_processor("task-board"),
+        storage=storage or memory_storage(),
+    )
+
+
+async def test_catch_up_and_the_live_path_fold_old_events_as_current(log: Log) -> None:
+    stream = log.stream("/tasks")
+    await stream.append(*MIXED[:2])
+    engine = engine_on(log)
+    await engine.catch_up_from_log()
+    await stream.append(*MIXED[2:])
+    await engine.catch_up_from_log()  # the events appended after: a second range
+    assert (await engine.snapshot()).state == EXPECTED
+    statistics = engine.statistics()
+    assert (statistics.dropped_events, statistics.malformed_payloads) == (1, 0)
+    await engine.aclose()
+
+
+async def test_a_version_bump_re_reduces_old_events_through_the_chain(log: Log) -> None:
+    await log.stream("/tasks").append(*MIXED)
+    storage = memory_storage()
+    first = engine_on(log, storage=storage)
+    assert (await first.snapshot()).state == EXPECTED
+    await first.aclose()
+
+    class Bumped(TaskBoard):
+        contract = define_processor_contract(
+            slug="task-board",
+            version="2",
+            state_schema=Tasks,
+            events={"task.created": CREATED, "task.retired": RETIRED},
+            consumes=["task.created", "task.retired"],
+        )
+
+    again = engine_on(log, Bumped(), storage)
+    assert (await again.snapshot()).state == EXPECTED
+    await again.aclose()
+
+
+async def test_a_payload_newer_than_the_code_stalls_before_it_and_skips_nothing(
+    log: Log,
+) -> None:
+    stream = log.stream("/tasks")
+    newer = {**stored_at(3, "x", 9, "new"), "payload_version": 4}
+    await stream.append(MIXED[0], MIXED[1], newer, MIXED[3])
+    storage = memory_storage()
+    engine = engine_on(log, storage=storage)
+    with pytest.raises(SchemaAhead) as caught:
+        await engine.catch_up_from_log()
+    assert caught.value.details == {
+        "slug": "task-board",
+        "offset": 3,
+        "type": "task.created",
+        "stored": 4,
+        "version": 3,
+    }
+    assert engine.cursor == 2
+    assert storage.read("task-board").reduced_through_offset == 2
+    statistics = engine.statistics()
+    assert statistics.batch_failures == 1
+    assert isinstance(statistics.last_error, SchemaAhead)
+    # Still stopped there on every later try: nothing past it is folded or checkpointed.
+    await stream.append(stored_at(3, "later", 1, "z"))
+    with pytest.raises(SchemaAhead):
+        await engine.catch_up_from_log()
+    await settle()
+    assert engine.cursor == 2
+    assert storage.read("task-board").reduced_through_offset == 2
+    await engine.aclose()
+
+    # A restart of the same code stops at the same place; its state holds what lay before.
+    restarted = engine_on(log, storage=storage)
+    with pytest.raises(SchemaAhead):
+        await restarted.catch_up_from_log()
+    assert restarted.cursor == 2
+    await restarted.aclose()

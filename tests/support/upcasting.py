@@ -1,0 +1,92 @@
+"""A task board whose task.created went through three shapes and one rename (not a test module).
+
+Shared by the upcasting suites: ``stored_at(v, ...)`` is a task.created input
+as the release of payload version ``v`` wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from streamkit import DROP, EventDefinition, StreamEvent, StreamProcessor, define_processor_contract
+
+
+class TaskV3(BaseModel):
+    title: str
+    priority: int
+    owner: str
+
+
+class Board(BaseModel):
+    titles: list[str] = []
+
+
+def v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    return {**payload, "priority": 0}
+
+
+def v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
+    rest = {k: v for k, v in payload.items() if k != "assignee"}
+    return {**rest, "owner": payload.get("assignee", "")}
+
+
+CREATED = EventDefinition(
+    description="a task was opened",
+    payload_schema=TaskV3,
+    version=3,
+    upcasters={2: v2_to_v3, 1: v1_to_v2},
+    renamed_from=("task.opened",),
+)
+
+
+class Empty(BaseModel):
+    pass
+
+
+class Tasks(BaseModel):
+    titles: list[str] = []
+    owners: list[str] = []
+    priorities: list[int] = []
+
+
+RETIRED = EventDefinition(
+    description="a type no longer read",
+    payload_schema=Empty,
+    version=2,
+    upcasters={1: lambda p: DROP},
+)
+
+
+class TaskBoard(StreamProcessor[Tasks]):
+    contract = define_processor_contract(
+        slug="task-board",
+        version="1",
+        state_schema=Tasks,
+        events={"task.created": CREATED, "task.retired": RETIRED},
+        consumes=["task.created", "task.retired"],
+    )
+
+    def reduce(self, event: StreamEvent, state: Tasks) -> Tasks | None:
+        if event.type != "task.created":
+            raise AssertionError(f"a {event.type} reached the reduce")
+        task = event.payload
+        assert isinstance(task, TaskV3)
+        assert event.payload_version == 3
+        return Tasks(
+            titles=[*state.titles, task.title],
+            owners=[*state.owners, task.owner],
+            priorities=[*state.priorities, task.priority],
+        )
+
+
+def stored_at(version: int, title: str, priority: int, owner: str) -> dict[str, Any]:
+    """A task.created input as the release of ``version`` wrote it."""
+    if version == 1:
+        return {"type": "task.opened", "payload": {"title": title, "assignee": owner}}
+    if version == 2:
+        payload = {"title": title, "priority": priority, "assignee": owner}
+        return {"type": "task.created", "payload": payload, "payload_version": 2}
+    payload = {"title": title, "priority": priority, "owner": owner}
+    return {"type": "task.created", "payload": payload, "payload_version": 3}
