@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Final, Generic, TypeVar
 
@@ -33,7 +33,7 @@ from streamkit.errors import SchemaAhead
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.processor import USER_EXITS, StreamProcessor, consumes_predicate, exit_refused
-from streamkit.upcasting import DROP, upcast
+from streamkit.upcasting import DROP, Upcaster, upcast
 
 __all__ = ["MAX_SLICE", "SLICE_SECONDS", "Fold", "report"]
 
@@ -55,9 +55,13 @@ class _Skip(Enum):
 
 _IGNORED: Final = _Skip.IGNORED
 
-_Plan = tuple[type[BaseModel], _Validate, int, str | None] | _Skip | None
-"""Per stored type: its model, the model's validate function, the model's version and the
-type's current name if it was renamed (else None); None for an undeclared type."""
+_Plan = tuple[type[BaseModel], _Validate, int, str | None, Mapping[int, Upcaster]] | _Skip | None
+"""Per stored type: its model, the model's validate function, the model's version, the
+type's current name if it was renamed (else None) and its upcasters; None for an
+undeclared type."""
+
+_GONE: Final = object()
+"""What lifting gives for an event the fold does not reduce (dropped, unreadable or ahead)."""
 
 _log = structlog.get_logger("streamkit.engine")
 
@@ -165,7 +169,8 @@ class Fold(Generic[S]):
         plan: _Plan = None
         if definition is not None:
             schema = definition.payload_schema
-            plan = (schema, payload_validator(schema), definition.version, renamed)
+            validate = payload_validator(schema)
+            plan = (schema, validate, definition.version, renamed, definition.upcasters)
         self._plans[etype] = plan
         return plan
 
@@ -234,16 +239,22 @@ class Fold(Generic[S]):
             if plan is _IGNORED or (event.ephemeral and not reduces(event)):
                 continue
             if plan is not None:
-                schema, validate, version, renamed = plan
+                schema, validate, version, renamed, upcasters = plan
+                payload = event.payload
                 if event.payload_version != version or renamed is not None:
-                    lifted = self._lift(event, version, renamed)
-                    if lifted is None:
+                    # An old event: lifted, validated, then built once in its new shape.
+                    payload = self._lift(event, version, renamed or etype, upcasters)
+                    if payload is _GONE:
                         if self.ahead is not None:
                             break  # nothing past it is folded: the engine stalls here
                         continue
-                    event = lifted
-                payload = event.payload
-                if type(payload) is not schema:
+                    try:
+                        model = validate(payload)
+                    except Exception as exc:
+                        self._malformed(event, exc)
+                        continue
+                    event = reshaped(event, renamed or etype, model, version)
+                elif type(payload) is not schema:
                     try:
                         # An absent payload is ``{}``, the same convention the log uses.
                         model = validate({} if payload is None else payload)
@@ -266,9 +277,10 @@ class Fold(Generic[S]):
                 state = next_state
         return state, folded
 
-    def _lift(self, event: StreamEvent, version: int, renamed: str | None) -> StreamEvent | None:
-        """``event`` in its current name and shape; None if dropped, unreadable or ahead."""
-        etype = renamed or event.type
+    def _lift(
+        self, event: StreamEvent, version: int, etype: str, upcasters: Mapping[int, Upcaster]
+    ) -> Any:
+        """``event``'s payload in the current shape; :data:`_GONE` if dropped, unreadable or ahead."""
         stored = event.payload_version
         if stored > version:
             self.ahead = SchemaAhead(
@@ -283,23 +295,19 @@ class Fold(Generic[S]):
                     "version": version,
                 },
             )
-            return None
-        payload = event.payload
-        if stored < version:
-            definition = self._contract.definition_for(etype)
-            upcasters = {} if definition is None else definition.upcasters
-            try:
-                lifted = upcast(
-                    etype, {} if payload is None else payload, stored, version, upcasters
-                )
-            except Exception as exc:
-                self._malformed(event, exc)
-                return None
-            if lifted is DROP:
-                self.dropped += 1
-                return None
-            payload = lifted
-        return reshaped(event, etype, payload, version)
+            return _GONE
+        payload = {} if event.payload is None else event.payload
+        if stored == version:
+            return payload  # renamed only
+        try:
+            lifted = upcast(etype, payload, stored, version, upcasters)
+        except Exception as exc:
+            self._malformed(event, exc)
+            return _GONE
+        if lifted is DROP:
+            self.dropped += 1
+            return _GONE
+        return lifted
 
     def _malformed(self, event: StreamEvent, exc: Exception) -> None:
         self.malformed += 1
