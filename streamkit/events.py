@@ -310,6 +310,16 @@ def _unencodable(index: int, field_name: str, exc: UnicodeEncodeError) -> Invali
     )
 
 
+def _check_count(index: int, field_name: str, value: object, high: int, shown: str) -> None:
+    """Refuse an optional whole-number field (an offset, a version) outside ``1..high``."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high
+    ):
+        raise _refuse(
+            index, field_name, f"must be an integer from 1 to {shown}", value=repr(value)[:80]
+        )
+
+
 def _check_text(index: int, field_name: str, text: str) -> None:
     """Refuse a plain string field (type, idempotency key) that cannot be encoded as UTF-8."""
     if not text.isascii():
@@ -475,26 +485,16 @@ def prepare_event_plain(
         )
     if isinstance(key, str):
         _check_text(index, "idempotency_key", key)
-    if offset is not None and (
-        isinstance(offset, bool) or not isinstance(offset, int) or not 1 <= offset <= MAX_OFFSET
-    ):
-        raise _refuse(
-            index,
-            "offset",
-            f"must be an integer from 1 to {MAX_OFFSET} (2^63 - 1)",
-            value=repr(offset)[:80],
-        )
+    _check_count(index, "offset", offset, MAX_OFFSET, f"{MAX_OFFSET} (2^63 - 1)")
     if not isinstance(ephemeral, bool):
         raise _refuse(index, "ephemeral", "must be true or false", value=repr(ephemeral)[:80])
-    if version is not None and (
-        isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION
-    ):
-        raise _refuse(
-            index,
-            "payload_version",
-            f"must be an integer from 1 to {MAX_VERSION} (the version of the payload's shape)",
-            value=repr(version)[:80],
-        )
+    _check_count(
+        index,
+        "payload_version",
+        version,
+        MAX_VERSION,
+        f"{MAX_VERSION}, a version of the payload's shape",
+    )
     if not ephemeral and not control and etype.startswith(RESERVED_PREFIX):
         # A host obeys control events (a skip moves a processor past an event), so
         # none may come through the ordinary append path, from any entry point.
