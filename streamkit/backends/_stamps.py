@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from streamkit.events import format_timestamp, now_timestamp
+from streamkit._timestamps import format_timestamp, now_timestamp
 from streamkit.protocols import Clock
 
 __all__ = ["Stamps"]

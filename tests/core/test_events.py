@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from streamkit import InvalidEvent, InvalidRequest, open_log
 from streamkit._json_size import utf8_json_size
+from streamkit._timestamps import now_timestamp
 from streamkit.events import (
     MAX_EVENT_BYTES,
     MAX_NESTING,
@@ -24,7 +25,6 @@ from streamkit.events import (
     ScannedRange,
     StreamEvent,
     format_timestamp,
-    now_timestamp,
     prepare_event,
     prepare_events,
     same_body,

@@ -48,6 +48,7 @@ BASE = {
     "streamkit.records",
     "streamkit._requests",
     "streamkit._targets",
+    "streamkit._timestamps",
     "streamkit._version",
     "streamkit.skips",
     "streamkit.checkpoint",
