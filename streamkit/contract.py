@@ -131,7 +131,6 @@ class ProcessorContract(Generic[S]):
     compact_state: bool = False
     _schemas: dict[str, type[BaseModel]] = field(init=False, repr=False)
     _renames: dict[str, str] = field(init=False, repr=False)
-    _versions: dict[str, int] = field(init=False, repr=False)
     _definitions: dict[str, EventDefinition] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -205,7 +204,6 @@ class ProcessorContract(Generic[S]):
             etype: definition for dep in deps for etype, definition in (dep.events or {}).items()
         }
         definitions.update(events or {})
-        versions = {t: d.version for t, d in definitions.items() if d.version != 1}
         renames = _check_renames(slug, deps, events, schemas)
         if events is not None:
             for name, types, allowed in (
@@ -226,7 +224,6 @@ class ProcessorContract(Generic[S]):
         object.__setattr__(self, "emits", emits)
         object.__setattr__(self, "_schemas", schemas)
         object.__setattr__(self, "_renames", renames)
-        object.__setattr__(self, "_versions", versions)
         object.__setattr__(self, "_definitions", definitions)
         self._check_initial_state()
 
@@ -248,7 +245,8 @@ class ProcessorContract(Generic[S]):
 
     def payload_version_of(self, event_type: str) -> int:
         """The version of ``event_type``'s payload model (1 for a type without a definition)."""
-        return self._versions.get(event_type, 1)
+        definition = self._definitions.get(event_type)
+        return 1 if definition is None else definition.version
 
     def renames(self) -> dict[str, str]:
         """Each old type name a definition reads (its ``renamed_from``) -> the type it is now."""

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 from support.host import Echo, Fragile, Gated, Hoarder, Lingering, Offsets, Sleeper, Tally, Typed
+from support.upcasting import TaskBoard, stored_at
 
 from streamkit import (
     LIVE_STATE_CHANGED,
@@ -576,6 +577,34 @@ async def test_a_runner_far_behind_reads_the_log_and_passes_the_head_once(
     # Three pages of 500 re-read after the drop, one pass at their end (a straggling
     # push may add one): a pass per page would be three or more.
     assert len(gated.caught_up) - passes_before <= 2
+
+
+async def test_a_payload_newer_than_the_code_stalls_the_processor_at_it_in_status(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """SCHEMA_AHEAD through a host: stalled at the newer event, everything before it reduced."""
+    db = tmp_path / "h.db"
+    async with open_log(db) as log:
+        older = await log.stream("/").append(
+            stored_at(1, "a", 0, "ana"), stored_at(3, "b", 1, "bo")
+        )
+        (newer,) = await log.stream("/").append(
+            {**stored_at(3, "c", 1, "cy"), "payload_version": 4}
+        )
+        await log.stream("/").append(stored_at(3, "d", 1, "di"))
+    host = hosts(TaskBoard())
+    await host.start()
+    runner = host.runner("task-board")
+    await wait_for(lambda: runner.stalled)
+    (row,) = (await host.status())["processors"]
+    assert (row["state"], row["stalled_at"], row["cursor"]) == (
+        "stalled",
+        newer.offset,
+        older[-1].offset,
+    )
+    assert row["last_error"]["code"] == "SCHEMA_AHEAD"
+    assert await stored_checkpoint(db, "task-board") is not None
+    assert (await stored_checkpoint(db, "task-board") or (0,))[0] == older[-1].offset
 
 
 async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
