@@ -129,11 +129,9 @@ class BatchRunner(Generic[S]):
         checkpoint is being written and returned in the outcome, so the log
         read overlaps the commit.
         """
-        latched = self._fold.ahead
-        if latched is not None:
-            # A payload newer than this code lies at the cursor's next event: nothing
-            # past it is folded, skipped or checkpointed until newer code runs.
-            raise SchemaAhead(latched.message, details=latched.details)
+        # A payload newer than this code at the cursor's next event: nothing past it
+        # is folded, skipped or checkpointed until newer code runs.
+        self._fold.raise_if_ahead()
         through = scanned.through
         fresh: Sequence[StreamEvent]
         if (

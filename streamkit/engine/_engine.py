@@ -65,7 +65,6 @@ from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import (
     InvalidContract,
     InvalidRequest,
-    SchemaAhead,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
@@ -521,11 +520,9 @@ class ProcessorEngine(Generic[S]):
                 self._on_batch(info)
             except Exception as exc:
                 report("processor.on_batch_failed", exc, slug=self._slug, offset=self._cursor)
-        stopped = self._fold.ahead
-        if stopped is not None:
-            # The batch checkpointed what lay before a payload newer than this code;
-            # the caller learns of it now, not at the next batch.
-            raise SchemaAhead(stopped.message, details=stopped.details)
+        # The batch checkpointed what lay before a payload newer than this code; the
+        # caller learns of it now, not at the next batch.
+        self._fold.raise_if_ahead()
         return outcome.ahead
 
     def _advance(self, through: int, state: S) -> None:

@@ -277,6 +277,12 @@ class Fold(Generic[S]):
                 state = next_state
         return state, folded
 
+    def raise_if_ahead(self) -> None:
+        """Raise :class:`~streamkit.errors.SchemaAhead` (a fresh one) if the fold stopped at one."""
+        ahead = self.ahead
+        if ahead is not None:
+            raise SchemaAhead(ahead.message, details=ahead.details)
+
     def _lift(
         self, event: StreamEvent, version: int, etype: str, upcasters: Mapping[int, Upcaster]
     ) -> Any:

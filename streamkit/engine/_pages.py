@@ -20,7 +20,6 @@ from typing import Generic, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.engine._fold import Fold
-from streamkit.errors import SchemaAhead
 from streamkit.events import ReadPage
 from streamkit.protocols import ProcessorStream
 
@@ -75,10 +74,8 @@ class PageReader(Generic[S]):
             below = [event for event in page.events if event.offset <= through]
             state, count = await self._fold.fold_paced(below, state)
             folded += count
-            stopped = self._fold.ahead
-            if stopped is not None:
-                # A replay that stopped short must not pass for one that reached `through`.
-                raise SchemaAhead(stopped.message, details=stopped.details)
+            # A replay that stopped short must not pass for one that reached `through`.
+            self._fold.raise_if_ahead()
             if page.scanned_through_offset <= position:
                 break  # the log holds nothing more below `through`
             position = min(page.scanned_through_offset, through)
