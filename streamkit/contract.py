@@ -23,7 +23,8 @@ and the value, so a processor with a broken contract never starts:
 - when the contract has an events catalog, every type it consumes or emits is
   known: owned locally or by a dependency (``"*"`` aside);
 - nothing declares, consumes or emits the live-state delta type
-  (``streamkit.live-state-changed``): deltas describe state and never feed it.
+  (``streamkit.live-state-changed``): deltas describe state and never feed it;
+- ``on_malformed`` is ``"skip"`` or ``"stall"``.
 
 A contract with no catalog (``events=None``) is allowed: its reduce sees raw
 dict payloads. A hand-built :class:`ProcessorContract` with an ``initial``
@@ -38,7 +39,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -49,7 +50,9 @@ from streamkit.upcasting import Upcaster, check_versions
 
 __all__ = [
     "EventDefinition",
+    "OnMalformed",
     "ProcessorContract",
+    "check_on_malformed",
     "define_processor_contract",
 ]
 
@@ -57,6 +60,22 @@ S = TypeVar("S")
 M = TypeVar("M", bound=BaseModel)
 
 _SLUG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
+
+OnMalformed = Literal["skip", "stall"]
+"""What a processor does at a stored payload its models cannot read: skip it
+(counted per type and version) or stall before it until new code or an
+operator's skip moves it on."""
+
+
+def check_on_malformed(where: str, value: object) -> OnMalformed:
+    """``value`` if it is an :data:`OnMalformed` choice, else :class:`InvalidContract`."""
+    if value == "skip" or value == "stall":
+        return value
+    choices = " or ".join(f'"{c}"' for c in get_args(OnMalformed))
+    raise InvalidContract(
+        f"{where}: on_malformed must be {choices}, got {value!r}",
+        details={"field": "on_malformed", "value": repr(value)[:200]},
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +136,9 @@ class ProcessorContract(Generic[S]):
     without ``events`` the reduce sees raw dict payloads.
 
     ``consumes=None`` (or ``["*"]``) means every durable event.
+    ``on_malformed`` says what the engine does at a stored payload that does
+    not validate: ``"skip"`` it (counted per type and version in ``status``)
+    or ``"stall"`` before it with :class:`~streamkit.errors.PayloadMalformed`.
     """
 
     slug: str
@@ -129,6 +151,7 @@ class ProcessorContract(Generic[S]):
     consumes: tuple[str, ...] | None = None
     emits: tuple[str, ...] = ()
     compact_state: bool = False
+    on_malformed: OnMalformed = "skip"
     _schemas: dict[str, type[BaseModel]] = field(init=False, repr=False)
     _renames: dict[str, str] = field(init=False, repr=False)
     _definitions: dict[str, EventDefinition] = field(init=False, repr=False)
@@ -167,6 +190,7 @@ class ProcessorContract(Generic[S]):
                 f"{self.state_schema!r}",
                 details={"slug": slug, "field": "state_schema"},
             )
+        check_on_malformed(f'contract "{slug}"', self.on_malformed)
         events = _check_catalog(slug, self.events)
         deps = _check_deps(slug, self.processor_deps)
         consumes = None if self.consumes is None else _type_list(slug, "consumes", self.consumes)
@@ -322,6 +346,7 @@ def define_processor_contract(
     consumes: Iterable[str] | None = None,
     emits: Iterable[str] = (),
     compact_state: bool = False,
+    on_malformed: OnMalformed = "skip",
 ) -> ProcessorContract[M]:
     """Define a processor contract whose state is the pydantic model ``state_schema``.
 
@@ -330,6 +355,7 @@ def define_processor_contract(
     checkpoint (a state of many similar entries, such as a queue, stays small
     under the checkpoint ceiling); such a field restores as the schema's
     default, so changing a default then needs a version bump.
+    ``on_malformed`` is ``"skip"`` or ``"stall"`` (see :class:`ProcessorContract`).
     ``events`` maps each type this processor owns to its
     :class:`EventDefinition`; omit it (``None``) for a processor that reduces
     raw dict payloads. ``processor_deps`` are other contracts whose events this
@@ -354,6 +380,7 @@ def define_processor_contract(
         consumes=None if consumes is None else _type_list(name, "consumes", consumes),
         emits=_type_list(name, "emits", emits),
         compact_state=bool(compact_state),
+        on_malformed=on_malformed,
     )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "MalformedRequest",
     "NotFound",
     "OffsetConflict",
+    "PayloadMalformed",
     "ProcessorTimeout",
     "RemoteError",
     "RequestTimeout",
@@ -92,6 +93,18 @@ class SchemaAhead(StreamkitError, RuntimeError):
     """A stored payload is of a version newer than the processor's code; it stopped before it."""
 
     code = "SCHEMA_AHEAD"
+    default_retryable = True
+
+
+class PayloadMalformed(StreamkitError, RuntimeError):
+    """A stored payload does not validate, and its processor stalls rather than skip it.
+
+    Raised for a processor whose ``on_malformed`` is ``"stall"``: it stopped
+    before the event. Retryable: new code that reads the payload (a fixed
+    model or an upcaster), or an operator's ``streamkit skip``, moves it on.
+    """
+
+    code = "PAYLOAD_MALFORMED"
     default_retryable = True
 
 

@@ -58,7 +58,9 @@ def reduce_processor(
     keeps the previous state. An event stored in an older shape is lifted
     through its definition's upcasters (or dropped, if one returns DROP); one
     of a version newer than the contract raises
-    :class:`~streamkit.errors.SchemaAhead`, as the engine stalls on it.
+    :class:`~streamkit.errors.SchemaAhead`, as the engine stalls on it (and a
+    malformed payload raises :class:`~streamkit.errors.PayloadMalformed` for a
+    contract whose ``on_malformed`` is ``"stall"``).
     Inputs (mappings with the keys of an append, or
     :class:`~streamkit.events.EventInput`) get offsets in input order from 1;
     committed :class:`~streamkit.events.StreamEvent` inputs keep their own.
@@ -89,9 +91,8 @@ def reduce_processor(
         )
     fold = Fold(processor)
     state, _ = fold.fold_all(events, processor.contract.initial_state())
-    if fold.ahead is not None:
-        # The engine stalls there; a test must not see a state that silently stopped short.
-        raise fold.ahead
+    # The engine stalls there; a test must not see a state that silently stopped short.
+    fold.raise_if_stopped()
     return state
 
 

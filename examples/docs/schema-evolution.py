@@ -135,6 +135,41 @@ async def main() -> None:
     assert stopped is not None and stopped.details["offset"] == placed.offset
     assert stalled.cursor == placed.offset - 1  # everything before it is folded and checkpointed
     await stalled.aclose()
+    # --- docs/schema-evolution.md:248
+    from streamkit import PayloadMalformed
+    from streamkit.testing import reduce_processor
+
+
+    class StrictBoard(TaskBoard):
+        contract = define_processor_contract(
+            slug="strict-board",
+            version="1",
+            state_schema=Board,
+            events={"task.created": TASK_CREATED},
+            on_malformed="stall",
+        )
+
+
+    bad = {"type": "task.created", "payload": {"title": "x", "priority": "high"}, "payload_version": 3}
+    good = {"type": "task.created", "payload": {"title": "y", "priority": 1, "owner": "yo"}, "payload_version": 3}
+    try:
+        reduce_processor(StrictBoard(), [good, bad, good])
+    except PayloadMalformed as exc:
+        assert exc.details["offset"] == 2 and exc.details["type"] == "task.created"
+    else:
+        raise AssertionError("a strict processor never skips")
+
+    lenient = ProcessorEngine(
+        TaskBoard(),
+        stream=log.stream("/lenient").for_processor("task-board"),
+        storage=memory_storage(),
+    )
+    placed = await log.stream("/lenient").append(good, bad, good)
+    assert (await lenient.snapshot()).state.titles == ["y", "y"]
+    assert lenient.statistics().malformed_by_type == (
+        {"type": "task.created", "version": 3, "count": 1, "first_offsets": [placed[1].offset]},
+    )
+    await lenient.aclose()
     await log.aclose()
 
 

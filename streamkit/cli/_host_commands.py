@@ -225,8 +225,16 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
                     f"{label}={row[count]} (last at offset {seen.get('offset')}, "
                     f"{seen.get('type')}: {seen.get('error')})"
                 )
+        for kind in row.get("malformed_by_type") or ():
+            offsets = ",".join(str(offset) for offset in kind["first_offsets"])
+            parts.append(
+                f"malformed[{kind['type']} v{kind['version']}]={kind['count']} (first at {offsets})"
+            )
         if row.get("dropped_events"):
             parts.append(f"dropped={row['dropped_events']} (an upcaster returned DROP)")
+        if row.get("stopped_at") is not None:
+            code = (row.get("last_error") or {}).get("code")
+            parts.append(f"stopped before offset {row['stopped_at']} ({code})")
         if row.get("refusing_cancel"):
             names = "; ".join(row["refusing_cancel"])
             parts.append(f"refusing_cancel={len(row['refusing_cancel'])} ({names})")

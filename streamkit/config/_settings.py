@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from streamkit._targets import default_socket, is_postgres_target, postgres_target, sqlite_target
+from streamkit.contract import OnMalformed
 from streamkit.control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
@@ -116,7 +117,11 @@ class RetrySettings(_Section):
 
 
 class ProcessorSpec(_Section):
-    """One processor to run: its class as ``module:Class``, its stream path and kwargs."""
+    """One processor to run: its class as ``module:Class``, its stream path and kwargs.
+
+    ``on_malformed`` (``"skip"`` or ``"stall"``), when set, overrides the
+    contract's choice for a stored payload that does not validate.
+    """
 
     # "class" is a keyword in Python, so the field is class_path and the file's
     # key is its alias; by-name validation keeps ProcessorSpec(class_path=...)
@@ -129,6 +134,7 @@ class ProcessorSpec(_Section):
     path: str = "/"
     kwargs: dict[str, Any] = Field(default_factory=dict)
     name: str | None = Field(default=None, min_length=1)
+    on_malformed: OnMalformed | None = None
 
     @field_validator("class_path")
     @classmethod

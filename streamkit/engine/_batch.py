@@ -28,7 +28,7 @@ from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._fold import SLICE_SECONDS, Fold
 from streamkit.engine._pages import PageReader
-from streamkit.errors import SchemaAhead
+from streamkit.errors import StreamkitError
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
 __all__ = ["EFFECTS_PER_CHECKPOINT", "BatchInfo", "BatchOutcome", "BatchRunner"]
@@ -129,9 +129,10 @@ class BatchRunner(Generic[S]):
         checkpoint is being written and returned in the outcome, so the log
         read overlaps the commit.
         """
-        # A payload newer than this code at the cursor's next event: nothing past it
-        # is folded, skipped or checkpointed until newer code runs.
-        self._fold.raise_if_ahead()
+        # A payload newer than this code (or one that does not validate, for a
+        # processor that stalls on those) at the cursor's next event: nothing past
+        # it is folded, skipped or checkpointed by this engine.
+        self._fold.raise_if_stopped()
         through = scanned.through
         fresh: Sequence[StreamEvent]
         if (
@@ -166,7 +167,7 @@ class BatchRunner(Generic[S]):
             # The catch-up hot path: nothing to deliver, only the fold.
             state, delivered = await self._fold.fold_paced(fresh, state)
             unsaved = delivered
-            stopped = self._fold.ahead
+            stopped = self._fold.stopped
             if stopped is not None:
                 through, at_head, read_ahead = _before(stopped), False, 0
         else:
@@ -185,7 +186,7 @@ class BatchRunner(Generic[S]):
                 previous = state
                 state, normalized = apply(event, state)
                 if normalized is None:
-                    stopped = self._fold.ahead
+                    stopped = self._fold.stopped
                     if stopped is not None:
                         through, at_head, read_ahead = _before(stopped), False, 0
                         break
@@ -226,9 +227,9 @@ class BatchRunner(Generic[S]):
         return BatchOutcome(state, through, True, delivered, fresh_durable, at_head, ahead)
 
 
-def _before(ahead: SchemaAhead) -> int:
+def _before(stopped: StreamkitError) -> int:
     """The last offset before the event a fold stopped at."""
-    offset: int = ahead.details["offset"]
+    offset: int = stopped.details["offset"]
     return offset - 1
 
 

@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
-from streamkit.contract import ProcessorContract
+from streamkit.contract import OnMalformed, ProcessorContract
 from streamkit.engine._batch import BatchInfo, BatchRunner
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
@@ -117,6 +117,9 @@ class ProcessorEngine(Generic[S]):
     anyone watch?" (the host's choice). A callable that raises counts as
     ``True``.
 
+    ``on_malformed`` (``"skip"`` or ``"stall"``) overrides the contract's
+    choice for a stored payload that does not validate (the host's config).
+
     The checkpoint is loaded by the first piece of work on the chain, so
     building an engine does no I/O. Everything runs on the event loop of its
     first call.
@@ -134,6 +137,7 @@ class ProcessorEngine(Generic[S]):
         guard: Callable[[], None] | None = None,
         clients_first: Callable[[], bool] | None = None,
         publish_live: bool | Callable[[], bool] = True,
+        on_malformed: OnMalformed | None = None,
     ) -> None:
         contract: ProcessorContract[S] | None = getattr(processor, "contract", None)
         if not isinstance(contract, ProcessorContract):
@@ -187,7 +191,7 @@ class ProcessorEngine(Generic[S]):
         self._last_error: BaseException | None = None
 
         # The parts, each owning its own state.
-        self._fold: Fold[S] = Fold(processor, on_error=self._note_error)
+        self._fold: Fold[S] = Fold(processor, on_error=self._note_error, on_malformed=on_malformed)
         self._pages: PageReader[S] = PageReader(stream, self._fold)
         self._checkpoints: Checkpointer[S] = Checkpointer(contract, storage, self._latch)
         self._live: LiveProjection[S] = LiveProjection(processor, publish_live, self._swallowed)
@@ -522,7 +526,7 @@ class ProcessorEngine(Generic[S]):
                 report("processor.on_batch_failed", exc, slug=self._slug, offset=self._cursor)
         # The batch checkpointed what lay before a payload newer than this code; the
         # caller learns of it now, not at the next batch.
-        self._fold.raise_if_ahead()
+        self._fold.raise_if_stopped()
         return outcome.ahead
 
     def _advance(self, through: int, state: S) -> None:
@@ -682,9 +686,11 @@ class ProcessorEngine(Generic[S]):
             failed_at=self._failed_at,
             malformed_payloads=fold.malformed,
             last_malformed=fold.last_malformed,
+            malformed_by_type=fold.malformed_by_type(),
             reduce_failures=fold.reduce_failures,
             last_reduce_failure=fold.last_reduce_failure,
             dropped_events=fold.dropped,
+            stopped_at=fold.stopped_at,
             refusing_cancel=tuple(self._strays.refusing_cancel),
             refused_cancel=self._strays.refused_cancel,
             background_in_flight=claims.in_flight,

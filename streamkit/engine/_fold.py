@@ -12,8 +12,12 @@ an older version goes through its definition's upcasters (a step that
 returns DROP drops the event, counted), so every path that folds (live,
 catch-up, re-reduce, the test harness) reads old events alike. A payload of
 a version newer than the code is never guessed at: the fold stops before it
-(:attr:`Fold.ahead`), and the engine stalls there until newer code runs.
+(:attr:`Fold.stopped`), and the engine stalls there until newer code runs.
 Events of the current version pay one comparison.
+
+A payload that does not validate is skipped, counted per stored (type,
+version) with its first offsets, or, for a processor whose ``on_malformed``
+is ``"stall"``, stops the fold before it the same way.
 """
 
 from __future__ import annotations
@@ -26,16 +30,17 @@ from enum import Enum
 from typing import Any, Final, Generic, TypeVar
 
 import structlog
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from streamkit._event_builders import payload_validator, reshaped, with_payload
-from streamkit.errors import SchemaAhead
+from streamkit.contract import OnMalformed, check_on_malformed
+from streamkit.errors import PayloadMalformed, SchemaAhead, StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.processor import USER_EXITS, StreamProcessor, consumes_predicate, exit_refused
 from streamkit.upcasting import DROP, Upcaster, upcast
 
-__all__ = ["MAX_SLICE", "SLICE_SECONDS", "Fold", "report"]
+__all__ = ["FIRST_OFFSETS_KEPT", "MAX_SLICE", "SLICE_SECONDS", "Fold", "report"]
 
 SLICE_SECONDS = 0.05
 """How long one slice of a paced fold aims to hold the event loop (see Fold.fold_paced)."""
@@ -63,6 +68,9 @@ undeclared type."""
 _GONE: Final = object()
 """What lifting gives for an event the fold does not reduce (dropped, unreadable or ahead)."""
 
+FIRST_OFFSETS_KEPT = 5
+"""How many offsets of each skipped (type, version) status lists: where to start looking."""
+
 _log = structlog.get_logger("streamkit.engine")
 
 
@@ -82,28 +90,31 @@ class Fold(Generic[S]):
     :meth:`apply` folds one event and returns the next state and the event as
     the hooks must see it (its payload the validated model when the type is
     declared), or ``None`` for the event when its payload is malformed: such an
-    event is skipped for the reduce AND the effects, and reported. A reduce that
-    raises keeps the previous state and is reported; it never wedges the
-    processor. :meth:`fold_all` is the fold itself, over many events with no
+    event is skipped for the reduce AND the effects, and reported (or, with
+    ``on_malformed="stall"``, the fold stops before it: :attr:`stopped`). A
+    reduce that raises keeps the previous state and is reported; it never
+    wedges the processor. :meth:`fold_all` is the fold itself, over many events with no
     effects to run (catch-up, re-reduce, the test harness); :meth:`apply` is
     it over one.
     """
 
     __slots__ = (
         "_contract",
+        "_malformed_kinds",
         "_on_error",
+        "_on_malformed",
         "_plans",
         "_reduce",
         "_renames",
         "_slice",
         "_slug",
-        "ahead",
         "dropped",
         "last_malformed",
         "last_reduce_failure",
         "malformed",
         "reduce_failures",
         "reduces",
+        "stopped",
     )
 
     def __init__(
@@ -111,10 +122,17 @@ class Fold(Generic[S]):
         processor: StreamProcessor[S],
         *,
         on_error: Callable[[BaseException], None] | None = None,
+        on_malformed: OnMalformed | None = None,
     ) -> None:
         contract = processor.contract
         self._contract = contract
         self._on_error = on_error
+        # The host's setting for this processor, else its contract's.
+        self._on_malformed = (
+            contract.on_malformed
+            if on_malformed is None
+            else check_on_malformed(f'processor "{contract.slug}"', on_malformed)
+        )
         self._slug = contract.slug
         self._reduce = processor.reduce
         # Per event type, filled on first sight: its payload model and that
@@ -131,10 +149,26 @@ class Fold(Generic[S]):
         self.reduce_failures = 0
         self.last_malformed: dict[str, Any] | None = None
         self.last_reduce_failure: dict[str, Any] | None = None
+        # Skipped payloads per stored (type, version): [count, first offsets...].
+        self._malformed_kinds: dict[tuple[str, int], list[int]] = {}
         # Events an upcaster dropped (DROP): counted, never silent.
         self.dropped = 0
-        # The first event of a version newer than the code: the fold stopped before it.
-        self.ahead: SchemaAhead | None = None
+        # Why the fold stopped before an event (a payload newer than the code, or
+        # one that does not validate under on_malformed="stall"); nothing after it
+        # is folded by this fold.
+        self.stopped: StreamkitError | None = None
+
+    def malformed_by_type(self) -> tuple[dict[str, Any], ...]:
+        """Skipped payloads per stored (type, version): count and first offsets, in type order."""
+        return tuple(
+            {
+                "type": etype,
+                "version": version,
+                "count": kept[0],
+                "first_offsets": kept[1:],
+            }
+            for (etype, version), kept in sorted(self._malformed_kinds.items())
+        )
 
     def payload_types(self) -> dict[str, type[BaseModel]]:
         """The payload model of each durable type this processor reduces: what a typed read types."""
@@ -228,7 +262,7 @@ class Fold(Generic[S]):
         plans = self._plans
         reduce = self._reduce
         folded = 0
-        if self.ahead is not None:
+        if self.stopped is not None:
             return state, folded
         for event in events:
             etype = event.type
@@ -245,13 +279,14 @@ class Fold(Generic[S]):
                     # An old event: lifted, validated, then built once in its new shape.
                     payload = self._lift(event, version, renamed or etype, upcasters)
                     if payload is _GONE:
-                        if self.ahead is not None:
+                        if self.stopped is not None:
                             break  # nothing past it is folded: the engine stalls here
                         continue
                     try:
                         model = validate(payload)
                     except Exception as exc:
-                        self._malformed(event, exc)
+                        if self._malformed(event, exc):
+                            break
                         continue
                     event = reshaped(event, renamed or etype, model, version)
                 elif type(payload) is not schema:
@@ -259,7 +294,8 @@ class Fold(Generic[S]):
                         # An absent payload is ``{}``, the same convention the log uses.
                         model = validate({} if payload is None else payload)
                     except Exception as exc:
-                        self._malformed(event, exc)
+                        if self._malformed(event, exc):
+                            break
                         continue
                     event = with_payload(event, model)
             folded += 1
@@ -277,11 +313,17 @@ class Fold(Generic[S]):
                 state = next_state
         return state, folded
 
-    def raise_if_ahead(self) -> None:
-        """Raise :class:`~streamkit.errors.SchemaAhead` (a fresh one) if the fold stopped at one."""
-        ahead = self.ahead
-        if ahead is not None:
-            raise SchemaAhead(ahead.message, details=ahead.details)
+    @property
+    def stopped_at(self) -> int | None:
+        """The offset of the event the fold stopped before, or None."""
+        stopped = self.stopped
+        return None if stopped is None else int(stopped.details["offset"])
+
+    def raise_if_stopped(self) -> None:
+        """Raise why the fold stopped (a fresh error of the same class), if it did."""
+        stopped = self.stopped
+        if stopped is not None:
+            raise type(stopped)(stopped.message, details=stopped.details)
 
     def _lift(
         self, event: StreamEvent, version: int, etype: str, upcasters: Mapping[int, Upcaster]
@@ -289,7 +331,7 @@ class Fold(Generic[S]):
         """``event``'s payload in the current shape; :data:`_GONE` if dropped, unreadable or ahead."""
         stored = event.payload_version
         if stored > version:
-            self.ahead = SchemaAhead(
+            self.stopped = SchemaAhead(
                 f'processor "{self._slug}" stopped before offset {event.offset}: its "{etype}" '
                 f"payload is of version {stored}, and this code knows version {version} at "
                 "most; nothing was skipped; run the processor where its newer code is deployed",
@@ -308,26 +350,54 @@ class Fold(Generic[S]):
         try:
             lifted = upcast(etype, payload, stored, version, upcasters)
         except Exception as exc:
-            self._malformed(event, exc)
+            self._malformed(event, exc)  # skipped, or the fold stops here
             return _GONE
         if lifted is DROP:
             self.dropped += 1
             return _GONE
         return lifted
 
-    def _malformed(self, event: StreamEvent, exc: Exception) -> None:
-        self.malformed += 1
-        self.last_malformed = _incident(event, exc)
+    def _malformed(self, event: StreamEvent, exc: Exception) -> bool:
+        """Skip ``event`` (counted), or stop the fold before it; True if it stopped."""
         if self._on_error is not None:
             self._on_error(exc)
+        stall = self._on_malformed == "stall"
         report(
             "processor.payload_malformed",
             exc,
             slug=self._slug,
             offset=event.offset,
             type=event.type,
-            detail="skipped for reduce and effects",
+            version=event.payload_version,
+            detail="the processor stalls before it" if stall else "skipped for reduce and effects",
         )
+        if stall:
+            self.stopped = PayloadMalformed(
+                f'processor "{self._slug}" stopped before offset {event.offset}: its '
+                f'"{event.type}" payload (version {event.payload_version}) does not validate '
+                f'({_error_text(exc)}); on_malformed is "stall", so nothing was skipped; '
+                "deploy code that reads it (a model or an upcaster), or run `streamkit skip "
+                f"{self._slug} --offset {event.offset}` to move past it",
+                details={
+                    "slug": self._slug,
+                    "offset": event.offset,
+                    "type": event.type,
+                    "version": event.payload_version,
+                    "error": _error_text(exc),
+                },
+            )
+            return True
+        self.malformed += 1
+        self.last_malformed = _incident(event, exc)
+        kind = (event.type, event.payload_version)
+        kept = self._malformed_kinds.get(kind)
+        if kept is None:
+            self._malformed_kinds[kind] = [1, event.offset]
+        else:
+            kept[0] += 1
+            if len(kept) <= FIRST_OFFSETS_KEPT:
+                kept.append(event.offset)
+        return False
 
     def _reduce_failed(self, event: StreamEvent, exc: Exception) -> None:
         self.reduce_failures += 1
@@ -366,4 +436,18 @@ def _reduces(
 
 
 def _incident(event: StreamEvent, exc: Exception) -> dict[str, Any]:
-    return {"offset": event.offset, "type": event.type, "error": repr(exc)[:500]}
+    # One line: `status` prints it on the processor's line.
+    error = f"{type(exc).__name__}: {_error_text(exc)}"
+    return {"offset": event.offset, "type": event.type, "error": error}
+
+
+def _error_text(exc: Exception) -> str:
+    """What failed, in one line: a validation error's first field and problem, cut to 300."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        errors = exc.errors()
+        first = errors[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the payload"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"{where}: {first['msg']}{more}"[:300]
+    text = " ".join(str(exc).split())
+    return (text or repr(exc))[:300]

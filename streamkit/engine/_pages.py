@@ -65,7 +65,9 @@ class PageReader(Generic[S]):
 
         Reduce only: no effects run. Stops early where the log holds nothing
         more below ``through``. Raises what the log's read raises, and
-        :class:`~streamkit.errors.SchemaAhead` at a payload newer than the code.
+        :class:`~streamkit.errors.SchemaAhead` at a payload newer than the code
+        (:class:`~streamkit.errors.PayloadMalformed` at one that does not validate,
+        for a processor that stalls on those).
         """
         position = after
         folded = 0
@@ -75,7 +77,7 @@ class PageReader(Generic[S]):
             state, count = await self._fold.fold_paced(below, state)
             folded += count
             # A replay that stopped short must not pass for one that reached `through`.
-            self._fold.raise_if_ahead()
+            self._fold.raise_if_stopped()
             if page.scanned_through_offset <= position:
                 break  # the log holds nothing more below `through`
             position = min(page.scanned_through_offset, through)

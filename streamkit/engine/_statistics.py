@@ -28,8 +28,13 @@ class EngineStatistics:
       ``last_reduce_failure``: events skipped as malformed and reduces that
       raised (each latest ``{offset, type, error}`` or None); neither wedges
       the processor, so this is where an operator sees them.
+    - ``malformed_by_type``: the skipped payloads per stored (type, version),
+      each ``{type, version, count, first_offsets}`` (the first few offsets).
     - ``dropped_events``: events an upcaster dropped (it returned DROP: the
       current code no longer reads their type); never folded, counted here.
+    - ``stopped_at``: the offset of the event the engine stopped before (a
+      payload newer than the code, or a malformed one its processor stalls
+      on), or None; nothing at or after it is reduced by this engine.
     - ``refusing_cancel``: cancelled work still running now, by label;
       ``refused_cancel``: how many there ever were.
     - ``background_in_flight``: ``run_in_background`` attempts not yet settled.
@@ -48,9 +53,11 @@ class EngineStatistics:
     failed_at: int | None
     malformed_payloads: int
     last_malformed: dict[str, Any] | None
+    malformed_by_type: tuple[dict[str, Any], ...]
     reduce_failures: int
     last_reduce_failure: dict[str, Any] | None
     dropped_events: int
+    stopped_at: int | None
     refusing_cancel: tuple[str, ...]
     refused_cancel: int
     background_in_flight: int
@@ -59,15 +66,42 @@ class EngineStatistics:
     claim_held: float | None
     live_behind: bool
 
+    @classmethod
+    def nothing_yet(cls) -> EngineStatistics:
+        """The snapshot of an engine that has done nothing: every count 0, every incident None."""
+        return cls(
+            events_reduced=0,
+            batches=0,
+            batch_failures=0,
+            last_error=None,
+            failed_at=None,
+            malformed_payloads=0,
+            last_malformed=None,
+            malformed_by_type=(),
+            reduce_failures=0,
+            last_reduce_failure=None,
+            dropped_events=0,
+            stopped_at=None,
+            refusing_cancel=(),
+            refused_cancel=0,
+            background_in_flight=0,
+            pending_waiters=0,
+            claimed_at=None,
+            claim_held=None,
+            live_behind=False,
+        )
+
     @property
     def incidents(self) -> dict[str, Any]:
         """The incident fields as one mapping, as ``status`` shows them."""
         return {
             "malformed_payloads": self.malformed_payloads,
             "last_malformed": self.last_malformed,
+            "malformed_by_type": [dict(kind) for kind in self.malformed_by_type],
             "reduce_failures": self.reduce_failures,
             "last_reduce_failure": self.last_reduce_failure,
             "dropped_events": self.dropped_events,
+            "stopped_at": self.stopped_at,
             "refusing_cancel": list(self.refusing_cancel),
             "refused_cancel": self.refused_cancel,
         }

@@ -71,6 +71,7 @@ from streamkit._targets import own_socket, served_name, shown_target
 from streamkit.backends import host_store, open_log
 from streamkit.checkpoint import shown_snapshot
 from streamkit.config import HostConfig, resolve_processors, shared_slug
+from streamkit.contract import OnMalformed
 from streamkit.control import ControlServer, check_private_directory, check_socket_path
 from streamkit.errors import (
     ControlSocketInUse,
@@ -133,6 +134,7 @@ class _Entry:
     processor: StreamProcessor[Any]
     path: str
     label: str
+    on_malformed: OnMalformed | None = None
 
 
 class ProcessorHost:
@@ -168,7 +170,8 @@ class ProcessorHost:
         entries: list[_Entry] = []
         if processors is None:
             for resolved in resolve_processors(config):
-                entries.append(_Entry(resolved.processor, resolved.spec.path, resolved.spec.label))
+                spec = resolved.spec
+                entries.append(_Entry(resolved.processor, spec.path, spec.label, spec.on_malformed))
         else:
             for item in processors:
                 path, processor = item if isinstance(item, tuple) else ("/", item)
@@ -234,6 +237,7 @@ class ProcessorHost:
                         entry.processor,
                         path=entry.path,
                         label=entry.label,
+                        on_malformed=entry.on_malformed,
                         log=log,
                         store=store,
                         retry=config.retry,

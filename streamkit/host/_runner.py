@@ -36,6 +36,7 @@ from typing import Any
 import structlog
 
 from streamkit.config import RetrySettings
+from streamkit.contract import OnMalformed
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
 from streamkit.errors import LeaseLost, StreamkitError
 from streamkit.events import ScannedRange, StreamEvent
@@ -77,6 +78,7 @@ class ProcessorRunner:
         *,
         path: str,
         label: str,
+        on_malformed: OnMalformed | None = None,
         log: Log,
         store: HostStore,
         retry: RetrySettings,
@@ -93,6 +95,7 @@ class ProcessorRunner:
         self.version: str = processor.contract.version
         self.path = path
         self.label = label
+        self._on_malformed = on_malformed
         self.skipped = skipped
         self.engine: ProcessorEngine[Any] | None = None
         self.held: HeldLease | None = None
@@ -180,6 +183,7 @@ class ProcessorRunner:
             guard=held.check,
             clients_first=None if self._pacer is None else self._pacer.pacing,
             publish_live=self._publish_live,
+            on_malformed=self._on_malformed,
         )
         self.caught_up = False
         # Followed from before the revive's catch-up, so that commits made while it
@@ -426,11 +430,13 @@ class ProcessorRunner:
                 delay = self._failed(engine, item, exc)
                 await self._backoff(delay)
                 if (
-                    engine.latched_error is not None
+                    (engine.latched_error is not None or self._skipped_where_stopped(engine))
                     and engine is self.engine
                     and not self._stopping
                 ):
-                    # The same engine can only fail the same way: start over from the checkpoint.
+                    # The same engine can only fail the same way (a latched refusal, or a
+                    # fold stopped before an event since skipped): start over from the
+                    # checkpoint.
                     _log.warning("processor.rebuilt", slug=self.slug, path=self.path)
                     self._closing_engine(engine)
                     self._build_engine()
@@ -438,6 +444,11 @@ class ProcessorRunner:
                 continue
             self._succeeded(engine, item, started, reduced_before)
             return
+
+    def _skipped_where_stopped(self, engine: ProcessorEngine[Any]) -> bool:
+        """Whether ``engine`` stopped before an event an operator has skipped since."""
+        stopped_at = engine.statistics().stopped_at
+        return stopped_at is not None and stopped_at in self.skipped
 
     async def _step(self, engine: ProcessorEngine[Any]) -> bool:
         """After a failure, process the next durable event alone; False if none is pending.
@@ -523,8 +534,10 @@ class ProcessorRunner:
         delay = self._retry.delay(self.failures)
         # The event whose effect failed, else the one a one-at-a-time retry read,
         # else the first the item held (a read or a checkpoint write failed).
+        statistics = engine.statistics()
         offset = (
-            engine.statistics().failed_at
+            statistics.failed_at
+            or statistics.stopped_at
             or self._failing_offset
             or _first_pending(item, engine.cursor)
         )

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamkit.checkpoint import shown_cursor
+from streamkit.engine import EngineStatistics
 from streamkit.errors import StorageError
 from streamkit.host._runner import ProcessorRunner
 from streamkit.log import Log
@@ -66,7 +67,9 @@ def runner_status(
 
     ``head`` and ``lag`` are None when the database could not be read.
     """
-    incidents = runner.engine.statistics().incidents if runner.engine is not None else {}
+    engine = runner.engine
+    # A processor this host does not run shows every incident field, empty.
+    statistics = engine.statistics() if engine is not None else EngineStatistics.nothing_yet()
     return {
         "slug": runner.slug,
         "version": runner.version,
@@ -85,11 +88,6 @@ def runner_status(
         "last_error": runner.last_error,
         "skipped": sorted(runner.skipped),
         "queued": runner.queued,
-        "malformed_payloads": incidents.get("malformed_payloads", 0),
-        "last_malformed": incidents.get("last_malformed"),
-        "reduce_failures": incidents.get("reduce_failures", 0),
-        "last_reduce_failure": incidents.get("last_reduce_failure"),
-        "refusing_cancel": incidents.get("refusing_cancel", []),
-        "refused_cancel": incidents.get("refused_cancel", 0),
+        **statistics.incidents,
         **runner.metrics.to_dict(now_mono),
     }

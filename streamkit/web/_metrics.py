@@ -115,6 +115,11 @@ def _processor_families(
         "malformed_payloads", "Events skipped because their payload failed its schema."
     )
     reduce_failures = counter("reduce_failures", "Events whose reduce raised (state kept).")
+    malformed_by_type = CounterMetricFamily(
+        "streamkit_processor_malformed_payloads_by_type",
+        "Events skipped as malformed, per stored type and payload version.",
+        labels=[*_LABELS, "type", "version"],
+    )
     dropped = counter(
         "events_dropped", "Events an upcaster dropped: the current code no longer reads their type."
     )
@@ -149,6 +154,10 @@ def _processor_families(
         batches.add_metric(labels, float(row.get("batches", 0)))
         failures.add_metric(labels, float(row.get("batch_failures", 0)))
         malformed.add_metric(labels, float(row.get("malformed_payloads", 0)))
+        for kind in row.get("malformed_by_type") or ():
+            malformed_by_type.add_metric(
+                [*labels, kind["type"], str(kind["version"])], float(kind["count"])
+            )
         reduce_failures.add_metric(labels, float(row.get("reduce_failures", 0)))
         dropped.add_metric(labels, float(row.get("dropped_events", 0)))
         refusing.add_metric(labels, float(len(row.get("refusing_cancel") or ())))
@@ -169,6 +178,7 @@ def _processor_families(
         batches,
         failures,
         malformed,
+        malformed_by_type,
         reduce_failures,
         dropped,
         refusing,

@@ -43,6 +43,7 @@ EXPECTED = {
     "MalformedRequest",
     "NotFound",
     "OffsetConflict",
+    "PayloadMalformed",
     "ProcessEventArgs",
     "ProcessorContract",
     "ProcessorEngine",

@@ -607,6 +607,85 @@ async def test_a_payload_newer_than_the_code_stalls_the_processor_at_it_in_statu
     assert (await stored_checkpoint(db, "task-board") or (0,))[0] == older[-1].offset
 
 
+UNREADABLE = {
+    "type": "task.created",
+    "payload": {"title": "x", "priority": "high"},
+    "payload_version": 3,
+}
+
+
+async def test_a_processor_set_to_stall_on_malformed_stops_there_until_an_operator_skips(
+    tmp_path: Path,
+) -> None:
+    """on_malformed = "stall" from the host config: stalled before the payload, then skipped."""
+    db = tmp_path / "h.db"
+    async with open_log(db) as log:
+        first, bad, after = await log.stream("/").append(
+            stored_at(3, "a", 1, "ana"), UNREADABLE, stored_at(3, "c", 1, "cy")
+        )
+    config = make_config(
+        tmp_path,
+        processors=[{"class": "support.upcasting:TaskBoard", "on_malformed": "stall"}],
+    )
+    host = ProcessorHost(config, serve_control=False)
+    try:
+        await host.start()
+        runner = host.runner("task-board")
+        await wait_for(lambda: runner.stalled)
+        (row,) = (await host.status())["processors"]
+        assert (row["state"], row["stalled_at"], row["stopped_at"], row["cursor"]) == (
+            "stalled",
+            bad.offset,
+            bad.offset,
+            first.offset,
+        )
+        assert row["last_error"]["code"] == "PAYLOAD_MALFORMED"
+        assert f"--offset {bad.offset}" in row["last_error"]["error"]
+        assert (row["malformed_payloads"], row["malformed_by_type"]) == (0, [])
+        assert (await stored_checkpoint(db, "task-board") or (0,))[0] == first.offset
+        await host.skip("task-board", bad.offset, by="tester", reason="a producer's bug")
+        # The engine stopped there is replaced by one that reads past the skipped event.
+        await wait_for(lambda: (runner.engine.cursor if runner.engine else 0) >= after.offset)
+        assert (await host.snapshot("task-board"))["state"]["titles"] == ["a", "c"]
+        (row,) = (await host.status())["processors"]
+        assert (row["stalled"], row["stopped_at"]) == (False, None)
+    finally:
+        await host.stop(grace=0.0)
+
+
+async def test_status_shows_skipped_payloads_per_type_and_version_and_dropped_events(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """The default "skip": every kind counted with its first offsets; DROPs counted beside."""
+    db = tmp_path / "h.db"
+    async with open_log(db) as log:
+        committed = await log.stream("/").append(
+            stored_at(1, "a", 0, "ana"),
+            UNREADABLE,
+            {"type": "task.retired", "payload": {}},
+            {**UNREADABLE, "payload_version": 2},
+            UNREADABLE,
+        )
+    host = hosts(TaskBoard())
+    await host.start()
+    await host.wait_until_processed("task-board", committed[-1].offset)
+    (row,) = (await host.status())["processors"]
+    offsets = [event.offset for event in committed]
+    assert row["malformed_payloads"] == 3
+    assert row["malformed_by_type"] == [
+        {"type": "task.created", "version": 2, "count": 1, "first_offsets": [offsets[3]]},
+        {
+            "type": "task.created",
+            "version": 3,
+            "count": 2,
+            "first_offsets": [offsets[1], offsets[4]],
+        },
+    ]
+    assert row["dropped_events"] == 1
+    assert row["stopped_at"] is None
+    assert (await host.snapshot("task-board"))["state"]["titles"] == ["a"]
+
+
 async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
     tmp_path: Path, hosts: HostFactory
 ) -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from support.host import Fragile, Pinged, Second, Tally
+from support.upcasting import CREATED, RETIRED, TaskBoard, Tasks, stored_at
 
-from streamkit import ReduceCheckpointTable
+from streamkit import ReduceCheckpointTable, define_processor_contract, open_log
 from streamkit.cli import main
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
@@ -282,3 +283,41 @@ async def test_status_over_several_hosts_says_which_host_holds_each_lease(short_
     assert f"lease=held by {b.owner} " in lines["second"]
     assert "held here" not in out
     assert sum(line.startswith("host: ") for line in out.splitlines()) == 2
+
+
+async def test_status_names_each_kind_of_skipped_payload_and_where_a_processor_stopped(
+    short_dir: Path,
+) -> None:
+    """Per (type, version) skipped counts, DROPs, and a strict processor stopped before an event."""
+
+    class StrictBoard(TaskBoard):
+        contract = define_processor_contract(
+            slug="strict-board",
+            version="1",
+            state_schema=Tasks,
+            events={"task.created": CREATED, "task.retired": RETIRED},
+            consumes=["task.created", "task.retired"],
+            on_malformed="stall",
+        )
+
+    db = short_dir / "m.db"
+    unreadable = {"type": "task.created", "payload": {"title": 1}, "payload_version": 3}
+    async with open_log(db) as log:
+        committed = await log.stream("/").append(
+            stored_at(1, "a", 0, "ana"), unreadable, {"type": "task.retired", "payload": {}}
+        )
+    bad = committed[1].offset
+    config = HostConfig.model_validate(
+        {"db": str(db), "retry": {"initial_delay": 0.01, "max_delay": 0.02, "stall_after": 2}}
+    )
+    async with ProcessorHost(config, processors=[TaskBoard(), StrictBoard()]) as running:
+        await running.wait_until_processed("task-board", committed[-1].offset)
+        strict = running.runner("strict-board")
+        await until(lambda: strict.stalled)
+        code, out = await cli("status", "--db", str(db))
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert code == 0
+    assert f"malformed[task.created v3]=1 (first at {bad})" in lines["task-board"]
+    assert "dropped=1 (an upcaster returned DROP)" in lines["task-board"]
+    assert f"STALLED at offset {bad}" in lines["strict-board"]
+    assert f"stopped before offset {bad} (PAYLOAD_MALFORMED)" in lines["strict-board"]

@@ -56,6 +56,10 @@ class = "hostprocs:Tally"
 class = "hostprocs:Fragile"
 
 [[processors]]
+class = "hostprocs:Typed"
+path = "/orders"
+
+[[processors]]
 class = "streamkit.processors.tasks:TasksProcessor"
 path = "/ops"
 [processors.kwargs]
@@ -125,7 +129,8 @@ def rows(driver: WebDriver, css: str) -> list[str]:
 
 @pytest.fixture
 def page(browser: WebDriver, tmp_path: Path) -> Iterator[tuple[WebDriver, Path, str]]:
-    """The page of a daemon running Tally and Fragile on / and the tasks and the DLQ on /ops."""
+    """The page of a daemon running Tally and Fragile on /, Typed on /orders, and the tasks
+    and the DLQ on /ops."""
     shutil.copy(ROOT / "tests" / "support" / "host.py", tmp_path / "hostprocs.py")
     (tmp_path / "pagejobs.py").write_text(_JOBS)
     (tmp_path / "streamkit.toml").write_text(_CONFIG)
@@ -226,6 +231,12 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     assert "failing:" in problem
     assert "poison at" in problem
     assert text_of(browser, f"{fragile} td.state") == "failing"
+
+    # A payload that does not validate is skipped: the page names its type and version.
+    append(db, {"type": "order", "payload": {"order": "many"}}, path="/orders")
+    typed = 'tr[data-slug="typed"] td.problem-cell'
+    wait.until(lambda d: "skipped as malformed: order v1" in text_of(d, typed))
+    assert "(first at offset " in text_of(browser, typed)
 
     # Tasks run on /ops, not /: the section is there, with the scheduled time.
     later = time.time() + 3600

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from starlette.routing import Route
 from support import ROOT
 from support.host import Fragile, Gated, Tally
+from support.upcasting import TaskBoard, stored_at
 
 import streamkit
 from streamkit import StreamEvent, StreamProcessor, define_processor_contract
@@ -957,3 +958,19 @@ async def test_an_event_of_wide_characters_is_measured_as_utf8_over_http(serve: 
     assert sent.status_code == 201, sent.text[:300]
     page = (await served.client.get("/v1/events")).json()
     assert page["events"][0]["payload"]["text"] == "\u00e9" * 200_000
+
+
+async def test_metrics_count_skipped_payloads_per_type_and_version(serve: Serve) -> None:
+    """The per-kind counter carries the stored type and payload version as labels."""
+    served = await serve(TaskBoard())
+    unreadable = {"type": "task.created", "payload": {"title": 1}, "payload_version": 3}
+    body = [stored_at(3, "a", 1, "ana"), unreadable, {**unreadable, "payload_version": 2}]
+    response = await served.client.post("/v1/events", json=body)
+    last = response.json()["events"][-1]["offset"]
+    await served.host.wait_until_processed("task-board", last)
+    found = samples((await served.client.get("/metrics")).text)
+    labels = (("path", "/"), ("slug", "task-board"))
+    assert found[("streamkit_processor_malformed_payloads_total", labels)] == 2
+    for version in ("2", "3"):
+        kind = (*labels, ("type", "task.created"), ("version", version))
+        assert found[("streamkit_processor_malformed_payloads_by_type_total", kind)] == 1

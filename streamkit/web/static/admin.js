@@ -249,6 +249,12 @@ function problemOf(p) {
     const last = p.last_malformed || {};
     notes.push(["warn", p.malformed_payloads + " malformed payload(s) skipped (last at offset " + last.offset + ", " + last.type + ")"]);
   }
+  for (const kind of p.malformed_by_type || []) {
+    notes.push(["warn", kind.count + " skipped as malformed: " + kind.type + " v" + kind.version + " (first at offset " + kind.first_offsets.join(", ") + ")"]);
+  }
+  if (p.stopped_at !== null && p.stopped_at !== undefined) {
+    notes.push(["problem", "stopped before offset " + p.stopped_at + " (" + ((p.last_error || {}).code || "see last error") + "): nothing after it is processed"]);
+  }
   if (p.dropped_events) {
     notes.push(["warn", p.dropped_events + " event(s) dropped by an upcaster (their type is retired)"]);
   }
