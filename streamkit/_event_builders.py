@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.errors import InvalidRequest
@@ -35,6 +35,7 @@ __all__ = [
     "FAST",
     "EventMaker",
     "PayloadTypes",
+    "failure_text",
     "make_event",
     "make_event_plain",
     "payload_validator",
@@ -249,3 +250,19 @@ def payload_validators(types: object) -> PayloadTypes:
         f"{types!r:.200}; nothing was read",
         details={"types": repr(types)[:200]},
     )
+
+
+def failure_text(exc: BaseException) -> str:
+    """Why a payload was not read, in one line of at most 300 characters.
+
+    A validation error gives its first field and problem (and how many more);
+    anything else its message, whitespace folded.
+    """
+    if isinstance(exc, ValidationError) and exc.errors():
+        errors = exc.errors()
+        first = errors[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the payload"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"{where}: {first['msg']}{more}"[:300]
+    text = " ".join(str(exc).split())
+    return (text or repr(exc))[:300]

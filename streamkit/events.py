@@ -214,6 +214,11 @@ class PreparedEvent:
     ephemeral: bool
     index: int
     payload_version: int = 1
+    version_named: bool = False
+    """Whether the input named its payload version (else it is 1, or its known definition's)."""
+    same_as: Callable[[PreparedEvent, StreamEvent], bool] | None = None
+    """How a retry of it is compared with a stored event of another version or name (set by
+    the log's catalog of definitions, which can lift both to one shape)."""
 
     def decoded(self, *, path: str, offset: int, created_at: str) -> StreamEvent:
         """The committed form: decoded from the serialized JSON, so it equals a later read."""
@@ -537,6 +542,7 @@ def prepare_event_plain(
         ephemeral,
         index,
         version if isinstance(version, int) else 1,
+        isinstance(version, int),
     )
 
 
@@ -548,7 +554,15 @@ def prepare_events(raws: Sequence[EventInput | Mapping[str, Any]]) -> list[Prepa
 
 
 def same_body(prepared: PreparedEvent, existing: StreamEvent) -> bool:
-    """Whether a retried input matches a committed event (type, payload, metadata as JSON)."""
+    """Whether a retried input matches a committed event (type, payload, metadata as JSON).
+
+    Of another payload version or type name, an input the log's catalog admitted is
+    compared by the catalog, in the newer shape (see :mod:`streamkit.catalog`).
+    """
+    if prepared.same_as is not None and (
+        prepared.payload_version != existing.payload_version or prepared.type != existing.type
+    ):
+        return prepared.same_as(prepared, existing)
     existing_payload = existing.payload
     if isinstance(existing_payload, BaseModel):
         existing_payload = existing_payload.model_dump(mode="json")

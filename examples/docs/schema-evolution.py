@@ -171,6 +171,36 @@ async def main() -> None:
     )
     await lenient.aclose()
     await log.aclose()
+    # --- docs/schema-evolution.md:311
+    from streamkit import InvalidEvent
+
+    door = open_log("door.db", contracts=[TaskBoard.contract])
+    tasks = door.stream("/tasks")
+    try:
+        await tasks.append({"type": "task.created", "payload": {"title": "x", "priority": "high"}})
+    except InvalidEvent as refused:
+        assert refused.details["field"] == "payload"
+        assert "priority" in refused.details["error"]
+    else:
+        raise AssertionError("a payload no reader can read is never committed")
+    assert await tasks.head() == 0
+    (stamped,) = await tasks.append(
+        {"type": "task.created", "payload": {"title": "y", "priority": 1, "owner": "yo"}}
+    )
+    assert stamped.payload_version == 3
+    # --- docs/schema-evolution.md:339
+    (first,) = await tasks.append(
+        {"type": "task.opened", "payload": {"title": "z", "assignee": "zoe"}, "idempotency_key": "z"}
+    )
+    retried = await tasks.append(
+        {
+            "type": "task.created",
+            "payload": {"title": "z", "priority": 0, "owner": "zoe"},
+            "idempotency_key": "z",
+        }
+    )
+    assert retried == [first]
+    await door.aclose()
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from streamkit._targets import is_postgres_target, postgres_target
 from streamkit.backends._storage import LogOptions, Storage
 from streamkit.backends.sqlite import SQLITE
+from streamkit.catalog import EventCatalog
+from streamkit.contract import ProcessorContract
 from streamkit.errors import LogOpenError
 from streamkit.log import MAX_BUFFERED_BYTES, Log
 from streamkit.protocols import Clock, HostStore
@@ -51,6 +54,7 @@ def open_log(
     inline_commits: bool = True,
     follower_bytes: int = MAX_BUFFERED_BYTES,
     read_only: bool = False,
+    contracts: Iterable[ProcessorContract[Any]] = (),
 ) -> Log:
     """Open (or create) the log ``target`` names; ``":memory:"`` gives a private in-memory log.
 
@@ -75,6 +79,15 @@ def open_log(
     ``head``, ``follow`` and queries work; every write is refused with
     :class:`~streamkit.errors.InvalidRequest` and nothing is written.
 
+    ``contracts``: processor contracts whose event definitions every append
+    must fit. An appended event of a type they define is checked against
+    the current definition (stamped with its version when it names none,
+    lifted when it names an older one) and refused with
+    :class:`~streamkit.errors.InvalidEvent` when it does not validate,
+    nothing of the call written; an idempotent retry in another version is
+    compared after lifting (see :mod:`streamkit.catalog`). Where two
+    contracts define one type, an event must fit both.
+
     ``synchronous`` and ``busy_timeout`` are SQLite's: ``PRAGMA synchronous``
     and how long a write waits for another process's write lock. On
     PostgreSQL (``postgresql://...``, the ``postgres`` extra) ``busy_timeout``
@@ -88,6 +101,7 @@ def open_log(
         inline_commits=inline_commits,
         follower_bytes=follower_bytes,
         read_only=read_only,
+        catalog=EventCatalog(contracts),
     )
     return storage_for(target).open(target, options)
 

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from streamkit.catalog import EventCatalog
 from streamkit.log import Log
 from streamkit.protocols import Clock, HostStore
 
@@ -29,6 +30,7 @@ class LogOptions:
     inline_commits: bool
     follower_bytes: int
     read_only: bool
+    catalog: EventCatalog | None = None
 
 
 class Storage(Protocol):

@@ -60,7 +60,9 @@ def add_append(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--payload-version",
         type=positive_int,
-        help="the version of the payload's shape (default 1; see docs/schema-evolution.md)",
+        help="the version of the payload's shape (default: 1, or, through a running host, "
+        "the current version of the host's definition of the type; see "
+        "docs/schema-evolution.md)",
     )
     p.add_argument(
         "--expect-offset",

@@ -30,9 +30,9 @@ from enum import Enum
 from typing import Any, Final, Generic, TypeVar
 
 import structlog
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from streamkit._event_builders import payload_validator, reshaped, with_payload
+from streamkit._event_builders import failure_text, payload_validator, reshaped, with_payload
 from streamkit.contract import OnMalformed, check_on_malformed
 from streamkit.errors import PayloadMalformed, SchemaAhead, StreamkitError
 from streamkit.events import StreamEvent
@@ -375,7 +375,7 @@ class Fold(Generic[S]):
             self.stopped = PayloadMalformed(
                 f'processor "{self._slug}" stopped before offset {event.offset}: its '
                 f'"{event.type}" payload (version {event.payload_version}) does not validate '
-                f'({_error_text(exc)}); on_malformed is "stall", so nothing was skipped; '
+                f'({failure_text(exc)}); on_malformed is "stall", so nothing was skipped; '
                 "deploy code that reads it (a model or an upcaster), or run `streamkit skip "
                 f"{self._slug} --offset {event.offset}` to move past it",
                 details={
@@ -383,7 +383,7 @@ class Fold(Generic[S]):
                     "offset": event.offset,
                     "type": event.type,
                     "version": event.payload_version,
-                    "error": _error_text(exc),
+                    "error": failure_text(exc),
                 },
             )
             return True
@@ -437,17 +437,5 @@ def _reduces(
 
 def _incident(event: StreamEvent, exc: Exception) -> dict[str, Any]:
     # One line: `status` prints it on the processor's line.
-    error = f"{type(exc).__name__}: {_error_text(exc)}"
+    error = f"{type(exc).__name__}: {failure_text(exc)}"
     return {"offset": event.offset, "type": event.type, "error": error}
-
-
-def _error_text(exc: Exception) -> str:
-    """What failed, in one line: a validation error's first field and problem, cut to 300."""
-    if isinstance(exc, ValidationError) and exc.errors():
-        errors = exc.errors()
-        first = errors[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the payload"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        return f"{where}: {first['msg']}{more}"[:300]
-    text = " ".join(str(exc).split())
-    return (text or repr(exc))[:300]

@@ -220,6 +220,9 @@ class ProcessorHost:
             synchronous=config.synchronous,
             clock=self.clock,
             follower_bytes=config.limits.subscriber_bytes,
+            # Producers are refused at the door: an append of a type these processors
+            # read must fit their definitions (HTTP, the socket, the CLI through it).
+            contracts=[entry.processor.contract for entry in self._entries],
         )
         self.log = log
         try:

@@ -45,6 +45,7 @@ from streamkit._requests import (
     TransactionJob,
 )
 from streamkit._speed import FAST as SPEED_TRICKS
+from streamkit.catalog import EventCatalog
 from streamkit.errors import InvalidRequest, LogClosed
 from streamkit.events import (
     MAX_OFFSET,
@@ -100,9 +101,12 @@ class Log:
         inline_commits: bool = True,
         follower_bytes: int = MAX_BUFFERED_BYTES,
         read_only: bool = False,
+        catalog: EventCatalog | None = None,
     ) -> None:
         """Open ``backend(feed)`` under this log (``open_log`` does this; prefer it)."""
         self._read_only = read_only
+        # The definitions every append of a type they know must fit (see streamkit.catalog).
+        self._catalog = catalog if catalog else None
         _check_int("follower_bytes", follower_bytes, 1)
         self.shared_pages = SharedPages()
         """Full pages read lately, handed to the next reader of the same range (see its module)."""
@@ -360,6 +364,8 @@ class Log:
         """
         if self._closed or self._read_only:
             self._check_writable()
+        if self._catalog is not None:
+            events = self._catalog.admit(events)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[StreamEvent]]
         grouping = self._grouping

@@ -41,6 +41,7 @@ BASE = {
     "streamkit.errors",
     "streamkit.events",
     "streamkit.contract",
+    "streamkit.catalog",
     "streamkit.upcasting",
     "streamkit.processor",
     "streamkit.live_state",

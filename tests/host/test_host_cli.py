@@ -315,6 +315,11 @@ async def test_status_names_each_kind_of_skipped_payload_and_where_a_processor_s
         strict = running.runner("strict-board")
         await until(lambda: strict.stalled)
         code, out = await cli("status", "--db", str(db))
+        # Through the host, a payload its processors cannot read is refused at the door.
+        refused, _ = await cli("append", "--db", str(db), "task.created", "--payload", "{}")
+        assert refused == 1
+        assert running.log is not None
+        assert await running.log.stream("/").head() == committed[-1].offset
     lines = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert code == 0
     assert f"malformed[task.created v3]=1 (first at {bad})" in lines["task-board"]

@@ -78,6 +78,12 @@ def append(db: Path, event: dict[str, object], path: str = "/") -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
+async def append_directly(db: Path, event: dict[str, object], path: str) -> None:
+    """Append from this process, through a log opened without any contracts."""
+    async with open_log(db) as log:
+        await log.stream(path).append(event)
+
+
 def durable_items(db: Path) -> list[StreamEvent]:
     async def read() -> list[StreamEvent]:
         async with open_log(db, read_only=True) as log:
@@ -233,7 +239,10 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     assert text_of(browser, f"{fragile} td.state") == "failing"
 
     # A payload that does not validate is skipped: the page names its type and version.
-    append(db, {"type": "order", "payload": {"order": "many"}}, path="/orders")
+    # (The host refuses it at its door; a producer writing straight to the file does not.)
+    with pytest.raises(subprocess.CalledProcessError):
+        append(db, {"type": "order", "payload": {"order": "many"}}, path="/orders")
+    asyncio.run(append_directly(db, {"type": "order", "payload": {"order": "many"}}, "/orders"))
     typed = 'tr[data-slug="typed"] td.problem-cell'
     wait.until(lambda d: "skipped as malformed: order v1" in text_of(d, typed))
     assert "(first at offset " in text_of(browser, typed)

@@ -27,7 +27,7 @@ from support.host import Fragile, Gated, Tally
 from support.upcasting import TaskBoard, stored_at
 
 import streamkit
-from streamkit import StreamEvent, StreamProcessor, define_processor_contract
+from streamkit import StreamEvent, StreamProcessor, define_processor_contract, open_log
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidConfig
 from streamkit.host import ProcessorHost
@@ -964,13 +964,50 @@ async def test_metrics_count_skipped_payloads_per_type_and_version(serve: Serve)
     """The per-kind counter carries the stored type and payload version as labels."""
     served = await serve(TaskBoard())
     unreadable = {"type": "task.created", "payload": {"title": 1}, "payload_version": 3}
-    body = [stored_at(3, "a", 1, "ana"), unreadable, {**unreadable, "payload_version": 2}]
-    response = await served.client.post("/v1/events", json=body)
-    last = response.json()["events"][-1]["offset"]
-    await served.host.wait_until_processed("task-board", last)
+    # Written past the host's door, as a producer opening the file itself could.
+    async with open_log(served.host.config.db) as log:
+        placed = await log.stream("/").append(
+            stored_at(3, "a", 1, "ana"), unreadable, {**unreadable, "payload_version": 2}
+        )
+    await served.host.wait_until_processed("task-board", placed[-1].offset)
     found = samples((await served.client.get("/metrics")).text)
     labels = (("path", "/"), ("slug", "task-board"))
     assert found[("streamkit_processor_malformed_payloads_total", labels)] == 2
     for version in ("2", "3"):
         kind = (*labels, ("type", "task.created"), ("version", version))
         assert found[("streamkit_processor_malformed_payloads_by_type_total", kind)] == 1
+
+
+async def test_a_payload_the_hosts_processors_cannot_read_is_refused_at_the_door(
+    serve: Serve,
+) -> None:
+    """422 INVALID_EVENT naming the field, nothing written; an unnamed version is stamped."""
+    served = await serve(TaskBoard())
+    assert served.host.log is not None
+    stream = served.host.log.stream("/")
+    head = await stream.head()
+    bad = {"type": "task.created", "payload": {"title": "x", "priority": "high", "owner": "o"}}
+    body = assert_problem(
+        await served.client.post("/v1/events", json=[stored_at(3, "a", 1, "ana"), bad]),
+        422,
+        "INVALID_EVENT",
+    )
+    assert "priority" in body["detail"]
+    assert "nothing was appended" in body["detail"]
+    assert await stream.head() == head
+    # The current shape without a version is stored at the definition's version (3);
+    # an older one named is lifted to be checked, and stored as it was written.
+    current = {"type": "task.created", "payload": {"title": "b", "priority": 1, "owner": "bo"}}
+    response = await served.client.post("/v1/events", json=[current, stored_at(1, "c", 0, "cy")])
+    assert response.status_code == 201, response.text
+    events = response.json()["events"]
+    assert [e.get("payload_version", 1) for e in events] == [3, 1]
+    no_priority = {"title": "d", "assignee": "di"}  # version 2 had a required priority
+    assert_problem(
+        await served.client.post(
+            "/v1/events",
+            json={"type": "task.created", "payload": no_priority, "payload_version": 2},
+        ),
+        422,
+        "INVALID_EVENT",
+    )

@@ -32,6 +32,7 @@ class PostgresStorage:
             inline_commits=False,
             follower_bytes=options.follower_bytes,
             read_only=options.read_only,
+            catalog=options.catalog,
         )
 
     def host_store(self, log: Log) -> HostStore:

@@ -29,6 +29,7 @@ class SqliteStorage:
             inline_commits=options.inline_commits,
             follower_bytes=options.follower_bytes,
             read_only=options.read_only,
+            catalog=options.catalog,
         )
 
     def host_store(self, log: Log) -> HostStore:

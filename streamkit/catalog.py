@@ -1,0 +1,186 @@
+"""What a log knows of the event types it is given: payloads checked at the door, retries compared.
+
+An :class:`EventCatalog` holds the event definitions of some processor
+contracts (their own and their dependencies'; where two define one type,
+both). A log opened with contracts
+(``open_log(..., contracts=[...])``, and every host's log, with the
+contracts of the processors it runs) passes each appended event of a type
+it knows through :meth:`EventCatalog.admit` before anything is written:
+
+- an event that names no ``payload_version`` is of the current shape: its
+  payload must validate against the current model, and it is stored at the
+  definition's version (so a producer that forgot the version cannot have
+  its current-shape payload lifted again as an old one); where the
+  definitions of its type disagree on that version, it must name one (an
+  event under a type's former name is of an old shape: unnamed, version 1);
+- one that names an older version is lifted through the upcasters and must
+  validate at the end (a version a retired type's DROP ends at is refused:
+  no reader would ever see it);
+- one that names a version newer than the definition is stored as it is:
+  this code cannot judge it, and the processors that read it run newer code.
+
+An event must fit every definition of its type that can judge it. Anything
+else is refused with :class:`~streamkit.errors.InvalidEvent`
+naming the event, its type and version and the first problem, and nothing
+of the call is written: a payload its readers could not read is never
+committed. Types the catalog does not know pass as they are.
+
+An admitted event also carries the catalog's comparison for idempotent
+retries: a retry that reaches the log in another version (or under the
+type's other name) than the event its key names is compared after both are
+lifted to the newer version, so a retry across a deploy returns the stored
+event instead of a spurious ``IDEMPOTENCY_CONFLICT``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from streamkit._event_builders import failure_text
+from streamkit.contract import EventDefinition, ProcessorContract
+from streamkit.errors import InvalidEvent
+from streamkit.events import PreparedEvent, StreamEvent
+from streamkit.upcasting import DROP, upcast
+
+__all__ = ["EventCatalog"]
+
+
+class EventCatalog:
+    """The event definitions of some contracts, by the names events are stored under.
+
+    Each stored name (a type, or a name a definition was ``renamed_from``)
+    maps to every distinct definition that reads it: two processors may each
+    define the same type, and an append must fit every one of them.
+    """
+
+    __slots__ = ("_readers",)
+
+    def __init__(self, contracts: Iterable[ProcessorContract[Any]]) -> None:
+        readers: dict[str, list[tuple[str, EventDefinition]]] = {}
+
+        def add(stored: str, current: str, definition: EventDefinition) -> None:
+            known = readers.setdefault(stored, [])
+            if all(seen is not definition for _, seen in known):
+                known.append((current, definition))
+
+        for contract in contracts:
+            for etype in contract.payload_schemas():
+                definition = contract.definition_for(etype)
+                assert definition is not None  # every type with a schema has its definition
+                add(etype, etype, definition)
+            for old, current in contract.renames().items():
+                definition = contract.definition_for(current)
+                assert definition is not None  # a rename belongs to a definition
+                add(old, current, definition)
+        self._readers = readers
+
+    def __bool__(self) -> bool:
+        return bool(self._readers)
+
+    def admit(self, events: Sequence[PreparedEvent]) -> list[PreparedEvent]:
+        """``events``, each of a known type checked and stamped (see the module); raise to refuse."""
+        admitted = list(events)
+        readers = self._readers
+        for position, event in enumerate(admitted):
+            known = readers.get(event.type)
+            if known is not None:
+                admitted[position] = self._admit(event, known)
+        return admitted
+
+    def _admit(
+        self, event: PreparedEvent, readers: list[tuple[str, EventDefinition]]
+    ) -> PreparedEvent:
+        if event.version_named:
+            version = event.payload_version
+        else:
+            # Under a former name an event is of an old shape: unnamed, it is version 1,
+            # as a stored event without a version reads.
+            versions = sorted({d.version for current, d in readers if current == event.type}) or [1]
+            if len(versions) > 1:
+                raise _refused(
+                    event,
+                    event.payload_version,
+                    f"the definitions read here disagree on its current version ({versions}); "
+                    "name its payload_version",
+                )
+            version = versions[0]
+        payload: Any = None
+        for current, definition in readers:
+            latest = definition.version
+            if version > latest:
+                continue  # newer than this reader: code that knows the version reads it
+            model = definition.payload_schema
+            try:
+                if version == latest:
+                    model.model_validate_json(event.payload_json)
+                    continue
+                if payload is None:
+                    payload = json.loads(event.payload_json)
+                lifted = upcast(current, payload, version, latest, definition.upcasters)
+                if lifted is DROP:
+                    raise _refused(
+                        event,
+                        version,
+                        f"its readers drop every version-{version} event (the type is "
+                        "retired); append the current shape, or a type still read",
+                    )
+                model.model_validate(lifted)
+            except InvalidEvent as exc:
+                if exc.details.get("index") == event.index:
+                    raise  # already this event's refusal
+                raise _refused(event, version, exc.message) from exc
+            except Exception as exc:  # the model's refusal, or an upcaster's (user code)
+                raise _refused(event, version, f"{model.__name__}: {failure_text(exc)}") from exc
+        return dataclasses.replace(
+            event, payload_version=version, version_named=True, same_as=self.same_body
+        )
+
+    def same_body(self, prepared: PreparedEvent, existing: StreamEvent) -> bool:
+        """Whether a retry and a stored event are one body, compared in the newer shape.
+
+        Compared by a definition that reads both names; False (the key's
+        conflict stands) when none does, or a payload cannot be lifted.
+        """
+        if json.loads(prepared.metadata_json) != existing.metadata:
+            return False
+        stored_readers = self._readers.get(existing.type, [])
+        for current, definition in self._readers.get(prepared.type, []):
+            if any(seen is definition for _, seen in stored_readers):
+                stored = existing.payload
+                if isinstance(stored, BaseModel):
+                    stored = stored.model_dump(mode="json")
+                newer = max(prepared.payload_version, existing.payload_version)
+                try:
+                    retried = upcast(
+                        current,
+                        json.loads(prepared.payload_json),
+                        prepared.payload_version,
+                        newer,
+                        definition.upcasters,
+                    )
+                    kept = upcast(
+                        current, stored, existing.payload_version, newer, definition.upcasters
+                    )
+                except Exception:
+                    return False
+                return retried is not DROP and retried == kept
+        return False
+
+
+def _refused(event: PreparedEvent, version: int, why: str) -> InvalidEvent:
+    return InvalidEvent(
+        f'event #{event.index}: its "{event.type}" payload (version {version}) does not fit '
+        f"the current definition: {why}; nothing was appended",
+        details={
+            "index": event.index,
+            "field": "payload",
+            "type": event.type,
+            "version": version,
+            "error": why[:300],
+        },
+    )
