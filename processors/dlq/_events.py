@@ -14,7 +14,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from streamkit.processors.dlq._scan import DlqRecord
 
-from streamkit import EventDefinition, InvalidEvent, StreamEvent, define_processor_contract
+from streamkit import (
+    EventDefinition,
+    InvalidEvent,
+    StreamEvent,
+    Upcaster,
+    define_processor_contract,
+)
 
 DEAD_LETTERED = "dlq.dead-lettered"
 REPLAY_REQUESTED = "dlq.replay-requested"
@@ -55,6 +61,9 @@ class DeadLettered(_Payload):
     actor: str | None = None
     request_type: str | None = None
     """The event type the default replay re-appends ``payload`` as; None: no default replay."""
+    request_version: int = Field(default=1, ge=1)
+    """The payload version ``payload`` is of, as a ``request_type`` event: the replay re-appends
+    it at that version, so a later release lifts it as any stored event of that version."""
     replay: int = Field(default=0, ge=0)
     """How many replays this record has had (0 when first dead-lettered)."""
 
@@ -177,8 +186,21 @@ class DlqState(BaseModel):
     refused_replays: int = 0
 
 
-def _definition(description: str, schema: type[BaseModel]) -> EventDefinition:
-    return EventDefinition(description=description, payload_schema=schema)
+Upcasters = Mapping[int, Upcaster] | None
+
+
+def _definition(
+    description: str, schema: type[BaseModel], *, version: int = 1, upcasters: Upcasters = None
+) -> EventDefinition:
+    """A definition of this module's events. A change an old payload would not survive (a
+    required field added, one renamed) bumps ``version`` and adds the upcaster from the one
+    before: logs of every earlier release keep folding (docs/schema-evolution.md)."""
+    return EventDefinition(
+        description=description,
+        payload_schema=schema,
+        version=version,
+        upcasters=upcasters or {},
+    )
 
 
 DLQ_CONTRACT = define_processor_contract(
@@ -241,11 +263,13 @@ def dead_lettered_event(
     idempotency_key: str | None = None,
     request_type: str | None = None,
     replay_of: ReplayRef | None = None,
+    request_version: int = 1,
 ) -> dict[str, Any]:
     """The ``dlq.dead-lettered`` event input for a record (append it, e.g. with ``args.append``).
 
     ``request_type`` is the event type the DLQ's default replay re-appends
-    ``payload`` as (None: only a registered replay handler can replay it).
+    ``payload`` as (None: only a registered replay handler can replay it), at
+    payload version ``request_version`` (the version of that shape).
     ``replay_of`` is the :class:`ReplayRef` of the request that failed when
     the failed work was itself a DLQ replay (:func:`replay_ref`): the event then
     re-dead-letters that record, taking its id and replay number from the ref.
@@ -263,6 +287,7 @@ def dead_lettered_event(
             resource_id=resource_id,
             actor=actor,
             request_type=request_type,
+            request_version=request_version,
             replay=0 if replay_of is None else replay_of.replay,
         )
     except ValidationError as exc:

@@ -313,6 +313,8 @@ class ReplayPass:
             {
                 "type": item.record.request_type,
                 "payload": item.record.payload,
+                # At the version it was recorded in: the consumer's fold lifts an old one.
+                "payload_version": item.record.request_version,
                 # Marked as this replay of this record, so its origin reports the outcome.
                 "metadata": {
                     "dlq": {"record_id": item.record.record_id, "replay": item.ctx.replay}
@@ -348,6 +350,7 @@ class ReplayPass:
             resource_id=record.resource_id,
             actor=record.actor,
             request_type=record.request_type,
+            request_version=record.request_version,
             replay_of=ReplayRef(record_id=record.record_id, replay=replay),
             idempotency_key=self._key("dead-lettered", record.record_id, replay),
         )

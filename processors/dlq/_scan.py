@@ -70,6 +70,8 @@ class DlqRecord(BaseModel):
     resource_id: str | None = None
     actor: str | None = None
     request_type: str | None = None
+    request_version: int = 1
+    """The payload version of ``payload`` as a ``request_type`` event."""
     offset: int
     """The offset of the record's latest ``dlq.dead-lettered`` event (its body)."""
     dead_lettered_at: str
@@ -120,6 +122,7 @@ def record_from_event(event: StreamEvent, status: RecordStatus = "pending") -> D
             resource_id=payload.get("resource_id"),
             actor=payload.get("actor"),
             request_type=payload.get("request_type"),
+            request_version=payload.get("request_version", 1),
             offset=event.offset,
             dead_lettered_at=event.created_at,
         )

@@ -119,26 +119,36 @@ NOTIFICATION_EVENTS: ProcessorContract[Any] = define_processor_contract(
     state_schema=_NoState,
     events={
         NOTIFICATION_SENT: EventDefinition(
-            description="a channel accepted a notification", payload_schema=NotificationSent
+            description="a channel accepted a notification",
+            payload_schema=NotificationSent,
+            version=1,
         ),
         NOTIFICATION_ATTEMPT_FAILED: EventDefinition(
             description="a delivery attempt failed; it is retried at retry_at",
             payload_schema=NotificationAttemptFailed,
+            version=1,
         ),
         NOTIFICATION_DEAD_LETTERED: EventDefinition(
-            description="a notification was given up on", payload_schema=NotificationDeadLettered
+            description="a notification was given up on",
+            payload_schema=NotificationDeadLettered,
+            version=1,
         ),
         NOTIFICATION_RENDER_FAILED: EventDefinition(
             description="a rule's template could not render over its event",
             payload_schema=NotificationRenderFailed,
+            version=1,
         ),
         NOTIFICATION_RESEND_REQUESTED: EventDefinition(
             description="deliver a notification again (a dead-letter replay)",
             payload_schema=ResendRequested,
+            version=1,
         ),
     },
 )
-"""The notification event types and their payload schemas, to list in ``processor_deps``."""
+"""The notification event types and their payload schemas, to list in ``processor_deps``.
+
+Each names its payload version: a change an old payload would not survive bumps it, with
+the upcaster from the one before (docs/schema-evolution.md)."""
 
 OWN_TYPES = frozenset(NOTIFICATION_EVENTS.events or ())
 

@@ -19,6 +19,7 @@ from streamkit.processors.dlq import ReplayRef, dead_lettered_event
 from streamkit.processors.notifications._asks import Ask
 from streamkit.processors.notifications._events import (
     NOTIFICATION_DEAD_LETTERED,
+    NOTIFICATION_EVENTS,
     NOTIFICATION_RENDER_FAILED,
     NOTIFICATION_RESEND_REQUESTED,
     NotificationDeadLettered,
@@ -152,6 +153,7 @@ def _dlq_record(
         attempts=attempts,
         resource_id=nid,
         request_type=NOTIFICATION_RESEND_REQUESTED,
+        request_version=NOTIFICATION_EVENTS.payload_version_of(NOTIFICATION_RESEND_REQUESTED),
         replay_of=ref,
         idempotency_key=key(f"{nid}/{request}/dlq"),
     )

@@ -14,7 +14,13 @@ from streamkit.processors.dlq import (
     ReplayRef,
 )
 
-from streamkit import EventDefinition, InvalidEvent, SharedMap, define_processor_contract
+from streamkit import (
+    EventDefinition,
+    InvalidEvent,
+    SharedMap,
+    Upcaster,
+    define_processor_contract,
+)
 
 TASK_REQUESTED = "task.requested"
 TASK_ATTEMPT_STARTED = "task.attempt-started"
@@ -152,8 +158,21 @@ class TasksState(BaseModel):
     counts: TaskCounts = Field(default_factory=TaskCounts)
 
 
-def _definition(description: str, schema: type[BaseModel]) -> EventDefinition:
-    return EventDefinition(description=description, payload_schema=schema)
+Upcasters = Mapping[int, Upcaster] | None
+
+
+def _definition(
+    description: str, schema: type[BaseModel], *, version: int = 1, upcasters: Upcasters = None
+) -> EventDefinition:
+    """A definition of this module's events. A change an old payload would not survive (a
+    required field added, one renamed) bumps ``version`` and adds the upcaster from the one
+    before: logs of every earlier release keep folding (docs/schema-evolution.md)."""
+    return EventDefinition(
+        description=description,
+        payload_schema=schema,
+        version=version,
+        upcasters=upcasters or {},
+    )
 
 
 TASKS_CONTRACT = define_processor_contract(

@@ -51,16 +51,20 @@ class Outcomes:
     """What a :class:`~._processor.TasksProcessor` appends when a task run moves on.
 
     ``idempotency_key`` is the processor's (stable per event and step),
-    ``retry_delay(task_id, request_offset, attempt)`` its backoff.
+    ``retry_delay(task_id, request_offset, attempt)`` its backoff,
+    ``request_version`` the payload version of its ``task.requested`` (what a
+    dead-lettered record's request is, for its replay).
     """
 
     def __init__(
         self,
         idempotency_key: Callable[..., str],
         retry_delay: Callable[[str, int, int], float],
+        request_version: int = 1,
     ) -> None:
         self._idempotency_key = idempotency_key
         self._retry_delay = retry_delay
+        self._request_version = request_version
         # An attempt's outcome goes in one append with the others ending in its loop turn.
         self._joint = JointAppends(lambda args, events: self.append(args, *events))
 
@@ -169,6 +173,7 @@ class Outcomes:
                 attempts=attempts,
                 resource_id=task.task_id,
                 request_type=TASK_REQUESTED,
+                request_version=self._request_version,
                 replay_of=task.dlq,
                 idempotency_key=self.key(task, f"{attempts}/dlq"),
             ),
@@ -206,6 +211,7 @@ class Outcomes:
                     attempts=attempts,
                     resource_id=task.task_id,
                     request_type=TASK_REQUESTED,
+                    request_version=self._request_version,
                     replay_of=task.dlq,
                     idempotency_key=self.key(task, "cancelled-dlq"),
                 )

@@ -171,7 +171,11 @@ class TasksProcessor(StreamProcessor[TasksState]):
         # slots that free up before the next pass are filled from it (_refill).
         self._at_head: tuple[ProcessEventArgs[TasksState], TasksState] | None = None
         self._refill_due = False
-        self._outcomes = Outcomes(self.idempotency_key, self.retry_delay)
+        self._outcomes = Outcomes(
+            self.idempotency_key,
+            self.retry_delay,
+            self.contract.payload_version_of(TASK_REQUESTED),
+        )
 
     # -- pure parts -----------------------------------------------------------------
 
@@ -415,6 +419,7 @@ class TasksProcessor(StreamProcessor[TasksState]):
                     error=f"rejected: {reason}",
                     attempts=0,
                     request_type=TASK_REQUESTED,
+                    request_version=self.contract.payload_version_of(TASK_REQUESTED),
                     replay_of=ref,
                     idempotency_key=self.idempotency_key("rejected-dlq", event),
                 )

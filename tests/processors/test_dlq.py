@@ -27,9 +27,13 @@ from streamkit.processors.dlq import (
     replay_requested_event,
 )
 from streamkit.processors.tasks import (
+    TASK_REQUESTED,
     TASK_SUCCEEDED,
+    TASKS_CONTRACT,
     TaskContext,
+    TaskRequested,
     TasksProcessor,
+    TasksState,
     task_requested_event,
 )
 from streamkit.testing import (
@@ -42,7 +46,14 @@ from streamkit.testing import (
     settle,
 )
 
-from streamkit import InvalidEvent, ProcessorEngine, StreamProcessor, open_log
+from streamkit import (
+    EventDefinition,
+    InvalidEvent,
+    ProcessorEngine,
+    StreamProcessor,
+    define_processor_contract,
+    open_log,
+)
 
 T0 = 1_700_000_000.0
 
@@ -261,6 +272,90 @@ async def test_failed_tasks_replay_through_the_tasks_processor(rig: Rig) -> None
     }
     _, tasks_state = await tasks.snapshot()
     assert tasks_state.tasks == {}
+
+
+class RequestedV2(TaskRequested):
+    """The next release's task.requested (version 2): a ``priority``, which the state does not
+    keep (so a dead-lettered request, rebuilt from the state, carries the default)."""
+
+    priority: int = 0
+
+
+def tasks_of_the_next_release(**kwargs: Any) -> TasksProcessor:
+    events = dict(TASKS_CONTRACT.events or {})
+    events[TASK_REQUESTED] = EventDefinition(
+        description="run a named task",
+        payload_schema=RequestedV2,
+        version=2,
+        # Marks what it lifted, so a test sees which requests went through it.
+        upcasters={1: lambda p: {**p, "priority": 0, "args": {**p.get("args", {}), "v1": True}}},
+    )
+
+    class NextTasks(TasksProcessor):
+        contract = define_processor_contract(
+            slug=TASKS_CONTRACT.slug,
+            version=TASKS_CONTRACT.version,
+            state_schema=TasksState,
+            compact_state=True,
+            events=events,
+            processor_deps=TASKS_CONTRACT.processor_deps,
+            consumes=TASKS_CONTRACT.consumes,
+            emits=TASKS_CONTRACT.emits,
+        )
+
+    return NextTasks(**kwargs)
+
+
+async def test_a_record_dead_lettered_by_one_release_replays_through_the_next(rig: Rig) -> None:
+    """The replayed request keeps the version it was recorded at; the next release lifts it."""
+
+    async def broken(args: dict[str, Any], ctx: TaskContext) -> str:
+        raise RuntimeError("not yet")
+
+    today = rig.start(TasksProcessor(handlers={"invoice": broken}, clock=rig.clock))
+    rig.start(DlqProcessor(clock=rig.clock))
+    await rig.stream.append(
+        task_requested_event(task_id="i1", name="invoice", args={"n": 1}, max_attempts=1)
+    )
+    await until(lambda: len(rig.of_type(DEAD_LETTERED)) == 1)
+    assert rig.of_type(DEAD_LETTERED)[0]["request_version"] == 1
+    await today.aclose()
+    rig.stream.engines.remove(today)
+
+    seen: list[Any] = []
+
+    async def second_time_lucky(args: dict[str, Any], ctx: TaskContext) -> str:
+        seen.append(args)
+        if len(seen) == 2:
+            raise RuntimeError("not yet")
+        return "sent"
+
+    rig.start(tasks_of_the_next_release(handlers={"invoice": second_time_lucky}, clock=rig.clock))
+    await rig.stream.append(replay_requested_event(origin="tasks"))
+    await until(lambda: bool(rig.of_type(RECORD_SUCCEEDED)))
+    replayed = [e for e in rig.stream.events if e.type == TASK_REQUESTED][-1]
+    assert replayed.metadata["dlq"]["replay"] == 1
+    assert replayed.payload_version == 1  # as recorded: the next release's fold lifted it
+    assert seen == [{"n": 1, "v1": True}]
+    assert (await records(rig.stream))["tasks/i1@1"].status == "succeeded"
+
+    # A record the next release dead-letters is of its own version, and replays as such
+    # (re-appended as version 1, its current-shape payload would be lifted a second time).
+    request = task_requested_event(task_id="i2", name="invoice", args={"n": 2}, max_attempts=1)
+    request["payload"]["priority"] = 5
+    await rig.stream.append({**request, "payload_version": 2})
+    await until(lambda: len(rig.of_type(DEAD_LETTERED)) == 2)
+    assert rig.of_type(DEAD_LETTERED)[-1]["request_version"] == 2
+    await rig.stream.append(
+        replay_requested_event(
+            record_ids=[
+                "tasks/i2@"
+                + str([e for e in rig.stream.events if e.type == TASK_REQUESTED][-1].offset)
+            ]
+        )
+    )
+    await until(lambda: len(rig.of_type(RECORD_SUCCEEDED)) == 2)
+    assert seen[1:] == [{"n": 2}, {"n": 2}]
 
 
 async def test_replay_pages_through_many_records_with_bounded_state(rig: Rig) -> None:
