@@ -201,6 +201,14 @@ async def main() -> None:
     )
     assert retried == [first]
     await door.aclose()
+    # --- docs/schema-evolution.md:364
+    from streamkit.lifting import as_read_by
+
+    stored = StreamEvent(path="/board", offset=1, type="task.opened", payload={"title": "a", "assignee": "ana"})
+    read, note = as_read_by(TaskBoard.contract, stored)
+    assert (read.type, read.payload_version) == ("task.created", 3)
+    assert read.payload == {"title": "a", "priority": 0, "owner": "ana"}
+    assert note == {"from_type": "task.opened", "from_version": 1}
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from streamkit._targets import default_socket
 from streamkit.cli._args import (
@@ -87,12 +87,29 @@ def emit(
     replayed: bool = False,
     timestamp: bool = False,
 ) -> None:
-    """Print one event; ``replayed``: an append's idempotent hit, said as such."""
+    """Print one event; ``replayed``: an append's idempotent hit, said as such.
+
+    With ``args.shown`` (``read --as``) the event is printed as that processor reads
+    it, with a note when it was lifted or cannot be read.
+    """
+    note: dict[str, Any] | None = None
+    shown = getattr(args, "shown", None)
+    if shown is not None:
+        event, note = shown(event)
     if args.json:
         data = event.to_dict()
         if replayed:
             data["replayed"] = True
+        if note is not None:
+            data["upcast"] = note
         out.write(json.dumps(data, separators=(",", ":")) + "\n")
+    elif note is not None:
+        said = (
+            f"from {note['from_type']} v{note['from_version']}"
+            if "from_type" in note
+            else f"unreadable: {note['unreadable']}"
+        )
+        out.write(f"{format_event(event, timestamp=timestamp)}  ({said})\n")
     elif replayed:
         out.write(
             f"{format_event(event, timestamp=timestamp)}  (already committed at {event.offset} by an earlier call "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import shlex
 import sys
 import uuid
@@ -26,12 +27,16 @@ from streamkit.cli._common import (
     served,
     socket_of,
 )
+from streamkit.config import config_from_args, find_config, resolve_processors
+from streamkit.contract import ProcessorContract
 from streamkit.control import ControlClient, request_sync
 from streamkit.errors import (
     ControlUnavailable,
+    InvalidRequest,
     SlowConsumer,
 )
 from streamkit.events import StreamEvent, replayed_offsets
+from streamkit.lifting import as_read_by
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.log import read_matching, type_matcher
 
@@ -202,13 +207,52 @@ def add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="TYPE",
         help="only events of this type, or of a prefix ending in * (order.*); repeat for more",
     )
+    p.add_argument(
+        "--as",
+        dest="as_processor",
+        metavar="PROCESSOR",
+        help="print each event as this processor's current code reads it (older versions "
+        "lifted, former type names renamed): a slug of ./streamkit.toml (or --config), or "
+        "module:Class",
+    )
+    p.add_argument("--config", metavar="FILE", help="the streamkit.toml --as looks in")
     add_socket_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object per line")
     p.set_defaults(handler=_cmd_read)
 
 
+def _reader(args: argparse.Namespace) -> ProcessorContract[Any] | None:
+    """The contract ``--as`` names: a slug of the config, or a ``module:Class``."""
+    wanted: str | None = args.as_processor
+    if wanted is None:
+        return None
+    if ":" in wanted:
+        config = config_from_args(db=args.db, processors=[wanted])
+    else:
+        source = args.config or find_config()
+        if source is None:
+            raise InvalidRequest(
+                f"--as {wanted!r} names a processor by slug, and there is no streamkit.toml "
+                "here to find it in; pass --config FILE, or --as module:Class; nothing was read"
+            )
+        config = config_from_args(config=source, db=args.db)
+    resolved = resolve_processors(config)
+    for entry in resolved:
+        if ":" in wanted or entry.slug == wanted:
+            contract: ProcessorContract[Any] = entry.processor.contract
+            return contract
+    known = ", ".join(entry.slug for entry in resolved) or "none"
+    raise InvalidRequest(
+        f"--as {wanted!r}: no such processor in the config (it has: {known}); nothing was read",
+        details={"as": wanted},
+    )
+
+
 def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
     matches = type_matcher(args.types) if args.types else None
+    reader = _reader(args)
+    if reader is not None:
+        args.shown = functools.partial(as_read_by, reader)
     socket = live_socket(args) if args.follow else None
     if socket is not None:
         return _read_follow_through(socket, args, out, matches)

@@ -28,8 +28,9 @@ from streamkit.errors import (
     SlowConsumer,
     StreamkitError,
 )
-from streamkit.events import MAX_OFFSET, appended_to_dicts, replayed_offsets
+from streamkit.events import MAX_OFFSET, StreamEvent, appended_to_dicts, replayed_offsets
 from streamkit.host import parse_created_at
+from streamkit.lifting import as_read_by
 from streamkit.log import after_offset_for, timestamp_param, type_matcher
 from streamkit.web._body import json_body
 from streamkit.web._health import assess
@@ -121,13 +122,14 @@ class Endpoints:
         path = params.get("path", "/")
         after = _int_param(params.get("after"), "after", 0)
         types = params.getlist("type") or None
+        shown = self._shown_as(params.get("as"), path)
         if SSE_TYPE in request.headers.get("accept", ""):
             resume = request.headers.get("last-event-id")
             if resume is not None:
                 after = _int_param(resume, "Last-Event-ID", after)
             await self._not_past_the_head(path, after)
             matches = None if types is None else type_matcher(types)
-            return self._sse(self._follow(path, after, matches))
+            return self._sse(self._follow(path, after, matches, shown))
         limit = _int_param(params.get("limit"), "limit", 500)
         since, until = params.get("since"), params.get("until")
         if since:
@@ -149,7 +151,7 @@ class Endpoints:
                 at_head = False
         return JSONResponse(
             {
-                "events": [event.to_dict() for event in events],
+                "events": [shown(event) for event in events],
                 "scanned_through_offset": through,
                 "at_head": at_head,
                 "until_reached": until_reached,
@@ -202,8 +204,31 @@ class Endpoints:
                 details={"path": path, "after": after, "head": head},
             )
 
+    def _shown_as(self, slug: str | None, path: str) -> Callable[[StreamEvent], dict[str, Any]]:
+        """How an event is shown: as stored, or (``as=<slug>``) as that processor reads it now.
+
+        A lifted event carries ``"upcast": {"from_type", "from_version"}``; one the
+        processor's code cannot read comes as stored with ``"upcast": {"unreadable": why}``.
+        """
+        if slug is None:
+            return StreamEvent.to_dict
+        contract = self._host.runner(slug, path).processor.contract
+
+        def shown(event: StreamEvent) -> dict[str, Any]:
+            read, note = as_read_by(contract, event)
+            data = read.to_dict()
+            if note is not None:
+                data["upcast"] = note
+            return data
+
+        return shown
+
     async def _follow(
-        self, path: str, after: int, matches: Callable[[str], bool] | None
+        self,
+        path: str,
+        after: int,
+        matches: Callable[[str], bool] | None,
+        shown: Callable[[StreamEvent], dict[str, Any]] = StreamEvent.to_dict,
     ) -> AsyncIterator[bytes]:
         # A durable event's id is its offset, so Last-Event-ID resumes after it; an
         # ephemeral has none (the client's last id stays the last durable one).
@@ -212,7 +237,7 @@ class Endpoints:
             async for event in follow:
                 if matches is not None and not matches(event.type):
                     continue
-                data = _json(event.to_dict())
+                data = _json(shown(event))
                 yield frame(data, event="event", id=None if event.ephemeral else str(event.offset))
         except SlowConsumer as exc:  # the SSE form of the same refusal: resume after it
             yield frame(_json(exc.to_dict()), event="error")

@@ -322,3 +322,34 @@ def test_db_may_be_omitted_when_streamkit_toml_names_it(
     assert read_untimed() == (0, "1  t.one  {}\n")
     assert (tmp_path / "data" / "app.db").exists()
     assert run("status", "--json")[0] == 0
+
+
+def test_read_as_a_processor_prints_events_in_its_current_shape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--as module:Class, or a slug of streamkit.toml: lifted with a note; an unknown slug refused."""
+    from support.upcasting import stored_at
+
+    db = str(tmp_path / "a.db")
+
+    async def fill() -> None:
+        async with open_log(db) as log:
+            await log.stream("/").append(stored_at(1, "a", 0, "ana"), stored_at(3, "b", 2, "bo"))
+
+    asyncio.run(fill())
+    code, out = run("read", "--db", db, "--as", "support.upcasting:TaskBoard", "--json")
+    first, second = (json.loads(line) for line in out.splitlines())
+    assert code == 0
+    assert (first["type"], first["payload_version"]) == ("task.created", 3)
+    assert first["upcast"] == {"from_type": "task.opened", "from_version": 1}
+    assert "upcast" not in second
+    (tmp_path / "streamkit.toml").write_text(
+        f'db = "{db}"\n\n[[processors]]\nclass = "support.upcasting:TaskBoard"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    code, out = run("read", "--as", "task-board")
+    assert code == 0
+    assert out.splitlines()[0].endswith("(from task.opened v1)")
+    assert '"owner":"ana"' in out.splitlines()[0]
+    assert run("read", "--as", "nobody")[0] == 1
+    assert "no such processor" in capsys.readouterr().err

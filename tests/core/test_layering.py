@@ -42,6 +42,7 @@ BASE = {
     "streamkit.events",
     "streamkit.contract",
     "streamkit.catalog",
+    "streamkit.lifting",
     "streamkit.upcasting",
     "streamkit.processor",
     "streamkit.live_state",

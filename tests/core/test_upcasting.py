@@ -30,6 +30,7 @@ from streamkit import (
 )
 from streamkit.engine import Fold
 from streamkit.events import prepare_event
+from streamkit.lifting import as_read_by
 from streamkit.upcasting import MAX_VERSION, upcast
 
 
@@ -279,3 +280,29 @@ def test_a_mixed_version_log_folds_as_the_same_log_written_at_the_current_versio
     mixed = [stored_at(v, title, prio if v > 1 else 0, owner) for v, title, prio, owner in tasks]
     current = [stored_at(3, title, prio if v > 1 else 0, owner) for v, title, prio, owner in tasks]
     assert reduce_processor(TaskBoard(), mixed) == reduce_processor(TaskBoard(), current)
+
+
+def _stored(offset: int, raw: dict[str, Any]) -> StreamEvent:
+    return prepare_event(raw, 0).decoded(path="/", offset=offset, created_at="t")
+
+
+def test_an_event_as_a_contract_reads_it_now_says_what_was_lifted_and_what_cannot_be() -> None:
+    contract = TaskBoard.contract
+    current = _stored(1, stored_at(3, "a", 1, "ana"))
+    assert as_read_by(contract, current) == (current, None)
+    other = _stored(2, {"type": "note", "payload": {"x": 1}})
+    assert as_read_by(contract, other) == (other, None)
+    lifted, note = as_read_by(contract, _stored(3, stored_at(1, "b", 0, "bo")))
+    assert note == {"from_type": "task.opened", "from_version": 1}
+    assert (lifted.type, lifted.payload_version, lifted.offset) == ("task.created", 3, 3)
+    assert lifted.payload == {"title": "b", "priority": 0, "owner": "bo"}
+    for raw, why in (
+        ({"type": "task.retired", "payload": {}}, "drop version-1 events"),
+        ({**stored_at(3, "c", 1, "cy"), "payload_version": 4}, "newer than this code"),
+        ({"type": "task.created", "payload": {"title": 1}, "payload_version": 2}, "title"),
+    ):
+        event = _stored(4, raw)
+        kept, unreadable = as_read_by(contract, event)
+        assert kept is event
+        assert unreadable is not None
+        assert why in unreadable["unreadable"]

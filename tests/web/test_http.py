@@ -1011,3 +1011,45 @@ async def test_a_payload_the_hosts_processors_cannot_read_is_refused_at_the_door
         422,
         "INVALID_EVENT",
     )
+
+
+async def test_events_read_as_a_processor_come_in_its_current_shape(serve: Serve) -> None:
+    """as=<slug>: old events lifted with a note, unreadable ones as stored with why, SSE too."""
+    served = await serve(TaskBoard())
+    async with open_log(served.host.config.db) as log:
+        placed = await log.stream("/").append(
+            stored_at(1, "a", 0, "ana"),
+            {"type": "note", "payload": {}},
+            {"type": "task.retired", "payload": {}},
+        )
+    plain = (await served.client.get("/v1/events")).json()["events"]
+    assert plain[0]["type"] == "task.opened"
+    assert "upcast" not in plain[0]
+    page = (await served.client.get("/v1/events", params={"as": "task-board"})).json()
+    first, note, retired = page["events"]
+    assert (first["type"], first["payload_version"], first["offset"]) == (
+        "task.created",
+        3,
+        placed[0].offset,
+    )
+    assert first["payload"] == {"title": "a", "priority": 0, "owner": "ana"}
+    assert first["upcast"] == {"from_type": "task.opened", "from_version": 1}
+    assert "upcast" not in note
+    assert retired["type"] == "task.retired"
+    assert "DROP" in retired["upcast"]["unreadable"]
+    assert page["scanned_through_offset"] == placed[-1].offset
+    assert_problem(
+        await served.client.get("/v1/events", params={"as": "nobody"}), 400, "INVALID_REQUEST"
+    )
+    async with served.client.stream(
+        "GET",
+        "/v1/events",
+        params={"as": "task-board", "after": 0},
+        headers={"Accept": "text/event-stream"},
+    ) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                followed = json.loads(line[len("data:") :])
+                break
+    assert followed["type"] == "task.created"
+    assert followed["upcast"]["from_version"] == 1
