@@ -113,7 +113,7 @@ async def main() -> None:
     assert snapshot.state.titles == ["a", "b", "c"]
     assert engine.statistics().dropped_events == 1
     await engine.aclose()
-    # --- docs/schema-evolution.md:196
+    # --- docs/schema-evolution.md:207
     from streamkit import SchemaAhead
 
     future = {
@@ -135,7 +135,7 @@ async def main() -> None:
     assert stopped is not None and stopped.details["offset"] == placed.offset
     assert stalled.cursor == placed.offset - 1  # everything before it is folded and checkpointed
     await stalled.aclose()
-    # --- docs/schema-evolution.md:248
+    # --- docs/schema-evolution.md:259
     from streamkit import PayloadMalformed
     from streamkit.testing import reduce_processor
 
@@ -171,7 +171,7 @@ async def main() -> None:
     )
     await lenient.aclose()
     await log.aclose()
-    # --- docs/schema-evolution.md:311
+    # --- docs/schema-evolution.md:322
     from streamkit import InvalidEvent
 
     door = open_log("door.db", contracts=[TaskBoard.contract])
@@ -188,7 +188,7 @@ async def main() -> None:
         {"type": "task.created", "payload": {"title": "y", "priority": 1, "owner": "yo"}}
     )
     assert stamped.payload_version == 3
-    # --- docs/schema-evolution.md:339
+    # --- docs/schema-evolution.md:350
     (first,) = await tasks.append(
         {"type": "task.opened", "payload": {"title": "z", "assignee": "zoe"}, "idempotency_key": "z"}
     )
@@ -201,7 +201,7 @@ async def main() -> None:
     )
     assert retried == [first]
     await door.aclose()
-    # --- docs/schema-evolution.md:364
+    # --- docs/schema-evolution.md:375
     from streamkit.lifting import as_read_by
 
     stored = StreamEvent(path="/board", offset=1, type="task.opened", payload={"title": "a", "assignee": "ana"})

@@ -232,6 +232,13 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
             )
         if row.get("dropped_events"):
             parts.append(f"dropped={row['dropped_events']} (an upcaster returned DROP)")
+        ahead = row.get("ahead_of_code")
+        if ahead:
+            parts.append(
+                f"cannot read offset {ahead.get('offset')} ({ahead.get('type')} "
+                f"v{ahead.get('stored')}, this code knows v{ahead.get('version')}): "
+                "left to a host with newer code"
+            )
         if row.get("stopped_at") is not None:
             code = (row.get("last_error") or {}).get("code")
             parts.append(f"stopped before offset {row['stopped_at']} ({code})")

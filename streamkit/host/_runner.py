@@ -38,7 +38,7 @@ import structlog
 from streamkit.config import RetrySettings
 from streamkit.contract import OnMalformed
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
-from streamkit.errors import LeaseLost, StreamkitError
+from streamkit.errors import LeaseLost, SchemaAhead, StreamkitError
 from streamkit.events import ScannedRange, StreamEvent
 from streamkit.host._engine_stream import EngineStream
 from streamkit.host._lease_keeper import HeldLease
@@ -109,6 +109,11 @@ class ProcessorRunner:
         self.stalled = False
         self.stalled_at: int | None = None
         self.last_error: dict[str, Any] | None = None
+        # Set when the processor met a payload newer than this code (SCHEMA_AHEAD): this
+        # host stops offering to run it, so placement hands it to a host with newer code,
+        # and never takes it back (this code cannot read it). An operator's skip of that
+        # event clears it.
+        self.ahead_of_code: dict[str, Any] | None = None
         self.metrics = ProcessorMetrics()
         self.caught_up = False
         # Whether its batches publish live state (the host: while a client watches).
@@ -132,6 +137,9 @@ class ProcessorRunner:
         self._closing: set[asyncio.Task[None]] = set()
         # Held by the worker for each item it runs: a hand-off waits for the one in flight.
         self._item = asyncio.Lock()
+        # Set while a hand-off waits for the item in flight: an item that keeps failing
+        # gives up at its next retry instead of holding the hand-off forever.
+        self._handing_off = False
 
     # -- state for status ----------------------------------------------------------
 
@@ -230,6 +238,8 @@ class ProcessorRunner:
         if offset in self.skipped:
             return
         self.skipped.add(offset)
+        if self.ahead_of_code is not None and self.ahead_of_code.get("offset") == offset:
+            self.ahead_of_code = None
         self._poke.set()
         _log.warning(
             "processor.event_skipped",
@@ -286,17 +296,21 @@ class ProcessorRunner:
         if self.engine is None:
             return None
         self.engine.yield_catch_up()  # a backlog is left to the next holder
+        self._handing_off = True
         self._poke.set()
         if self._follower is not None:
             self._follower.wake()
-        async with self._item:  # the batch in flight ends first; none starts after
-            engine, held = self.engine, self.held
-            if engine is None or held is None:
-                return None  # the lease went meanwhile (lost, or the host stopped)
-            self.engine = None
-            self.held = None
-            self._due = None
-            self._unfollow()
+        try:
+            async with self._item:  # the batch in flight ends first; none starts after
+                engine, held = self.engine, self.held
+                if engine is None or held is None:
+                    return None  # the lease went meanwhile (lost, or the host stopped)
+                self.engine = None
+                self.held = None
+                self._due = None
+                self._unfollow()
+        finally:
+            self._handing_off = False
         # Renewed until the background work is done: it may still append under the lease.
         await engine.aclose(grace)
         self._on_lease_gone(held)
@@ -429,6 +443,8 @@ class ProcessorRunner:
                     return  # the lease went meanwhile; nothing of this engine matters
                 delay = self._failed(engine, item, exc)
                 await self._backoff(delay)
+                if self._handing_off:
+                    return  # the next holder starts from the checkpoint; the item goes
                 if (
                     (engine.latched_error is not None or self._skipped_where_stopped(engine))
                     and engine is self.engine
@@ -543,6 +559,18 @@ class ProcessorRunner:
         )
         code = exc.code if isinstance(exc, StreamkitError) else None
         self._keep_error(repr(exc), code, offset, engine.cursor)
+        if isinstance(exc, SchemaAhead) and self.ahead_of_code is None:
+            self.ahead_of_code = dict(exc.details)
+            _log.warning(
+                "processor.schema_ahead",
+                slug=self.slug,
+                path=self.path,
+                offset=exc.details.get("offset"),
+                type=exc.details.get("type"),
+                stored=exc.details.get("stored"),
+                version=exc.details.get("version"),
+                detail="this host no longer offers to run it; a host with newer code takes it",
+            )
         _log.warning(
             "batch.failed",
             slug=self.slug,

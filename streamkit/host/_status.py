@@ -84,6 +84,7 @@ def runner_status(
         "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
         "stalled": runner.stalled,
         "stalled_at": runner.stalled_at,
+        "ahead_of_code": runner.ahead_of_code,
         "failures": runner.failures,
         "last_error": runner.last_error,
         "skipped": sorted(runner.skipped),

@@ -166,3 +166,53 @@ async def test_hosts_share_the_work_and_hand_it_over_cleanly(
                 await host.wait_until_processed(runner.slug, everything[-1], timeout=30)
     for slug in SLUGS:
         assert await reduced(target, slug) == everything, slug
+
+
+async def test_a_rolling_deploy_hands_a_processor_to_the_host_that_reads_the_new_version(
+    target: Target,
+) -> None:
+    """The old code stalls before a version it does not know and stops offering the processor;
+    the host with newer code takes it from the checkpoint: every event reduced once, none skipped."""
+    from support.upcasting import NextTaskBoard, TaskBoard, stored_at, stored_at_v4
+
+    config = HostConfig.model_validate(
+        {
+            "db": target.target,
+            "lease": {"ttl": 1.0, "heartbeat": 0.1},
+            "retry": {"initial_delay": 0.01, "max_delay": 0.05, "stall_after": 2},
+            "shutdown_grace": 1.0,
+        }
+    )
+    old = ProcessorHost(config, processors=[TaskBoard()], serve_control=False, owner="old")
+    new = ProcessorHost(config, processors=[NextTaskBoard()], serve_control=False, owner="new")
+    try:
+        await old.start()
+        async with open_log(target.target) as log:
+            stream = log.stream("/")
+            before = await stream.append(stored_at(1, "a", 0, "ana"), stored_at(3, "b", 2, "bo"))
+            await old.wait_until_processed("task-board", before[-1].offset)
+            await new.start()
+            assert new.runner("task-board").engine is None  # the old host keeps it
+            after = await stream.append(
+                stored_at_v4("c", 1, "cy", "mon"), stored_at(3, "d", 1, "di")
+            )
+        await wait_until(lambda: new.runner("task-board").engine is not None, 15.0)
+        await new.wait_until_processed("task-board", after[-1].offset)
+        snapshot = await new.snapshot("task-board")
+        assert snapshot["state"]["titles"] == ["a", "b", "c", "d"]
+        (row,) = (await old.status())["processors"]
+        assert row["ahead_of_code"]["offset"] == after[0].offset
+        assert row["ahead_of_code"]["stored"] == 4
+        assert row["lease_held_here"] is False
+        (moved,) = (await new.status())["processors"]
+        assert (moved["malformed_payloads"], moved["stopped_at"]) == (0, None)
+    finally:
+        await new.stop(grace=0.0)
+        await old.stop(grace=0.0)
+
+
+async def wait_until(predicate: Any, within: float) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)

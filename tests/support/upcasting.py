@@ -90,3 +90,44 @@ def stored_at(version: int, title: str, priority: int, owner: str) -> dict[str, 
         return {"type": "task.created", "payload": payload, "payload_version": 2}
     payload = {"title": title, "priority": priority, "owner": owner}
     return {"type": "task.created", "payload": payload, "payload_version": 3}
+
+
+class TaskV4(TaskV3):
+    due: str
+
+
+CREATED_V4 = EventDefinition(
+    description="a task was opened, with a due date",
+    payload_schema=TaskV4,
+    version=4,
+    upcasters={**CREATED.upcasters, 3: lambda payload: {**payload, "due": ""}},
+    renamed_from=("task.opened",),
+)
+
+
+class NextTaskBoard(StreamProcessor[Tasks]):
+    """The next release of :class:`TaskBoard`: task.created is at version 4 (it gained ``due``)."""
+
+    contract = define_processor_contract(
+        slug="task-board",
+        version="1",
+        state_schema=Tasks,
+        events={"task.created": CREATED_V4, "task.retired": RETIRED},
+        consumes=["task.created", "task.retired"],
+    )
+
+    def reduce(self, event: StreamEvent, state: Tasks) -> Tasks | None:
+        task = event.payload
+        if not isinstance(task, TaskV4):
+            raise AssertionError(f"a {event.type} v{event.payload_version} was not lifted")
+        return Tasks(
+            titles=[*state.titles, task.title],
+            owners=[*state.owners, task.owner],
+            priorities=[*state.priorities, task.priority],
+        )
+
+
+def stored_at_v4(title: str, priority: int, owner: str, due: str) -> dict[str, Any]:
+    """A task.created input as the release of version 4 writes it."""
+    payload = {"title": title, "priority": priority, "owner": owner, "due": due}
+    return {"type": "task.created", "payload": payload, "payload_version": 4}

@@ -252,6 +252,10 @@ function problemOf(p) {
   for (const kind of p.malformed_by_type || []) {
     notes.push(["warn", kind.count + " skipped as malformed: " + kind.type + " v" + kind.version + " (first at offset " + kind.first_offsets.join(", ") + ")"]);
   }
+  if (p.ahead_of_code) {
+    const a = p.ahead_of_code;
+    notes.push(["problem", "cannot read offset " + a.offset + " (" + a.type + " v" + a.stored + ", this code knows v" + a.version + "): left to a host with newer code"]);
+  }
   if (p.stopped_at !== null && p.stopped_at !== undefined) {
     notes.push(["problem", "stopped before offset " + p.stopped_at + " (" + ((p.last_error || {}).code || "see last error") + "): nothing after it is processed"]);
   }
