@@ -34,12 +34,11 @@ event instead of a spurious ``IDEMPOTENCY_CONFLICT``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from streamkit._event_builders import failure_text
 from streamkit.contract import EventDefinition, ProcessorContract
@@ -58,7 +57,7 @@ class EventCatalog:
     define the same type, and an append must fit every one of them.
     """
 
-    __slots__ = ("_readers",)
+    __slots__ = ("_kinds", "_readers")
 
     def __init__(self, contracts: Iterable[ProcessorContract[Any]]) -> None:
         readers: dict[str, list[tuple[str, EventDefinition]]] = {}
@@ -78,37 +77,49 @@ class EventCatalog:
                 assert definition is not None  # a rename belongs to a definition
                 add(old, current, definition)
         self._readers = readers
+        self._kinds = {stored: _Kind(stored, known) for stored, known in readers.items()}
 
     def __bool__(self) -> bool:
         return bool(self._readers)
 
-    def admit(self, events: Sequence[PreparedEvent]) -> list[PreparedEvent]:
-        """``events``, each of a known type checked and stamped (see the module); raise to refuse."""
-        admitted = list(events)
-        readers = self._readers
-        for position, event in enumerate(admitted):
-            known = readers.get(event.type)
-            if known is not None:
-                admitted[position] = self._admit(event, known)
-        return admitted
+    def admit(self, events: list[PreparedEvent]) -> list[PreparedEvent]:
+        """``events``, each of a known type checked and stamped (see the module); raise to refuse.
 
-    def _admit(
-        self, event: PreparedEvent, readers: list[tuple[str, EventDefinition]]
-    ) -> PreparedEvent:
-        if event.version_named:
-            version = event.payload_version
-        else:
-            # Under a former name an event is of an old shape: unnamed, it is version 1,
-            # as a stored event without a version reads.
-            versions = sorted({d.version for current, d in readers if current == event.type}) or [1]
-            if len(versions) > 1:
-                raise _refused(
-                    event,
-                    event.payload_version,
-                    f"the definitions read here disagree on its current version ({versions}); "
-                    "name its payload_version",
-                )
-            version = versions[0]
+        The events are the log's own, prepared for this call and not yet handed
+        to a writer: they are stamped in place.
+        """
+        kinds = self._kinds
+        for event in events:
+            kind = kinds.get(event.type)
+            if kind is None:
+                continue
+            version = event.payload_version if event.version_named else kind.unnamed
+            if kind.validators and version is not None and version == kind.current:
+                # The commonest case by far: the current shape under the current name.
+                try:
+                    for validate in kind.validators:
+                        validate(event.payload_json)
+                except Exception as exc:
+                    raise _refused(event, version, kind.problem(exc)) from exc
+            else:
+                version = self._check(event, version, kind.readers)
+            event.payload_version = version
+            event.version_named = True
+            event.same_as = self.same_body
+        return events
+
+    def _check(
+        self, event: PreparedEvent, version: int | None, readers: list[tuple[str, EventDefinition]]
+    ) -> int:
+        """The version ``event`` is stored at, once every reader that can judge it has."""
+        if version is None:
+            versions = sorted({d.version for current, d in readers if current == event.type})
+            raise _refused(
+                event,
+                event.payload_version,
+                f"the definitions read here disagree on its current version ({versions}); "
+                "name its payload_version",
+            )
         payload: Any = None
         for current, definition in readers:
             latest = definition.version
@@ -136,9 +147,7 @@ class EventCatalog:
                 raise _refused(event, version, exc.message) from exc
             except Exception as exc:  # the model's refusal, or an upcaster's (user code)
                 raise _refused(event, version, f"{model.__name__}: {failure_text(exc)}") from exc
-        return dataclasses.replace(
-            event, payload_version=version, version_named=True, same_as=self.same_body
-        )
+        return version
 
     def same_body(self, prepared: PreparedEvent, existing: StreamEvent) -> bool:
         """Whether a retry and a stored event are one body, compared in the newer shape.
@@ -172,7 +181,34 @@ class EventCatalog:
         return False
 
 
-def _refused(event: PreparedEvent, version: int, why: str) -> InvalidEvent:
+class _Kind:
+    """What the catalog knows of one stored type name, worked out once."""
+
+    __slots__ = ("current", "readers", "unnamed", "validators")
+
+    def __init__(self, stored: str, readers: list[tuple[str, EventDefinition]]) -> None:
+        self.readers = readers
+        # Under a former name an event is of an old shape: unnamed, it is version 1, as a
+        # stored event without a version reads. None: the definitions disagree.
+        own = {d.version for current, d in readers if current == stored}
+        self.unnamed: int | None = (own.pop() if own else 1) if len(own) <= 1 else None
+        # The fast path: every reader reads this name, at one version, with no lifting.
+        self.current = self.unnamed
+        plain = all(current == stored and d.version == self.unnamed for current, d in readers)
+        self.validators: tuple[Callable[[str], Any], ...] = (
+            tuple(d.payload_schema.__pydantic_validator__.validate_json for _, d in readers)
+            if plain
+            else ()
+        )
+
+    def problem(self, exc: Exception) -> str:
+        """Which model refused a payload on the fast path, and why."""
+        if isinstance(exc, ValidationError):
+            return f"{exc.title}: {failure_text(exc)}"
+        return failure_text(exc)
+
+
+def _refused(event: PreparedEvent, version: int | None, why: str) -> InvalidEvent:
     return InvalidEvent(
         f'event #{event.index}: its "{event.type}" payload (version {version}) does not fit '
         f"the current definition: {why}; nothing was appended",

@@ -200,7 +200,8 @@ class ReadPage:
 class PreparedEvent:
     """A validated input with its JSON parts serialized once (internal to the log).
 
-    Never changed once made. Not frozen: a frozen dataclass stores each field
+    Never changed once handed to a writer (the log's catalog stamps its version
+    before that). Not frozen: a frozen dataclass stores each field
     through ``object.__setattr__``, which made building one, for every
     appended event, cost three times as much.
     """
