@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from streamkit.processors._definitions import definition
 from streamkit.processors.dlq._scan import DlqRecord
 
 from streamkit import (
-    EventDefinition,
     InvalidEvent,
     StreamEvent,
-    Upcaster,
     define_processor_contract,
 )
 
@@ -186,36 +185,19 @@ class DlqState(BaseModel):
     refused_replays: int = 0
 
 
-Upcasters = Mapping[int, Upcaster] | None
-
-
-def _definition(
-    description: str, schema: type[BaseModel], *, version: int = 1, upcasters: Upcasters = None
-) -> EventDefinition:
-    """A definition of this module's events. A change an old payload would not survive (a
-    required field added, one renamed) bumps ``version`` and adds the upcaster from the one
-    before: logs of every earlier release keep folding (docs/schema-evolution.md)."""
-    return EventDefinition(
-        description=description,
-        payload_schema=schema,
-        version=version,
-        upcasters=upcasters or {},
-    )
-
-
 DLQ_CONTRACT = define_processor_contract(
     slug=SLUG,
     version="1",
     description="dead-lettered records from any processor, with replay",
     state_schema=DlqState,
     events={
-        DEAD_LETTERED: _definition("a record was dead-lettered (or failed a replay)", DeadLettered),
-        REPLAY_REQUESTED: _definition("replay pending records", ReplayRequested),
-        RECORD_REPLAYING: _definition("a record was handed to its replay handler", RecordReplaying),
-        RECORD_SUCCEEDED: _definition("a replay of a record succeeded", RecordSucceeded),
-        RECORD_ABANDONED: _definition("a record reached its max replays", RecordAbandoned),
-        REPLAY_PROGRESS: _definition("a running replay's progress", ReplayProgress),
-        REPLAY_COMPLETED: _definition("a replay request ended, with its report", ReplayCompleted),
+        DEAD_LETTERED: definition("a record was dead-lettered (or failed a replay)", DeadLettered),
+        REPLAY_REQUESTED: definition("replay pending records", ReplayRequested),
+        RECORD_REPLAYING: definition("a record was handed to its replay handler", RecordReplaying),
+        RECORD_SUCCEEDED: definition("a replay of a record succeeded", RecordSucceeded),
+        RECORD_ABANDONED: definition("a record reached its max replays", RecordAbandoned),
+        REPLAY_PROGRESS: definition("a running replay's progress", ReplayProgress),
+        REPLAY_COMPLETED: definition("a replay request ended, with its report", ReplayCompleted),
     },
     consumes=[
         DEAD_LETTERED,

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from streamkit.processors._definitions import definition
 
-from streamkit import EventDefinition, ProcessorContract, define_processor_contract
+from streamkit import ProcessorContract, define_processor_contract
 
 __all__ = [
     "NOTIFICATION_ATTEMPT_FAILED",
@@ -118,37 +119,22 @@ NOTIFICATION_EVENTS: ProcessorContract[Any] = define_processor_contract(
     description="the events of streamkit.processors.notifications (a catalog to depend on)",
     state_schema=_NoState,
     events={
-        NOTIFICATION_SENT: EventDefinition(
-            description="a channel accepted a notification",
-            payload_schema=NotificationSent,
-            version=1,
+        NOTIFICATION_SENT: definition("a channel accepted a notification", NotificationSent),
+        NOTIFICATION_ATTEMPT_FAILED: definition(
+            "a delivery attempt failed; it is retried at retry_at", NotificationAttemptFailed
         ),
-        NOTIFICATION_ATTEMPT_FAILED: EventDefinition(
-            description="a delivery attempt failed; it is retried at retry_at",
-            payload_schema=NotificationAttemptFailed,
-            version=1,
+        NOTIFICATION_DEAD_LETTERED: definition(
+            "a notification was given up on", NotificationDeadLettered
         ),
-        NOTIFICATION_DEAD_LETTERED: EventDefinition(
-            description="a notification was given up on",
-            payload_schema=NotificationDeadLettered,
-            version=1,
+        NOTIFICATION_RENDER_FAILED: definition(
+            "a rule's template could not render over its event", NotificationRenderFailed
         ),
-        NOTIFICATION_RENDER_FAILED: EventDefinition(
-            description="a rule's template could not render over its event",
-            payload_schema=NotificationRenderFailed,
-            version=1,
-        ),
-        NOTIFICATION_RESEND_REQUESTED: EventDefinition(
-            description="deliver a notification again (a dead-letter replay)",
-            payload_schema=ResendRequested,
-            version=1,
+        NOTIFICATION_RESEND_REQUESTED: definition(
+            "deliver a notification again (a dead-letter replay)", ResendRequested
         ),
     },
 )
-"""The notification event types and their payload schemas, to list in ``processor_deps``.
-
-Each names its payload version: a change an old payload would not survive bumps it, with
-the upcaster from the one before (docs/schema-evolution.md)."""
+"""The notification event types and their payload schemas, to list in ``processor_deps``."""
 
 OWN_TYPES = frozenset(NOTIFICATION_EVENTS.events or ())
 

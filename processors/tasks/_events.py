@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from streamkit.processors._definitions import definition
 from streamkit.processors.dlq import (
     DEAD_LETTERED,
     DLQ_EVENTS,
@@ -15,10 +16,8 @@ from streamkit.processors.dlq import (
 )
 
 from streamkit import (
-    EventDefinition,
     InvalidEvent,
     SharedMap,
-    Upcaster,
     define_processor_contract,
 )
 
@@ -158,23 +157,6 @@ class TasksState(BaseModel):
     counts: TaskCounts = Field(default_factory=TaskCounts)
 
 
-Upcasters = Mapping[int, Upcaster] | None
-
-
-def _definition(
-    description: str, schema: type[BaseModel], *, version: int = 1, upcasters: Upcasters = None
-) -> EventDefinition:
-    """A definition of this module's events. A change an old payload would not survive (a
-    required field added, one renamed) bumps ``version`` and adds the upcaster from the one
-    before: logs of every earlier release keep folding (docs/schema-evolution.md)."""
-    return EventDefinition(
-        description=description,
-        payload_schema=schema,
-        version=version,
-        upcasters=upcasters or {},
-    )
-
-
 TASKS_CONTRACT = define_processor_contract(
     slug=SLUG,
     version="1",
@@ -184,14 +166,14 @@ TASKS_CONTRACT = define_processor_contract(
     # tasks of a no-argument request take about 0.6 MB of the 2 MiB ceiling.
     compact_state=True,
     events={
-        TASK_REQUESTED: _definition("run a named task", TaskRequested),
-        TASK_ATTEMPT_STARTED: _definition("an attempt started", TaskAttemptStarted),
-        TASK_SUCCEEDED: _definition("the task succeeded", TaskSucceeded),
-        TASK_ATTEMPT_FAILED: _definition("an attempt failed; retry due", TaskAttemptFailed),
-        TASK_DEAD_LETTERED: _definition("the task gave up", TaskDeadLettered),
-        TASK_CANCEL_REQUESTED: _definition("cancel a live task", TaskCancelRequested),
-        TASK_CANCELLED: _definition("the task was cancelled", TaskCancelled),
-        TASK_REJECTED: _definition("a request or cancel was refused", TaskRejected),
+        TASK_REQUESTED: definition("run a named task", TaskRequested),
+        TASK_ATTEMPT_STARTED: definition("an attempt started", TaskAttemptStarted),
+        TASK_SUCCEEDED: definition("the task succeeded", TaskSucceeded),
+        TASK_ATTEMPT_FAILED: definition("an attempt failed; retry due", TaskAttemptFailed),
+        TASK_DEAD_LETTERED: definition("the task gave up", TaskDeadLettered),
+        TASK_CANCEL_REQUESTED: definition("cancel a live task", TaskCancelRequested),
+        TASK_CANCELLED: definition("the task was cancelled", TaskCancelled),
+        TASK_REJECTED: definition("a request or cancel was refused", TaskRejected),
     },
     processor_deps=[DLQ_EVENTS],
     consumes=[
