@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 from streamkit.testing import memory_storage, settle
-from support.upcasting import CREATED, RETIRED, TaskBoard, Tasks, TaskV3, stored_at
+from support.upcasting import (
+    CREATED,
+    RETIRED,
+    TaskBoard,
+    Tasks,
+    TaskV3,
+    stored_at,
+    strict_board,
+)
 
 from streamkit import (
     EventDefinition,
@@ -115,19 +123,6 @@ async def test_a_payload_newer_than_the_code_stalls_before_it_and_skips_nothing(
     await restarted.aclose()
 
 
-class StrictBoard(TaskBoard):
-    """The task board of the shared suite, stalling at a payload it cannot read."""
-
-    contract = define_processor_contract(
-        slug="task-board",
-        version="1",
-        state_schema=Tasks,
-        events={"task.created": CREATED, "task.retired": RETIRED},
-        consumes=["task.created", "task.retired"],
-        on_malformed="stall",
-    )
-
-
 BAD = {"type": "task.created", "payload": {"title": "x", "priority": "high"}, "payload_version": 3}
 
 
@@ -156,7 +151,7 @@ async def test_on_malformed_stall_stops_before_the_payload_and_skips_nothing(log
     stream = log.stream("/tasks")
     before, bad, after = await stream.append(MIXED[0], BAD, MIXED[3])
     storage = memory_storage()
-    engine = engine_on(log, StrictBoard(), storage)
+    engine = engine_on(log, strict_board(), storage)
     with pytest.raises(PayloadMalformed) as caught:
         await engine.catch_up_from_log()
     assert caught.value.retryable
@@ -191,7 +186,7 @@ async def test_a_host_setting_overrides_the_contracts_on_malformed(log: Log) -> 
         await stalls.catch_up_from_log()
     await stalls.aclose()
     skips = ProcessorEngine(
-        StrictBoard(),
+        strict_board(),
         stream=stream.for_processor("task-board"),
         storage=memory_storage(),
         on_malformed="skip",

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from support.host import Fragile, Pinged, Second, Tally
-from support.upcasting import CREATED, RETIRED, TaskBoard, Tasks, stored_at
+from support.upcasting import TaskBoard, stored_at, strict_board
 
-from streamkit import ReduceCheckpointTable, define_processor_contract, open_log
+from streamkit import ReduceCheckpointTable, open_log
 from streamkit.cli import main
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
@@ -290,16 +290,6 @@ async def test_status_names_each_kind_of_skipped_payload_and_where_a_processor_s
 ) -> None:
     """Per (type, version) skipped counts, DROPs, and a strict processor stopped before an event."""
 
-    class StrictBoard(TaskBoard):
-        contract = define_processor_contract(
-            slug="strict-board",
-            version="1",
-            state_schema=Tasks,
-            events={"task.created": CREATED, "task.retired": RETIRED},
-            consumes=["task.created", "task.retired"],
-            on_malformed="stall",
-        )
-
     db = short_dir / "m.db"
     unreadable = {"type": "task.created", "payload": {"title": 1}, "payload_version": 3}
     async with open_log(db) as log:
@@ -310,7 +300,9 @@ async def test_status_names_each_kind_of_skipped_payload_and_where_a_processor_s
     config = HostConfig.model_validate(
         {"db": str(db), "retry": {"initial_delay": 0.01, "max_delay": 0.02, "stall_after": 2}}
     )
-    async with ProcessorHost(config, processors=[TaskBoard(), StrictBoard()]) as running:
+    async with ProcessorHost(
+        config, processors=[TaskBoard(), strict_board("strict-board")]
+    ) as running:
         await running.wait_until_processed("task-board", committed[-1].offset)
         strict = running.runner("strict-board")
         await until(lambda: strict.stalled)

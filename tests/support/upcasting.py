@@ -81,6 +81,22 @@ class TaskBoard(StreamProcessor[Tasks]):
         )
 
 
+def strict_board(slug: str = "task-board") -> TaskBoard:
+    """A :class:`TaskBoard` (as ``slug``) that stalls at a payload it cannot read."""
+
+    class StrictBoard(TaskBoard):
+        contract = define_processor_contract(
+            slug=slug,
+            version="1",
+            state_schema=Tasks,
+            events={"task.created": CREATED, "task.retired": RETIRED},
+            consumes=["task.created", "task.retired"],
+            on_malformed="stall",
+        )
+
+    return StrictBoard()
+
+
 def stored_at(version: int, title: str, priority: int, owner: str) -> dict[str, Any]:
     """A task.created input as the release of ``version`` wrote it."""
     if version == 1:
