@@ -31,7 +31,7 @@ from streamkit._event_builders import PayloadTypes, payload_validators
 from streamkit._requests import AppendCall, Connection, FollowJob, Job, TransactionJob
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import EventInput, ReadPage, StreamEvent
-from streamkit.records import RELEASED, Lease, LogStats
+from streamkit.records import RELEASED, Lease, LogStats, StoredType
 
 __all__ = [
     "RELEASED",
@@ -45,6 +45,7 @@ __all__ = [
     "LogStats",
     "PayloadTypes",
     "ProcessorStream",
+    "StoredType",
     "StreamAccess",
     "payload_validators",
 ]
@@ -180,6 +181,20 @@ class LogBackend(Protocol):
 
     async def claims(self, path: str) -> dict[str, float]:
         """Every claim on ``path``: claimant -> due epoch second."""
+        ...
+
+    async def stored_types(self, path: str | None = None) -> list[StoredType]:
+        """What the log holds per (path, type, payload version), from its summary: no scan.
+
+        Of ``path`` only if given; sorted by path, type and version.
+        """
+        ...
+
+    def recount_stored_types(self, conn: Connection) -> None:
+        """Count the summary again from the events, in the writer's open transaction ``conn``.
+
+        Exact once it commits, even while other writers append (they wait for it).
+        """
         ...
 
 

@@ -1,4 +1,5 @@
-"""The plain records that cross the backend boundary: a stored lease, a log's counters.
+"""The plain records that cross the backend boundary: a stored lease, a log's counters,
+what a log stores of each event type.
 
 Values, not protocols: a backend builds them, the layers above read them.
 :mod:`streamkit.protocols` names them in its protocols and re-exports them.
@@ -10,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RELEASED", "Lease", "LogStats"]
+__all__ = ["RELEASED", "Lease", "LogStats", "StoredType"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,4 +76,35 @@ class Lease:
             "expires_at": None if self.released else self.expires_at,
             "beat": self.beat,
             "released": self.released,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredType:
+    """What a log holds of one event type at one payload version on one path.
+
+    Kept by the writer in the same transaction as the rows it counts, so it
+    is exact for every event this release (or a later one) wrote; see
+    docs/schema-evolution.md for a log a writer of an earlier release still
+    appends to.
+    """
+
+    path: str
+    type: str
+    version: int
+    """The version of the payload's shape (1 for events stored without one)."""
+    count: int
+    """Durable events of this type and version on the path."""
+    first_offset: int
+    last_offset: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (``streamkit schema check --json``, the HTTP API)."""
+        return {
+            "path": self.path,
+            "type": self.type,
+            "version": self.version,
+            "count": self.count,
+            "first_offset": self.first_offset,
+            "last_offset": self.last_offset,
         }

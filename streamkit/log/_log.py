@@ -59,7 +59,13 @@ from streamkit.events import (
 from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, wake
 from streamkit.log._grouping import CommitGrouping
 from streamkit.log._shared_pages import SHARED_PAGE_EVENTS, Key, SharedPages
-from streamkit.protocols import LogBackend, LogStats, PayloadTypes, payload_validators
+from streamkit.protocols import (
+    LogBackend,
+    LogStats,
+    PayloadTypes,
+    StoredType,
+    payload_validators,
+)
 
 __all__ = ["MAX_READ_LIMIT", "Log", "ProcessorStreamView", "Stream"]
 
@@ -238,6 +244,26 @@ class Log:
         """Every stream path that holds at least one durable event, sorted."""
         self._check_open()
         return await self._backend.paths()
+
+    async def stored_types(self, path: str | None = None) -> list[StoredType]:
+        """What the log holds per (path, type, payload version): count, first and last offset.
+
+        Read from the summary every writer keeps in its commits' transactions,
+        so it costs one small read whatever the log's size (``streamkit schema
+        check`` and a host's check at start ask it). Of ``path`` only if given;
+        sorted by path, type and version.
+        """
+        self._check_open()
+        return await self._backend.stored_types(path)
+
+    async def recount_stored_types(self) -> None:
+        """Count the summary of stored types again from the events, in one write transaction.
+
+        Reads the whole log once. Needed only when a writer of a release before
+        the summary appended after the log was upgraded (``streamkit schema
+        check`` says so); appends wait for it, and none is counted twice.
+        """
+        await self.write_transaction(self._backend.recount_stored_types)
 
     # -- the writer connection ------------------------------------------------------------
 

@@ -1,7 +1,8 @@
-"""Logs of schemas 1 and 2 are upgraded in place when opened for writing, in both backends.
+"""Logs of schemas 1 to 3 are upgraded in place when opened for writing, in both backends.
 
 Schema 2 gave a checkpoint's state an offset of its own (``state_offset``);
-schema 3 gave an event row the version of its payload (``payload_version``).
+schema 3 gave an event row the version of its payload (``payload_version``);
+schema 4 added the summary of stored types, counted from the rows at upgrade.
 A row an older schema wrote reads as current (NULL: the state is the
 cursor's; the payload is version 1), the version moves in the same
 transaction as the columns, and a reader that may not write says how to
@@ -27,6 +28,7 @@ from streamkit import LogOpenError, ReduceCheckpoint, ReduceCheckpointTable, ope
 from streamkit.backends import host_store
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
 from streamkit.cli import main
+from streamkit.records import StoredType
 
 
 def downgrade_sqlite(path: Path, to: int = 1) -> None:
@@ -34,7 +36,9 @@ def downgrade_sqlite(path: Path, to: int = 1) -> None:
     with closing(sqlite3.connect(path)) as conn:
         if to < 2:
             conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN state_offset")
-        conn.execute("ALTER TABLE streamkit_events DROP COLUMN payload_version")
+        if to < 3:
+            conn.execute("ALTER TABLE streamkit_events DROP COLUMN payload_version")
+        conn.execute("DROP TABLE streamkit_stored_types")
         conn.execute("UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'", (str(to),))
         conn.commit()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -79,7 +83,7 @@ async def test_a_sqlite_log_of_schema_1_is_upgraded_when_opened_for_writing(
         assert [e.offset for e in (await log.stream("/").read()).events] == [1]
     assert "state_offset" in columns(path)
     assert "payload_version" in columns(path, "streamkit_events")
-    assert version(path) == "3"
+    assert version(path) == "4"
 
 
 async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
@@ -89,7 +93,7 @@ async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
     path = tmp_path / "old.db"
     await make_schema_1_log(path)
     before = path.read_bytes()
-    with pytest.raises(LogOpenError, match="upgraded to 3 when a host"):
+    with pytest.raises(LogOpenError, match="upgraded to 4 when a host"):
         open_log(path, read_only=True)
     assert path.read_bytes() == before
 
@@ -127,6 +131,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         conn.execute(
             sql.SQL("ALTER TABLE {}.streamkit_events DROP COLUMN payload_version").format(name)
         )
+        conn.execute(sql.SQL("DROP TABLE {}.streamkit_stored_types").format(name))
         conn.execute(
             sql.SQL("INSERT INTO {}.streamkit_checkpoints VALUES ('tally', '1', 4, '[1]')").format(
                 name
@@ -136,7 +141,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         assert stored_version(conn, schema) == 1
 
         ensure_schema(conn, schema, "test")
-        assert stored_version(conn, schema) == SCHEMA_VERSION == 3
+        assert stored_version(conn, schema) == SCHEMA_VERSION == 4
         row = conn.execute(
             sql.SQL(
                 "SELECT reduced_through_offset, state, state_offset FROM {}.streamkit_checkpoints"
@@ -144,7 +149,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         ).fetchone()
         assert row == (4, "[1]", None)
         ensure_schema(conn, schema, "test")  # a second opener changes nothing
-        assert stored_version(conn, schema) == 3
+        assert stored_version(conn, schema) == 4
 
 
 async def write_lagging_checkpoint(path: Path) -> None:
@@ -192,14 +197,14 @@ async def test_a_sqlite_log_of_schema_2_reads_its_events_as_version_1_and_keeps_
         await log.stream("/").append({"type": "item", "payload": {"n": 1}})
     downgrade_sqlite(path, to=2)
     assert "payload_version" not in columns(path, "streamkit_events")
-    with pytest.raises(LogOpenError, match="upgraded to 3 when a host"):
+    with pytest.raises(LogOpenError, match="upgraded to 4 when a host"):
         open_log(path, read_only=True)
     async with open_log(path) as log:
         stream = log.stream("/")
         await stream.append({"type": "item", "payload": {"n": 2}, "payload_version": 4})
         events = (await stream.read()).events
     assert [(e.offset, e.payload_version) for e in events] == [(1, 1), (2, 4)]
-    assert version(path) == "3"
+    assert version(path) == "4"
     with closing(sqlite3.connect(path)) as conn:
         stored = conn.execute('SELECT payload_version FROM streamkit_events ORDER BY "offset"')
         assert [row[0] for row in stored] == [None, 4]  # the old row is not rewritten
@@ -220,6 +225,7 @@ async def test_a_postgres_log_of_schema_2_reads_its_events_as_version_1_and_keep
             conn.execute(
                 sql.SQL("ALTER TABLE {}.streamkit_events DROP COLUMN payload_version").format(name)
             )
+            conn.execute(sql.SQL("DROP TABLE {}.streamkit_stored_types").format(name))
             conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 2").format(name))
         async with open_log(target) as log:
             stream = log.stream("/")
@@ -227,4 +233,71 @@ async def test_a_postgres_log_of_schema_2_reads_its_events_as_version_1_and_keep
             events = (await stream.read()).events
         assert [(e.offset, e.payload_version) for e in events] == [(1, 1), (2, 4)]
         with _connect() as conn:
-            assert stored_version(conn, schema) == 3
+            assert stored_version(conn, schema) == 4
+
+
+# -- schema 3 to 4: the summary of stored types ------------------------------------------
+
+
+async def fill(log_target: str) -> None:
+    """Events of two types and versions on two paths (the same in each backend)."""
+    async with open_log(log_target) as log:
+        await log.stream("/a").append(
+            {"type": "x", "payload": {}},
+            {"type": "x", "payload": {}, "payload_version": 2},
+            {"type": "y", "payload": {}},
+            {"type": "x", "payload": {}},
+        )
+        await log.stream("/b").append({"type": "x", "payload": {}, "payload_version": 2})
+
+
+COUNTED = [
+    StoredType("/a", "x", 1, 2, 1, 4),
+    StoredType("/a", "x", 2, 1, 2, 2),
+    StoredType("/a", "y", 1, 1, 3, 3),
+    StoredType("/b", "x", 2, 1, 1, 1),
+]
+
+
+async def test_a_sqlite_log_of_schema_3_gets_its_summary_counted_from_the_rows(
+    tmp_path: Path,
+) -> None:
+    """The upgrade counts every stored row (NULL versions as 1) before the first commit."""
+    path = tmp_path / "v3.db"
+    await fill(str(path))
+    downgrade_sqlite(path, to=3)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE streamkit_events SET payload_version = NULL WHERE type = 'y'")
+        conn.commit()
+    with pytest.raises(LogOpenError, match="upgraded to 4 when a host"):
+        open_log(path, read_only=True)
+    async with open_log(path) as log:
+        assert await log.stored_types() == COUNTED
+        await log.stream("/a").append({"type": "y", "payload": {}})
+        assert (await log.stored_types("/a"))[-1] == StoredType("/a", "y", 1, 2, 3, 5)
+    assert version(path) == "4"
+    async with open_log(path, read_only=True) as log:
+        assert len(await log.stored_types()) == 4
+
+
+async def test_a_postgres_log_of_schema_3_gets_its_summary_counted_from_the_rows() -> None:
+    schema = fresh_schema_name()
+    url = postgres_url()
+    target = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    with dropped_after(url, schema):
+        await fill(target)
+        with _connect() as conn:
+            name = sql.Identifier(schema)
+            conn.execute(sql.SQL("DROP TABLE {}.streamkit_stored_types").format(name))
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {}.streamkit_events SET payload_version = NULL WHERE type = 'y'"
+                ).format(name)
+            )
+            conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 3").format(name))
+        async with open_log(target) as log:
+            assert await log.stored_types() == COUNTED
+            await log.stream("/a").append({"type": "y", "payload": {}})
+            assert (await log.stored_types("/a"))[-1] == StoredType("/a", "y", 1, 2, 3, 5)
+        with _connect() as conn:
+            assert stored_version(conn, schema) == 4

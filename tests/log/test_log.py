@@ -52,7 +52,7 @@ def tables(path: Path) -> set[str]:
 # -- opening ------------------------------------------------------------------------------
 
 
-async def test_open_creates_a_wal_log_with_schema_version_3(log_file: Path) -> None:
+async def test_open_creates_a_wal_log_with_schema_version_4(log_file: Path) -> None:
     """A new file becomes a WAL-mode log whose streamkit_meta says schema_version 3."""
     async with open_log(log_file) as log:
         assert log.path == str(log_file)
@@ -63,7 +63,7 @@ async def test_open_creates_a_wal_log_with_schema_version_3(log_file: Path) -> N
                 "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
             ).fetchone()[0]
         )
-        assert version == "3"
+        assert version == "4"
     assert {"streamkit_meta", "streamkit_events", "streamkit_heads", "streamkit_claims"} <= (
         tables(log_file)
     )
@@ -433,7 +433,8 @@ async def test_an_inline_commit_never_blocks_the_loop_on_a_foreign_lock(log_file
 
 
 async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
-    """One plain event on an idle loop: BEGIN, a look for others' commits, the INSERT, COMMIT."""
+    """One plain event on an idle loop: BEGIN, a look for others' commits, the row, its summary,
+    COMMIT."""
     stream = log.stream()
     await stream.append(order(1))
     statements: list[str] = []
@@ -448,10 +449,12 @@ async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
         }
     )
     log._backend.writer._conn.set_trace_callback(None)
-    assert [statement.split()[0] for statement in statements] == [
+    words = [statement.split() for statement in statements]
+    assert [w[0] if w[0] != "INSERT" else " ".join(w[:3]) for w in words] == [
         "BEGIN",
         "PRAGMA",
-        "INSERT",
+        "INSERT INTO streamkit_events",
+        "INSERT INTO streamkit_stored_types",
         "COMMIT",
     ]
     assert (log.stats.transactions, log.stats.appended) == (
@@ -558,7 +561,11 @@ async def test_an_inline_commit_waits_out_a_follow_poll_instead_of_handing_over(
     writer._foreign.poll = slow_poll  # type: ignore[method-assign]
     threads: list[int] = []
     writer._conn.set_trace_callback(
-        lambda sql: threads.append(threading.get_ident()) if sql.startswith("INSERT") else None
+        lambda sql: (
+            threads.append(threading.get_ident())
+            if sql.startswith("INSERT INTO streamkit_events")
+            else None
+        )
     )
     follow = stream.follow()
     try:

@@ -43,12 +43,16 @@ from streamkit.backends.postgres._connect import (
 from streamkit.backends.postgres._listener import Listener
 from streamkit.backends.postgres._notify import Fed
 from streamkit.backends.postgres._read import Reads
-from streamkit.backends.postgres._schema import ensure_schema, stored_version
+from streamkit.backends.postgres._schema import (
+    ensure_schema,
+    recount_stored_types,
+    stored_version,
+)
 from streamkit.backends.postgres._writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed, LogOpenError, StorageError
 from streamkit.events import ReadPage
 from streamkit.log import Feed
-from streamkit.protocols import LogStats, PayloadTypes
+from streamkit.protocols import LogStats, PayloadTypes, StoredType
 
 __all__ = ["READERS", "PostgresLogBackend"]
 
@@ -90,6 +94,7 @@ class PostgresLogBackend:
             busy_timeout=busy_timeout,
         )
         self.listener = Listener(target, feed, self._fed)
+        self._schema = target.schema
         self._reads = Reads(target.schema)
         self._local = threading.local()
         self._connections: list[psycopg.Connection[Any]] = []
@@ -242,6 +247,14 @@ class PostgresLogBackend:
     async def paths(self) -> list[str]:
         """Every path holding a durable event, sorted."""
         return await self.query(self._reads.paths)
+
+    async def stored_types(self, path: str | None = None) -> list[StoredType]:
+        """What the log holds per (path, type, payload version), from its summary."""
+        return await self.query(lambda conn: self._reads.stored_types(conn, path))
+
+    def recount_stored_types(self, conn: psycopg.Connection[Any]) -> None:
+        """Count the summary again from the events, in the writer's open transaction."""
+        recount_stored_types(conn, self._schema)
 
     async def claims(self, path: str) -> dict[str, float]:
         """Every claim on ``path``: claimant -> due epoch second."""

@@ -5,7 +5,8 @@
 calls through on PostgreSQL:
 
 - plain appends to one path (a lone append, most groups) are ONE statement
-  in its own transaction: the head-row upsert, the rows and the ``NOTIFY``;
+  in its own transaction: the head-row upsert, the rows, the summary of
+  stored types and the ``NOTIFY``;
 - a group of ephemerals that fits this writer's reserved blocks runs with no
   transaction: one read of the head rows, no write;
 - any other group is one transaction. The head rows of every path it
@@ -36,6 +37,7 @@ from streamkit.backends._blocks import BLOCK_MIN, PathState, Snapshot, ephemeral
 from streamkit.backends._group_commit import Group, WriteCounters, fresh_by_path, refuse
 from streamkit.backends._stamps import Stamps
 from streamkit.backends._stored import decode_prepared
+from streamkit.backends._stored_types import summary_rows
 from streamkit.backends.postgres._connect import is_disconnect, is_retryable, storage_error
 from streamkit.backends.postgres._notify import Fed, notify_channel
 from streamkit.backends.postgres._offsets import (
@@ -75,8 +77,19 @@ _ENSURE_HEADS = (
 _LOCK_HEADS = (
     'SELECT path FROM {s}.streamkit_heads WHERE path = ANY(%s) ORDER BY path COLLATE "C" FOR UPDATE'
 )
+_SUMMARIZE = (
+    "INSERT INTO {s}.streamkit_stored_types AS t "
+    "(path, type, version, events, first_offset, last_offset) "
+    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (path, type, version) DO UPDATE SET "
+    "events = t.events + excluded.events, "
+    "first_offset = least(t.first_offset, excluded.first_offset), "
+    "last_offset = greatest(t.last_offset, excluded.last_offset)"
+)
+"""One summary row moved by what a group adds (see :mod:`streamkit.backends._stored_types`).
+The rows' path is locked in its heads row first, so two writers never wait on each other here."""
 # A group of plain appends to one path in one statement (see Writer._run_plain): the
-# offset rule (_offsets.TAKE, its one home), the rows, and the NOTIFY.
+# offset rule (_offsets.TAKE, its one home), the rows, the summary of stored types, and
+# the NOTIFY.
 _PLAIN = (
     "WITH h AS ("
     + TAKE
@@ -89,6 +102,16 @@ _PLAIN = (
     FROM h, unnest(%(types)s::text[], %(payloads)s::text[], %(metadatas)s::text[],
         %(sources)s::text[], %(versions)s::smallint[])
         WITH ORDINALITY AS r(type, payload, metadata, source, version, n)
+    RETURNING "offset", type, payload_version
+), summary AS (
+    INSERT INTO {s}.streamkit_stored_types AS t
+        (path, type, version, events, first_offset, last_offset)
+    SELECT %(path)s::text, type, payload_version, count(*), min("offset"), max("offset")
+    FROM rows GROUP BY type, payload_version
+    ON CONFLICT (path, type, version) DO UPDATE SET
+        events = t.events + excluded.events,
+        first_offset = least(t.first_offset, excluded.first_offset),
+        last_offset = greatest(t.last_offset, excluded.last_offset)
 ), note AS (
     SELECT pg_notify(%(channel)s, %(notified)s)
 )
@@ -131,6 +154,7 @@ class PostgresStatements:
         self._ensure_heads = _ENSURE_HEADS.replace("{s}", quoted)
         self._lock_heads = _LOCK_HEADS.replace("{s}", quoted)
         self._plain = _PLAIN.replace("{s}", quoted)
+        self._summarize = _SUMMARIZE.replace("{s}", quoted)
         self._channel = notify_channel(schema)
         self._reads = Reads(schema)
 
@@ -250,6 +274,10 @@ class PostgresStatements:
                     self._place_plain(conn, plain, now, stamps)
                     wrote = True
                 if wrote:
+                    summary = summary_rows(calls)
+                    if summary:
+                        with conn.cursor() as cur:
+                            cur.executemany(self._summarize, summary)
                     for path in self._notified(calls):
                         conn.execute("SELECT pg_notify(%s, %s)", (self._channel, path))
                     if group.following:

@@ -17,8 +17,10 @@ from typing import Any
 import psycopg
 
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
+from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent
 from streamkit.protocols import PayloadTypes
+from streamkit.records import StoredType
 
 __all__ = ["Reads"]
 
@@ -54,6 +56,10 @@ class Reads:
         # is; sorted by bytes, as the SQLite backend sorts.
         self._paths = (
             f'SELECT path FROM {s}.streamkit_heads WHERE head > 0 ORDER BY path COLLATE "C"'
+        )
+        self._stored_types = (
+            f"SELECT path, type, version, events, first_offset, last_offset "
+            f"FROM {s}.streamkit_stored_types"
         )
         self._claims = (
             f"SELECT slug, due_at FROM {s}.streamkit_claims WHERE path = %s ORDER BY slug"
@@ -105,6 +111,19 @@ class Reads:
     def paths(self, conn: psycopg.Connection[Any]) -> list[str]:
         """Every path holding at least one durable event, sorted."""
         return [str(row[0]) for row in conn.execute(self._paths).fetchall()]
+
+    def stored_types(self, conn: psycopg.Connection[Any], path: str | None) -> list[StoredType]:
+        """The summary of stored types (of ``path`` only if given), sorted: no scan of the events."""
+        if path is None:
+            rows = conn.execute(
+                self._stored_types + ' ORDER BY path COLLATE "C", type COLLATE "C", version'
+            )
+        else:
+            rows = conn.execute(
+                self._stored_types + ' WHERE path = %s ORDER BY type COLLATE "C", version',
+                (path,),
+            )
+        return [stored_type(row) for row in rows]
 
     def claims(self, conn: psycopg.Connection[Any], path: str) -> dict[str, float]:
         """Every claim on ``path``: claimant -> due epoch second."""

@@ -16,6 +16,9 @@ A log lives in one PostgreSQL schema (see :mod:`._target`). Its tables:
   keeps the path's latest ``created_at`` (``stamped``), so stamps follow
   offset order whichever host commits;
 - ``streamkit_claims``: the alarm claims, one per ``(path, claimant)``;
+- ``streamkit_stored_types``: per (path, type, payload version) the number
+  of events and their first and last offsets, moved in each commit's
+  transaction (:mod:`streamkit.backends._stored_types`);
 - what hosts keep: ``streamkit_leases`` (:mod:`.leases`),
   ``streamkit_checkpoints``, ``streamkit_skips`` and ``streamkit_hosts``
   (:mod:`.host_store`).
@@ -39,13 +42,14 @@ from psycopg import sql
 
 from streamkit.errors import LogOpenError
 
-__all__ = ["SCHEMA_VERSION", "ensure_schema", "stored_version"]
+__all__ = ["SCHEMA_VERSION", "ensure_schema", "recount_stored_types", "stored_version"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The layout this release writes and reads. 2: a checkpoint's state has an offset of its own.
-3: an event row records the version of its payload's shape.
+3: an event row records the version of its payload's shape. 4: the summary of stored types
+(``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`).
 
-A log of version 1 or 2 is upgraded in place when opened; any other is refused.
+A log of version 1, 2 or 3 is upgraded in place when opened; any other is refused.
 """
 
 _STATE_OFFSET = (
@@ -54,16 +58,34 @@ _STATE_OFFSET = (
 _PAYLOAD_VERSION = (
     "ALTER TABLE {schema}.streamkit_events ADD COLUMN IF NOT EXISTS payload_version smallint"
 )
+_STORED_TYPES = """CREATE TABLE IF NOT EXISTS {schema}.streamkit_stored_types (
+        path text NOT NULL,
+        type text NOT NULL,
+        version integer NOT NULL,
+        events bigint NOT NULL,
+        first_offset bigint NOT NULL,
+        last_offset bigint NOT NULL,
+        PRIMARY KEY (path, type, version)
+    )"""
+_COUNT_STORED_TYPES = (
+    "INSERT INTO {schema}.streamkit_stored_types "
+    "(path, type, version, events, first_offset, last_offset) "
+    'SELECT path, type, coalesce(payload_version, 1), count(*), min("offset"), max("offset") '
+    "FROM {schema}.streamkit_events GROUP BY path, type, coalesce(payload_version, 1)"
+)
 _UPGRADES = {
-    1: (_STATE_OFFSET, _PAYLOAD_VERSION),
-    2: (_PAYLOAD_VERSION,),
+    1: (_STATE_OFFSET, _PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES),
+    2: (_PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES),
+    3: (_STORED_TYPES, _COUNT_STORED_TYPES),
 }
 """The statements that bring a log of an older version to :data:`SCHEMA_VERSION`.
 
 1 to 2: NULL in ``state_offset`` reads as "the state is the cursor's", true of
 every row version 1 wrote (it wrote the state every batch). 2 to 3: NULL in
 ``payload_version`` reads as version 1, the only one earlier releases knew;
-adding a column without a default rewrites no row.
+adding a column without a default rewrites no row. 3 to 4: the summary of
+stored types is made and counted from the events, the one time it reads the
+whole log.
 """
 
 _ATTEMPTS = 20
@@ -90,6 +112,7 @@ _TABLES = (
     """CREATE UNIQUE INDEX IF NOT EXISTS streamkit_events_idempotency
         ON {schema}.streamkit_events (path, idempotency_key)
         WHERE idempotency_key IS NOT NULL""",
+    _STORED_TYPES,
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_heads (
         path text PRIMARY KEY,
         head bigint NOT NULL DEFAULT 0 CHECK (head >= 0),
@@ -235,6 +258,21 @@ def _upgrade(conn: psycopg.Connection[Any], schema: str, version: int) -> None:
         sql.SQL("UPDATE {}.streamkit_meta SET schema_version = %s").format(name),
         (SCHEMA_VERSION,),
     )
+
+
+def recount_stored_types(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Count the summary of stored types from the events again, in the caller's transaction.
+
+    The table is locked first (EXCLUSIVE: reads go on, writes wait): a writer
+    that moved the summary in a transaction still open is waited for, so its
+    rows are committed before the count reads them; a writer whose rows are
+    not yet committed moves the summary only after this commits. Either way
+    each row is counted once.
+    """
+    name = sql.Identifier(schema)
+    conn.execute(sql.SQL("LOCK TABLE {}.streamkit_stored_types IN EXCLUSIVE MODE").format(name))
+    conn.execute(sql.SQL("DELETE FROM {}.streamkit_stored_types").format(name))
+    conn.execute(sql.SQL(_COUNT_STORED_TYPES).format(schema=name))
 
 
 def _check_version(version: int, schema: str, shown: str) -> None:

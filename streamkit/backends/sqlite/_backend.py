@@ -25,12 +25,18 @@ from typing import Any, TypeVar
 from streamkit._requests import AppendCall, FollowJob, Job, QueryJob, TransactionJob
 from streamkit.backends._storage import LogOptions
 from streamkit.backends._writer_thread import check_busy_timeout
-from streamkit.backends.sqlite._read import durable_head, read_page_sized, stream_paths
+from streamkit.backends.sqlite._read import (
+    durable_head,
+    read_page_sized,
+    stored_types,
+    stream_paths,
+)
 from streamkit.backends.sqlite._schema import (
     MEMORY,
     connect_read_only,
     connect_reader,
     connect_writer,
+    recount_stored_types,
     storage_error,
 )
 from streamkit.backends.sqlite._wal_guard import WalIdentity
@@ -38,7 +44,7 @@ from streamkit.backends.sqlite._writer import Writer
 from streamkit.errors import InvalidRequest
 from streamkit.events import ReadPage
 from streamkit.log import Feed
-from streamkit.protocols import LogStats, PayloadTypes
+from streamkit.protocols import LogStats, PayloadTypes, StoredType
 
 __all__ = ["SqliteLogBackend"]
 
@@ -171,6 +177,14 @@ class SqliteLogBackend:
     async def paths(self) -> list[str]:
         """Every path holding a durable event, sorted."""
         return await self.query(stream_paths)
+
+    async def stored_types(self, path: str | None = None) -> list[StoredType]:
+        """What the log holds per (path, type, payload version), from its summary."""
+        return await self.query(lambda conn: stored_types(conn, path))
+
+    def recount_stored_types(self, conn: sqlite3.Connection) -> None:
+        """Count the summary again from the events (``conn`` holds the write lock)."""
+        recount_stored_types(conn)
 
     async def claims(self, path: str) -> dict[str, float]:
         """Every claim on ``path``: claimant -> due epoch second."""

@@ -5,7 +5,9 @@ runs a group through on SQLite. The group runs in ONE ``BEGIN IMMEDIATE``
 transaction, each refusable call in its own savepoint (a refused call rolls
 back alone and keeps its error), each short transaction riding the group in
 a savepoint of its own; a group of ephemerals that fits this writer's
-reserved blocks runs with no transaction at all. Another connection's write
+reserved blocks runs with no transaction at all. Before the commit, the
+summary of stored types moves by what the group added, one upsert per
+(path, type, version) (:mod:`streamkit.backends._stored_types`). Another connection's write
 lock is waited out on the writer thread (sleeping 1, 2, 4 ... ms, at most
 50 ms at a time, up to the busy timeout; the sleep releases the GIL) and
 never on the loop: an inline group that meets it raises
@@ -29,6 +31,7 @@ from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.backends._blocks import ephemeral_needs
 from streamkit.backends._group_commit import Group, WriteCounters
 from streamkit.backends._stamps import Stamps
+from streamkit.backends._stored_types import summary_rows
 from streamkit.backends.sqlite._foreign import ForeignCommits
 from streamkit.backends.sqlite._offsets import RELEASE, PathState, Snapshot
 from streamkit.backends.sqlite._placement import INSERT, Placement
@@ -40,6 +43,15 @@ from streamkit.log import Feed
 __all__ = ["SqliteStatements", "TakenElsewhere", "begin_waiting", "transaction_error"]
 
 monotonic = time.monotonic
+
+SUMMARIZE = (
+    "INSERT INTO streamkit_stored_types (path, type, version, events, first_offset, last_offset) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (path, type, version) DO UPDATE SET "
+    "events = events + excluded.events, "
+    "first_offset = min(first_offset, excluded.first_offset), "
+    "last_offset = max(last_offset, excluded.last_offset)"
+)
+"""One summary row moved by what a group adds (see :mod:`streamkit.backends._stored_types`)."""
 
 
 class TakenElsewhere(Exception):
@@ -163,6 +175,11 @@ class SqliteStatements:
             for job in group.transactions:
                 wrote = self._run_nested(job) or wrote
             if wrote:
+                summary = summary_rows(calls)
+                if len(summary) == 1:
+                    cur.execute(SUMMARIZE, summary[0])
+                elif summary:
+                    self._conn.executemany(SUMMARIZE, summary)
                 if group.following:
                     self._feed.set_inflight(group.starts)
                     inflight = True

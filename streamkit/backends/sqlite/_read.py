@@ -17,14 +17,17 @@ import sqlite3
 from typing import Any
 
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
+from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent
 from streamkit.protocols import PayloadTypes
+from streamkit.records import StoredType
 
 __all__ = [
     "MAX_PAGE_BYTES",
     "durable_head",
     "read_page_sized",
     "select_key",
+    "stored_types",
     "stream_paths",
 ]
 
@@ -51,6 +54,9 @@ WITH RECURSIVE p(x) AS (
 )
 SELECT x FROM p WHERE x IS NOT NULL
 """
+_STORED_TYPES = (
+    "SELECT path, type, version, events, first_offset, last_offset FROM streamkit_stored_types"
+)
 
 
 # Rows fetched at a time, first and at most: a page of large events never holds
@@ -141,3 +147,12 @@ def select_key(conn: sqlite3.Connection, path: str, key: str) -> StreamEvent | N
 def stream_paths(conn: sqlite3.Connection) -> list[str]:
     """Every stream path that holds at least one durable event, sorted."""
     return [row[0] for row in conn.execute(_PATHS).fetchall()]
+
+
+def stored_types(conn: sqlite3.Connection, path: str | None = None) -> list[StoredType]:
+    """The summary of stored types (of ``path`` only if given), sorted: no scan of the events."""
+    if path is None:
+        rows = conn.execute(_STORED_TYPES + " ORDER BY path, type, version")
+    else:
+        rows = conn.execute(_STORED_TYPES + " WHERE path = ? ORDER BY type, version", (path,))
+    return [stored_type(row) for row in rows]

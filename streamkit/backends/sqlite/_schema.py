@@ -27,26 +27,43 @@ __all__ = [
     "connect_reader",
     "connect_writer",
     "is_busy",
+    "recount_stored_types",
     "storage_error",
 ]
 
 MEMORY = ":memory:"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
-event row records the version of its payload's shape."""
+event row records the version of its payload's shape. 4: the summary of stored types
+(``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`)."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
 
-_UPGRADABLE = frozenset({"1", "2"})
+_UPGRADABLE = frozenset({"1", "2", "3"})
 """Older layouts the writer upgrades in place when it opens the file."""
+
+# One row per stored (path, type, payload version), moved in each commit's transaction
+# (see streamkit.backends._stored_types).
+_STORED_TYPES_TABLE = """
+CREATE TABLE IF NOT EXISTS streamkit_stored_types (
+    path TEXT NOT NULL,
+    type TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    events INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    PRIMARY KEY (path, type, version)
+) WITHOUT ROWID
+"""
 
 # Events are keyed by (path, offset) in a WITHOUT ROWID table: a read of a
 # path's range is one ordered b-tree walk and an append writes one b-tree plus
 # the small partial key index (bench/bench_log.py measured it against a rowid
 # table with a unique index). The heads table holds only ephemeral offset
 # reservations; the durable head is always ``max(offset)`` of the path.
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS streamkit_meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -77,6 +94,8 @@ CREATE TABLE IF NOT EXISTS streamkit_claims (
     PRIMARY KEY (path, slug)
 ) WITHOUT ROWID;
 """
+    + _STORED_TYPES_TABLE
+)
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -241,6 +260,25 @@ def add_payload_version(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE streamkit_events ADD COLUMN payload_version INTEGER")
 
 
+_COUNT_STORED_TYPES = """
+INSERT INTO streamkit_stored_types (path, type, version, events, first_offset, last_offset)
+SELECT path, type, coalesce(payload_version, 1), count(*), min("offset"), max("offset")
+FROM streamkit_events GROUP BY path, type, coalesce(payload_version, 1)
+"""
+
+
+def add_stored_types(conn: sqlite3.Connection) -> None:
+    """Give a log made before the summary of stored types its table, counted from the rows."""
+    conn.execute(_STORED_TYPES_TABLE)
+    recount_stored_types(conn)
+
+
+def recount_stored_types(conn: sqlite3.Connection) -> None:
+    """Count the summary of stored types from the events again (in the caller's write lock)."""
+    conn.execute("DELETE FROM streamkit_stored_types")
+    conn.execute(_COUNT_STORED_TYPES)
+
+
 def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     """Bring a file of an older layout to :data:`SCHEMA_VERSION`, in one transaction.
 
@@ -248,9 +286,11 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     row: that release wrote the state every batch, so it is the cursor's).
     2 to 3: the events table gains ``payload_version`` (NULL on every old
     row, read as version 1: no release before it knew another). Adding a
-    column rewrites no row, so the upgrade of a large file is instant. The
-    version moves in the same transaction, so a release that does not know
-    a column refuses the file instead of misreading it.
+    column rewrites no row. 3 to 4: the summary of stored types is made and
+    counted from the events, the one time it reads the whole log (about a
+    second per million events). The version moves in the same transaction,
+    so a release that does not know a table refuses the file instead of
+    misreading it.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -261,6 +301,7 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
         if version in _UPGRADABLE:
             add_state_offset(conn)
             add_payload_version(conn)
+            add_stored_types(conn)
             conn.execute(
                 "UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),
