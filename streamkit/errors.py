@@ -40,6 +40,7 @@ __all__ = [
     "RequestTimeout",
     "RequestTooLarge",
     "SchemaAhead",
+    "SchemaCheckFailed",
     "SlowConsumer",
     "StateNotSerializable",
     "StorageBusy",
@@ -106,6 +107,13 @@ class PayloadMalformed(StreamkitError, RuntimeError):
 
     code = "PAYLOAD_MALFORMED"
     default_retryable = True
+
+
+class SchemaCheckFailed(StreamkitError, RuntimeError):
+    """A host set to ``schema_check = "refuse"`` found stored events its code would skip or
+    stall at, and did not start (nothing was written)."""
+
+    code = "SCHEMA_CHECK_FAILED"
 
 
 class InvalidRequest(StreamkitError, ValueError):

@@ -209,6 +209,33 @@ async def main() -> None:
     assert (read.type, read.payload_version) == ("task.created", 3)
     assert read.payload == {"title": "a", "priority": 0, "owner": "ana"}
     assert note == {"from_type": "task.opened", "from_version": 1}
+    # --- docs/schema-evolution.md:408
+    from streamkit.schema_check import check_processor
+
+    checked = open_log("deploy-check.db")
+    board = checked.stream("/board")
+    await board.append(
+        {"type": "task.opened", "payload": {"title": "a", "assignee": "ana"}},
+        {"type": "task.created", "payload": {"title": "b", "priority": "high", "owner": "bo"}, "payload_version": 3},
+        {"type": "task.created", "payload": {"title": "c", "priority": 1, "owner": "cy", "due": "mon"}, "payload_version": 4},
+    )
+    stored = await checked.stored_types("/board")
+    assert [(kind.type, kind.version, kind.count) for kind in stored] == [
+        ("task.created", 3, 1),
+        ("task.created", 4, 1),
+        ("task.opened", 1, 1),
+    ]
+    result = await check_processor(TaskBoard.contract, board, stored, await board.head(), validate="all")
+    outcomes = {(v.stored.type, v.stored.version): v.outcome for v in result.verdicts}
+    assert outcomes == {
+        ("task.created", 3): "current",
+        ("task.created", 4): "ahead",  # written by newer code: this code would stall at 3
+        ("task.opened", 1): "lifted",
+    }
+    malformed = next(v for v in result.verdicts if v.stored.version == 3)
+    assert (malformed.validated, malformed.skipped, malformed.first_skipped) == (1, 1, (2,))
+    assert not result.ok and len(result.problems) == 2
+    await checked.aclose()
 
 
 if __name__ == "__main__":

@@ -98,13 +98,16 @@ def positive_int(text: str) -> int:
     return _whole_number(text, 1)
 
 
-def existing_log(db: str) -> Log:
-    """Open the log at ``db``, which must exist; read-only if this process cannot write it."""
+def existing_log(db: str, *, read_only: bool = False) -> Log:
+    """Open the log at ``db``, which must exist; read-only if asked or if this process cannot
+    write it."""
     if db != ":memory:" and not is_postgres_target(db) and not os.path.exists(db):
         raise InvalidRequest(
             f"no log file at {db!r}; nothing was read or written (append creates one)",
             details={"db": db},
         )
+    if read_only:
+        return open_log(db, read_only=True)
     try:
         return open_log(db)
     except LogOpenError as exc:

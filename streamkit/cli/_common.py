@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
@@ -27,6 +29,7 @@ from streamkit.events import StreamEvent
 __all__ = [
     "Handler",
     "add_socket_flag",
+    "cwd_importable",
     "db_from_config",
     "emit",
     "format_event",
@@ -38,14 +41,25 @@ __all__ = [
 Handler = Callable[[argparse.Namespace, TextIO], int]
 
 
+def cwd_importable() -> None:
+    """Make the directory the command runs in importable, as Python app servers do.
+
+    What ``--processor module:Class`` (and ``read --as module:Class``) name is
+    looked up there first.
+    """
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def socket_of(args: argparse.Namespace) -> str:
     socket: str | None = getattr(args, "socket", None)
     return socket if socket is not None else default_socket(args.db)
 
 
-def db_from_config() -> str:
-    """The ``db`` of ``./streamkit.toml`` (as the host reads it), for a command given no --db."""
-    found = find_config(Path.cwd())
+def db_from_config(config: str | None = None) -> str:
+    """The ``db`` of ``config`` or ``./streamkit.toml`` (as the host reads it), for a command
+    given no --db."""
+    found = Path(config) if config is not None else find_config(Path.cwd())
     if found is None:
         raise InvalidRequest(
             "no --db was given and there is no streamkit.toml in this directory to name one; "

@@ -13,7 +13,6 @@ import getpass
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,6 +25,7 @@ from streamkit.cli._args import (
 )
 from streamkit.cli._common import (
     add_socket_flag,
+    cwd_importable,
     emit,
     live_socket,
     served,
@@ -66,9 +66,7 @@ def _cmd_host(args: argparse.Namespace, out: TextIO) -> int:
             "no processors to run: name them with --processor MODULE:CLASS or in the "
             "[[processors]] list of streamkit.toml; nothing was started"
         )
-    # Like other Python app servers: the directory you start in is importable.
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    cwd_importable()
     file = args.config if args.config is not None else find_config(Path.cwd())
     if file is not None:
         # One rule for every relative path in the file: db and socket are resolved
@@ -232,6 +230,8 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
             )
         if row.get("dropped_events"):
             parts.append(f"dropped={row['dropped_events']} (an upcaster returned DROP)")
+        for problem in (row.get("schema_check") or {}).get("problems") or ():
+            parts.append(f"schema check at start: {problem['text']}")
         ahead = row.get("ahead_of_code")
         if ahead:
             parts.append(

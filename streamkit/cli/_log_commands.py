@@ -22,6 +22,7 @@ from streamkit.cli._args import (
 )
 from streamkit.cli._common import (
     add_socket_flag,
+    cwd_importable,
     emit,
     live_socket,
     served,
@@ -226,6 +227,7 @@ def _reader(args: argparse.Namespace) -> ProcessorContract[Any] | None:
     wanted: str | None = args.as_processor
     if wanted is None:
         return None
+    cwd_importable()
     if ":" in wanted:
         config = config_from_args(db=args.db, processors=[wanted])
     else:

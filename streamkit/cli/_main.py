@@ -12,6 +12,8 @@ refused. Commands:
 - ``streamkit snapshot``: a processor's reduced state.
 - ``streamkit watch``: a processor's live state, as a seed and then patches.
 - ``streamkit skip``: move a stalled processor past one event.
+- ``streamkit schema check``: can processors' code read everything the log stores
+  (``schema recount`` counts the summary it reads again).
 - commands that packages register in the ``streamkit.commands`` entry-point group
   (``streamkit tasks`` and ``streamkit dlq`` come from the first-party processors).
 
@@ -36,6 +38,7 @@ from streamkit.cli._common import Handler, db_from_config
 from streamkit.cli._host_commands import add_host, add_skip, add_snapshot, add_status, add_watch
 from streamkit.cli._log_commands import add_append, add_read
 from streamkit.cli._plugins import add_plugin_commands
+from streamkit.cli._schema_commands import add_schema
 from streamkit.errors import (
     InvalidRequest,
     StreamkitError,
@@ -54,6 +57,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
     add_watch,
     add_skip,
     add_admin,
+    add_schema,
 )
 
 
@@ -97,7 +101,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     handler: Handler = args.handler
     try:
         if getattr(args, "db", "") is None and args.command != "host":
-            args.db = db_from_config()
+            args.db = db_from_config(getattr(args, "config", None))
         if isinstance(getattr(args, "db", None), str) and not is_postgres_target(args.db):
             args.db = sqlite_target(args.db)  # every --db takes a target: sqlite://PATH too
         return handler(args, out or sys.stdout)

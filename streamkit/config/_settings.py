@@ -285,6 +285,9 @@ class HostConfig(_Section):
     shutdown_grace: float = Field(default=10.0, ge=0, le=3600, allow_inf_nan=False)
     log_format: Literal["auto", "json", "console"] = "auto"
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    schema_check: Literal["warn", "refuse", "off"] = "warn"
+    """At start, whether stored events these processors would skip or stall at (judged from
+    the log's summary of stored types) are warned of, refuse the start, or go unchecked."""
     live_state: Literal["watched", "always"] = "watched"
     """When batches publish live-state deltas: while a client watches (no cost otherwise), or always."""
     processor_share: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)

@@ -90,6 +90,7 @@ from streamkit.host._live_watch import Subscription, jsonable, watch_messages
 from streamkit.host._pacer import Pacer, PacerStats
 from streamkit.host._recorded_skips import obey_recorded_skips
 from streamkit.host._runner import ProcessorRunner
+from streamkit.host._schema_check import start_check
 from streamkit.host._signals import StopSignals, exit_past_strays
 from streamkit.host._status import processor_rows
 from streamkit.host._watch_feeds import WatchFeeds
@@ -191,6 +192,8 @@ class ProcessorHost:
         self.socket_path: Path | None = None
         """The control socket this host serves (None until it listens, or without one)."""
         self._started_at: float | None = None
+        self._schema_checks: dict[tuple[str, str], dict[str, Any]] = {}
+        """Per (path, slug), what the data check at start found (none under schema_check=off)."""
         self._stopping = False
         self._stopped = asyncio.Event()
         self._signals: StopSignals | None = None
@@ -228,6 +231,11 @@ class ProcessorHost:
         try:
             store = self.store = host_store(log)
             await store.prepare()
+            self._schema_checks = await start_check(
+                log,
+                [(e.processor, e.path, e.on_malformed) for e in self._entries],
+                config.schema_check,
+            )
             skips = await store.load_skips()
             self._alarm = Alarm(self.runners, clock=self.clock)
             pacer = self.pacer = (
@@ -604,6 +612,8 @@ class ProcessorHost:
         database, processors = await processor_rows(
             self._require_log(), self._require_store(), self.runners
         )
+        for row in processors:
+            row["schema_check"] = self._schema_checks.get((row["path"], row["slug"]))
         started = self._started_at
         return {
             "database": database,

@@ -123,6 +123,11 @@ def _processor_families(
     dropped = counter(
         "events_dropped", "Events an upcaster dropped: the current code no longer reads their type."
     )
+    schema_problems = gauge(
+        "schema_check_problems",
+        "Stored (type, version) keys the processor's code would skip or stall at, found by "
+        "the host's data check at start (absent under schema_check = off).",
+    )
     refusing = gauge(
         "work_refusing_cancel",
         "Cancelled work of the processor still running (it ignores cancels).",
@@ -160,6 +165,9 @@ def _processor_families(
             )
         reduce_failures.add_metric(labels, float(row.get("reduce_failures", 0)))
         dropped.add_metric(labels, float(row.get("dropped_events", 0)))
+        checked = row.get("schema_check")
+        if checked is not None:
+            schema_problems.add_metric(labels, float(len(checked["problems"])))
         refusing.add_metric(labels, float(len(row.get("refusing_cancel") or ())))
         refused.add_metric(labels, float(row.get("refused_cancel", 0)))
         counts, total, seconds = histograms.get(key, ([0] * len(LATENCY_BUCKETS), 0, 0.0))
@@ -181,6 +189,7 @@ def _processor_families(
         malformed_by_type,
         reduce_failures,
         dropped,
+        schema_problems,
         refusing,
         refused,
         latency,

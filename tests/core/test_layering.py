@@ -43,6 +43,7 @@ BASE = {
     "streamkit.contract",
     "streamkit.catalog",
     "streamkit.lifting",
+    "streamkit.schema_check",
     "streamkit.upcasting",
     "streamkit.processor",
     "streamkit.live_state",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 from support.host import Echo, Fragile, Gated, Hoarder, Lingering, Offsets, Sleeper, Tally, Typed
-from support.upcasting import TaskBoard, stored_at
+from support.upcasting import TaskBoard, board_log, stored_at
 
 from streamkit import (
     LIVE_STATE_CHANGED,
@@ -28,7 +28,7 @@ from streamkit.backends.sqlite.host_store import SqliteHostStore
 from streamkit.cli import stored_snapshot
 from streamkit.config import HostConfig
 from streamkit.engine._strays import CANCEL_WAIT
-from streamkit.errors import InvalidConfig, InvalidEvent
+from streamkit.errors import InvalidConfig, InvalidEvent, SchemaCheckFailed
 from streamkit.host import ProcessorHost
 from streamkit.host._runner import MIN_BATCH_GRACE, ProcessorRunner
 
@@ -684,6 +684,43 @@ async def test_status_shows_skipped_payloads_per_type_and_version_and_dropped_ev
     assert row["dropped_events"] == 1
     assert row["stopped_at"] is None
     assert (await host.snapshot("task-board"))["state"]["titles"] == ["a"]
+
+
+async def test_the_data_check_at_start_warns_refuses_or_stays_off(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """schema_check: "refuse" stops the start before any lease; "warn" starts, logs and shows
+    the problem in status; "off" does not look."""
+    db = tmp_path / "h.db"
+    async with open_log(db) as log:
+        offsets = await board_log(log, "/")  # holds a task.created v4: newer than TaskBoard
+    refusing = hosts(TaskBoard(), config=make_config(tmp_path, schema_check="refuse"))
+    with pytest.raises(SchemaCheckFailed) as refused:
+        await refusing.start()
+    assert (
+        f"task-board on /: task.created v4: 1 events ({offsets[6]}..{offsets[6]}): AHEAD"
+        in refused.value.message
+    )
+    assert "the host did not start and nothing was written" in refused.value.message
+    async with open_log(db) as log:
+        assert await host_store(log).leases() == []
+        assert await log.stream("/").head() == offsets[-1]
+
+    with capture_logs() as logs:
+        warning = hosts(TaskBoard())
+        await warning.start()
+    (row,) = (await warning.status())["processors"]
+    assert row["schema_check"]["ok"] is False
+    (problem,) = row["schema_check"]["problems"]
+    assert (problem["type"], problem["version"], problem["outcome"]) == ("task.created", 4, "ahead")
+    warned = [entry for entry in logs if entry["event"] == "host.schema_check"]
+    assert [entry["problem"] for entry in warned] == [f"task-board on /: {problem['text']}"]
+    await warning.stop(grace=0.0)
+
+    off = hosts(TaskBoard(), config=make_config(tmp_path, schema_check="off"))
+    await off.start()
+    (row,) = (await off.status())["processors"]
+    assert row["schema_check"] is None
 
 
 async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(

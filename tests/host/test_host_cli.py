@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.host import Fragile, Pinged, Second, Tally
-from support.upcasting import TaskBoard, stored_at, strict_board
+from support.upcasting import TaskBoard, board_log, stored_at, strict_board
 
 from streamkit import ReduceCheckpointTable, open_log
 from streamkit.cli import main
@@ -318,3 +318,19 @@ async def test_status_names_each_kind_of_skipped_payload_and_where_a_processor_s
     assert "dropped=1 (an upcaster returned DROP)" in lines["task-board"]
     assert f"STALLED at offset {bad}" in lines["strict-board"]
     assert f"stopped before offset {bad} (PAYLOAD_MALFORMED)" in lines["strict-board"]
+
+
+async def test_status_names_what_the_data_check_at_start_found(short_dir: Path) -> None:
+    """A host of older code on a log newer code wrote: the status line says so."""
+    db = short_dir / "s.db"
+    async with open_log(db) as log:
+        offsets = await board_log(log, "/")
+    config = HostConfig.model_validate({"db": str(db)})
+    async with ProcessorHost(config, processors=[TaskBoard()]):
+        code, out = await cli("status", "--db", str(db))
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if line.startswith("task-board")]
+    assert (
+        f"schema check at start: task.created v4: 1 events ({offsets[6]}..{offsets[6]}): AHEAD"
+        in line
+    )

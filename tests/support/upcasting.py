@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from streamkit import DROP, EventDefinition, StreamEvent, StreamProcessor, define_processor_contract
+from streamkit.log import Log
 
 
 class TaskV3(BaseModel):
@@ -147,3 +148,31 @@ def stored_at_v4(title: str, priority: int, owner: str, due: str) -> dict[str, A
     """A task.created input as the release of version 4 writes it."""
     payload = {"title": title, "priority": priority, "owner": owner, "due": due}
     return {"type": "task.created", "payload": payload, "payload_version": 4}
+
+
+LOTS = {
+    "type": "task.created",
+    "payload": {"title": "x", "priority": "lots", "owner": "o"},
+    "payload_version": 3,
+}
+"""A version-3 task.created no release could read (its priority is not a number)."""
+
+
+async def board_log(log: Log, path: str = "/tasks") -> list[int]:
+    """Every kind of stored key on ``path``, for the schema check; the appended offsets.
+
+    task.opened v1 twice, task.created v2, v3, :data:`LOTS`, v3 again, v4, a
+    retired v1 and a type no board reads.
+    """
+    committed = await log.stream(path).append(
+        stored_at(1, "a", 0, "ana"),
+        stored_at(1, "b", 0, "bo"),
+        stored_at(2, "c", 1, "cy"),
+        stored_at(3, "d", 2, "di"),
+        LOTS,
+        stored_at(3, "e", 2, "ed"),
+        stored_at_v4("f", 3, "fa", "2027-01-01"),
+        {"type": "task.retired", "payload": {}},
+        {"type": "note", "payload": {"any": "thing"}},
+    )
+    return [event.offset for event in committed]

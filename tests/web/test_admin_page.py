@@ -29,6 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from streamkit.processors.tasks import task_requested_event
 from support import ROOT, free_port
 from support.daemon import DaemonRig, admin_address, wait_for_http
+from support.upcasting import stored_at_v4
 
 from streamkit import StreamEvent, open_log
 
@@ -68,6 +69,10 @@ handlers = { job = "pagejobs:job", broken = "pagejobs:broken" }
 [[processors]]
 class = "streamkit.processors.dlq:DlqProcessor"
 path = "/ops"
+
+[[processors]]
+class = "boardprocs:TaskBoard"
+path = "/board"
 """
 
 
@@ -138,7 +143,10 @@ def page(browser: WebDriver, tmp_path: Path) -> Iterator[tuple[WebDriver, Path, 
     """The page of a daemon running Tally and Fragile on /, Typed on /orders, and the tasks
     and the DLQ on /ops."""
     shutil.copy(ROOT / "tests" / "support" / "host.py", tmp_path / "hostprocs.py")
+    shutil.copy(ROOT / "tests" / "support" / "upcasting.py", tmp_path / "boardprocs.py")
     (tmp_path / "pagejobs.py").write_text(_JOBS)
+    # Written by newer code before this host starts: its data check at start flags it.
+    asyncio.run(append_directly(tmp_path / "page.db", stored_at_v4("t", 1, "o", "x"), "/board"))
     (tmp_path / "streamkit.toml").write_text(_CONFIG)
     port = free_port()
     rig = DaemonRig(tmp_path, socket_prefix="skp", tmp_on_pythonpath=True)
@@ -246,6 +254,9 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     typed = 'tr[data-slug="typed"] td.problem-cell'
     wait.until(lambda d: "skipped as malformed: order v1" in text_of(d, typed))
     assert "(first at offset " in text_of(browser, typed)
+    # What the host's data check found at start: a payload newer than its code.
+    board = text_of(browser, 'tr[data-slug="task-board"] td.problem-cell')
+    assert "schema check at start: task.created v4: 1 events (1..1): AHEAD" in board
 
     # Tasks run on /ops, not /: the section is there, with the scheduled time.
     later = time.time() + 3600

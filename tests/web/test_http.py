@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from starlette.routing import Route
 from support import ROOT
 from support.host import Fragile, Gated, Tally
-from support.upcasting import TaskBoard, stored_at
+from support.upcasting import TaskBoard, board_log, stored_at
 
 import streamkit
 from streamkit import StreamEvent, StreamProcessor, define_processor_contract, open_log
@@ -976,6 +976,22 @@ async def test_metrics_count_skipped_payloads_per_type_and_version(serve: Serve)
     for version in ("2", "3"):
         kind = (*labels, ("type", "task.created"), ("version", version))
         assert found[("streamkit_processor_malformed_payloads_by_type_total", kind)] == 1
+
+
+async def test_metrics_count_what_the_data_check_at_start_found(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Per processor, the stored keys its code would skip or stall at (0 when none)."""
+    async with open_log(tmp_path / "h0.db") as log:
+        await board_log(log, "/")  # what newer code wrote: a task.created v4
+    served = await serve(TaskBoard(), Tally())
+    found = samples((await served.client.get("/metrics")).text)
+    name = "streamkit_processor_schema_check_problems"
+    assert found[(name, (("path", "/"), ("slug", "task-board")))] == 1
+    assert found[(name, (("path", "/"), ("slug", "tally")))] == 0
+    rows = (await served.client.get("/v1/processors")).json()["processors"]
+    (board,) = [row for row in rows if row["slug"] == "task-board"]
+    assert [p["outcome"] for p in board["schema_check"]["problems"]] == ["ahead"]
 
 
 async def test_a_payload_the_hosts_processors_cannot_read_is_refused_at_the_door(

@@ -259,6 +259,9 @@ function problemOf(p) {
   if (p.stopped_at !== null && p.stopped_at !== undefined) {
     notes.push(["problem", "stopped before offset " + p.stopped_at + " (" + ((p.last_error || {}).code || "see last error") + "): nothing after it is processed"]);
   }
+  for (const problem of (p.schema_check || {}).problems || []) {
+    notes.push(["problem", "schema check at start: " + problem.text]);
+  }
   if (p.dropped_events) {
     notes.push(["warn", p.dropped_events + " event(s) dropped by an upcaster (their type is retired)"]);
   }
