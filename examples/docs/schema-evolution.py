@@ -49,7 +49,14 @@ async def main() -> None:
         upcasters={1: add_priority, 2: rename_assignee},
         renamed_from=("task.opened",),
     )
-    # --- docs/schema-evolution.md:110
+    # --- docs/schema-evolution.md:94
+    class TaskWithLabels(Task):  # an optional field added: still version 3
+        labels: list[str] = []
+
+
+    stored_before = {"title": "a", "priority": 1, "owner": "ana"}  # written before labels existed
+    assert TaskWithLabels.model_validate(stored_before).labels == []
+    # --- docs/schema-evolution.md:119
     class TaskEvent(BaseModel):
         pass
 
@@ -79,7 +86,7 @@ async def main() -> None:
         def reduce(self, event: StreamEvent, state: Board) -> Board:
             task = event.payload  # always a Task: every older shape was lifted
             return Board(titles=[*state.titles, task.title], owners=[*state.owners, task.owner])
-    # --- docs/schema-evolution.md:144
+    # --- docs/schema-evolution.md:153
     from streamkit.testing import reduce_processor
 
     history = [
@@ -99,7 +106,7 @@ async def main() -> None:
     assert reduce_processor(TaskBoard(), history) == Board(
         titles=["a", "b", "c"], owners=["ana", "bo", "cy"]
     )
-    # --- docs/schema-evolution.md:168
+    # --- docs/schema-evolution.md:177
     from streamkit import ProcessorEngine
     from streamkit.testing import memory_storage
 
@@ -113,7 +120,7 @@ async def main() -> None:
     assert snapshot.state.titles == ["a", "b", "c"]
     assert engine.statistics().dropped_events == 1
     await engine.aclose()
-    # --- docs/schema-evolution.md:207
+    # --- docs/schema-evolution.md:216
     from streamkit import SchemaAhead
 
     future = {
@@ -135,7 +142,7 @@ async def main() -> None:
     assert stopped is not None and stopped.details["offset"] == placed.offset
     assert stalled.cursor == placed.offset - 1  # everything before it is folded and checkpointed
     await stalled.aclose()
-    # --- docs/schema-evolution.md:259
+    # --- docs/schema-evolution.md:268
     from streamkit import PayloadMalformed
     from streamkit.testing import reduce_processor
 
@@ -171,7 +178,7 @@ async def main() -> None:
     )
     await lenient.aclose()
     await log.aclose()
-    # --- docs/schema-evolution.md:322
+    # --- docs/schema-evolution.md:331
     from streamkit import InvalidEvent
 
     door = open_log("door.db", contracts=[TaskBoard.contract])
@@ -188,7 +195,7 @@ async def main() -> None:
         {"type": "task.created", "payload": {"title": "y", "priority": 1, "owner": "yo"}}
     )
     assert stamped.payload_version == 3
-    # --- docs/schema-evolution.md:350
+    # --- docs/schema-evolution.md:359
     (first,) = await tasks.append(
         {"type": "task.opened", "payload": {"title": "z", "assignee": "zoe"}, "idempotency_key": "z"}
     )
@@ -201,7 +208,7 @@ async def main() -> None:
     )
     assert retried == [first]
     await door.aclose()
-    # --- docs/schema-evolution.md:375
+    # --- docs/schema-evolution.md:384
     from streamkit.lifting import as_read_by
 
     stored = StreamEvent(path="/board", offset=1, type="task.opened", payload={"title": "a", "assignee": "ana"})
@@ -209,7 +216,7 @@ async def main() -> None:
     assert (read.type, read.payload_version) == ("task.created", 3)
     assert read.payload == {"title": "a", "priority": 0, "owner": "ana"}
     assert note == {"from_type": "task.opened", "from_version": 1}
-    # --- docs/schema-evolution.md:408
+    # --- docs/schema-evolution.md:417
     from streamkit.schema_check import check_processor
 
     checked = open_log("deploy-check.db")
