@@ -215,8 +215,10 @@ async def check_processor(
     """Judge every key of ``stored`` that ``contract`` reads (see the module).
 
     ``stored`` is the summary of the stream's path (``log.stored_types(path)``)
-    and ``head`` its durable head, read after it; ``stream`` is read only to
-    validate. ``on_malformed`` overrides the contract's choice (as a host's
+    and ``head`` its durable head, read BEFORE it: the summary moves in the
+    commit that adds rows, so a summary read after the head counts at least
+    through it unless rows were written without it. ``stream`` is read only
+    to validate. ``on_malformed`` overrides the contract's choice (as a host's
     config does); ``validate`` is ``"all"``, N (payloads per stored key) or None.
     """
     path = stream.path

@@ -126,13 +126,14 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
             for entry in resolved:
                 spec = entry.spec
                 stream = log.stream(spec.path)
+                head = await stream.head()  # before the summary (see check_processor)
                 stored = await log.stored_types(spec.path)
                 checks.append(
                     await check_processor(
                         entry.processor.contract,
                         stream,
                         stored,
-                        await stream.head(),
+                        head,
                         on_malformed=spec.on_malformed,
                         validate=validate,
                     )

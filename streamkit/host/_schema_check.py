@@ -45,7 +45,10 @@ async def start_check(
     checks: list[ProcessorCheck] = []
     for processor, path, on_malformed in processors:
         if path not in summaries:
-            summaries[path] = (await log.stored_types(path), await log.stream(path).head())
+            # The head first: a commit after it is in the summary read next (the summary
+            # moves in its commit), so only rows the summary truly misses read as behind.
+            head = await log.stream(path).head()
+            summaries[path] = (await log.stored_types(path), head)
         stored, head = summaries[path]
         checks.append(
             await check_processor(

@@ -55,8 +55,9 @@ class ShortChainBoard(StreamProcessor[Tasks]):
 
 async def check(log: Log, processor: StreamProcessor[Any], **options: Any) -> ProcessorCheck:
     stream = log.stream("/tasks")
+    head = await stream.head()
     stored = await log.stored_types("/tasks")
-    return await check_processor(processor.contract, stream, stored, await stream.head(), **options)
+    return await check_processor(processor.contract, stream, stored, head, **options)
 
 
 def outcomes(result: ProcessorCheck) -> dict[tuple[str, int], str]:
@@ -111,6 +112,20 @@ async def test_validation_counts_exactly_what_would_be_skipped_and_dropped(log: 
     v3 = next(v for v in sampled.verdicts if v.stored.version == 3)
     assert (v3.validated, v3.skipped) == (1, 0)
     assert sampled.validation == "sample=1"
+
+
+async def test_appends_between_the_head_and_the_summary_are_not_a_summary_behind(
+    log: Log,
+) -> None:
+    """Read as callers do (the head first), a commit in between is counted, not flagged."""
+    await board_log(log)
+    stream = log.stream("/tasks")
+    head = await stream.head()
+    await stream.append(stored_at(3, "late", 1, "la"))  # another writer, meanwhile
+    stored = await log.stored_types("/tasks")
+    result = await check_processor(TaskBoard.contract, stream, stored, head)
+    assert not result.summary_behind
+    assert result.summary_through == head + 1
 
 
 async def write_as_an_earlier_release(log_target: Target, path: str, offset: int) -> None:

@@ -31,6 +31,8 @@ from streamkit.engine._strays import CANCEL_WAIT
 from streamkit.errors import InvalidConfig, InvalidEvent, SchemaCheckFailed
 from streamkit.host import ProcessorHost
 from streamkit.host._runner import MIN_BATCH_GRACE, ProcessorRunner
+from streamkit.log import Log
+from streamkit.records import StoredType
 
 
 def make_config(tmp_path: Path, **overrides: Any) -> HostConfig:
@@ -721,6 +723,31 @@ async def test_the_data_check_at_start_warns_refuses_or_stays_off(
     await off.start()
     (row,) = (await off.status())["processors"]
     assert row["schema_check"] is None
+
+
+async def test_a_commit_during_the_data_check_at_start_is_not_a_summary_behind(
+    tmp_path: Path, hosts: HostFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer commits right after the summary is read: the head was read first, so
+    the check does not take the summary for one behind its log (and refuse to start)."""
+    db = tmp_path / "h.db"
+    other = open_log(db)
+    await other.stream("/").append(stored_at(3, "a", 1, "ana"))
+    read_summary = Log.stored_types
+
+    async def then_a_commit(log: Log, path: str | None = None) -> list[StoredType]:
+        found = await read_summary(log, path)
+        await other.stream("/").append(stored_at(3, "b", 1, "bo"))
+        return found
+
+    monkeypatch.setattr(Log, "stored_types", then_a_commit)
+    try:
+        host = hosts(TaskBoard(), config=make_config(tmp_path, schema_check="refuse"))
+        await host.start()
+        (row,) = (await host.status())["processors"]
+        assert row["schema_check"] == {"ok": True, "problems": []}
+    finally:
+        await other.aclose()
 
 
 async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
