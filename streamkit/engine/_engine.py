@@ -59,6 +59,7 @@ from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
 from streamkit.engine._live import LiveProjection
 from streamkit.engine._pages import MAX_CATCH_UP_PAGE, PAGE_SIZE, PageReader
+from streamkit.engine._rebuild import Rebuild
 from streamkit.engine._statistics import EngineStatistics
 from streamkit.engine._strays import Strays
 from streamkit.engine._waiters import CursorWaiters
@@ -167,6 +168,8 @@ class ProcessorEngine(Generic[S]):
         # A checkpoint of another contract version (or one that no longer
         # restores): its cursor, re-reduced up to before anything else runs.
         self._stale_through: int | None = None
+        self._rebuild: Rebuild | None = None
+        """The version re-reduce under way, if one is (what ``statistics()`` shows of it)."""
         # The offset whose delivery is under way, and the one a failed batch stopped at.
         self._delivering: int | None = None
         self._failed_at: int | None = None
@@ -467,11 +470,16 @@ class ProcessorEngine(Generic[S]):
         target = self._stale_through
         if target is None:
             return
-        state, folded = await self._pages.replay(
-            self._contract.initial_state(), 0, target, PAGE_SIZE
-        )
-        self._events_reduced += folded
-        await self._checkpoints.write_state(target, state)
+        rebuild = self._rebuild = Rebuild(self._slug, self._version, target)
+        try:
+            state, folded = await self._pages.replay(
+                self._contract.initial_state(), 0, target, PAGE_SIZE, rebuild.advanced
+            )
+            self._events_reduced += folded
+            await self._checkpoints.write_state(target, state)
+        finally:
+            self._rebuild = None
+        rebuild.done()
         self._stale_through = None
         self._advance(target, state)
         self._live.publish(state)
@@ -698,6 +706,7 @@ class ProcessorEngine(Generic[S]):
             claimed_at=claims.wanted,
             claim_held=claims.held,
             live_behind=self._live.behind,
+            rebuild=None if self._rebuild is None else self._rebuild.snapshot(),
         )
 
     # -- effects (the EffectHost protocol of ProcessEventArgs) ----------------------

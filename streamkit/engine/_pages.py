@@ -16,6 +16,7 @@ processed (their effects ran).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
@@ -60,8 +61,17 @@ class PageReader(Generic[S]):
             return await self._stream.read(after, limit)
         return await self._stream.read(after, limit, types=self._types)
 
-    async def replay(self, state: S, after: int, through: int, page_size: int) -> tuple[S, int]:
+    async def replay(
+        self,
+        state: S,
+        after: int,
+        through: int,
+        page_size: int,
+        on_page: Callable[[int, int], None] | None = None,
+    ) -> tuple[S, int]:
         """``state`` with the durable events of ``(after, through]`` folded in, and how many.
+
+        ``on_page(position, folded)`` is told after each page how far it came.
 
         Reduce only: no effects run. Stops early where the log holds nothing
         more below ``through``. Raises what the log's read raises, and
@@ -81,4 +91,6 @@ class PageReader(Generic[S]):
             if page.scanned_through_offset <= position:
                 break  # the log holds nothing more below `through`
             position = min(page.scanned_through_offset, through)
+            if on_page is not None:
+                on_page(position, folded)
         return state, folded

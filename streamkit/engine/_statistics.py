@@ -44,6 +44,9 @@ class EngineStatistics:
       which differs while a background claim stands after the work it
       covered settled (its revive releases it).
     - ``live_behind``: batches ran unpublished since the last live-state delta.
+    - ``rebuild``: while a new contract version re-reduces the log before it
+      serves, how far it came (``{version, through, target, events, seconds,
+      events_per_second, eta_seconds}``); None otherwise.
     """
 
     events_reduced: int
@@ -65,6 +68,7 @@ class EngineStatistics:
     claimed_at: float | None
     claim_held: float | None
     live_behind: bool
+    rebuild: dict[str, Any] | None = None
 
     @classmethod
     def nothing_yet(cls) -> EngineStatistics:

@@ -70,6 +70,8 @@ def runner_status(
     engine = runner.engine
     # A processor this host does not run shows every incident field, empty.
     statistics = engine.statistics() if engine is not None else EngineStatistics.nothing_yet()
+    rates = runner.metrics.to_dict(now_mono)
+    phase, progress = _phase(runner, statistics, cursor, head, rates.get("events_per_second"))
     return {
         "slug": runner.slug,
         "version": runner.version,
@@ -82,6 +84,8 @@ def runner_status(
         "lease": row.get("lease"),
         "lease_held_here": runner.lease is not None,
         "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
+        "phase": phase,
+        "progress": progress,
         "stalled": runner.stalled,
         "stalled_at": runner.stalled_at,
         "ahead_of_code": runner.ahead_of_code,
@@ -90,5 +94,36 @@ def runner_status(
         "skipped": sorted(runner.skipped),
         "queued": runner.queued,
         **statistics.incidents,
-        **runner.metrics.to_dict(now_mono),
+        **rates,
+    }
+
+
+def _phase(
+    runner: ProcessorRunner,
+    statistics: EngineStatistics,
+    cursor: int | None,
+    head: int | None,
+    rate: float | None,
+) -> tuple[str | None, dict[str, Any] | None]:
+    """``(phase, progress)``: where a processor running here is on its way to serving.
+
+    ``rebuilding``: a new contract version re-reduces the log up to the old
+    cursor (reduce only) before it serves; ``catching-up``: reading the
+    backlog since its checkpoint after it took the lease; ``serving``: caught
+    up, following the log. None while this host does not run it.
+    """
+    if runner.engine is None:
+        return None, None
+    if statistics.rebuild is not None:
+        return "rebuilding", statistics.rebuild
+    if runner.caught_up:
+        return "serving", None
+    through = cursor or 0
+    target = max(head or 0, through)
+    eta = round((target - through) / rate, 1) if rate else None
+    return "catching-up", {
+        "through": through,
+        "target": target,
+        "events_per_second": rate,
+        "eta_seconds": eta,
     }

@@ -79,6 +79,7 @@ def build_app(
         Route("/v1/processors/{slug}/processed", endpoints.processed, methods=["GET"]),
         Route("/v1/processors/{slug}/skip", endpoints.skip, methods=["POST"]),
         Route("/healthz", endpoints.healthz, methods=["GET"]),
+        Route("/readyz", endpoints.readyz, methods=["GET"]),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         Route("/problems/{code}", endpoints.problem_type, methods=["GET"]),
         Route("/", _admin_page, methods=["GET"]),

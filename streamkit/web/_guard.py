@@ -16,7 +16,7 @@ in this order, refuses:
   neither this server's own nor one of ``cors_origins``;
 - a request without ``Authorization: Bearer <token>`` (401
   ``UNAUTHORIZED``, compared in constant time), but ``GET`` of the open
-  paths: ``/healthz``, what a refusal's ``type`` names, the admin page's own
+  paths: ``/healthz``, ``/readyz``, what a refusal's ``type`` names, the admin page's own
   files (they carry no data; the page sends the token with every request it
   makes) and ``/metrics`` with ``open_metrics``.
 
@@ -39,7 +39,7 @@ from streamkit.web._problems import problem
 
 __all__ = ["OPEN_PATHS", "RequestGuard", "served_names"]
 
-OPEN_PATHS = frozenset({"/", "/healthz", "/favicon.ico"})
+OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/favicon.ico"})
 """Paths every GET may read without the token: no data but the host's health."""
 
 _OPEN_PREFIXES = ("/static/", "/problems/")

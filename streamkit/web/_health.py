@@ -1,4 +1,4 @@
-"""Whether a host is healthy: the rules ``/healthz`` answers by, on facts the host reports.
+"""Whether a host is healthy (``/healthz``) and ready (``/readyz``), on facts the host reports.
 
 A health check that cannot go red is not one. Each rule below names a way a
 host can look alive (its socket answers, its process runs) while its
@@ -15,6 +15,12 @@ processors make no progress, and says which:
 
 :func:`assess` is a pure function of the status the host reports and the
 follow loop's age: the rules are tested without a server.
+
+Health is liveness: a host rebuilding a processor for hours is healthy (it
+works), and a probe that restarted it would throw that work away.
+Readiness (:func:`readiness`) is what a load balancer asks: whether every
+processor this host runs serves current state, that is, is past its
+catch-up and any version re-reduce, not stalled and not left to newer code.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Health", "assess"]
+__all__ = ["Health", "assess", "readiness"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +79,41 @@ def assess(
             f"for {follow_age:.0f} s (over {follow_stale_after:g} s)"
         )
     return Health(not reasons, reasons)
+
+
+def readiness(status: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """``(ready, body)``: whether every processor running here serves current state.
+
+    The body lists each processor this host runs with its phase and, when it
+    is not ready, why. A host that runs none (their leases are elsewhere) is
+    ready: it serves nothing stale.
+    """
+    database = status.get("database") or {}
+    rows = []
+    for row in status.get("processors", []):
+        phase = row.get("phase")
+        if phase is None:
+            continue  # not run here
+        why = None
+        if row.get("stalled"):
+            why = f"stalled at offset {row.get('stalled_at')}"
+        elif row.get("ahead_of_code"):
+            why = "stopped at a payload newer than its code"
+        elif phase != "serving":
+            progress = row.get("progress") or {}
+            why = f"{phase}: {progress.get('through')} of {progress.get('target')}"
+        rows.append(
+            {
+                "slug": row["slug"],
+                "path": row["path"],
+                "phase": phase,
+                "ready": why is None,
+                "why": why,
+            }
+        )
+    reachable = database.get("reachable", True)
+    ready = reachable and all(item["ready"] for item in rows)
+    body: dict[str, Any] = {"status": "ready" if ready else "not ready", "processors": rows}
+    if not reachable:
+        body["database"] = database.get("error")
+    return ready, body

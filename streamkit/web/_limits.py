@@ -3,8 +3,9 @@
 :class:`RequestLimit` counts the requests being served (a live stream counts
 for as long as it is open) and answers one past ``max_connections`` with
 ``503 HOST_BUSY`` (``application/problem+json``, ``Retry-After``) before it
-reads anything. ``GET /healthz`` is never counted nor refused: a monitor must
-hear how the host is while the rest of its clients are turned away.
+reads anything. ``GET /healthz`` and ``GET /readyz`` are never counted nor
+refused: a monitor must hear how the host is while the rest of its clients
+are turned away.
 Connections that have not sent a whole request head yet are the connection
 layer's (:mod:`._protocol`): they hold no request here.
 """
@@ -18,11 +19,11 @@ from streamkit.web._problems import problem
 
 __all__ = ["RequestLimit"]
 
-_ALWAYS = frozenset({"/healthz"})
+_ALWAYS = frozenset({"/healthz", "/readyz"})
 
 
 class RequestLimit:
-    """Serves at most ``limit`` requests at once (``/healthz`` aside); see the module."""
+    """Serves at most ``limit`` requests at once (the probes aside); see the module."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self._app = app

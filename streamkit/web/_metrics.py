@@ -123,6 +123,18 @@ def _processor_families(
     dropped = counter(
         "events_dropped", "Events an upcaster dropped: the current code no longer reads their type."
     )
+    serving = gauge(
+        "serving",
+        "1 while the processor runs here and serves current state (past its catch-up and any "
+        "version re-reduce); 0 while it catches up or rebuilds.",
+    )
+    progress = gauge(
+        "progress_offset",
+        "While it catches up or rebuilds: the offset it has reached (see _target_offset).",
+    )
+    target = gauge(
+        "progress_target_offset", "While it catches up or rebuilds: the offset it works towards."
+    )
     schema_problems = gauge(
         "schema_check_problems",
         "Stored (type, version) keys the processor's code would skip or stall at, found by "
@@ -165,6 +177,13 @@ def _processor_families(
             )
         reduce_failures.add_metric(labels, float(row.get("reduce_failures", 0)))
         dropped.add_metric(labels, float(row.get("dropped_events", 0)))
+        phase = row.get("phase")
+        if phase is not None:
+            serving.add_metric(labels, 1.0 if phase == "serving" else 0.0)
+        reached = row.get("progress")
+        if reached is not None:
+            progress.add_metric(labels, float(reached.get("through") or 0))
+            target.add_metric(labels, float(reached.get("target") or 0))
         checked = row.get("schema_check")
         if checked is not None:
             schema_problems.add_metric(labels, float(len(checked["problems"])))
@@ -189,6 +208,9 @@ def _processor_families(
         malformed_by_type,
         reduce_failures,
         dropped,
+        serving,
+        progress,
+        target,
         schema_problems,
         refusing,
         refused,

@@ -33,7 +33,7 @@ from streamkit.host import parse_created_at
 from streamkit.lifting import as_read_by
 from streamkit.log import after_offset_for, timestamp_param, type_matcher
 from streamkit.web._body import json_body
-from streamkit.web._health import assess
+from streamkit.web._health import assess, readiness
 from streamkit.web._metrics import CONTENT_TYPE_LATEST, LATENCY_BUCKETS, exposition
 from streamkit.web._plugins import plugin_gauges
 from streamkit.web._problems import described
@@ -392,6 +392,13 @@ class Endpoints:
             health.to_dict(),
             status_code=200 if health.healthy else 503,
             headers={"Cache-Control": "no-store"},
+        )
+
+    async def readyz(self, request: Request) -> Response:
+        """``GET /readyz``: 200 when every processor run here serves current state, else 503."""
+        ready, body = readiness(await self._host.status())
+        return JSONResponse(
+            body, status_code=200 if ready else 503, headers={"Cache-Control": "no-store"}
         )
 
     async def metrics(self, request: Request) -> Response:

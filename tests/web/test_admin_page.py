@@ -73,6 +73,10 @@ path = "/ops"
 [[processors]]
 class = "boardprocs:TaskBoard"
 path = "/board"
+
+[[processors]]
+class = "hostprocs:Gated"
+path = "/gate"
 """
 
 
@@ -147,6 +151,8 @@ def page(browser: WebDriver, tmp_path: Path) -> Iterator[tuple[WebDriver, Path, 
     (tmp_path / "pagejobs.py").write_text(_JOBS)
     # Written by newer code before this host starts: its data check at start flags it.
     asyncio.run(append_directly(tmp_path / "page.db", stored_at_v4("t", 1, "o", "x"), "/board"))
+    # Gated's catch-up waits at its first event for a gate nobody opens: it never serves.
+    asyncio.run(append_directly(tmp_path / "page.db", {"type": "item"}, "/gate"))
     (tmp_path / "streamkit.toml").write_text(_CONFIG)
     port = free_port()
     rig = DaemonRig(tmp_path, socket_prefix="skp", tmp_on_pythonpath=True)
@@ -254,6 +260,10 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     typed = 'tr[data-slug="typed"] td.problem-cell'
     wait.until(lambda d: "skipped as malformed: order v1" in text_of(d, typed))
     assert "(first at offset " in text_of(browser, typed)
+    # A processor still catching up: how far, with a bar.
+    gated = 'tr[data-slug="gated"] td.problem-cell'
+    wait.until(lambda d: "catching-up 0/1" in text_of(d, gated))
+    assert browser.find_elements(By.CSS_SELECTOR, f"{gated} progress")
     # What the host's data check found at start: a payload newer than its code.
     board = text_of(browser, 'tr[data-slug="task-board"] td.problem-cell')
     assert "schema check at start: task.created v4: 1 events (1..1): AHEAD" in board

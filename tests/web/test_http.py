@@ -23,12 +23,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 from starlette.routing import Route
 from support import ROOT
-from support.host import Fragile, Gated, Tally
+from support.host import Fragile, Gated, Offsets, Tally
 from support.upcasting import TaskBoard, board_log, stored_at
 
 import streamkit
 from streamkit import StreamEvent, StreamProcessor, define_processor_contract, open_log
+from streamkit.cli._host_commands import _status_line as status_line
 from streamkit.config import HostConfig
+from streamkit.engine._pages import PAGE_SIZE, PageReader
 from streamkit.errors import InvalidConfig
 from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
@@ -335,6 +337,110 @@ async def healthz_becomes(served: Served, status: int) -> httpx.Response:
             return response
         await asyncio.sleep(0.02)
     raise AssertionError(f"/healthz never answered {status}: {response.text}")
+
+
+async def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> None:
+    for _ in range(int(within / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the condition never held")
+
+
+async def processor_row(served: Served, slug: str) -> dict[str, Any]:
+    rows = (await served.client.get("/v1/processors")).json()["processors"]
+    (row,) = [row for row in rows if row["slug"] == slug]
+    return row
+
+
+async def test_readyz_says_not_ready_while_a_processor_catches_up_and_healthz_stays_green(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """/readyz 503 naming the processor and its phase; /healthz 200; /metrics and status say
+    how far it is; once caught up everything is ready."""
+    async with open_log(tmp_path / "h0.db") as log:
+        await log.stream("/").append(*(item(n) for n in range(3)))
+    gated = Gated()  # its first event's effect waits for the gate: the catch-up holds there
+    served = await serve(gated)
+    assert (await served.bare.get("/healthz")).status_code == 200
+    waiting = await served.bare.get("/readyz")  # open, as /healthz is: a probe has no token
+    assert waiting.status_code == 503
+    assert waiting.json() == {
+        "status": "not ready",
+        "processors": [
+            {
+                "slug": "gated",
+                "path": "/",
+                "phase": "catching-up",
+                "ready": False,
+                "why": "catching-up: 0 of 3",
+            }
+        ],
+    }
+    row = await processor_row(served, "gated")
+    assert row["phase"] == "catching-up"
+    assert (row["progress"]["through"], row["progress"]["target"]) == (0, 3)
+    found = samples((await served.client.get("/metrics")).text)
+    labels = (("path", "/"), ("slug", "gated"))
+    assert found[("streamkit_processor_serving", labels)] == 0
+    assert found[("streamkit_processor_progress_target_offset", labels)] == 3
+    gated.gate.set()
+    await served.host.wait_until_processed("gated", 3)
+    await wait_until(lambda: served.host.runner("gated").caught_up)
+    ready = await served.bare.get("/readyz")
+    assert (ready.status_code, ready.json()["status"]) == (200, "ready")
+    assert (await processor_row(served, "gated"))["phase"] == "serving"
+    found = samples((await served.client.get("/metrics")).text)
+    assert found[("streamkit_processor_serving", labels)] == 1
+    assert ("streamkit_processor_progress_target_offset", labels) not in found
+
+
+class TallyV2(Tally):
+    """The next release of Tally: the same slug at contract version 2."""
+
+    contract = define_processor_contract(
+        slug="tally", version="2", state_schema=Offsets, consumes=["item"], emits=[]
+    )
+
+
+async def test_a_host_rebuilding_a_new_version_answers_and_shows_its_progress(
+    serve: Serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 2 re-reduces what version 1 checkpointed: the host answers all along, status
+    says rebuilding with how far, /readyz waits for it."""
+    db = tmp_path / "h0.db"
+    async with open_log(db) as log:
+        await log.stream("/").append(*(item(n) for n in range(PAGE_SIZE + 100)))
+    config = HostConfig(db=db)
+    async with ProcessorHost(config, processors=[Tally()], serve_control=False) as first:
+        await first.wait_until_processed("tally", PAGE_SIZE + 100)
+    gate = asyncio.Event()
+    held_at_second_page = asyncio.Event()
+    read = PageReader.read
+
+    async def held(self: Any, after: int, limit: int) -> Any:
+        if after > 0 and not gate.is_set():
+            held_at_second_page.set()
+            await gate.wait()
+        return await read(self, after, limit)
+
+    monkeypatch.setattr(PageReader, "read", held)
+    served = await serve(TallyV2())
+    await asyncio.wait_for(held_at_second_page.wait(), 10)
+    row = await processor_row(served, "tally")
+    assert (row["version"], row["phase"]) == ("2", "rebuilding")
+    progress = row["progress"]
+    assert (progress["through"], progress["target"]) == (PAGE_SIZE, PAGE_SIZE + 100)
+    line = status_line(row, True)  # what `streamkit status` prints of it
+    assert f"state=running  rebuilding {PAGE_SIZE:,}/{PAGE_SIZE + 100:,} at " in line
+    assert " ev/s, eta " in line
+    assert (await served.bare.get("/healthz")).status_code == 200
+    not_ready = (await served.bare.get("/readyz")).json()["processors"]
+    assert not_ready[0]["why"] == f"rebuilding: {PAGE_SIZE} of {PAGE_SIZE + 100}"
+    gate.set()
+    await wait_until(lambda: served.host.runner("tally").caught_up)
+    assert (await served.bare.get("/readyz")).status_code == 200
+    assert (await processor_row(served, "tally"))["progress"] is None
 
 
 async def test_healthz_goes_red_when_a_processor_stalls(serve: Serve) -> None:

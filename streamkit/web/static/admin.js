@@ -241,6 +241,14 @@ const found = { tasks: null, dlq: null };
 
 function problemOf(p) {
   const notes = [];
+  if (p.phase && p.phase !== "serving") {
+    const g = p.progress || {};
+    const share = g.target ? Math.min(1, (g.through || 0) / g.target) : 0;
+    let text = p.phase + " " + (g.through || 0).toLocaleString() + "/" + (g.target || 0).toLocaleString();
+    if (g.events_per_second) text += " at " + Math.round(g.events_per_second).toLocaleString() + " ev/s";
+    if (g.eta_seconds !== null && g.eta_seconds !== undefined) text += ", eta " + g.eta_seconds + " s";
+    notes.push(["progress", text, share]);
+  }
   const error = (p.last_error || {}).error;
   if (p.stalled) notes.push(["problem", "STALLED at offset " + p.stalled_at + (error ? ": " + error : "")]);
   else if (p.failures) notes.push(["problem", "failing: " + p.failures + " failed batch" + (p.failures > 1 ? "es" : "") + " in a row, retrying" + (error ? "; last: " + error : "")]);
@@ -294,7 +302,14 @@ function renderProcessors(status) {
     const latency = p.latency_ms && p.latency_ms.samples ? p.latency_ms.p50 + " / " + p.latency_ms.p99 + " ms" : null;
     const problem = el("td", null, "problem-cell");
     if (!notes.length) problem.textContent = "–";
-    for (const [kind, text] of notes) problem.append(el("div", text, kind));
+    for (const [kind, text, share] of notes) {
+      const note = problem.appendChild(el("div", text, kind));
+      if (kind === "progress") {
+        const bar = note.appendChild(el("progress"));
+        bar.max = 1;
+        bar.value = share;
+      }
+    }
     tr.append(
       cell(p.slug + (p.path !== "/" ? " " + p.path : "")), cell(state, "state"), cell(holder),
       cell(p.cursor, "num cursor"), cell(p.head, "num head"), cell(p.lag, "num lag"),
