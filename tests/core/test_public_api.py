@@ -59,6 +59,7 @@ EXPECTED = {
     "SlowConsumer",
     "ScannedRange",
     "SchemaAhead",
+    "SchemaCheckFailed",
     "SharedMap",
     "StateNotSerializable",
     "StorageBusy",
