@@ -1,10 +1,11 @@
-"""The health rules on their own: each way a host can look alive while making no progress."""
+"""The health rules on their own: each way a host can look alive while making no progress;
+and the readiness rule, which a host that works but does not yet serve current state fails."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from streamkit.web._health import assess
+from streamkit.web._health import assess, readiness
 
 
 def row(**fields: Any) -> dict[str, Any]:
@@ -64,3 +65,38 @@ def test_a_stalled_processor_an_unreachable_database_and_a_dead_follow_loop() ->
     assert "stalled at offset 7: boom" in reasons[1]
     assert "follow loop stopped" in reasons[2]
     assert check(status(row()), follow_age=None) == []  # nobody follows: nothing to look for
+
+
+def test_readiness_waits_for_every_processor_run_here_to_serve() -> None:
+    """Serving everywhere: ready; one catching up, rebuilding, stalled or left to newer code:
+    not ready, each named with why; one run elsewhere is not this host's to judge."""
+    serving = row(phase="serving")
+    elsewhere = row(slug="far", phase=None, lease_held_here=False)
+    assert readiness(status(serving, elsewhere)) == (
+        True,
+        {
+            "status": "ready",
+            "processors": [
+                {"slug": "tally", "path": "/", "phase": "serving", "ready": True, "why": None}
+            ],
+        },
+    )
+    rebuilding = row(slug="v2", phase="rebuilding", progress={"through": 500, "target": 900})
+    stalled = row(slug="stuck", phase="catching-up", stalled=True, stalled_at=7)
+    ahead = row(slug="old", phase="serving", ahead_of_code={"offset": 9})
+    ready, body = readiness(status(serving, rebuilding, stalled, ahead, elsewhere))
+    assert not ready
+    assert body["status"] == "not ready"
+    assert {item["slug"]: item["why"] for item in body["processors"]} == {
+        "tally": None,
+        "v2": "rebuilding: 500 of 900",
+        "stuck": "stalled at offset 7",
+        "old": "stopped at a payload newer than its code",
+    }
+
+
+def test_a_host_that_runs_nothing_is_ready_unless_its_database_is_gone() -> None:
+    assert readiness(status())[0]
+    ready, body = readiness(status(reachable=False))
+    assert not ready
+    assert body["database"] == "gone"
