@@ -93,7 +93,7 @@ class LeaseAcquirer:
         # A processor this code cannot read on (a payload newer than it) is not offered:
         # placement then hands it to a live host that offers it, one with newer code.
         store = self._store
-        keys = [key_of(r.slug, r.path) for r in runners if r.ahead_of_code is None]
+        keys = [key_of(r.slug, r.path) for r in runners if r.failures.ahead_of_code is None]
         now = self._clock()
         await store.host_beat(self._owner, keys, now)
         hosts = await store.live_hosts(now, self._ttl)
@@ -126,7 +126,7 @@ class LeaseAcquirer:
             if elsewhere and self._seen.get(str(assignee), 0) >= 2:
                 self._on_hand_off(runner)
             return  # the lease keeper renews it, off the loop
-        if runner.ahead_of_code is not None:
+        if runner.failures.ahead_of_code is not None:
             return  # this code cannot read on; a host with newer code may take it
         store, ttl = self._store, self._ttl
         # A processor placed on another live host is left to it for longer.

@@ -18,12 +18,15 @@ the retry at once. A failure the engine latched (a state too large to
 checkpoint, say) cannot pass by retrying the same engine, so the runner builds
 a fresh engine from the checkpoint after the backoff instead.
 
+What its failures amount to (the run of them, the stall, the last error,
+a payload newer than its code) is the runner's :class:`~._failures.Failures`.
+
 A lost lease stops the engine at once, whoever learns of it first: the lease
 keeper's renewal, the guard the engine asks before every effect, or the
 fence inside a checkpoint or engine-append transaction
 (:class:`~streamkit.errors.LeaseLost`). The batch in flight is cancelled, its
 background work too, and the runner returns to waiting with the reason in
-``last_error``; the host's heartbeat takes the lease again when it is free.
+``failures.last_error``; the host's heartbeat takes the lease again when it is free.
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ import structlog
 from streamkit.config import RetrySettings
 from streamkit.contract import OnMalformed
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
-from streamkit.errors import LeaseLost, SchemaAhead, StreamkitError
+from streamkit.errors import LeaseLost
 from streamkit.events import ScannedRange, StreamEvent
 from streamkit.host._engine_stream import EngineStream
+from streamkit.host._failures import Failures
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
 from streamkit.host._pacer import Pacer
@@ -105,22 +109,13 @@ class ProcessorRunner:
         # When this host first saw the lease free while it was placed on another host.
         self.free_since: float | None = None
         self.claim_due: float | None = None
-        self.failures = 0
-        self.stalled = False
-        self.stalled_at: int | None = None
-        self.last_error: dict[str, Any] | None = None
-        # Set when the processor met a payload newer than this code (SCHEMA_AHEAD): this
-        # host stops offering to run it, so placement hands it to a host with newer code,
-        # and never takes it back (this code cannot read it). An operator's skip of that
-        # event clears it.
-        self.ahead_of_code: dict[str, Any] | None = None
+        self.failures = Failures(self.slug, path, retry, clock)
         self.metrics = ProcessorMetrics()
         self.caught_up = False
         # Whether its batches publish live state (the host: while a client watches).
         self._publish_live = publish_live
         self._log = log
         self._store = store
-        self._retry = retry
         self._clock = clock
         self._on_claim = on_claim
         self._on_lease_gone = on_lease_gone
@@ -238,8 +233,7 @@ class ProcessorRunner:
         if offset in self.skipped:
             return
         self.skipped.add(offset)
-        if self.ahead_of_code is not None and self.ahead_of_code.get("offset") == offset:
-            self.ahead_of_code = None
+        self.failures.skipped(offset)
         self._poke.set()
         _log.warning(
             "processor.event_skipped",
@@ -275,7 +269,7 @@ class ProcessorRunner:
         )
         engine.abort(reason)
         if error is not None:
-            self._keep_error(error.message, error.code, None, engine.cursor)
+            self.failures.keep(error.message, error.code, None, engine.cursor)
             _log.warning(
                 "lease.lost",
                 slug=self.slug,
@@ -426,7 +420,7 @@ class ProcessorRunner:
             catching_up = item == START and not self.caught_up
             reduced_before = engine.statistics().events_reduced if catching_up else 0
             try:
-                if self.failures and await self._step(engine):
+                if self.failures.count and await self._step(engine):
                     continue
                 await self._run(engine, item)
             except asyncio.CancelledError:
@@ -508,17 +502,7 @@ class ProcessorRunner:
     def _succeeded(
         self, engine: ProcessorEngine[Any], item: Item, started: float, reduced_before: int
     ) -> None:
-        if self.failures:
-            _log.info(
-                "processor.recovered",
-                slug=self.slug,
-                path=self.path,
-                failures=self.failures,
-                cursor=engine.cursor,
-            )
-        self.failures = 0
-        self.stalled = False
-        self.stalled_at = None
+        self.failures.succeeded(engine.cursor)
         if item == START and not self.caught_up:
             self.caught_up = True
             seconds = time.perf_counter() - started
@@ -533,21 +517,8 @@ class ProcessorRunner:
                 events_per_second=round(reduced / seconds, 1) if seconds > 0 else None,
             )
 
-    def _keep_error(self, error: str, code: str | None, offset: int | None, cursor: int) -> None:
-        """What ``status`` shows of the last failure (its message cut to 1,000 characters)."""
-        self.last_error = {
-            "error": error[:1000],
-            "code": code,
-            "offset": offset,
-            "cursor": cursor,
-            "failures": self.failures,
-            "at": self._clock(),
-        }
-
     def _failed(self, engine: ProcessorEngine[Any], item: Item, exc: Exception) -> float:
-        self.failures += 1
         self.metrics.batch_failures += 1
-        delay = self._retry.delay(self.failures)
         # The event whose effect failed, else the one a one-at-a-time retry read,
         # else the first the item held (a read or a checkpoint write failed).
         statistics = engine.statistics()
@@ -557,45 +528,7 @@ class ProcessorRunner:
             or self._failing_offset
             or _first_pending(item, engine.cursor)
         )
-        code = exc.code if isinstance(exc, StreamkitError) else None
-        self._keep_error(repr(exc), code, offset, engine.cursor)
-        if isinstance(exc, SchemaAhead) and self.ahead_of_code is None:
-            self.ahead_of_code = dict(exc.details)
-            _log.warning(
-                "processor.schema_ahead",
-                slug=self.slug,
-                path=self.path,
-                offset=exc.details.get("offset"),
-                type=exc.details.get("type"),
-                stored=exc.details.get("stored"),
-                version=exc.details.get("version"),
-                detail="this host no longer offers to run it; a host with newer code takes it",
-            )
-        _log.warning(
-            "batch.failed",
-            slug=self.slug,
-            path=self.path,
-            cursor=engine.cursor,
-            offset=offset,
-            failures=self.failures,
-            retry_in=round(delay, 3),
-            error=repr(exc)[:500],
-        )
-        if self.failures >= self._retry.stall_after:
-            if not self.stalled:
-                _log.error(
-                    "processor.stalled",
-                    slug=self.slug,
-                    path=self.path,
-                    offset=offset,
-                    failures=self.failures,
-                    error=repr(exc)[:500],
-                    detail=f"retrying every {self._retry.max_delay:g} s at most; "
-                    f"`streamkit skip {self.slug} --offset {offset}` moves past the event",
-                )
-            self.stalled = True
-            self.stalled_at = offset
-        return delay
+        return self.failures.failed(exc, offset, engine.cursor)
 
     async def _backoff(self, delay: float) -> None:
         self._poke.clear()

@@ -71,13 +71,14 @@ def runner_status(
     # A processor this host does not run shows every incident field, empty.
     statistics = engine.statistics() if engine is not None else EngineStatistics.nothing_yet()
     rates = runner.metrics.to_dict(now_mono)
+    failures = runner.failures
     phase, progress = _phase(runner, statistics, cursor, head, rates.get("events_per_second"))
     return {
         "slug": runner.slug,
         "version": runner.version,
         "path": runner.path,
         "label": runner.label,
-        "state": "stalled" if runner.stalled else runner.state,
+        "state": "stalled" if failures.stalled else runner.state,
         "cursor": cursor if head is None else shown_cursor(cursor, head),
         "head": head,
         "lag": lag,
@@ -86,11 +87,11 @@ def runner_status(
         "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
         "phase": phase,
         "progress": progress,
-        "stalled": runner.stalled,
-        "stalled_at": runner.stalled_at,
-        "ahead_of_code": runner.ahead_of_code,
-        "failures": runner.failures,
-        "last_error": runner.last_error,
+        "stalled": failures.stalled,
+        "stalled_at": failures.stalled_at,
+        "ahead_of_code": failures.ahead_of_code,
+        "failures": failures.count,
+        "last_error": failures.last_error,
         "skipped": sorted(runner.skipped),
         "queued": runner.queued,
         **statistics.incidents,

@@ -104,7 +104,7 @@ async def stalled_on_poison(
     await host.start()
     (poison,) = await items(tmp_path / "h.db", 1, boom=True)
     runner = host.runner("fragile")
-    await wait_for(lambda: runner.stalled)
+    await wait_for(lambda: runner.failures.stalled)
     return host, runner, poison
 
 
@@ -302,8 +302,8 @@ async def test_unrenewed_lease_is_taken_over_and_old_holder_is_fenced(
     # The first host's own clock says its lease lapsed: its next batch starts nothing.
     await wait_for(lambda: first.runner("tally").state == "waiting")
     assert first.runner("tally").engine is None
-    assert first.runner("tally").last_error is not None
-    assert first.runner("tally").last_error["code"] == "LEASE_LOST"
+    assert first.runner("tally").failures.last_error is not None
+    assert first.runner("tally").failures.last_error["code"] == "LEASE_LOST"
     assert (await second.snapshot("tally"))["state"]["offsets"] == offsets
     cursor, _state = await stored_checkpoint(db, "tally") or (0, None)
     assert cursor >= offsets[-1]
@@ -400,7 +400,7 @@ async def test_a_lease_taken_mid_batch_cancels_the_batch_and_its_append(
     async with open_log(db) as log:
         page = await log.stream("/").read()
     assert [e.type for e in page.events] == ["job", "job", "job"]
-    error = host.runner("echo").last_error
+    error = host.runner("echo").failures.last_error
     assert error is not None
     assert error["code"] == "LEASE_LOST"
     assert "'thief'" in error["error"]
@@ -518,7 +518,7 @@ async def test_failing_batch_backs_off_stalls_and_skip_moves_on(
     (poison,) = await items(db, 1, boom=True)
     after = await items(db, 1)
     runner = host.runner("fragile")
-    await wait_for(lambda: runner.stalled)
+    await wait_for(lambda: runner.failures.stalled)
     (row,) = (await host.status())["processors"]
     assert (row["state"], row["stalled_at"]) == ("stalled", poison)
     assert first[0] <= row["cursor"] < poison
@@ -529,7 +529,7 @@ async def test_failing_batch_backs_off_stalls_and_skip_moves_on(
     skip = await host.skip("fragile", poison, by="tester", reason="bad payload")
     await host.wait_until_processed("fragile", after[-1])
     assert (await host.snapshot("fragile"))["state"]["offsets"] == [*first, *after]
-    await wait_for(lambda: not runner.stalled)
+    await wait_for(lambda: not runner.failures.stalled)
     assert skip.type == "streamkit.event-skipped"
     assert skip.payload == {
         "slug": "fragile",
@@ -597,7 +597,7 @@ async def test_a_payload_newer_than_the_code_stalls_the_processor_at_it_in_statu
     host = hosts(TaskBoard())
     await host.start()
     runner = host.runner("task-board")
-    await wait_for(lambda: runner.stalled)
+    await wait_for(lambda: runner.failures.stalled)
     (row,) = (await host.status())["processors"]
     assert (row["state"], row["stalled_at"], row["cursor"]) == (
         "stalled",
@@ -633,7 +633,7 @@ async def test_a_processor_set_to_stall_on_malformed_stops_there_until_an_operat
     try:
         await host.start()
         runner = host.runner("task-board")
-        await wait_for(lambda: runner.stalled)
+        await wait_for(lambda: runner.failures.stalled)
         (row,) = (await host.status())["processors"]
         assert (row["state"], row["stalled_at"], row["stopped_at"], row["cursor"]) == (
             "stalled",
@@ -768,9 +768,9 @@ async def test_a_forged_skip_is_refused_and_one_in_the_log_is_not_obeyed(
     after = await items(db, 1)
     assert planted.offset > poison
     await asyncio.sleep(0.5)  # time for the host to see (and ignore) the planted event
-    assert runner.stalled
+    assert runner.failures.stalled
     assert runner.skipped == set()
-    assert runner.stalled_at == poison
+    assert runner.failures.stalled_at == poison
     # The operator's verb still works, and the processor then sees everything else.
     await host.skip("fragile", poison, by="tester", reason="really poison")
     await host.wait_until_processed("fragile", after[-1])
@@ -792,7 +792,7 @@ async def test_a_skip_recorded_by_another_process_is_obeyed_at_the_next_heartbea
         after = await items(db, 1)
         await host.wait_until_processed("fragile", after[-1])
     assert runner.skipped == {poison}
-    await wait_for(lambda: not runner.stalled)
+    await wait_for(lambda: not runner.failures.stalled)
     assert poison not in (await host.snapshot("fragile"))["state"]["offsets"]
     (line,) = [entry for entry in logs if entry["event"] == "processor.event_skipped"]
     assert (line["by"], line["reason"], line["recorded_at"]) == (
@@ -1008,8 +1008,8 @@ async def test_poison_inside_a_catch_up_page_is_pinned_exactly(
     host = hosts(Fragile())
     await host.start()
     runner = host.runner("fragile")
-    await wait_for(lambda: runner.stalled)
-    assert runner.stalled_at == poison
+    await wait_for(lambda: runner.failures.stalled)
+    assert runner.failures.stalled_at == poison
     # The events before the poison were checkpointed on the way.
     assert (await stored_checkpoint(db, "fragile") or (0,))[0] >= before[-1]
 
@@ -1024,13 +1024,13 @@ async def test_latched_refusal_stalls_and_a_skip_rebuilds_the_engine(
     first = await items(db, 1)
     (big,) = await items(db, 1, etype="big")
     runner = host.runner("hoarder")
-    await wait_for(lambda: runner.stalled)
-    assert runner.stalled_at == big
-    assert runner.last_error is not None
-    assert runner.last_error["code"] == "REDUCE_CHECKPOINT_TOO_LARGE"
+    await wait_for(lambda: runner.failures.stalled)
+    assert runner.failures.stalled_at == big
+    assert runner.failures.last_error is not None
+    assert runner.failures.last_error["code"] == "REDUCE_CHECKPOINT_TOO_LARGE"
     await host.skip("hoarder", big, by="tester", reason="too big")
     after = await items(db, 1)
-    await wait_for(lambda: not runner.stalled)
+    await wait_for(lambda: not runner.failures.stalled)
     await host.wait_until_processed("hoarder", after[-1])
     assert (await host.snapshot("hoarder"))["state"]["offsets"] == [*first, *after]
 
@@ -1098,7 +1098,7 @@ async def test_a_state_that_outgrows_the_ceiling_is_reported_stalled_at_that_eve
             offsets.append(event.offset)
             if n < crossing:
                 await host.wait_until_processed("hoard", event.offset)
-    await wait_for(lambda: runner.stalled, within=30)
+    await wait_for(lambda: runner.failures.stalled, within=30)
     (row,) = (await host.status())["processors"]
     assert row["stalled_at"] == offsets[-1]
     assert "REDUCE_CHECKPOINT_TOO_LARGE" in str(row["last_error"])

@@ -232,12 +232,12 @@ async def test_commands_go_through_a_running_host(host: ProcessorHost) -> None:
     code, out = await cli("append", "--db", db, "item", "--payload", '{"boom": true}')
     poison = int(out.split()[0])
     runner = host.runner("fragile")
-    await until(lambda: runner.stalled)
+    await until(lambda: runner.failures.stalled)
     code, out = await cli("status", "--db", db)
     assert f"STALLED at offset {poison}" in out
     code, out = await cli("skip", "fragile", "--db", db, "--offset", str(poison), "--by", "me")
     assert (code, out.startswith(f"skipped offset {poison} for fragile")) == (0, True)
-    await until(lambda: not runner.stalled)
+    await until(lambda: not runner.failures.stalled)
     assert poison in runner.skipped
 
 
@@ -305,7 +305,7 @@ async def test_status_names_each_kind_of_skipped_payload_and_where_a_processor_s
     ) as running:
         await running.wait_until_processed("task-board", committed[-1].offset)
         strict = running.runner("strict-board")
-        await until(lambda: strict.stalled)
+        await until(lambda: strict.failures.stalled)
         code, out = await cli("status", "--db", str(db))
         # Through the host, a payload its processors cannot read is refused at the door.
         refused, _ = await cli("append", "--db", str(db), "task.created", "--payload", "{}")

@@ -1,0 +1,121 @@
+"""What one processor's failures in a host amount to: the retries, the stall, the last error.
+
+A :class:`Failures` belongs to one :class:`~streamkit.host._runner.ProcessorRunner`
+and owns what ``status`` shows of its trouble: how many items failed in a
+row, whether that made it stalled (``retry.stall_after`` in a row) and at
+which offset, the last error (cut to 1,000 characters), and whether it met a
+payload newer than its code (``ahead_of_code``: the host then stops offering
+to run it, see :mod:`._acquire`). It decides the backoff before the next try
+and logs each step (``batch.failed``, ``processor.stalled``,
+``processor.schema_ahead``, ``processor.recovered``); the runner says what
+happened and where.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from streamkit.config import RetrySettings
+from streamkit.errors import SchemaAhead, StreamkitError
+from streamkit.protocols import Clock
+
+__all__ = ["Failures"]
+
+_log = structlog.get_logger("streamkit.host")
+
+
+class Failures:
+    """One processor's failures in this host (see the module docstring)."""
+
+    def __init__(self, slug: str, path: str, retry: RetrySettings, clock: Clock) -> None:
+        self._slug = slug
+        self._path = path
+        self._retry = retry
+        self._clock = clock
+        self.count = 0
+        """Items failed in a row (0 once one succeeds)."""
+        self.stalled = False
+        self.stalled_at: int | None = None
+        self.last_error: dict[str, Any] | None = None
+        # Set when the processor met a payload newer than this code (SCHEMA_AHEAD): this
+        # host stops offering to run it, so placement hands it to a host with newer code,
+        # and never takes it back (this code cannot read it). An operator's skip of that
+        # event clears it.
+        self.ahead_of_code: dict[str, Any] | None = None
+
+    def succeeded(self, cursor: int) -> None:
+        """An item went through: the run of failures (and the stall) is over."""
+        if self.count:
+            _log.info(
+                "processor.recovered",
+                slug=self._slug,
+                path=self._path,
+                failures=self.count,
+                cursor=cursor,
+            )
+        self.count = 0
+        self.stalled = False
+        self.stalled_at = None
+
+    def keep(self, error: str, code: str | None, offset: int | None, cursor: int) -> None:
+        """What ``status`` shows of the last failure (its message cut to 1,000 characters)."""
+        self.last_error = {
+            "error": error[:1000],
+            "code": code,
+            "offset": offset,
+            "cursor": cursor,
+            "failures": self.count,
+            "at": self._clock(),
+        }
+
+    def failed(self, exc: Exception, offset: int | None, cursor: int) -> float:
+        """An item failed at ``offset``: keep it, stall after enough; the delay before a retry."""
+        self.count += 1
+        delay = self._retry.delay(self.count)
+        code = exc.code if isinstance(exc, StreamkitError) else None
+        self.keep(repr(exc), code, offset, cursor)
+        if isinstance(exc, SchemaAhead) and self.ahead_of_code is None:
+            self.ahead_of_code = dict(exc.details)
+            _log.warning(
+                "processor.schema_ahead",
+                slug=self._slug,
+                path=self._path,
+                offset=exc.details.get("offset"),
+                type=exc.details.get("type"),
+                stored=exc.details.get("stored"),
+                version=exc.details.get("version"),
+                detail="this host no longer offers to run it; a host with newer code takes it",
+            )
+        _log.warning(
+            "batch.failed",
+            slug=self._slug,
+            path=self._path,
+            cursor=cursor,
+            offset=offset,
+            failures=self.count,
+            retry_in=round(delay, 3),
+            error=repr(exc)[:500],
+        )
+        if self.count >= self._retry.stall_after:
+            if not self.stalled:
+                _log.error(
+                    "processor.stalled",
+                    slug=self._slug,
+                    path=self._path,
+                    offset=offset,
+                    failures=self.count,
+                    error=repr(exc)[:500],
+                    detail=f"retrying every {self._retry.max_delay:g} s at most; "
+                    f"`streamkit skip {self._slug} --offset {offset}` moves past the event",
+                )
+            self.stalled = True
+            self.stalled_at = offset
+        return delay
+
+    def skipped(self, offset: int) -> None:
+        """An operator skipped ``offset``: a payload newer than the code there no longer holds
+        the processor back."""
+        if self.ahead_of_code is not None and self.ahead_of_code.get("offset") == offset:
+            self.ahead_of_code = None
