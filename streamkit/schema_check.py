@@ -172,16 +172,20 @@ class ProcessorCheck:
             "stored": [verdict.to_dict() for verdict in self.verdicts],
         }
 
+    def behind_text(self) -> str:
+        """What a summary behind its log means, and the way out (see :attr:`summary_behind`)."""
+        return (
+            f"SUMMARY BEHIND: the log's head is {self.head} but its summary of stored "
+            f"types counts through {self.summary_through} (a writer of an earlier release "
+            "appended after the upgrade); run `streamkit schema recount`, then check again"
+        )
+
     def lines(self) -> list[str]:
         """The check for people: a heading, then one line per stored key."""
         verdict = "ok" if self.ok else f"{len(self.problems)} problem(s)"
         out = [f"{self.slug} on {self.path} (on_malformed={self.on_malformed}): {verdict}"]
         if self.summary_behind:
-            out.append(
-                f"  SUMMARY BEHIND: the log's head is {self.head} but its summary of stored "
-                f"types counts through {self.summary_through} (a writer of an earlier release "
-                "appended after the upgrade); run `streamkit schema recount`, then check again"
-            )
+            out.append(f"  {self.behind_text()}")
         if not self.verdicts:
             out.append("  (nothing stored that this processor reads)")
         for item in self.verdicts:

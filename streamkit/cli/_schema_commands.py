@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from typing import Any, Literal, TextIO
+from typing import Literal, TextIO
 
 from streamkit.cli._args import existing_log
 from streamkit.cli._common import cwd_importable
 from streamkit.config import ResolvedProcessor, config_from_args, resolve_processors
 from streamkit.errors import InvalidRequest
+from streamkit.records import StoredType
 from streamkit.schema_check import ProcessorCheck, check_processor, parse_validate, problems_of
 
 __all__ = ["PROBLEMS_FOUND", "add_schema"]
@@ -158,7 +159,7 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _cmd_recount(args: argparse.Namespace, out: TextIO) -> int:
-    async def run() -> list[Any]:
+    async def run() -> list[StoredType]:
         async with existing_log(args.db) as log:
             await log.recount_stored_types()
             return await log.stored_types()

@@ -94,7 +94,7 @@ def shown(check: ProcessorCheck) -> dict[str, Any]:
                 "outcome": "summary_behind",
                 "count": check.head - check.summary_through,
                 "first_offset": check.summary_through + 1,
-                "text": check.lines()[1].strip(),
+                "text": check.behind_text(),
             }
         )
     return {"ok": check.ok, "problems": problems}

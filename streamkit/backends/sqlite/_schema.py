@@ -287,8 +287,8 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     2 to 3: the events table gains ``payload_version`` (NULL on every old
     row, read as version 1: no release before it knew another). Adding a
     column rewrites no row. 3 to 4: the summary of stored types is made and
-    counted from the events, the one time it reads the whole log (about a
-    second per million events). The version moves in the same transaction,
+    counted from the events, the one time it reads the whole log (0.17 s
+    for 300,000 events, measured). The version moves in the same transaction,
     so a release that does not know a table refuses the file instead of
     misreading it.
     """
