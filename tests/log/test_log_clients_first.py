@@ -52,6 +52,18 @@ async def test_clients_contend_while_an_append_of_theirs_is_in_flight(log_file: 
         assert not log.clients_contend()
 
 
+async def test_an_append_that_settled_is_no_contention_before_its_callbacks_run(
+    log_file: Path,
+) -> None:
+    """A processor woken by a client's commit asks in the same turn: the answer is already no."""
+    async with open_log(log_file) as log:
+        committed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        log._grouping.client_waits(committed)
+        assert log.clients_contend()
+        committed.set_result([])  # its done-callbacks run on a later turn
+        assert not log.clients_contend()
+
+
 @pytest.fixture
 def long_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     """A held write waits a minute for a client (no outcome depends on this machine's speed)."""
