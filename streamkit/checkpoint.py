@@ -1,12 +1,19 @@
 """Reduce checkpoints: what a processor's stored state and cursor are, and the rules a write obeys.
 
-A checkpoint is one row per processor slug: the contract version the state was
-reduced under, the cursor (the offset every effect has run through), the state
+A checkpoint is one row per processor slug and contract version: the version the
+state was reduced under, the cursor (the offset every effect has run through), the state
 as JSON (NULL while the reduce has never changed the initial state), and the
 offset that state was reduced through (NULL: the cursor). The engine reads it
 once when it starts and writes it once per batch; a large state is written
 only every so many events, and a restart reduces the durable events between
 the state's offset and the cursor again (reduce only: their effects ran).
+
+One version of each slug is *serving*: its effects run, and status and
+snapshots show its row. Another version builds its own row in the shadow
+(reduce only) until it reaches the serving version's cursor; then one
+write, the *cutover* (:meth:`~streamkit.protocols.CheckpointStorage.serve`),
+makes it serving from that offset on. The row it replaced is kept, so a
+rollback finds it where it stopped.
 
 Every store (:class:`~streamkit.protocols.CheckpointStorage`; the SQLite one
 is :class:`~streamkit.ReduceCheckpointTable`) keeps these rules:
@@ -18,6 +25,11 @@ is :class:`~streamkit.ReduceCheckpointTable`) keeps these rules:
 - ``state_offset`` is stored as given: ``None`` says the state (written now or
   kept) is the cursor's; an offset says it lags, reduced through that offset.
   It is never past the cursor.
+- A cutover writes the new version's row (state whole) and moves the serving
+  mark in one transaction, and only while the version it replaces still
+  serves at or below the cutover offset (:func:`check_cutover`; else
+  :class:`~streamkit.errors.CutoverRaced` and nothing is written). One
+  version serves at a time.
 - :func:`check_checkpoint` runs before any storage is touched: a malformed
   write, or a state past :data:`MAX_CHECKPOINT_STATE_BYTES`, is refused and the
   stored checkpoint stays as it was.
@@ -25,15 +37,18 @@ is :class:`~streamkit.ReduceCheckpointTable`) keeps these rules:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamkit.errors import CheckpointTooLarge, InvalidRequest
+from streamkit.errors import CheckpointTooLarge, CutoverRaced, InvalidRequest
 
 __all__ = [
     "MAX_CHECKPOINT_STATE_BYTES",
     "ReduceCheckpoint",
     "check_checkpoint",
+    "check_cutover",
+    "checkpoint_of",
     "shown_cursor",
     "shown_snapshot",
 ]
@@ -61,11 +76,28 @@ class ReduceCheckpoint:
     reduced_through_offset: int
     state_json: str | None
     state_offset: int | None = None
+    serving: bool = True
+    """Whether this version is the slug's serving one (a shadow's row is not)."""
+    cutover_offset: int = 0
+    """The offset this version last became serving at: its effects ran for the events after it."""
 
     @property
     def state_through_offset(self) -> int:
         """The offset the stored state was reduced through."""
         return self.reduced_through_offset if self.state_offset is None else self.state_offset
+
+
+def checkpoint_of(row: Sequence[Any]) -> ReduceCheckpoint:
+    """The checkpoint of a stored row ``(version, cursor, state, state_offset, serving, cutover)``."""
+    version, offset, state, state_offset, serving, cutover = row
+    return ReduceCheckpoint(
+        reducer_version=str(version),
+        reduced_through_offset=int(offset),
+        state_json=None if state is None else str(state),
+        state_offset=None if state_offset is None else int(state_offset),
+        serving=bool(serving),
+        cutover_offset=int(cutover),
+    )
 
 
 def check_checkpoint(
@@ -103,6 +135,41 @@ def check_checkpoint(
                 details={"slug": slug, "size": size, "limit": MAX_CHECKPOINT_STATE_BYTES},
                 retryable=False,
             )
+
+
+def check_cutover(
+    slug: str,
+    version: str,
+    through: int,
+    serving: ReduceCheckpoint | None,
+    replacing: str | None,
+) -> None:
+    """Refuse a cutover of ``version`` at ``through`` unless ``replacing`` still serves below it.
+
+    ``serving`` is the slug's serving row as read inside the cutover's
+    transaction (locked where the backend can). ``replacing`` is the version
+    the new one took its target from (None: the slug had none). The serving
+    version moved on (another version cut over, or it processed events past
+    ``through``): :class:`~streamkit.errors.CutoverRaced`, nothing written.
+    """
+    if serving is None:
+        if replacing is None:
+            return
+        now, moved = None, "no version serves any more"
+    else:
+        now = serving.reducer_version
+        if now == replacing:
+            if serving.reduced_through_offset <= through:
+                return
+            moved = f"version {now!r} has processed through offset {serving.reduced_through_offset}"
+        else:
+            moved = f"version {now!r} serves now"
+    raise CutoverRaced(
+        f"processor {slug!r}: the cutover of version {version!r} at offset {through} was "
+        f"refused: it was built to replace version {replacing!r}, but {moved}; nothing was "
+        "written; the new version reduces the events since and tries again",
+        details={"slug": slug, "version": version, "through": through, "serving": now},
+    )
 
 
 def _check_arguments(

@@ -19,6 +19,7 @@ __all__ = [
     "CheckpointTooLarge",
     "ControlSocketInUse",
     "ControlUnavailable",
+    "CutoverRaced",
     "Forbidden",
     "HostBusy",
     "IdempotencyConflict",
@@ -211,6 +212,16 @@ class LeaseLost(StreamkitError, RuntimeError):
     """This host no longer holds the lease of a processor; its write was fenced off."""
 
     code = "LEASE_LOST"
+
+
+class CutoverRaced(StreamkitError, RuntimeError):
+    """A version's cutover found the serving version moved on since it took its target.
+
+    Nothing was written; the new version reduces the events since and tries again.
+    """
+
+    code = "CUTOVER_RACED"
+    default_retryable = True
 
 
 class ProcessorTimeout(StreamkitError, TimeoutError):

@@ -206,8 +206,8 @@ class CheckpointStorage(Protocol):
     thread, say). :class:`~streamkit.ReduceCheckpointTable` is the SQLite implementation.
     """
 
-    async def load(self, slug: str) -> ReduceCheckpoint | None:
-        """The checkpoint of ``slug``, or ``None`` if it never wrote one."""
+    async def load(self, slug: str, version: str | None = None) -> ReduceCheckpoint | None:
+        """The checkpoint of ``slug`` at ``version`` (None: the serving version's), or None."""
         ...
 
     async def save(
@@ -219,13 +219,31 @@ class CheckpointStorage(Protocol):
         state_json: str | None,
         state_offset: int | None = None,
     ) -> None:
-        """Write the checkpoint of ``slug`` in one statement.
+        """Write the checkpoint of ``(slug, reducer_version)`` in one statement.
 
-        ``state_json=None`` keeps the stored state. ``state_offset`` is stored
+        Whether that version serves does not change. ``state_json=None`` keeps the stored state. ``state_offset`` is stored
         as given: ``None`` when the state (written now or kept) is the
         cursor's, else the offset the stored state was reduced through. A state over
         :data:`~streamkit.checkpoint.MAX_CHECKPOINT_STATE_BYTES` raises
         :class:`~streamkit.errors.CheckpointTooLarge` and writes nothing.
+        """
+        ...
+
+    async def cut_over(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+        replacing: str | None,
+    ) -> None:
+        """Write this version's checkpoint and make it the serving one, in one transaction.
+
+        Only while ``replacing`` (the version it was built to replace, None
+        when none served) still serves at or below ``reduced_through_offset``:
+        else :class:`~streamkit.errors.CutoverRaced` and nothing is written
+        (:func:`~streamkit.checkpoint.check_cutover`). The replaced row is kept.
         """
         ...
 

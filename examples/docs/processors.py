@@ -243,7 +243,7 @@ async def main() -> None:
     assert "r9" not in moved.delete("r9")
     assert Hall.model_validate_json(after.model_dump_json()).seats == after.seats
     await bookings.aclose()
-    # --- docs/processors.md:492
+    # --- docs/processors.md:508
     class BoardV2(Board):
         contract = define_processor_contract(
             slug="task-board",
@@ -264,8 +264,10 @@ async def main() -> None:
     upgraded = ProcessorEngine(BoardV2(), stream=stream, storage=storage)
     offset, state = await upgraded.snapshot()
     assert state == BoardState(open={"t2": "work"}, closed=0)
-    assert storage.read("task-board").reducer_version == "2"
-    # --- docs/processors.md:539
+    serving = storage.read("task-board")  # the serving version's row
+    assert (serving.reducer_version, serving.cutover_offset) == ("2", offset)
+    assert not storage.read("task-board", "1").serving  # kept, for a way back
+    # --- docs/processors.md:557
     from streamkit import apply_delta
 
     quiet_stream = memory_stream("/quiet")
@@ -294,7 +296,7 @@ async def main() -> None:
     assert delta["from"] == rev
     held = apply_delta(held, delta["patch"])
     assert held == (await quiet.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:570
+    # --- docs/processors.md:588
     from streamkit import apply_delta
 
     rev, seed = await upgraded.live_snapshot()
@@ -308,7 +310,7 @@ async def main() -> None:
             held = apply_delta(held, event.payload["patch"])
             rev = event.payload["to"]
     assert held == (await upgraded.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:612
+    # --- docs/processors.md:630
     from streamkit.testing import ManualClock
 
 
@@ -333,7 +335,7 @@ async def main() -> None:
     await reminders.append({"type": "task.closed", "payload": {"task_id": "t9"}})
     await settle()
     assert reminders.claims[-1] is None  # nothing open: no wakeup asked, the claim is released
-    # --- docs/processors.md:652
+    # --- docs/processors.md:670
     for built in (engine, upgraded, reminder):
         await built.aclose()
     storage.close()

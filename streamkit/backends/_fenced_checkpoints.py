@@ -29,14 +29,20 @@ CheckpointRow = tuple[str, str, int, str | None, int | None]
 
 
 class CheckpointRows(Protocol):
-    """Where a backend keeps checkpoints: one row per slug, read and upserted on a connection."""
+    """Where a backend keeps checkpoints: a row per slug and version, on a connection."""
 
-    def read_checkpoint(self, conn: Connection, slug: str) -> ReduceCheckpoint | None:
-        """The stored checkpoint of ``slug``, or None if none was ever written."""
+    def read_checkpoint(
+        self, conn: Connection, slug: str, version: str | None
+    ) -> ReduceCheckpoint | None:
+        """The stored checkpoint of ``slug`` at ``version`` (None: the serving one), or None."""
         ...
 
     def upsert_checkpoint(self, conn: Connection, row: CheckpointRow) -> None:
         """Write ``row`` in ONE statement (checked already); a None state keeps the stored one."""
+        ...
+
+    def serve_checkpoint(self, conn: Connection, row: CheckpointRow, replacing: str | None) -> None:
+        """The cutover of ``row``'s version, inside the caller's transaction (see ``cut_over``)."""
         ...
 
 
@@ -54,10 +60,10 @@ class FencedCheckpoints:
         self._rows = rows
         self.held = held
 
-    async def load(self, slug: str) -> ReduceCheckpoint | None:
-        """The stored checkpoint of ``slug`` (read on the log's reader connection)."""
+    async def load(self, slug: str, version: str | None = None) -> ReduceCheckpoint | None:
+        """The stored checkpoint of ``slug`` at ``version`` (read on the log's reader connection)."""
         read = self._rows.read_checkpoint
-        return await self._log.query(lambda conn: read(conn, slug))
+        return await self._log.query(lambda conn: read(conn, slug, version))
 
     async def save(
         self,
@@ -81,3 +87,24 @@ class FencedCheckpoints:
         # Short (a fence read and one upsert): it may commit on the loop when nothing waits
         # (a log that commits inline), else it rides the writer's next group commit.
         await self._log.write_transaction(fenced_write, inline=True, processor=True)
+
+    async def cut_over(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+        replacing: str | None,
+    ) -> None:
+        """The fence and the cutover in one transaction (LeaseLost, CutoverRaced: nothing written)."""
+        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
+        row = (slug, reducer_version, reduced_through_offset, state_json, None)
+        fence = self.held.fence
+        serve = self._rows.serve_checkpoint
+
+        def fenced_cutover(conn: Connection) -> None:
+            fence(conn)
+            serve(conn, row, replacing)
+
+        await self._log.write_transaction(fenced_cutover)

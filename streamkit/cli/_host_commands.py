@@ -267,6 +267,9 @@ def _phase_text(row: dict[str, Any]) -> str:
     eta = progress.get("eta_seconds")
     if eta is not None:
         text += f", eta {eta:g} s"
+    serving = row.get("serving_version")
+    if row["phase"] == "rebuilding" and serving not in (None, row.get("version")):
+        text += f" (version {serving} serves meanwhile)"
     return text
 
 
@@ -318,6 +321,11 @@ def _cmd_snapshot(args: argparse.Namespace, out: TextIO) -> int:
         cursor = snapshot.get("cursor")
         if cursor is not None and cursor != snapshot["offset"]:
             lag = f"; cursor {cursor}, the events after the offset are reduced again at start"
+        if snapshot.get("stale"):
+            lag += (
+                f"; STALE: version {snapshot.get('version')} serves while version "
+                f"{snapshot.get('building_version')} is built"
+            )
         out.write(f"offset {snapshot['offset']} ({snapshot['source']}{lag})\n")
         out.write(json.dumps(snapshot["state"], indent=2, sort_keys=True) + "\n")
     return 0

@@ -1,10 +1,15 @@
 """An engine's checkpoint: restored once at start, written once per batch.
 
-Restoring (:meth:`Checkpointer.restore`): a checkpoint of the contract's
-version restores the state and the cursor. A checkpoint of another version,
-or one whose state no longer restores (a schema change without a version
-bump), comes back *stale*: the engine re-reduces the log up to its old cursor
-before anything else runs, reduce only, never past that cursor.
+Restoring (:meth:`Checkpointer.restore`): checkpoints are kept per contract
+version, one version serving (:mod:`streamkit.checkpoint`). When the serving
+one is the contract's, it restores the state and the cursor. When another
+version serves, or the serving state no longer restores (a schema change
+without a version bump), this version builds in the *shadow*: the engine
+reduces the log up to the serving cursor before anything else runs, reduce
+only, never past it, checkpointing its own row as it goes (a crash resumes
+there, not at 0), and then cuts over (:meth:`Checkpointer.cut_over`): its
+effects run for the events after that offset only. The replaced version's
+row is kept.
 
 Writing (:meth:`Checkpointer.save`): one ``CheckpointStorage.save`` per
 batch. It always moves the cursor; the state goes with it while it is small,
@@ -15,7 +20,7 @@ which offset its state was reduced through, and a restart reduces the
 durable events from there up to the cursor again (reduce only: their effects
 ran). A batch that reduced an ephemeral event, which the log cannot give
 back, always writes the state (:meth:`Checkpointer.mark_unreplayable`), and
-so do a version re-reduce and a clean close (:meth:`Checkpointer.write_state`).
+so do a shadow's rebuild and a clean close (:meth:`Checkpointer.write_state`).
 
 A deferred state's size is not known without encoding it, so the fastest
 growth per event seen between two encodings says when it must be measured:
@@ -34,7 +39,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from streamkit.checkpoint import MAX_CHECKPOINT_STATE_BYTES
+from streamkit.checkpoint import MAX_CHECKPOINT_STATE_BYTES, ReduceCheckpoint
 from streamkit.contract import ProcessorContract
 from streamkit.engine._fold import report
 from streamkit.errors import StateNotSerializable, StreamkitError
@@ -67,9 +72,11 @@ class Restored(NamedTuple, Generic[S]):
 
     ``state`` is reduced through ``state_offset``; the engine replays the
     durable events up to ``cursor`` into it (reduce only) when that is
-    lower. ``stale_through`` is the old cursor of a checkpoint that must be
-    re-reduced from the start (``state`` is then the initial state, and
-    ``seed`` what the old version last projected from).
+    lower. ``stale_through`` is set while this version builds in the shadow:
+    the serving version's cursor, which the engine reduces up to (reduce
+    only) before it cuts over; ``state`` and ``cursor`` are then where that
+    rebuild resumes (the initial state at 0, or the shadow's own last
+    checkpoint), and ``seed`` what the serving version last projected from.
     """
 
     state: S
@@ -100,6 +107,8 @@ class Checkpointer(Generic[S]):
         self._deferred_events = 0
         # An ephemeral was reduced since the state was last written: write it next.
         self._unreplayable = False
+        # The serving version this one is built to replace, while it builds in the shadow.
+        self._replacing: str | None = None
         # The size of the state JSON last encoded, the events reduced since, and
         # the fastest growth per event seen between two encodings.
         self._state_bytes = 0
@@ -112,39 +121,89 @@ class Checkpointer(Generic[S]):
         return self._state_bytes
 
     async def restore(self) -> Restored[S]:
-        """Read the stored checkpoint: what the engine starts from (see :class:`Restored`)."""
+        """Read the stored checkpoints: what the engine starts from (see :class:`Restored`).
+
+        The serving version's row says where effects ran through. Of this
+        version: serving, its row restores; in the shadow, its own row (if
+        any, and not past the serving cursor) is where the rebuild resumes,
+        and the serving cursor is the target. On a slug nobody ran yet this
+        version starts at 0, and serves (its first write makes it so).
+        """
         initial = self._contract.initial_state()
-        checkpoint = await self._storage.load(self._slug)
-        if checkpoint is None:
+        serving = await self._storage.load(self._slug)
+        if serving is None:
             self._persisted = initial
             return Restored(initial, 0, 0, None, initial)
-        current = checkpoint.reducer_version == self._version
-        restored: Any = initial
-        if checkpoint.state_json is not None:
-            self._state_bytes = len(checkpoint.state_json)
-            try:
-                restored = self._contract.load_state(checkpoint.state_json)
-            except Exception as exc:
+        target = serving.reduced_through_offset
+        if serving.reducer_version == self._version:
+            state = self._load(serving, initial)
+            if state is None:
+                # Its state no longer restores: this version rebuilds itself.
+                self._replacing = self._version
+                return Restored(initial, 0, 0, target, initial)
+            resumed = serving
+        else:
+            self._replacing = serving.reducer_version
+            seed = self._load(serving, initial)
+            own = await self._storage.load(self._slug, self._version)
+            # A row past the serving cursor served once, further than the present
+            # serving version has come since: it cannot be resumed, only rebuilt.
+            usable = own is not None and own.reduced_through_offset <= target
+            state = self._load(own, initial) if own is not None and usable else None
+            if own is None or state is None:
+                return Restored(initial, 0, 0, target, initial if seed is None else seed)
+            resumed = own
+        self._persisted = state
+        self._state_offset = offset = resumed.state_through_offset
+        cursor = resumed.reduced_through_offset
+        if self._replacing is None:
+            return Restored(state, offset, cursor, None, state)
+        # A shadow resumes its rebuild where its last checkpoint left it.
+        return Restored(state, offset, cursor, target, seed)
+
+    def _load(self, checkpoint: ReduceCheckpoint, initial: S) -> S | None:
+        """The state ``checkpoint`` holds under this contract, or None if it does not restore."""
+        if checkpoint.state_json is None:
+            return initial
+        try:
+            state = self._contract.load_state(checkpoint.state_json)
+        except Exception as exc:
+            if checkpoint.reducer_version == self._version:
                 # A state of this version that no longer restores means the
                 # schema changed without a version bump: rebuild it as if
                 # it had been bumped rather than refuse to start.
-                if current:
-                    report(
-                        "processor.checkpoint_unreadable",
-                        exc,
-                        slug=self._slug,
-                        offset=checkpoint.reduced_through_offset,
-                        type=None,
-                        detail="re-reducing from offset 0 as for a version bump",
-                    )
-                current = False
-        cursor = checkpoint.reduced_through_offset
-        if not current:
-            self._persisted = initial
-            return Restored(initial, 0, 0, cursor, restored)
-        self._persisted = restored
-        self._state_offset = checkpoint.state_through_offset
-        return Restored(restored, checkpoint.state_through_offset, cursor, None, restored)
+                report(
+                    "processor.checkpoint_unreadable",
+                    exc,
+                    slug=self._slug,
+                    offset=checkpoint.reduced_through_offset,
+                    type=None,
+                    detail="re-reducing from offset 0 as for a version bump",
+                )
+            return None
+        if checkpoint.reducer_version == self._version:
+            self._state_bytes = len(checkpoint.state_json)
+        return state
+
+    @property
+    def replacing(self) -> str | None:
+        """The serving version this one is built to replace (None: this one serves)."""
+        return self._replacing
+
+    async def cut_over(self, cursor: int, state: S) -> None:
+        """Make this version the serving one at ``cursor`` with ``state`` (the end of a rebuild)."""
+        await self._storage.cut_over(
+            self._slug,
+            reducer_version=self._version,
+            reduced_through_offset=cursor,
+            state_json=self._encode(state),
+            replacing=self._replacing,
+        )
+        self._replacing = None
+        self._persisted = state
+        self._state_offset = cursor
+        self._deferred_events = 0
+        self._unreplayable = False
 
     def replayed(self, state: S, events: int) -> None:
         """Note that ``events`` were replayed into the restored state, giving ``state``.

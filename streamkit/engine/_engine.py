@@ -462,21 +462,30 @@ class ProcessorEngine(Generic[S]):
         self._waiters.advanced(self._cursor)
 
     async def _rereduce_if_stale(self) -> None:
-        """Re-reduce the durable log up to the old cursor: reduce only, then checkpoint.
+        """Build this version in the shadow up to the serving cursor, then cut over.
 
-        Never past the old cursor: a push queued behind this work would
-        otherwise look stale and lose its effects.
+        Reduce only, from where the shadow's own checkpoint left it; its row
+        is written every :data:`~._rebuild.CHECKPOINT_EVERY` seconds, so a
+        crash resumes there. Never past the serving cursor: a push queued
+        behind this work would otherwise look stale and lose its effects.
         """
         target = self._stale_through
         if target is None:
             return
-        rebuild = self._rebuild = Rebuild(self._slug, self._version, target)
+        rebuild = self._rebuild = Rebuild(self._slug, self._version, target, self._cursor)
+        checkpoints = self._checkpoints
+
+        async def save(through: int, state: S) -> None:
+            if rebuild.checkpoint_due():
+                await checkpoints.write_state(through, state)
+                self._state, self._cursor = state, through  # a failure resumes here
+
         try:
             state, folded = await self._pages.replay(
-                self._contract.initial_state(), 0, target, PAGE_SIZE, rebuild.advanced
+                self._state, self._cursor, target, PAGE_SIZE, rebuild.advanced, save
             )
             self._events_reduced += folded
-            await self._checkpoints.write_state(target, state)
+            await checkpoints.cut_over(target, state)
         finally:
             self._rebuild = None
         rebuild.done()
@@ -681,6 +690,13 @@ class ProcessorEngine(Generic[S]):
     def latched_error(self) -> StreamkitError | None:
         """The non-retryable refusal every later call fails with, if one was latched."""
         return self._latched
+
+    def in_shadow(self) -> bool:
+        """Whether this version still builds in the shadow (another version serves meanwhile).
+
+        Known once the checkpoints were read (the engine's first work); False before.
+        """
+        return self._stale_through is not None
 
     def statistics(self) -> EngineStatistics:
         """The engine's counters and incidents now, as one frozen snapshot (no I/O)."""

@@ -16,7 +16,7 @@ processed (their effects ran).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
@@ -68,10 +68,12 @@ class PageReader(Generic[S]):
         through: int,
         page_size: int,
         on_page: Callable[[int, int], None] | None = None,
+        save: Callable[[int, S], Awaitable[None]] | None = None,
     ) -> tuple[S, int]:
         """``state`` with the durable events of ``(after, through]`` folded in, and how many.
 
-        ``on_page(position, folded)`` is told after each page how far it came.
+        ``on_page(position, folded)`` is told after each page how far it came,
+        then ``save(position, state)`` is awaited (it may checkpoint the state).
 
         Reduce only: no effects run. Stops early where the log holds nothing
         more below ``through``. Raises what the log's read raises, and
@@ -93,4 +95,6 @@ class PageReader(Generic[S]):
             position = min(page.scanned_through_offset, through)
             if on_page is not None:
                 on_page(position, folded)
+            if save is not None:
+                await save(position, state)
         return state, folded

@@ -540,11 +540,20 @@ class ProcessorHost:
         From the engine it also carries ``rev`` and ``live`` (the live-state
         revision and projection), so a watcher can re-seed from it and apply
         the deltas after ``rev``. ``offset`` is never past the durable head
-        (as status shows the cursor).
+        (as status shows the cursor). While a new version builds in the
+        shadow here, it is the serving version's checkpoint, with ``stale``
+        true and ``building_version`` the version being built.
         """
         runner = self.runner(slug, path)
         stream = self._require_log().stream(runner.path)
         engine = runner.engine
+        if engine is not None and engine.in_shadow():
+            # The new version is still being built: the serving version's last
+            # checkpoint is the state there is, and it says so.
+            stored = await self._require_store().stored_snapshot(slug)
+            stored["stale"] = True
+            stored["building_version"] = runner.version
+            return shown_snapshot(stored, await stream.head())
         if engine is not None:
             offset, state = await engine.snapshot()
             # Caught up by the line above, this reads no log and awaits nothing: the

@@ -76,6 +76,7 @@ def runner_status(
     return {
         "slug": runner.slug,
         "version": runner.version,
+        "serving_version": row.get("version"),
         "path": runner.path,
         "label": runner.label,
         "state": "stalled" if failures.stalled else runner.state,
@@ -108,8 +109,8 @@ def _phase(
 ) -> tuple[str | None, dict[str, Any] | None]:
     """``(phase, progress)``: where a processor running here is on its way to serving.
 
-    ``rebuilding``: a new contract version re-reduces the log up to the old
-    cursor (reduce only) before it serves; ``catching-up``: reading the
+    ``rebuilding``: a new contract version builds in the shadow up to the
+    serving version's cursor (reduce only) before it cuts over; ``catching-up``: reading the
     backlog since its checkpoint after it took the lease; ``serving``: caught
     up, following the log. None while this host does not run it.
     """

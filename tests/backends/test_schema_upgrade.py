@@ -1,8 +1,9 @@
-"""Logs of schemas 1 to 3 are upgraded in place when opened for writing, in both backends.
+"""Logs of schemas 1 to 4 are upgraded in place when opened for writing, in both backends.
 
 Schema 2 gave a checkpoint's state an offset of its own (``state_offset``);
 schema 3 gave an event row the version of its payload (``payload_version``);
-schema 4 added the summary of stored types, counted from the rows at upgrade.
+schema 4 added the summary of stored types, counted from the rows at upgrade;
+schema 5 keys checkpoints by slug and version, each old row serving.
 A row an older schema wrote reads as current (NULL: the state is the
 cursor's; the payload is version 1), the version moves in the same
 transaction as the columns, and a reader that may not write says how to
@@ -31,14 +32,32 @@ from streamkit.cli import main
 from streamkit.records import StoredType
 
 
+def old_checkpoint_table(schema: int, name: str = "streamkit_checkpoints") -> str:
+    """The checkpoint table as schema ``schema`` (before 5) made it: one row per slug."""
+    state_offset = ", state_offset INTEGER" if schema >= 2 else ""
+    return (
+        f"CREATE TABLE {name} (slug TEXT PRIMARY KEY, reducer_version TEXT NOT NULL,"
+        f" reduced_through_offset INTEGER NOT NULL, state TEXT{state_offset})"
+    )
+
+
 def downgrade_sqlite(path: Path, to: int = 1) -> None:
-    """Make ``path`` look as schema ``to`` left it: without the columns later schemas added."""
+    """Make ``path`` look as schema ``to`` left it: without what later schemas added."""
     with closing(sqlite3.connect(path)) as conn:
-        if to < 2:
-            conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN state_offset")
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if "streamkit_checkpoints" in tables:
+            conn.execute(old_checkpoint_table(to, "old_checkpoints"))
+            conn.execute(
+                "INSERT INTO old_checkpoints SELECT slug, reducer_version,"
+                f" reduced_through_offset, state{', state_offset' if to >= 2 else ''}"
+                " FROM streamkit_checkpoints"
+            )
+            conn.execute("DROP TABLE streamkit_checkpoints")
+            conn.execute("ALTER TABLE old_checkpoints RENAME TO streamkit_checkpoints")
         if to < 3:
             conn.execute("ALTER TABLE streamkit_events DROP COLUMN payload_version")
-        conn.execute("DROP TABLE streamkit_stored_types")
+        if to < 4:
+            conn.execute("DROP TABLE streamkit_stored_types")
         conn.execute("UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'", (str(to),))
         conn.commit()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -83,7 +102,7 @@ async def test_a_sqlite_log_of_schema_1_is_upgraded_when_opened_for_writing(
         assert [e.offset for e in (await log.stream("/").read()).events] == [1]
     assert "state_offset" in columns(path)
     assert "payload_version" in columns(path, "streamkit_events")
-    assert version(path) == "4"
+    assert version(path) == str(SCHEMA_VERSION)
 
 
 async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
@@ -93,7 +112,7 @@ async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
     path = tmp_path / "old.db"
     await make_schema_1_log(path)
     before = path.read_bytes()
-    with pytest.raises(LogOpenError, match="upgraded to 4 when a host"):
+    with pytest.raises(LogOpenError, match=f"upgraded to {SCHEMA_VERSION} when a host"):
         open_log(path, read_only=True)
     assert path.read_bytes() == before
 
@@ -119,15 +138,26 @@ def _connect() -> psycopg.Connection[Any]:
     return psycopg.connect(postgres_url(), autocommit=True)
 
 
+def old_postgres_checkpoints(conn: psycopg.Connection[Any], schema: str, to: int) -> None:
+    """Make the (empty) checkpoint table of ``schema`` as schema ``to`` (before 5) made it."""
+    name = sql.Identifier(schema)
+    conn.execute(sql.SQL("DROP TABLE {}.streamkit_checkpoints").format(name))
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {}.streamkit_checkpoints (slug text PRIMARY KEY, reducer_version text "
+            "NOT NULL, reduced_through_offset bigint NOT NULL, state text"
+            + (", state_offset bigint)" if to >= 2 else ")")
+        ).format(name)
+    )
+
+
 def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
     """ensure_schema adds the column and moves the version in one transaction; rows survive."""
     schema = fresh_schema_name()
     with dropped_after(postgres_url(), schema), _connect() as conn:
         ensure_schema(conn, schema, "test")
         name = sql.Identifier(schema)
-        conn.execute(
-            sql.SQL("ALTER TABLE {}.streamkit_checkpoints DROP COLUMN state_offset").format(name)
-        )
+        old_postgres_checkpoints(conn, schema, 1)
         conn.execute(
             sql.SQL("ALTER TABLE {}.streamkit_events DROP COLUMN payload_version").format(name)
         )
@@ -141,7 +171,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         assert stored_version(conn, schema) == 1
 
         ensure_schema(conn, schema, "test")
-        assert stored_version(conn, schema) == SCHEMA_VERSION == 4
+        assert stored_version(conn, schema) == SCHEMA_VERSION == 5
         row = conn.execute(
             sql.SQL(
                 "SELECT reduced_through_offset, state, state_offset FROM {}.streamkit_checkpoints"
@@ -149,7 +179,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         ).fetchone()
         assert row == (4, "[1]", None)
         ensure_schema(conn, schema, "test")  # a second opener changes nothing
-        assert stored_version(conn, schema) == 4
+        assert stored_version(conn, schema) == SCHEMA_VERSION
 
 
 async def write_lagging_checkpoint(path: Path) -> None:
@@ -197,14 +227,14 @@ async def test_a_sqlite_log_of_schema_2_reads_its_events_as_version_1_and_keeps_
         await log.stream("/").append({"type": "item", "payload": {"n": 1}})
     downgrade_sqlite(path, to=2)
     assert "payload_version" not in columns(path, "streamkit_events")
-    with pytest.raises(LogOpenError, match="upgraded to 4 when a host"):
+    with pytest.raises(LogOpenError, match=f"upgraded to {SCHEMA_VERSION} when a host"):
         open_log(path, read_only=True)
     async with open_log(path) as log:
         stream = log.stream("/")
         await stream.append({"type": "item", "payload": {"n": 2}, "payload_version": 4})
         events = (await stream.read()).events
     assert [(e.offset, e.payload_version) for e in events] == [(1, 1), (2, 4)]
-    assert version(path) == "4"
+    assert version(path) == str(SCHEMA_VERSION)
     with closing(sqlite3.connect(path)) as conn:
         stored = conn.execute('SELECT payload_version FROM streamkit_events ORDER BY "offset"')
         assert [row[0] for row in stored] == [None, 4]  # the old row is not rewritten
@@ -222,6 +252,7 @@ async def test_a_postgres_log_of_schema_2_reads_its_events_as_version_1_and_keep
             await log.stream("/").append({"type": "item", "payload": {"n": 1}})
         with _connect() as conn:
             name = sql.Identifier(schema)
+            old_postgres_checkpoints(conn, schema, 2)
             conn.execute(
                 sql.SQL("ALTER TABLE {}.streamkit_events DROP COLUMN payload_version").format(name)
             )
@@ -233,7 +264,7 @@ async def test_a_postgres_log_of_schema_2_reads_its_events_as_version_1_and_keep
             events = (await stream.read()).events
         assert [(e.offset, e.payload_version) for e in events] == [(1, 1), (2, 4)]
         with _connect() as conn:
-            assert stored_version(conn, schema) == 4
+            assert stored_version(conn, schema) == SCHEMA_VERSION
 
 
 # -- schema 3 to 4: the summary of stored types ------------------------------------------
@@ -269,13 +300,13 @@ async def test_a_sqlite_log_of_schema_3_gets_its_summary_counted_from_the_rows(
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("UPDATE streamkit_events SET payload_version = NULL WHERE type = 'y'")
         conn.commit()
-    with pytest.raises(LogOpenError, match="upgraded to 4 when a host"):
+    with pytest.raises(LogOpenError, match=f"upgraded to {SCHEMA_VERSION} when a host"):
         open_log(path, read_only=True)
     async with open_log(path) as log:
         assert await log.stored_types() == COUNTED
         await log.stream("/a").append({"type": "y", "payload": {}})
         assert (await log.stored_types("/a"))[-1] == StoredType("/a", "y", 1, 2, 3, 5)
-    assert version(path) == "4"
+    assert version(path) == str(SCHEMA_VERSION)
     async with open_log(path, read_only=True) as log:
         assert len(await log.stored_types()) == 4
 
@@ -288,6 +319,7 @@ async def test_a_postgres_log_of_schema_3_gets_its_summary_counted_from_the_rows
         await fill(target)
         with _connect() as conn:
             name = sql.Identifier(schema)
+            old_postgres_checkpoints(conn, schema, 3)
             conn.execute(sql.SQL("DROP TABLE {}.streamkit_stored_types").format(name))
             conn.execute(
                 sql.SQL(
@@ -300,4 +332,88 @@ async def test_a_postgres_log_of_schema_3_gets_its_summary_counted_from_the_rows
             await log.stream("/a").append({"type": "y", "payload": {}})
             assert (await log.stored_types("/a"))[-1] == StoredType("/a", "y", 1, 2, 3, 5)
         with _connect() as conn:
-            assert stored_version(conn, schema) == 4
+            assert stored_version(conn, schema) == SCHEMA_VERSION
+
+
+# -- schema 4 to 5: a checkpoint per slug and version ------------------------------------
+
+
+async def check_versions_after_upgrade(target: str) -> None:
+    """The old row serves; a second version's row is a shadow until its cutover."""
+    async with open_log(target) as log:
+        store = host_store(log)
+        await store.prepare()
+        guard = AlwaysHeld()
+        checkpoints = store.checkpoints(guard)
+        serving = await checkpoints.load("tally")
+        assert serving == ReduceCheckpoint("1", 4, "[1]", None, serving=True, cutover_offset=0)
+        await checkpoints.save(
+            "tally", reducer_version="2", reduced_through_offset=2, state_json="[2]"
+        )
+        assert (await checkpoints.load("tally")) == serving
+        assert (await checkpoints.load("tally", "2")) == ReduceCheckpoint(
+            "2", 2, "[2]", None, serving=False
+        )
+        await checkpoints.cut_over(
+            "tally",
+            reducer_version="2",
+            reduced_through_offset=4,
+            state_json="[4]",
+            replacing="1",
+        )
+        assert (await checkpoints.load("tally")) == ReduceCheckpoint(
+            "2", 4, "[4]", None, serving=True, cutover_offset=4
+        )
+        assert (await checkpoints.load("tally", "1")) == ReduceCheckpoint(
+            "1", 4, "[1]", None, serving=False
+        )
+
+
+class AlwaysHeld:
+    """A lease guard that lets every write through (no lease is in question here)."""
+
+    def check(self) -> None:
+        pass
+
+    def fence(self, conn: Any) -> None:
+        pass
+
+
+async def test_a_sqlite_log_of_schema_4_keeps_each_checkpoint_as_its_slug_s_serving_version(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v4.db"
+    async with open_log(path) as log:
+        await log.stream("/").append(*({"type": "tick", "payload": {}} for _ in range(4)))
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(old_checkpoint_table(4))
+        conn.execute("INSERT INTO streamkit_checkpoints VALUES ('tally', '1', 4, '[1]', NULL)")
+        conn.execute("UPDATE streamkit_meta SET value = '4' WHERE key = 'schema_version'")
+        conn.commit()
+    with pytest.raises(LogOpenError, match=f"upgraded to {SCHEMA_VERSION} when a host"):
+        open_log(path, read_only=True)
+    await check_versions_after_upgrade(str(path))
+    assert version(path) == str(SCHEMA_VERSION)
+
+
+async def test_a_postgres_log_of_schema_4_keeps_each_checkpoint_as_its_slug_s_serving_version() -> (
+    None
+):
+    schema = fresh_schema_name()
+    url = postgres_url()
+    target = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    with dropped_after(url, schema):
+        async with open_log(target) as log:
+            await log.stream("/").append(*({"type": "tick", "payload": {}} for _ in range(4)))
+        with _connect() as conn:
+            name = sql.Identifier(schema)
+            old_postgres_checkpoints(conn, schema, 4)
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.streamkit_checkpoints VALUES ('tally', '1', 4, '[1]', NULL)"
+                ).format(name)
+            )
+            conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 4").format(name))
+        await check_versions_after_upgrade(target)
+        with _connect() as conn:
+            assert stored_version(conn, schema) == SCHEMA_VERSION

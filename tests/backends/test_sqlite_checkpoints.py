@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from streamkit import (
     CheckpointStorage,
     CheckpointTooLarge,
+    CutoverRaced,
     InvalidRequest,
     ReduceCheckpoint,
     ReduceCheckpointTable,
@@ -156,12 +157,70 @@ def test_ceiling_counts_utf8_bytes_and_allows_exactly_the_limit(
     assert stored_row(conn, "edge") == ("1", 1, at_limit)
 
 
-def test_version_and_cursor_update(table: ReduceCheckpointTable) -> None:
-    """A later write replaces the version and the cursor of the same row."""
+def test_each_version_has_its_row_and_the_first_one_serves(table: ReduceCheckpointTable) -> None:
+    """A second version's write is a row of its own; the serving one is untouched."""
     table.write("board", reducer_version="1", reduced_through_offset=100, state_json='{"v":1}')
     table.write("board", reducer_version="2", reduced_through_offset=7, state_json='{"v":2}')
-    assert table.read("board") == ReduceCheckpoint("2", 7, '{"v":2}')
+    table.write("board", reducer_version="1", reduced_through_offset=101, state_json=None)
+    assert table.read("board") == ReduceCheckpoint("1", 101, '{"v":1}')
+    assert table.read("board", "2") == ReduceCheckpoint("2", 7, '{"v":2}', serving=False)
+    assert table.read("board", "3") is None
     assert table.slugs() == ["board"]
+    assert [c.reducer_version for c in table.versions("board")] == ["1", "2"]
+
+
+def test_a_cutover_moves_the_serving_mark_and_keeps_the_replaced_row(
+    table: ReduceCheckpointTable,
+) -> None:
+    table.write("board", reducer_version="1", reduced_through_offset=100, state_json='{"v":1}')
+    table.write("board", reducer_version="2", reduced_through_offset=40, state_json='{"v":2}')
+    table.serve(
+        "board",
+        reducer_version="2",
+        reduced_through_offset=100,
+        state_json='{"v":22}',
+        replacing="1",
+    )
+    assert table.read("board") == ReduceCheckpoint("2", 100, '{"v":22}', cutover_offset=100)
+    assert table.read("board", "1") == ReduceCheckpoint("1", 100, '{"v":1}', serving=False)
+    assert [c.reducer_version for c in table.versions("board")] == ["2", "1"]
+    # A rollback is a cutover too: version 1 serves again from where 2 stands.
+    table.write("board", reducer_version="2", reduced_through_offset=120, state_json=None)
+    table.serve(
+        "board",
+        reducer_version="1",
+        reduced_through_offset=120,
+        state_json='{"v":1}',
+        replacing="2",
+    )
+    assert table.read("board") == ReduceCheckpoint("1", 120, '{"v":1}', cutover_offset=120)
+
+
+@pytest.mark.parametrize(
+    ("replacing", "through", "why"),
+    [
+        ("1", 99, "has processed through offset 100"),
+        ("0", 100, "version '1' serves now"),
+        (None, 100, "version '1' serves now"),
+    ],
+)
+def test_a_cutover_that_the_serving_version_outran_writes_nothing(
+    table: ReduceCheckpointTable, replacing: str | None, through: int, why: str
+) -> None:
+    table.write("board", reducer_version="1", reduced_through_offset=100, state_json='{"v":1}')
+    table.write("board", reducer_version="2", reduced_through_offset=40, state_json='{"v":2}')
+    before = table.versions("board")
+    with pytest.raises(CutoverRaced, match=why) as raised:
+        table.serve(
+            "board",
+            reducer_version="2",
+            reduced_through_offset=through,
+            state_json='{"v":22}',
+            replacing=replacing,
+        )
+    assert raised.value.retryable
+    assert "nothing was written" in str(raised.value)
+    assert table.versions("board") == before
 
 
 def test_two_slugs_are_independent(conn: sqlite3.Connection, table: ReduceCheckpointTable) -> None:
@@ -327,15 +386,27 @@ writes_strategy = st.lists(
 def test_any_write_sequence_reads_back_the_last_cursor_and_last_given_state(
     writes: list[tuple[str, str, int, str | None]],
 ) -> None:
-    """Per slug: the last version and cursor, and the last state that was not None."""
+    """Per slug and version: the last cursor and the last state that was not None.
+
+    The first version written for a slug is the one that serves.
+    """
     with closing(sqlite3.connect(":memory:")) as conn:
         table = ReduceCheckpointTable(conn)
-        expected: dict[str, ReduceCheckpoint] = {}
+        expected: dict[tuple[str, str], ReduceCheckpoint] = {}
+        first: dict[str, str] = {}
         for slug, version, offset, state in writes:
             table.write(
                 slug, reducer_version=version, reduced_through_offset=offset, state_json=state
             )
-            kept = expected[slug].state_json if slug in expected and state is None else state
-            expected[slug] = ReduceCheckpoint(version, offset, kept)
-        assert {slug: table.read(slug) for slug in table.slugs()} == expected
+            key = (slug, version)
+            kept = expected[key].state_json if key in expected and state is None else state
+            serving = first.setdefault(slug, version) == version
+            expected[key] = ReduceCheckpoint(version, offset, kept, serving=serving)
+        stored = {
+            (slug, c.reducer_version): c for slug in table.slugs() for c in table.versions(slug)
+        }
+        assert stored == expected
+        assert {slug: table.read(slug) for slug in table.slugs()} == {
+            slug: expected[(slug, version)] for slug, version in first.items()
+        }
         assert table.writes == len(writes)

@@ -17,7 +17,7 @@ from support.backends import BACKENDS
 
 from streamkit.backends import host_store
 from streamkit.checkpoint import MAX_CHECKPOINT_STATE_BYTES, ReduceCheckpoint
-from streamkit.errors import CheckpointTooLarge, InvalidRequest
+from streamkit.errors import CheckpointTooLarge, CutoverRaced, InvalidRequest
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.protocols import CheckpointStorage
 
@@ -68,12 +68,12 @@ async def test_a_saved_checkpoint_loads_back_and_an_unknown_slug_is_none(
 async def test_no_state_keeps_the_stored_state_and_moves_the_cursor(
     checkpoints: CheckpointStorage,
 ) -> None:
-    """state_json=None moves version and cursor; the stored state stays (None when never set)."""
+    """state_json=None moves the cursor; the stored state stays (None when never set)."""
     await save(checkpoints, "fresh", 3, None)
     assert await checkpoints.load("fresh") == ReduceCheckpoint("1", 3, None)
     await save(checkpoints, "board", 5, '{"n":7}')
-    await checkpoints.save("board", reducer_version="2", reduced_through_offset=9, state_json=None)
-    assert await checkpoints.load("board") == ReduceCheckpoint("2", 9, '{"n":7}')
+    await save(checkpoints, "board", 9, None)
+    assert await checkpoints.load("board") == ReduceCheckpoint("1", 9, '{"n":7}')
 
 
 async def test_a_lagging_state_keeps_its_own_offset_until_it_is_written(
@@ -155,3 +155,64 @@ async def test_bad_arguments_are_refused_before_anything_is_written(
     with pytest.raises(InvalidRequest, match="nothing was written"):
         await checkpoints.save(**args)
     assert await checkpoints.load("board") == ReduceCheckpoint("1", 1, '"s"')
+
+
+# -- versions: one serves, another builds in the shadow, a cutover swaps them -------------
+
+
+async def test_a_second_version_keeps_a_row_of_its_own_and_does_not_serve(
+    checkpoints: CheckpointStorage,
+) -> None:
+    await save(checkpoints, "board", 5, '{"n":5}')
+    await checkpoints.save("board", reducer_version="2", reduced_through_offset=3, state_json="[3]")
+    await save(checkpoints, "board", 6, None)
+    assert await checkpoints.load("board") == ReduceCheckpoint("1", 6, '{"n":5}')
+    assert await checkpoints.load("board", "1") == ReduceCheckpoint("1", 6, '{"n":5}')
+    assert await checkpoints.load("board", "2") == ReduceCheckpoint("2", 3, "[3]", serving=False)
+    assert await checkpoints.load("board", "3") is None
+
+
+async def test_a_cutover_makes_the_new_version_serve_and_keeps_the_old_row(
+    checkpoints: CheckpointStorage,
+) -> None:
+    await save(checkpoints, "board", 6, '{"n":6}')
+    await checkpoints.save("board", reducer_version="2", reduced_through_offset=3, state_json="[3]")
+    await checkpoints.cut_over(
+        "board", reducer_version="2", reduced_through_offset=6, state_json="[6]", replacing="1"
+    )
+    assert await checkpoints.load("board") == ReduceCheckpoint("2", 6, "[6]", cutover_offset=6)
+    assert await checkpoints.load("board", "1") == ReduceCheckpoint(
+        "1", 6, '{"n":6}', serving=False
+    )
+    # The new version's later checkpoints keep it serving and its cutover offset.
+    await checkpoints.save("board", reducer_version="2", reduced_through_offset=9, state_json=None)
+    assert await checkpoints.load("board") == ReduceCheckpoint("2", 9, "[6]", cutover_offset=6)
+
+
+async def test_a_first_cutover_of_a_slug_replaces_nothing(checkpoints: CheckpointStorage) -> None:
+    await checkpoints.cut_over(
+        "board", reducer_version="1", reduced_through_offset=0, state_json="[]", replacing=None
+    )
+    assert await checkpoints.load("board") == ReduceCheckpoint("1", 0, "[]")
+
+
+@pytest.mark.parametrize(
+    ("replacing", "through"), [("1", 5), ("0", 6), (None, 6)], ids=["outran", "other", "none"]
+)
+async def test_a_cutover_the_serving_version_outran_is_refused_and_nothing_changes(
+    checkpoints: CheckpointStorage, replacing: str | None, through: int
+) -> None:
+    await save(checkpoints, "board", 6, '{"n":6}')
+    await checkpoints.save("board", reducer_version="2", reduced_through_offset=3, state_json="[3]")
+    with pytest.raises(CutoverRaced) as refused:
+        await checkpoints.cut_over(
+            "board",
+            reducer_version="2",
+            reduced_through_offset=through,
+            state_json="[6]",
+            replacing=replacing,
+        )
+    assert refused.value.retryable
+    assert "nothing was written" in refused.value.message
+    assert await checkpoints.load("board") == ReduceCheckpoint("1", 6, '{"n":6}')
+    assert await checkpoints.load("board", "2") == ReduceCheckpoint("2", 3, "[3]", serving=False)

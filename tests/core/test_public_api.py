@@ -33,6 +33,7 @@ EXPECTED = {
     "InvalidContract",
     "InvalidEvent",
     "InvalidRequest",
+    "CutoverRaced",
     "LeaseLost",
     "LiveSnapshot",
     "LiveState",

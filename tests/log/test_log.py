@@ -52,8 +52,8 @@ def tables(path: Path) -> set[str]:
 # -- opening ------------------------------------------------------------------------------
 
 
-async def test_open_creates_a_wal_log_with_schema_version_4(log_file: Path) -> None:
-    """A new file becomes a WAL-mode log whose streamkit_meta says schema_version 3."""
+async def test_open_creates_a_wal_log_with_schema_version_5(log_file: Path) -> None:
+    """A new file becomes a WAL-mode log whose streamkit_meta says schema_version 5."""
     async with open_log(log_file) as log:
         assert log.path == str(log_file)
         mode = await log.query(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
@@ -63,7 +63,7 @@ async def test_open_creates_a_wal_log_with_schema_version_4(log_file: Path) -> N
                 "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
             ).fetchone()[0]
         )
-        assert version == "4"
+        assert version == "5"
     assert {"streamkit_meta", "streamkit_events", "streamkit_heads", "streamkit_claims"} <= (
         tables(log_file)
     )

@@ -428,19 +428,28 @@ async def test_a_host_rebuilding_a_new_version_answers_and_shows_its_progress(
     served = await serve(TallyV2())
     await asyncio.wait_for(held_at_second_page.wait(), 10)
     row = await processor_row(served, "tally")
-    assert (row["version"], row["phase"]) == ("2", "rebuilding")
+    assert (row["version"], row["serving_version"], row["phase"]) == ("2", "1", "rebuilding")
+    # What serves meanwhile: version 1's last checkpoint, marked stale.
+    stale = (await served.client.get("/v1/processors/tally")).json()
+    assert (stale["version"], stale["stale"], stale["building_version"]) == ("1", True, "2")
+    assert (stale["source"], stale["offset"]) == ("checkpoint", PAGE_SIZE + 100)
+    assert len(stale["state"]["offsets"]) == PAGE_SIZE + 100
     progress = row["progress"]
     assert (progress["through"], progress["target"]) == (PAGE_SIZE, PAGE_SIZE + 100)
     line = status_line(row, True)  # what `streamkit status` prints of it
     assert f"state=running  rebuilding {PAGE_SIZE:,}/{PAGE_SIZE + 100:,} at " in line
     assert " ev/s, eta " in line
+    assert " (version 1 serves meanwhile)  cursor=" in line
     assert (await served.bare.get("/healthz")).status_code == 200
     not_ready = (await served.bare.get("/readyz")).json()["processors"]
     assert not_ready[0]["why"] == f"rebuilding: {PAGE_SIZE} of {PAGE_SIZE + 100}"
     gate.set()
     await wait_until(lambda: served.host.runner("tally").caught_up)
     assert (await served.bare.get("/readyz")).status_code == 200
-    assert (await processor_row(served, "tally"))["progress"] is None
+    row = await processor_row(served, "tally")
+    assert (row["progress"], row["serving_version"]) == (None, "2")
+    fresh = (await served.client.get("/v1/processors/tally")).json()
+    assert (fresh["source"], "stale" in fresh) == ("engine", False)
 
 
 async def test_healthz_goes_red_when_a_processor_stalls(serve: Serve) -> None:

@@ -44,12 +44,13 @@ from streamkit.errors import LogOpenError
 
 __all__ = ["SCHEMA_VERSION", "ensure_schema", "recount_stored_types", "stored_version"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The layout this release writes and reads. 2: a checkpoint's state has an offset of its own.
 3: an event row records the version of its payload's shape. 4: the summary of stored types
-(``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`).
+(``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
+row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`).
 
-A log of version 1, 2 or 3 is upgraded in place when opened; any other is refused.
+A log of version 1 to 4 is upgraded in place when opened; any other is refused.
 """
 
 _STATE_OFFSET = (
@@ -73,10 +74,26 @@ _COUNT_STORED_TYPES = (
     'SELECT path, type, coalesce(payload_version, 1), count(*), min("offset"), max("offset") '
     "FROM {schema}.streamkit_events GROUP BY path, type, coalesce(payload_version, 1)"
 )
+_SERVING_INDEX = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS streamkit_checkpoints_serving "
+    "ON {schema}.streamkit_checkpoints (slug) WHERE serving"
+)
+_CHECKPOINT_VERSIONS = (
+    # Every row a release before 5 wrote is its slug's only version: it serves.
+    "ALTER TABLE {schema}.streamkit_checkpoints "
+    "ADD COLUMN IF NOT EXISTS serving boolean NOT NULL DEFAULT true",
+    "ALTER TABLE {schema}.streamkit_checkpoints ALTER COLUMN serving SET DEFAULT false",
+    "ALTER TABLE {schema}.streamkit_checkpoints "
+    "ADD COLUMN IF NOT EXISTS cutover_offset bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE {schema}.streamkit_checkpoints DROP CONSTRAINT streamkit_checkpoints_pkey",
+    "ALTER TABLE {schema}.streamkit_checkpoints ADD PRIMARY KEY (slug, reducer_version)",
+    _SERVING_INDEX,
+)
 _UPGRADES = {
-    1: (_STATE_OFFSET, _PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES),
-    2: (_PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES),
-    3: (_STORED_TYPES, _COUNT_STORED_TYPES),
+    1: (_STATE_OFFSET, _PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS),
+    2: (_PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS),
+    3: (_STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS),
+    4: _CHECKPOINT_VERSIONS,
 }
 """The statements that bring a log of an older version to :data:`SCHEMA_VERSION`.
 
@@ -85,7 +102,8 @@ every row version 1 wrote (it wrote the state every batch). 2 to 3: NULL in
 ``payload_version`` reads as version 1, the only one earlier releases knew;
 adding a column without a default rewrites no row. 3 to 4: the summary of
 stored types is made and counted from the events, the one time it reads the
-whole log.
+whole log. 4 to 5: checkpoints are keyed by slug and version; each old row
+serves (a constant default rewrites no row either).
 """
 
 _ATTEMPTS = 20
@@ -137,12 +155,16 @@ _TABLES = (
         PRIMARY KEY (path, slug)
     )""",
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_checkpoints (
-        slug text PRIMARY KEY,
+        slug text NOT NULL,
         reducer_version text NOT NULL,
         reduced_through_offset bigint NOT NULL,
         state text,
-        state_offset bigint
+        state_offset bigint,
+        serving boolean NOT NULL DEFAULT false,
+        cutover_offset bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (slug, reducer_version)
     )""",
+    _SERVING_INDEX,
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_skips (
         path text NOT NULL,
         slug text NOT NULL,

@@ -36,7 +36,7 @@ from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.backends.postgres._connect import connect, session_options, storage_error
 from streamkit.backends.postgres.leases import CLOCK as _CLOCK
 from streamkit.backends.postgres.leases import Leases
-from streamkit.checkpoint import ReduceCheckpoint
+from streamkit.checkpoint import ReduceCheckpoint, check_cutover, checkpoint_of
 from streamkit.errors import StorageError
 from streamkit.events import StreamEvent
 from streamkit.log import Log
@@ -51,21 +51,42 @@ class _Tables:
     def __init__(self, schema: str) -> None:
         s = f'"{schema}"'
         self.leases = Leases(schema)
-        self.checkpoint_row = (
-            "SELECT reducer_version, reduced_through_offset, state, state_offset "
-            f"FROM {s}.streamkit_checkpoints WHERE slug = %s"
+        columns = (
+            "reducer_version, reduced_through_offset, state, state_offset, serving, cutover_offset "
+        )
+        self.serving_row = (
+            f"SELECT {columns}FROM {s}.streamkit_checkpoints WHERE slug = %s AND serving"
+        )
+        self.locked_serving_row = f"{self.serving_row} FOR UPDATE"
+        self.version_row = (
+            f"SELECT {columns}FROM {s}.streamkit_checkpoints "
+            "WHERE slug = %s AND reducer_version = %s"
         )
         self.all_checkpoints = (
-            "SELECT slug, reducer_version, reduced_through_offset, state, state_offset "
-            f'FROM {s}.streamkit_checkpoints ORDER BY slug COLLATE "C"'
+            f"SELECT slug, {columns}FROM {s}.streamkit_checkpoints "
+            'WHERE serving ORDER BY slug COLLATE "C"'
         )
+        # The first version written for a slug serves; any other waits for its cutover.
         self.write_checkpoint = (
             f"INSERT INTO {s}.streamkit_checkpoints AS c "
-            "(slug, reducer_version, reduced_through_offset, state, state_offset) "
-            "VALUES (%s, %s, %s, %s, %s) "
-            "ON CONFLICT (slug) DO UPDATE SET reducer_version = excluded.reducer_version, "
+            "(slug, reducer_version, reduced_through_offset, state, state_offset, serving) "
+            "VALUES (%(slug)s, %(version)s, %(cursor)s, %(state)s, %(state_offset)s, NOT EXISTS "
+            f"(SELECT 1 FROM {s}.streamkit_checkpoints WHERE slug = %(slug)s AND serving)) "
+            "ON CONFLICT (slug, reducer_version) DO UPDATE SET "
             "reduced_through_offset = excluded.reduced_through_offset, "
             "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset"
+        )
+        self.unserve = (
+            f"UPDATE {s}.streamkit_checkpoints SET serving = false WHERE slug = %s AND serving"
+        )
+        self.serve_checkpoint_row = (
+            f"INSERT INTO {s}.streamkit_checkpoints AS c "
+            "(slug, reducer_version, reduced_through_offset, state, state_offset, serving, "
+            "cutover_offset) VALUES (%s, %s, %s, %s, %s, true, %s) "
+            "ON CONFLICT (slug, reducer_version) DO UPDATE SET "
+            "reduced_through_offset = excluded.reduced_through_offset, "
+            "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset, "
+            "serving = true, cutover_offset = excluded.cutover_offset"
         )
         self.stream_heads = (
             f'SELECT path, head FROM {s}.streamkit_heads WHERE head > 0 ORDER BY path COLLATE "C"'
@@ -114,19 +135,39 @@ class _Tables:
 
     # -- checkpoints ------------------------------------------------------------------------
 
-    def read_checkpoint(self, conn: psycopg.Connection[Any], slug: str) -> ReduceCheckpoint | None:
-        row = conn.execute(self.checkpoint_row, (slug,)).fetchone()
-        if row is None:
-            return None
-        return ReduceCheckpoint(
-            reducer_version=str(row[0]),
-            reduced_through_offset=int(row[1]),
-            state_json=None if row[2] is None else str(row[2]),
-            state_offset=None if row[3] is None else int(row[3]),
-        )
+    def read_checkpoint(
+        self, conn: psycopg.Connection[Any], slug: str, version: str | None = None
+    ) -> ReduceCheckpoint | None:
+        if version is None:
+            row = conn.execute(self.serving_row, (slug,)).fetchone()
+        else:
+            row = conn.execute(self.version_row, (slug, version)).fetchone()
+        return None if row is None else checkpoint_of(row)
 
     def upsert_checkpoint(self, conn: psycopg.Connection[Any], row: CheckpointRow) -> None:
-        conn.execute(self.write_checkpoint, row)
+        slug, version, cursor, state, state_offset = row
+        conn.execute(
+            self.write_checkpoint,
+            {
+                "slug": slug,
+                "version": version,
+                "cursor": cursor,
+                "state": state,
+                "state_offset": state_offset,
+            },
+        )
+
+    def serve_checkpoint(
+        self, conn: psycopg.Connection[Any], row: CheckpointRow, replacing: str | None
+    ) -> None:
+        slug, version, through = row[0], row[1], row[2]
+        # Locked: a writer of the serving row (its checkpoint, another cutover) waits for us.
+        serving = conn.execute(self.locked_serving_row, (slug,)).fetchone()
+        check_cutover(
+            slug, version, through, None if serving is None else checkpoint_of(serving), replacing
+        )
+        conn.execute(self.unserve, (slug,))
+        conn.execute(self.serve_checkpoint_row, (*row, through))
 
     # -- skips (the SkipStore of the shared rules) ----------------------------------------
 
@@ -163,16 +204,7 @@ class _Tables:
 
     def status(self, conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         checkpoints = [
-            (
-                str(slug),
-                ReduceCheckpoint(
-                    reducer_version=str(version),
-                    reduced_through_offset=int(offset),
-                    state_json=None if state is None else str(state),
-                    state_offset=None if state_offset is None else int(state_offset),
-                ),
-            )
-            for slug, version, offset, state, state_offset in conn.execute(self.all_checkpoints)
+            (str(row[0]), checkpoint_of(row[1:])) for row in conn.execute(self.all_checkpoints)
         ]
 
         def head_and_lag(path: str, cursor: int) -> tuple[int, int]:

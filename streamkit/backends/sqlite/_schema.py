@@ -26,21 +26,23 @@ __all__ = [
     "add_state_offset",
     "connect_reader",
     "connect_writer",
+    "create_checkpoint_table",
     "is_busy",
     "recount_stored_types",
     "storage_error",
 ]
 
 MEMORY = ":memory:"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
 event row records the version of its payload's shape. 4: the summary of stored types
-(``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`)."""
+(``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
+row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`)."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
 
-_UPGRADABLE = frozenset({"1", "2", "3"})
+_UPGRADABLE = frozenset({"1", "2", "3", "4"})
 """Older layouts the writer upgrades in place when it opens the file."""
 
 # One row per stored (path, type, payload version), moved in each commit's transaction
@@ -253,6 +255,50 @@ def add_state_offset(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) ->
         conn.execute(f'ALTER TABLE "{table}" ADD COLUMN state_offset INTEGER')
 
 
+def _table_names(conn: sqlite3.Connection) -> set[str]:
+    return {
+        str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+    }
+
+
+def create_checkpoint_table(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) -> None:
+    """Make the checkpoint table ``table``, or bring one of an older layout to this one.
+
+    One row per (slug, contract version); a partial unique index lets one row
+    per slug be the serving one. A table of one row per slug (schema 4 and
+    before) is copied into the new shape, each row serving since offset 0
+    (it was the only version), in the caller's transaction.
+    """
+    quoted = f'"{table}"'
+    columns = {row[1] for row in conn.execute(f"PRAGMA table_info({quoted})")}
+    if columns and "serving" in columns:
+        return
+    if columns:
+        add_state_offset(conn, table)
+        conn.execute(f'ALTER TABLE {quoted} RENAME TO "{table}_before_versions"')
+    conn.execute(
+        f"CREATE TABLE {quoted} ("
+        " slug TEXT NOT NULL,"
+        " reducer_version TEXT NOT NULL,"
+        " reduced_through_offset INTEGER NOT NULL,"
+        " state TEXT,"
+        " state_offset INTEGER,"
+        " serving INTEGER NOT NULL DEFAULT 0,"
+        " cutover_offset INTEGER NOT NULL DEFAULT 0,"
+        " PRIMARY KEY (slug, reducer_version)"
+        ")"
+    )
+    conn.execute(f'CREATE UNIQUE INDEX "{table}_serving" ON {quoted} (slug) WHERE serving')
+    if columns:
+        conn.execute(
+            f"INSERT INTO {quoted} (slug, reducer_version, reduced_through_offset, state,"
+            " state_offset, serving, cutover_offset)"
+            " SELECT slug, reducer_version, reduced_through_offset, state, state_offset, 1, 0"
+            f' FROM "{table}_before_versions"'
+        )
+        conn.execute(f'DROP TABLE "{table}_before_versions"')
+
+
 def add_payload_version(conn: sqlite3.Connection) -> None:
     """Give an events table made before payloads had versions its column (NULL reads as 1)."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_events)")}
@@ -288,7 +334,9 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     row, read as version 1: no release before it knew another). Adding a
     column rewrites no row. 3 to 4: the summary of stored types is made and
     counted from the events, the one time it reads the whole log (0.17 s
-    for 300,000 events, measured). The version moves in the same transaction,
+    for 300,000 events, measured). 4 to 5: the checkpoint table (when a host
+    made one) becomes one row per slug and version, each old row serving
+    (:func:`create_checkpoint_table`). The version moves in the same transaction,
     so a release that does not know a table refuses the file instead of
     misreading it.
     """
@@ -299,9 +347,10 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
         ).fetchone()
         version = None if row is None else str(row[0])
         if version in _UPGRADABLE:
-            add_state_offset(conn)
             add_payload_version(conn)
             add_stored_types(conn)
+            if CHECKPOINT_TABLE in _table_names(conn):
+                create_checkpoint_table(conn)
             conn.execute(
                 "UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),

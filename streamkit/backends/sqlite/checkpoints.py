@@ -1,12 +1,15 @@
-"""Checkpoints in SQLite: :class:`ReduceCheckpointTable`, one row per processor slug.
+"""Checkpoints in SQLite: :class:`ReduceCheckpointTable`, one row per processor slug and version.
 
 Guarantees of :class:`ReduceCheckpointTable`, beyond the rules of
 :mod:`streamkit.checkpoint`:
 
-- Every write is ONE SQL statement (an UPSERT), so the cursor and the state can
-  never be half-written: either the whole row moved or nothing did.
-- A table made before the state had its own offset gains the column when the
-  class is built with ``create_table=True``; its rows read as current.
+- Every checkpoint write is ONE SQL statement (an UPSERT), so the cursor and the
+  state can never be half-written: either the whole row moved or nothing did. A
+  cutover (:meth:`ReduceCheckpointTable.serve`) is one savepoint: the check,
+  the serving mark and the new version's row commit together or not at all.
+- A table of an older layout (no state offset; one row per slug) is brought to
+  this one when the class is built with ``create_table=True``; each old row
+  serves.
 - A write leaves no transaction open that it opened itself. When the caller
   already holds a transaction on the connection, the write joins it and the
   caller's commit decides (this is how a host writes outputs and position
@@ -22,8 +25,8 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from streamkit.backends.sqlite._schema import add_state_offset, storage_error
-from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
+from streamkit.backends.sqlite._schema import create_checkpoint_table, storage_error
+from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint, check_cutover, checkpoint_of
 from streamkit.errors import InvalidRequest, StorageError
 
 __all__ = ["DEFAULT_CHECKPOINT_TABLE", "ReduceCheckpointTable"]
@@ -66,34 +69,19 @@ class ReduceCheckpointTable:
         self.writes = 0
         if create_table:
             with self._statement("create the checkpoint table"):
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self._quoted} ("
-                    " slug TEXT PRIMARY KEY,"
-                    " reducer_version TEXT NOT NULL,"
-                    " reduced_through_offset INTEGER NOT NULL,"
-                    " state TEXT,"
-                    " state_offset INTEGER"
-                    ")"
-                )
-                add_state_offset(conn, table)
+                create_checkpoint_table(conn, table)
 
-    def read(self, slug: str) -> ReduceCheckpoint | None:
-        """The checkpoint of ``slug``, or ``None`` if none was ever written."""
+    def read(self, slug: str, version: str | None = None) -> ReduceCheckpoint | None:
+        """The checkpoint of ``slug`` at ``version`` (None: the serving one), or None if none."""
+        where = "serving" if version is None else "reducer_version = ?"
+        arguments = (slug,) if version is None else (slug, version)
         with self._statement(f'read the checkpoint of "{slug}"'):
             row = self._conn.execute(
-                f"SELECT reducer_version, reduced_through_offset, state, state_offset"
-                f" FROM {self._quoted} WHERE slug = ?",
-                (slug,),
+                "SELECT reducer_version, reduced_through_offset, state, state_offset, serving,"
+                f" cutover_offset FROM {self._quoted} WHERE slug = ? AND {where}",
+                arguments,
             ).fetchone()
-        if row is None:
-            return None
-        version, offset, state, state_offset = row
-        return ReduceCheckpoint(
-            reducer_version=str(version),
-            reduced_through_offset=int(offset),
-            state_json=None if state is None else str(state),
-            state_offset=None if state_offset is None else int(state_offset),
-        )
+        return None if row is None else checkpoint_of(row)
 
     def write(
         self,
@@ -106,8 +94,10 @@ class ReduceCheckpointTable:
     ) -> None:
         """Write the checkpoint of ``slug`` in exactly one statement.
 
-        The version, the cursor and the state's offset always move; the state
-        column moves only when ``state_json`` is given. Refusals (bad
+        The row of ``(slug, reducer_version)``: the cursor and the state's
+        offset always move; the state column moves only when ``state_json`` is
+        given. The first version written for a slug serves; whether a version
+        serves changes only by a cutover (:meth:`serve`). Refusals (bad
         arguments, a state over the ceiling) happen before any SQL, so the
         stored row is untouched.
         """
@@ -117,12 +107,13 @@ class ReduceCheckpointTable:
     def upsert(self, row: tuple[str, str, int, str | None, int | None]) -> None:
         """:meth:`write` of ``(slug, version, cursor, state, state_offset)``, already checked."""
         with self._statement(f'write the checkpoint of "{row[0]}"'):
+            # The first version written for a slug serves; any other waits for its cutover.
             self._conn.execute(
                 f"INSERT INTO {self._quoted}"
-                " (slug, reducer_version, reduced_through_offset, state, state_offset)"
-                " VALUES (?, ?, ?, ?, ?)"
-                " ON CONFLICT(slug) DO UPDATE SET"
-                " reducer_version = excluded.reducer_version,"
+                " (slug, reducer_version, reduced_through_offset, state, state_offset, serving)"
+                " VALUES (?1, ?2, ?3, ?4, ?5,"
+                f" NOT EXISTS (SELECT 1 FROM {self._quoted} WHERE slug = ?1 AND serving))"
+                " ON CONFLICT(slug, reducer_version) DO UPDATE SET"
                 " reduced_through_offset = excluded.reduced_through_offset,"
                 f" state = COALESCE(excluded.state, {self._quoted}.state),"
                 " state_offset = excluded.state_offset",
@@ -130,9 +121,58 @@ class ReduceCheckpointTable:
             )
         self.writes += 1
 
-    async def load(self, slug: str) -> ReduceCheckpoint | None:
+    def serve_row(
+        self, row: tuple[str, str, int, str | None, int | None], replacing: str | None
+    ) -> None:
+        """:meth:`serve` of ``(slug, version, cursor, state, None)``, already checked."""
+        slug, version, through = row[0], row[1], row[2]
+        with self._statement(f'cut "{slug}" over to version {version!r}'):
+            conn = self._conn
+            conn.execute('SAVEPOINT "streamkit_cutover"')
+            try:
+                check_cutover(slug, version, through, self.read(slug), replacing)
+                conn.execute(
+                    f"UPDATE {self._quoted} SET serving = 0 WHERE slug = ? AND serving", (slug,)
+                )
+                conn.execute(
+                    f"INSERT INTO {self._quoted} (slug, reducer_version, reduced_through_offset,"
+                    " state, state_offset, serving, cutover_offset) VALUES (?, ?, ?, ?, ?, 1, ?)"
+                    " ON CONFLICT(slug, reducer_version) DO UPDATE SET"
+                    " reduced_through_offset = excluded.reduced_through_offset,"
+                    f" state = COALESCE(excluded.state, {self._quoted}.state),"
+                    " state_offset = excluded.state_offset, serving = 1,"
+                    " cutover_offset = excluded.cutover_offset",
+                    (*row, through),
+                )
+            except BaseException:
+                conn.execute('ROLLBACK TO "streamkit_cutover"')
+                conn.execute('RELEASE "streamkit_cutover"')
+                raise
+            conn.execute('RELEASE "streamkit_cutover"')
+        self.writes += 1
+
+    def serve(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+        replacing: str | None,
+    ) -> None:
+        """The cutover: write this version's checkpoint and make it the serving one, at once.
+
+        Refused with :class:`~streamkit.errors.CutoverRaced`, nothing written,
+        unless ``replacing`` (the version the new one was built to replace;
+        None: none served) still serves at or below ``reduced_through_offset``
+        (:func:`~streamkit.checkpoint.check_cutover`). The replaced row is kept.
+        """
+        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
+        self.serve_row((slug, reducer_version, reduced_through_offset, state_json, None), replacing)
+
+    async def load(self, slug: str, version: str | None = None) -> ReduceCheckpoint | None:
         """Async twin of :meth:`read` (runs it directly; SQLite reads here are short)."""
-        return self.read(slug)
+        return self.read(slug, version)
 
     async def save(
         self,
@@ -152,11 +192,42 @@ class ReduceCheckpointTable:
             state_offset=state_offset,
         )
 
+    async def cut_over(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        reduced_through_offset: int,
+        state_json: str | None,
+        replacing: str | None,
+    ) -> None:
+        """Async twin of :meth:`serve` (the protocol's ``cut_over``)."""
+        self.serve(
+            slug,
+            reducer_version=reducer_version,
+            reduced_through_offset=reduced_through_offset,
+            state_json=state_json,
+            replacing=replacing,
+        )
+
     def slugs(self) -> list[str]:
-        """Every slug that has a checkpoint, sorted."""
+        """Every slug that has a serving checkpoint, sorted."""
         with self._statement("list the checkpoint slugs"):
-            rows = self._conn.execute(f"SELECT slug FROM {self._quoted} ORDER BY slug").fetchall()
+            rows = self._conn.execute(
+                f"SELECT slug FROM {self._quoted} WHERE serving ORDER BY slug"
+            ).fetchall()
         return [str(slug) for (slug,) in rows]
+
+    def versions(self, slug: str) -> list[ReduceCheckpoint]:
+        """Every version's checkpoint of ``slug``, the serving one first, then by version."""
+        with self._statement(f'list the checkpoints of "{slug}"'):
+            rows = self._conn.execute(
+                "SELECT reducer_version, reduced_through_offset, state, state_offset, serving,"
+                f" cutover_offset FROM {self._quoted} WHERE slug = ?"
+                " ORDER BY serving DESC, reducer_version",
+                (slug,),
+            ).fetchall()
+        return [checkpoint_of(row) for row in rows]
 
     @contextmanager
     def _statement(self, action: str) -> Iterator[None]:

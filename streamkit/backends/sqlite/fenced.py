@@ -24,12 +24,20 @@ class _TableRows:
     """The checkpoint table of the log's file, over the connection a transaction runs on."""
 
     @staticmethod
-    def read_checkpoint(conn: sqlite3.Connection, slug: str) -> ReduceCheckpoint | None:
-        return ReduceCheckpointTable(conn, create_table=False).read(slug)
+    def read_checkpoint(
+        conn: sqlite3.Connection, slug: str, version: str | None
+    ) -> ReduceCheckpoint | None:
+        return ReduceCheckpointTable(conn, create_table=False).read(slug, version)
 
     @staticmethod
     def upsert_checkpoint(conn: sqlite3.Connection, row: CheckpointRow) -> None:
         ReduceCheckpointTable(conn, create_table=False).upsert(row)
+
+    @staticmethod
+    def serve_checkpoint(
+        conn: sqlite3.Connection, row: CheckpointRow, replacing: str | None
+    ) -> None:
+        ReduceCheckpointTable(conn, create_table=False).serve_row(row, replacing)
 
 
 _ROWS = _TableRows()

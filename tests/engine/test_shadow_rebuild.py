@@ -1,0 +1,151 @@
+"""A new contract version builds in the shadow, resumes after a crash, and cuts over once.
+
+The serving version's checkpoint row stays as it was while the new version
+reduces the log up to its cursor (reduce only: no ``process_event``, no
+effect); the shadow checkpoints its own row as it goes, so an engine that
+died mid-way resumes there rather than at 0; at the serving cursor one
+cutover makes the new version serving, and its effects run for the events
+after that offset only. The replaced row is kept: the old version, deployed
+again, resumes from it and cuts back over the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import structlog
+from streamkit.testing import settle
+from support.engine import Recorder, Rig, Tally, item, recorder_contract
+
+from streamkit import StreamEvent
+from streamkit.checkpoint import ReduceCheckpoint
+from streamkit.engine import _pages, _rebuild
+from streamkit.engine._pages import PAGE_SIZE
+from streamkit.errors import StorageError
+
+
+class Doubler(Recorder):
+    """Version 2 of the recorder: every item counts double."""
+
+    contract = recorder_contract(version="2")
+
+    def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
+        return Tally(
+            total=state.total + 2 * event.payload.n, offsets=[*state.offsets, event.offset]
+        )
+
+
+def rebuild_logs(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [entry for entry in logs if entry["event"].startswith("processor.rebuild.")]
+
+
+async def test_a_new_version_builds_in_the_shadow_and_cuts_over_at_the_serving_cursor(
+    rig: Rig,
+) -> None:
+    first = rig.engine(Recorder())
+    await rig.stream.append(*(item(1) for _ in range(30)))
+    await settle()
+    served = rig.checkpoint().reduced_through_offset
+    assert first.processor.delivered[-1] == served  # type: ignore[attr-defined]
+
+    doubler = Doubler()
+    second = rig.restart(first, doubler)
+    assert (await second.snapshot()).state.total == 60
+    assert doubler.delivered == []  # every event up to the cutover had its effects under 1
+    assert rig.storage.read("recorder") == ReduceCheckpoint(
+        "2", served, rig.storage.read("recorder", "2").state_json, cutover_offset=served
+    )
+    assert rig.storage.read("recorder", "1") == ReduceCheckpoint(
+        "1", served, rig.storage.read("recorder", "1").state_json, serving=False
+    )
+
+    [later] = await rig.stream.append(item(5))
+    await settle()
+    assert later.offset > served
+    assert doubler.delivered == [later.offset]  # effects resume after the cutover offset only
+    assert (await second.snapshot()).state.total == 70
+
+
+async def test_a_rebuild_that_died_mid_way_resumes_from_the_shadow_s_own_checkpoint(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = rig.engine(Recorder())
+    items = PAGE_SIZE * 4
+    await rig.stream.append(*(item(1) for _ in range(items)))
+    await settle()
+    target = rig.checkpoint().reduced_through_offset
+
+    # The shadow checkpoints after every page; its third read fails like a lost disk.
+    monkeypatch.setattr(_rebuild, "CHECKPOINT_EVERY", 0.0)
+    read = _pages.PageReader.read
+    reads = 0
+
+    async def failing(self: Any, after: int, limit: int) -> Any:
+        nonlocal reads
+        reads += 1
+        if reads == 3:
+            raise StorageError("the disk went away (a test's failure)")
+        return await read(self, after, limit)
+
+    monkeypatch.setattr(_pages.PageReader, "read", failing)
+    dying = rig.restart(first, Doubler())
+    with pytest.raises(StorageError):
+        await dying.snapshot()
+    resumed_at = rig.storage.read("recorder", "2").reduced_through_offset
+    assert resumed_at == 2 * PAGE_SIZE  # two pages were reduced and saved before the failure
+    assert rig.storage.read("recorder").reducer_version == "1"  # still serving
+
+    monkeypatch.setattr(_pages.PageReader, "read", read)
+    with structlog.testing.capture_logs() as logs:
+        doubler = Doubler()
+        again = rig.restart(dying, doubler)
+        assert (await again.snapshot()).state.total == 2 * items
+    started, done = rebuild_logs(logs)[0], rebuild_logs(logs)[-1]
+    assert (started["event"], started["resumed_at"], started["target"]) == (
+        "processor.rebuild.started",
+        resumed_at,
+        target,
+    )
+    assert done["event"] == "processor.rebuild.done"
+    assert done["events"] == target - resumed_at  # not one event of the first two pages again
+    assert doubler.delivered == []
+    assert rig.storage.read("recorder").reducer_version == "2"
+
+
+async def test_the_replaced_version_deployed_again_resumes_from_its_kept_row(rig: Rig) -> None:
+    first = rig.engine(Recorder())
+    await rig.stream.append(*(item(1) for _ in range(10)))
+    await settle()
+    second = rig.restart(first, Doubler())
+    await second.snapshot()
+    cut = rig.checkpoint().reduced_through_offset
+    await rig.stream.append(*(item(1) for _ in range(5)))
+    await settle()
+    served = rig.checkpoint().reduced_through_offset
+    assert rig.checkpoint().reducer_version == "2"
+
+    with structlog.testing.capture_logs() as logs:
+        recorder = Recorder()
+        back = rig.restart(second, recorder)
+        assert (await back.snapshot()).state.total == 15
+    started = rebuild_logs(logs)[0]
+    assert (started["resumed_at"], started["target"]) == (cut, served)
+    assert rebuild_logs(logs)[-1]["events"] == 5  # only what version 2 served meanwhile
+    assert recorder.delivered == []  # their effects ran under version 2
+    assert rig.checkpoint() == ReduceCheckpoint(
+        "1", served, rig.checkpoint().state_json, cutover_offset=served
+    )
+
+
+async def test_a_fresh_slug_serves_its_first_version_without_a_rebuild(rig: Rig) -> None:
+    with structlog.testing.capture_logs() as logs:
+        recorder = Recorder()
+        engine = rig.engine(recorder)
+        await rig.stream.append(item(2))
+        await settle()
+        assert (await engine.snapshot()).state.total == 2
+    assert rebuild_logs(logs) == []
+    assert recorder.delivered == [1]
+    assert rig.checkpoint().reducer_version == "1"
+    assert rig.checkpoint().serving
