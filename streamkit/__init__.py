@@ -50,6 +50,7 @@ from streamkit.errors import (
     UndeclaredEmit,
     UnknownOperation,
     UntrustedSocket,
+    VersionRetired,
 )
 from streamkit.events import (
     Appended,
@@ -135,6 +136,7 @@ __all__ = [
     "UnknownOperation",
     "UntrustedSocket",
     "Upcaster",
+    "VersionRetired",
     "__version__",
     "apply_delta",
     "consumes_event",

@@ -41,17 +41,39 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamkit.errors import CheckpointTooLarge, CutoverRaced, InvalidRequest
+from streamkit.errors import CheckpointTooLarge, CutoverRaced, InvalidRequest, VersionRetired
 
 __all__ = [
+    "CUTOVER_EVENT",
     "MAX_CHECKPOINT_STATE_BYTES",
+    "SHADOW_MARK",
     "ReduceCheckpoint",
     "check_checkpoint",
     "check_cutover",
+    "check_not_retired",
+    "check_rollback",
     "checkpoint_of",
+    "shadow_lease_slug",
     "shown_cursor",
     "shown_snapshot",
 ]
+
+CUTOVER_EVENT = "streamkit.cutover"
+"""The control event a host's cutover appends on the processor's path, in the cutover's transaction.
+
+Its payload is ``{slug, from_version, to_version, offset}``: ``offset`` is
+where the new version's effects begin (after it). Written only by the cutover;
+it is a record for people and tools, and no processor consumes it.
+"""
+
+SHADOW_MARK = "~"
+"""Between a slug and a version in the name of a shadow lease (a slug never holds it)."""
+
+
+def shadow_lease_slug(slug: str, version: str) -> str:
+    """The lease name under which ``version`` of ``slug`` builds in the shadow on a host."""
+    return f"{slug}{SHADOW_MARK}{version}"
+
 
 MAX_CHECKPOINT_STATE_BYTES: int = 2 * 1024 * 1024 - 4096
 """The largest serialized state (UTF-8 bytes) one checkpoint row may hold.
@@ -80,6 +102,13 @@ class ReduceCheckpoint:
     """Whether this version is the slug's serving one (a shadow's row is not)."""
     cutover_offset: int = 0
     """The offset this version last became serving at: its effects ran for the events after it."""
+    retired_at: int | None = None
+    """Where a cutover replaced this version (None: never, or served again since).
+
+    A retired version does not build or serve again by itself: hosts still
+    running its code leave the processor to those running the serving one,
+    until an operator's rollback lifts it (:func:`check_not_retired`).
+    """
 
     @property
     def state_through_offset(self) -> int:
@@ -88,8 +117,8 @@ class ReduceCheckpoint:
 
 
 def checkpoint_of(row: Sequence[Any]) -> ReduceCheckpoint:
-    """The checkpoint of a stored row ``(version, cursor, state, state_offset, serving, cutover)``."""
-    version, offset, state, state_offset, serving, cutover = row
+    """The checkpoint of a stored row, its columns in the order the table has them."""
+    version, offset, state, state_offset, serving, cutover, retired = row
     return ReduceCheckpoint(
         reducer_version=str(version),
         reduced_through_offset=int(offset),
@@ -97,7 +126,65 @@ def checkpoint_of(row: Sequence[Any]) -> ReduceCheckpoint:
         state_offset=None if state_offset is None else int(state_offset),
         serving=bool(serving),
         cutover_offset=int(cutover),
+        retired_at=None if retired is None else int(retired),
     )
+
+
+def check_not_retired(slug: str, own: ReduceCheckpoint | None, serving: ReduceCheckpoint) -> None:
+    """Refuse to run a version a cutover replaced, while another version serves.
+
+    :class:`~streamkit.errors.VersionRetired` (not retryable): the hosts
+    still running its code leave the processor to those running the serving
+    version, rather than build it again and cut back (two releases taking
+    turns). An operator's rollback lifts it.
+    """
+    if own is None or own.retired_at is None or own.serving:
+        return
+    raise VersionRetired(
+        f"processor {slug!r}: version {own.reducer_version!r} was replaced by version "
+        f"{serving.reducer_version!r} at offset {own.retired_at}; this code is version "
+        f"{own.reducer_version!r}, so it leaves the processor to hosts running version "
+        f"{serving.reducer_version!r}; deploy that code here, or make version "
+        f"{own.reducer_version!r} serve again with `streamkit processor rollback {slug} "
+        f"--to {own.reducer_version}`; nothing was processed",
+        details={
+            "slug": slug,
+            "version": own.reducer_version,
+            "serving": serving.reducer_version,
+            "retired_at": own.retired_at,
+        },
+        retryable=False,
+    )
+
+
+def check_rollback(
+    slug: str, version: str, serving: ReduceCheckpoint | None, own: ReduceCheckpoint | None
+) -> None:
+    """Refuse a rollback to ``version`` that would not make it serve again (InvalidRequest).
+
+    A rollback lifts the retirement of a version a cutover replaced; hosts
+    running its code then build it from its kept row up to the serving
+    cursor and cut back over, with the same fence as any cutover.
+    """
+    problem = None
+    if own is None:
+        problem = f"version {version!r} of {slug!r} has no checkpoint in this log"
+    elif own.serving:
+        problem = f"version {version!r} of {slug!r} serves already"
+    elif own.retired_at is None:
+        problem = (
+            f"version {version!r} of {slug!r} was never replaced (it is a version building in "
+            "the shadow: it cuts over by itself)"
+        )
+    if problem is not None:
+        raise InvalidRequest(
+            f"rollback refused: {problem}; nothing was changed",
+            details={
+                "slug": slug,
+                "version": version,
+                "serving": None if serving is None else serving.reducer_version,
+            },
+        )
 
 
 def check_checkpoint(

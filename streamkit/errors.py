@@ -51,6 +51,7 @@ __all__ = [
     "UndeclaredEmit",
     "UnknownOperation",
     "UntrustedSocket",
+    "VersionRetired",
 ]
 
 
@@ -222,6 +223,12 @@ class CutoverRaced(StreamkitError, RuntimeError):
 
     code = "CUTOVER_RACED"
     default_retryable = True
+
+
+class VersionRetired(StreamkitError, RuntimeError):
+    """A cutover replaced this processor version; its code leaves the processor to the new one."""
+
+    code = "VERSION_RETIRED"
 
 
 class ProcessorTimeout(StreamkitError, TimeoutError):

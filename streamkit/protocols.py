@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
@@ -39,6 +40,7 @@ __all__ = [
     "Clock",
     "HostStore",
     "Lease",
+    "LeaseExchange",
     "LeaseGuard",
     "LeaseRenewer",
     "LogBackend",
@@ -229,6 +231,16 @@ class CheckpointStorage(Protocol):
         """
         ...
 
+    async def fence_serving(self, slug: str) -> None:
+        """Before a cutover: make sure the serving version moves no more.
+
+        After it, the serving row's cursor is final: the engine reads it,
+        reduces up to it and cuts over there. A store whose writers all hold
+        one lease (or none, in a test) has nothing to do; a host's store for a
+        version built under a shadow lease takes the serving lease over.
+        """
+        ...
+
     async def cut_over(
         self,
         slug: str,
@@ -246,6 +258,23 @@ class CheckpointStorage(Protocol):
         (:func:`~streamkit.checkpoint.check_cutover`). The replaced row is kept.
         """
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseExchange:
+    """A version built under a shadow lease: at its cutover, the serving lease becomes its own.
+
+    ``shadow()`` is the shadow lease as held now (released in the cutover's
+    transaction); ``taken(lease, started)`` is told the serving lease once it
+    committed, with the monotonic instant its taking statement was sent.
+    """
+
+    slug: str
+    owner: str
+    ttl: float
+    clock: Clock
+    shadow: Callable[[], Lease]
+    taken: Callable[[Lease, float], None]
 
 
 class LeaseGuard(Protocol):
@@ -318,8 +347,29 @@ class HostStore(Protocol):
         """A renewer with a connection of its own (waits at most ``timeout`` for a lock)."""
         ...
 
-    def checkpoints(self, guard: LeaseGuard) -> CheckpointStorage:
-        """Checkpoint storage whose every save is fenced by ``guard`` in its transaction."""
+    def checkpoints(
+        self, guard: LeaseGuard, path: str = "/", exchange: LeaseExchange | None = None
+    ) -> CheckpointStorage:
+        """Checkpoint storage whose every save is fenced by ``guard`` in its transaction.
+
+        ``path`` is where a cutover's control event goes; ``exchange`` is
+        given for a version built under a shadow lease:
+        its cutover takes the serving lease over in the same transaction.
+        """
+        ...
+
+    async def version_rows(
+        self, slug: str, version: str
+    ) -> tuple[ReduceCheckpoint | None, ReduceCheckpoint | None]:
+        """``(serving, own)``: the slug's serving checkpoint and ``version``'s, each None if none."""
+        ...
+
+    async def checkpoint_versions(self, slug: str) -> list[ReduceCheckpoint]:
+        """Every version's checkpoint of ``slug``: the serving one first, then by version."""
+        ...
+
+    async def reinstate(self, slug: str, version: str) -> bool:
+        """Lift the retirement of ``slug``'s ``version`` (a rollback); whether one was lifted."""
         ...
 
     async def stored_snapshot(self, slug: str) -> dict[str, Any]:

@@ -243,7 +243,7 @@ async def main() -> None:
     assert "r9" not in moved.delete("r9")
     assert Hall.model_validate_json(after.model_dump_json()).seats == after.seats
     await bookings.aclose()
-    # --- docs/processors.md:508
+    # --- docs/processors.md:512
     class BoardV2(Board):
         contract = define_processor_contract(
             slug="task-board",
@@ -267,7 +267,7 @@ async def main() -> None:
     serving = storage.read("task-board")  # the serving version's row
     assert (serving.reducer_version, serving.cutover_offset) == ("2", offset)
     assert not storage.read("task-board", "1").serving  # kept, for a way back
-    # --- docs/processors.md:557
+    # --- docs/processors.md:561
     from streamkit import apply_delta
 
     quiet_stream = memory_stream("/quiet")
@@ -296,7 +296,7 @@ async def main() -> None:
     assert delta["from"] == rev
     held = apply_delta(held, delta["patch"])
     assert held == (await quiet.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:588
+    # --- docs/processors.md:592
     from streamkit import apply_delta
 
     rev, seed = await upgraded.live_snapshot()
@@ -310,7 +310,7 @@ async def main() -> None:
             held = apply_delta(held, event.payload["patch"])
             rev = event.payload["to"]
     assert held == (await upgraded.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:630
+    # --- docs/processors.md:634
     from streamkit.testing import ManualClock
 
 
@@ -335,7 +335,7 @@ async def main() -> None:
     await reminders.append({"type": "task.closed", "payload": {"task_id": "t9"}})
     await settle()
     assert reminders.claims[-1] is None  # nothing open: no wakeup asked, the claim is released
-    # --- docs/processors.md:670
+    # --- docs/processors.md:674
     for built in (engine, upgraded, reminder):
         await built.aclose()
     storage.close()

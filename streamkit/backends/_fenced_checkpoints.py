@@ -4,7 +4,14 @@
 :class:`~streamkit.protocols.CheckpointStorage` over the checkpoint rows a
 backend keeps beside its events. Each save is ONE ``log.write_transaction``:
 the lease fence (the host's local trust in the lease, then the stored lease
-row) and the checkpoint upsert commit together or not at all. A host whose
+row) and the checkpoint upsert commit together or not at all. A cutover is
+ONE append of the control event :data:`~streamkit.checkpoint.CUTOVER_EVENT`
+whose seal runs the fence and the serving mark. A version built under a
+shadow lease of its own (a :class:`~streamkit.protocols.LeaseExchange`)
+first takes the serving lease over (:meth:`FencedCheckpoints.fence_serving`:
+the replaced version's holder is fenced from that commit on, so its cursor
+is final), reduces up to that cursor, and its cutover is then fenced by the
+serving lease and releases the shadow lease. A host whose
 lease was taken over (or expired) therefore writes nothing: the save raises
 :class:`~streamkit.errors.LeaseLost`, which is not retryable, so the engine
 latches it and the host stops that engine. A checkpoint no store may take is
@@ -15,12 +22,15 @@ transaction is asked for. A backend supplies its two row operations
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 from streamkit._requests import Connection
-from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint
+from streamkit.checkpoint import CUTOVER_EVENT, ReduceCheckpoint, check_checkpoint
+from streamkit.errors import LeaseLost
+from streamkit.events import StreamEvent
 from streamkit.log import Log
-from streamkit.protocols import LeaseGuard
+from streamkit.protocols import Lease, LeaseExchange, LeaseGuard
 
 __all__ = ["CheckpointRow", "CheckpointRows", "FencedCheckpoints"]
 
@@ -45,6 +55,20 @@ class CheckpointRows(Protocol):
         """The cutover of ``row``'s version, inside the caller's transaction (see ``cut_over``)."""
         ...
 
+    def take_over_lease(
+        self, conn: Connection, path: str, slug: str, owner: str, now: float, ttl: float
+    ) -> Lease:
+        """Take ``(path, slug)``'s lease at the next generation, whoever holds it (cutover only)."""
+        ...
+
+    def release_lease(self, conn: Connection, lease: Lease) -> bool:
+        """Release ``lease`` inside the caller's transaction; False if it was not held."""
+        ...
+
+    def check_lease(self, conn: Connection, lease: Lease, now: float) -> None:
+        """Inside a write transaction: LeaseLost unless ``lease`` is the stored, unexpired row."""
+        ...
+
 
 class FencedCheckpoints:
     """Checkpoints in the log's storage, written only while ``held`` is in force.
@@ -53,12 +77,23 @@ class FencedCheckpoints:
     builds a new engine (and a new storage) under the next lease it takes.
     """
 
-    __slots__ = ("_log", "_rows", "held")
+    __slots__ = ("_exchange", "_log", "_path", "_rows", "_serving", "held")
 
-    def __init__(self, log: Log, held: LeaseGuard, rows: CheckpointRows) -> None:
+    def __init__(
+        self,
+        log: Log,
+        held: LeaseGuard,
+        rows: CheckpointRows,
+        path: str = "/",
+        exchange: LeaseExchange | None = None,
+    ) -> None:
         self._log = log
         self._rows = rows
         self.held = held
+        self._path = path
+        self._exchange = exchange
+        # The serving lease fence_serving took, and when its statement was sent.
+        self._serving: tuple[Lease, float] | None = None
 
     async def load(self, slug: str, version: str | None = None) -> ReduceCheckpoint | None:
         """The stored checkpoint of ``slug`` at ``version`` (read on the log's reader connection)."""
@@ -88,6 +123,29 @@ class FencedCheckpoints:
         # (a log that commits inline), else it rides the writer's next group commit.
         await self._log.write_transaction(fenced_write, inline=True, processor=True)
 
+    async def fence_serving(self, slug: str) -> None:
+        """Before a cutover: the serving version moves no more (see ``CheckpointStorage``).
+
+        Built under a shadow lease, this takes the serving lease over, in a
+        transaction fenced by the shadow lease: its holder's next fenced write
+        (a checkpoint, an effect) is refused from this commit on, so the
+        serving row's cursor is final. Built under the serving lease itself,
+        there is nothing to fence: no other host can move it.
+        """
+        exchange = self._exchange
+        if exchange is None:
+            return
+        rows, path, fence = self._rows, self._path, self.held.fence
+
+        def take(conn: Connection) -> tuple[Lease, float]:
+            fence(conn)
+            started = time.monotonic()
+            return rows.take_over_lease(
+                conn, path, slug, exchange.owner, exchange.clock(), exchange.ttl
+            ), started
+
+        self._serving = await self._log.write_transaction(take)
+
     async def cut_over(
         self,
         slug: str,
@@ -97,14 +155,47 @@ class FencedCheckpoints:
         state_json: str | None,
         replacing: str | None,
     ) -> None:
-        """The fence and the cutover in one transaction (LeaseLost, CutoverRaced: nothing written)."""
+        """The cutover event, the fence and the serving mark in one transaction.
+
+        LeaseLost or CutoverRaced: nothing is written. Built under a shadow
+        lease, the fence is the serving lease :meth:`fence_serving` took (it
+        must have run), the shadow lease is released in the same
+        transaction, and ``taken`` is told the serving lease after it.
+        """
         check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
         row = (slug, reducer_version, reduced_through_offset, state_json, None)
+        rows, exchange, path = self._rows, self._exchange, self._path
         fence = self.held.fence
-        serve = self._rows.serve_checkpoint
+        serving = self._serving
+        if exchange is not None and serving is None:
+            raise LeaseLost(
+                f"processor {slug!r}: the cutover of version {reducer_version!r} needs the "
+                "serving lease, which this host has not taken; nothing was written",
+                details={"slug": slug, "path": path},
+            )
 
-        def fenced_cutover(conn: Connection) -> None:
-            fence(conn)
-            serve(conn, row, replacing)
+        def seal(conn: Connection, events: list[StreamEvent]) -> None:
+            if exchange is None or serving is None:
+                fence(conn)
+            else:
+                lease, started = serving
+                if time.monotonic() - started >= exchange.ttl:
+                    raise LeaseLost(
+                        f"processor {slug!r}: the serving lease taken for the cutover is older "
+                        f"than its ttl of {exchange.ttl:g} s by this host's clock; nothing was "
+                        "written",
+                        details={"slug": slug, "path": path},
+                    )
+                rows.check_lease(conn, lease, exchange.clock())
+                rows.release_lease(conn, exchange.shadow())
+            rows.serve_checkpoint(conn, row, replacing)
 
-        await self._log.write_transaction(fenced_cutover)
+        payload = {
+            "slug": slug,
+            "from_version": replacing,
+            "to_version": reducer_version,
+            "offset": reduced_through_offset,
+        }
+        await self._log.append_control(path, {"type": CUTOVER_EVENT, "payload": payload}, seal)
+        if exchange is not None and serving is not None:
+            exchange.taken(*serving)

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from streamkit.checkpoint import ReduceCheckpoint, shown_cursor
+from streamkit.checkpoint import SHADOW_MARK, ReduceCheckpoint, shown_cursor
 from streamkit.errors import InvalidRequest
 from streamkit.protocols import Lease
 
@@ -46,6 +46,7 @@ def status_rows(
                 "head": None,
                 "lag": None,
                 "lease": None,
+                "shadow_lease": None,
                 "claim_due": None,
             },
         )
@@ -53,6 +54,13 @@ def status_rows(
     for lease, held in leases:
         data = lease.to_dict()
         data["held"] = held
+        slug, shadow, version = lease.slug.partition(SHADOW_MARK)
+        if shadow:
+            # A version building in the shadow (see streamkit.host._version_role): shown
+            # beside the processor it will serve, not as a processor of its own.
+            data["version"] = version
+            row(lease.path, slug)["shadow_lease"] = data
+            continue
         row(lease.path, lease.slug)["lease"] = data
     for path, slug, due in claims:
         row(path, slug)["claim_due"] = due

@@ -38,6 +38,7 @@ from streamkit.cli._common import Handler, db_from_config
 from streamkit.cli._host_commands import add_host, add_skip, add_snapshot, add_status, add_watch
 from streamkit.cli._log_commands import add_append, add_read
 from streamkit.cli._plugins import add_plugin_commands
+from streamkit.cli._processor_commands import add_processor
 from streamkit.cli._schema_commands import add_schema
 from streamkit.errors import (
     InvalidRequest,
@@ -58,6 +59,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
     add_skip,
     add_admin,
     add_schema,
+    add_processor,
 )
 
 

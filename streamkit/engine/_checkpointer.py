@@ -39,11 +39,16 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
-from streamkit.checkpoint import MAX_CHECKPOINT_STATE_BYTES, ReduceCheckpoint
+from streamkit.checkpoint import (
+    MAX_CHECKPOINT_STATE_BYTES,
+    ReduceCheckpoint,
+    check_cutover,
+    check_not_retired,
+)
 from streamkit.contract import ProcessorContract
 from streamkit.engine._fold import report
 from streamkit.errors import StateNotSerializable, StreamkitError
-from streamkit.events import ReadPage
+from streamkit.events import MAX_OFFSET, ReadPage
 from streamkit.protocols import CheckpointStorage
 
 __all__ = ["BYTES_PER_DEFERRED_EVENT", "DEFER_STATE_FROM", "Checkpointer", "Restored"]
@@ -143,9 +148,10 @@ class Checkpointer(Generic[S]):
                 return Restored(initial, 0, 0, target, initial)
             resumed = serving
         else:
+            own = await self._storage.load(self._slug, self._version)
+            check_not_retired(self._slug, own, serving)
             self._replacing = serving.reducer_version
             seed = self._load(serving, initial)
-            own = await self._storage.load(self._slug, self._version)
             # A row past the serving cursor served once, further than the present
             # serving version has come since: it cannot be resumed, only rebuilt.
             usable = own is not None and own.reduced_through_offset <= target
@@ -189,6 +195,24 @@ class Checkpointer(Generic[S]):
     def replacing(self) -> str | None:
         """The serving version this one is built to replace (None: this one serves)."""
         return self._replacing
+
+    async def fence_serving(self) -> int:
+        """Stop the serving version from moving; its final cursor (what to reduce up to).
+
+        CutoverRaced if another version serves by now (a cutover elsewhere):
+        the next work restores again and sees it.
+        """
+        await self._storage.fence_serving(self._slug)
+        serving = await self._storage.load(self._slug)
+        replacing = self._replacing
+        check_cutover(
+            self._slug,
+            self._version,
+            MAX_OFFSET if serving is None else serving.reduced_through_offset,
+            serving,
+            replacing,
+        )
+        return 0 if serving is None else serving.reduced_through_offset
 
     async def cut_over(self, cursor: int, state: S) -> None:
         """Make this version the serving one at ``cursor`` with ``state`` (the end of a rebuild)."""

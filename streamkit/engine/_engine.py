@@ -466,8 +466,12 @@ class ProcessorEngine(Generic[S]):
 
         Reduce only, from where the shadow's own checkpoint left it; its row
         is written every :data:`~._rebuild.CHECKPOINT_EVERY` seconds, so a
-        crash resumes there. Never past the serving cursor: a push queued
-        behind this work would otherwise look stale and lose its effects.
+        crash resumes there. At the serving cursor read at start, the serving
+        version is fenced (it moves no more), the events it served since are
+        reduced too, and the cutover is made at its final cursor: every event
+        has its effects under exactly one version. Never past that cursor: a
+        push queued behind this work would otherwise look stale and lose its
+        effects.
         """
         target = self._stale_through
         if target is None:
@@ -484,8 +488,21 @@ class ProcessorEngine(Generic[S]):
             state, folded = await self._pages.replay(
                 self._state, self._cursor, target, PAGE_SIZE, rebuild.advanced, save
             )
+            # The serving version moves no more from here: reduce what it served since.
+            final = await checkpoints.fence_serving()
+            if final > target:
+                reached, rebuild.target, target = target, final, final
+                state, more = await self._pages.replay(
+                    state, reached, target, PAGE_SIZE, rebuild.advanced
+                )
+                folded += more
             self._events_reduced += folded
             await checkpoints.cut_over(target, state)
+        except BaseException:
+            # The next work restores again: the serving row, and this version's own row
+            # where its rebuild resumes, may have moved meanwhile.
+            self._loaded = False
+            raise
         finally:
             self._rebuild = None
         rebuild.done()

@@ -92,8 +92,13 @@ class LeaseAcquirer:
         """Beat, read who is alive and who holds what, and place every processor."""
         # A processor this code cannot read on (a payload newer than it) is not offered:
         # placement then hands it to a live host that offers it, one with newer code.
+        # Nor is one whose version does not serve: it builds in the shadow, or stands aside.
         store = self._store
-        keys = [key_of(r.slug, r.path) for r in runners if r.failures.ahead_of_code is None]
+        keys = [
+            key_of(r.slug, r.path)
+            for r in runners
+            if r.failures.ahead_of_code is None and r.role.offers_serving
+        ]
         now = self._clock()
         await store.host_beat(self._owner, keys, now)
         hosts = await store.live_hosts(now, self._ttl)
@@ -104,7 +109,7 @@ class LeaseAcquirer:
             if not lease.released
         }
         for runner in runners:
-            if runner.engine is not None:
+            if runner.engine is not None and not runner.role.shadow:
                 holders[key_of(runner.slug, runner.path)] = self._owner
         self._seen = {owner: self._seen.get(owner, 0) + 1 for owner in hosts}
         placed = assign(hosts, holders)
@@ -122,16 +127,23 @@ class LeaseAcquirer:
         """
         assignee = None if placed is None else placed.get(key_of(runner.slug, runner.path))
         elsewhere = assignee is not None and assignee != self._owner
+        role = runner.role
         if runner.held is not None and runner.engine is not None:
-            if elsewhere and self._seen.get(str(assignee), 0) >= 2:
+            if elsewhere and not role.shadow and self._seen.get(str(assignee), 0) >= 2:
                 self._on_hand_off(runner)
             return  # the lease keeper renews it, off the loop
         if runner.failures.ahead_of_code is not None:
             return  # this code cannot read on; a host with newer code may take it
         store, ttl = self._store, self._ttl
+        role.read(*await store.version_rows(runner.slug, runner.version))
+        if role.retired is not None:
+            return  # a cutover replaced this version: hosts running the serving one serve it
+        # A shadow is placed nowhere: the first host running the new version builds it.
+        elsewhere = elsewhere and not role.shadow
+        lease_slug = role.lease_slug()
         # A processor placed on another live host is left to it for longer.
         patience = 2 * ttl if elsewhere else ttl
-        row = await store.read_lease(runner.path, runner.slug)
+        row = await store.read_lease(runner.path, lease_slug)
         stale = None
         seen = time.monotonic()
         if row is None or row.released:
@@ -152,7 +164,7 @@ class LeaseAcquirer:
         started = time.monotonic()
         try:
             taken = await store.try_acquire(
-                runner.path, runner.slug, self._owner, self._clock(), ttl, stale=stale
+                runner.path, lease_slug, self._owner, self._clock(), ttl, stale=stale
             )
         finally:
             runner.observed = None
@@ -172,6 +184,7 @@ class LeaseAcquirer:
             "lease.acquired",
             slug=runner.slug,
             path=runner.path,
+            shadow=role.shadow or None,
             generation=taken.generation,
             took_over=None if stale is None else stale.owner,
             claim_due=runner.claim_due,

@@ -24,7 +24,7 @@ from streamkit.host._acquire import LeaseAcquirer
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
 from streamkit.host._runner import ProcessorRunner
 from streamkit.log import Log
-from streamkit.protocols import Clock, HostStore
+from streamkit.protocols import Clock, HostStore, Lease, LeaseExchange
 
 __all__ = ["HostLeases"]
 
@@ -53,6 +53,8 @@ class HostLeases:
     ) -> None:
         self._config = config
         self._store = store
+        self._owner = owner
+        self._clock = clock
         self._runners = runners
         self._changed = changed
         self._stopping = stopping
@@ -109,10 +111,64 @@ class HostLeases:
             runner.held = None
 
     def _acquired(self, runner: ProcessorRunner, held: HeldLease) -> None:
-        runner.start_engine(held)
+        exchange = None
+        if runner.role.shadow:
+            exchange = LeaseExchange(
+                slug=runner.slug,
+                owner=self._owner,
+                ttl=self._config.lease.ttl,
+                clock=self._clock,
+                shadow=lambda: held.lease,
+                taken=functools.partial(self._cut_over, runner, held),
+            )
+        runner.start_engine(held, exchange)
         if runner.held is held:
             self._keeper.hold(held, functools.partial(self._lost_by_keeper, runner, held))
         self._changed()
+
+    def _cut_over(
+        self, runner: ProcessorRunner, shadow: HeldLease, lease: Lease, started: float
+    ) -> None:
+        """A shadow's cutover committed, taking the serving lease: serve under it from now on.
+
+        The shadow lease was released in that transaction: the engine built
+        under it may act no more (its next effect or write is refused here),
+        and a new engine takes over under the serving lease, from the
+        checkpoint the cutover wrote.
+        """
+        shadow.lost = LeaseLost(
+            f"processor {runner.slug!r}: the shadow lease was exchanged for the serving lease "
+            f"(generation {lease.generation}) by the cutover; the engine built under it acts no "
+            "more, and a new one serves from the cutover's checkpoint",
+            details={"slug": runner.slug, "path": runner.path, "generation": lease.generation},
+        )
+        self._keeper.drop(shadow)
+        runner.role.cut_over()
+        serving = HeldLease(
+            lease,
+            self._store.check_fence,
+            ttl=self._config.lease.ttl,
+            renewal_started=started,
+            clock=self._clock,
+        )
+        _log.info(
+            "processor.cut_over",
+            slug=runner.slug,
+            path=runner.path,
+            version=runner.version,
+            generation=lease.generation,
+        )
+        self._track(self._serve_after_cutover(runner, shadow, serving))
+
+    async def _serve_after_cutover(
+        self, runner: ProcessorRunner, shadow: HeldLease, serving: HeldLease
+    ) -> None:
+        if runner.held is shadow:
+            await runner.lose_lease(None)
+        if self._stopping():
+            await self._store.release(serving.lease)
+            return
+        self._acquired(runner, serving)
 
     def _hand_off(self, runner: ProcessorRunner) -> None:
         """Give ``runner``'s processor to the host it is placed on (see ``_acquire``)."""

@@ -48,9 +48,10 @@ from streamkit.host._failures import Failures
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
 from streamkit.host._pacer import Pacer
+from streamkit.host._version_role import VersionRole
 from streamkit.log import Follow, Log
 from streamkit.processor import StreamProcessor
-from streamkit.protocols import Clock, HostStore, Lease
+from streamkit.protocols import Clock, HostStore, Lease, LeaseExchange
 from streamkit.skips import without_skipped
 
 __all__ = ["ProcessorRunner"]
@@ -110,6 +111,9 @@ class ProcessorRunner:
         self.free_since: float | None = None
         self.claim_due: float | None = None
         self.failures = Failures(self.slug, path, retry, clock)
+        self.role = VersionRole(self.slug, self.version, path)
+        # Set while it builds under a shadow lease: how its cutover takes the serving lease.
+        self._exchange: LeaseExchange | None = None
         self.metrics = ProcessorMetrics()
         self.caught_up = False
         # Whether its batches publish live state (the host: while a client watches).
@@ -140,10 +144,14 @@ class ProcessorRunner:
 
     @property
     def state(self) -> str:
-        """``running`` (holds the lease), ``waiting`` (another host holds it) or ``stopped``."""
+        """``running`` (holds the lease), ``waiting`` (another host holds it), ``retired``
+        (a cutover replaced this version: it is left to hosts running the serving one) or
+        ``stopped``."""
         if self._stopping:
             return "stopped"
-        return "waiting" if self.engine is None else "running"
+        if self.engine is None:
+            return "retired" if self.role.retired is not None else "waiting"
+        return "running"
 
     @property
     def lease(self) -> Lease | None:
@@ -162,9 +170,14 @@ class ProcessorRunner:
 
     # -- what the host calls ---------------------------------------------------------
 
-    def start_engine(self, held: HeldLease) -> None:
-        """Build an engine under ``held`` and queue its catch-up."""
+    def start_engine(self, held: HeldLease, exchange: LeaseExchange | None = None) -> None:
+        """Build an engine under ``held`` and queue its catch-up.
+
+        ``exchange`` is given when ``held`` is this version's shadow lease: its
+        cutover takes the serving lease over (see :mod:`._version_role`).
+        """
         self.held = held
+        self._exchange = exchange
         if self._stopping:
             return  # the host is stopping: it releases this lease without running
         self._build_engine()
@@ -179,7 +192,7 @@ class ProcessorRunner:
         self.engine = ProcessorEngine(
             self.processor,
             stream=self._engine_stream,
-            storage=self._store.checkpoints(held),
+            storage=self._store.checkpoints(held, self.path, self._exchange),
             fed_by_pushes=True,
             clock=self._clock,
             on_batch=self._on_batch,

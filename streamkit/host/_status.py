@@ -84,6 +84,8 @@ def runner_status(
         "head": head,
         "lag": lag,
         "lease": row.get("lease"),
+        "shadow_lease": row.get("shadow_lease"),
+        "retired": runner.role.retired,
         "lease_held_here": runner.lease is not None,
         "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
         "phase": phase,

@@ -108,6 +108,11 @@ def _processor_families(
     )
     stalled = gauge("stalled", "1 while the processor is stalled (its batches keep failing).")
     running = gauge("running", "1 while this host holds the processor's lease and runs it.")
+    retired = gauge(
+        "retired",
+        "1 while this host runs a version a cutover replaced: it leaves the processor to hosts "
+        "running the serving version (until a rollback reinstates it).",
+    )
     reduced = counter("events_reduced", "Events reduced by this host.")
     batches = counter("batches", "Batches committed by this host.")
     failures = counter("batch_failures", "Batches that failed in this host (each retried whole).")
@@ -126,7 +131,7 @@ def _processor_families(
     serving = gauge(
         "serving",
         "1 while the processor runs here and serves current state (past its catch-up and any "
-        "version re-reduce); 0 while it catches up or rebuilds.",
+        "shadow build of a new version); 0 while it catches up or builds.",
     )
     progress = gauge(
         "progress_offset",
@@ -167,6 +172,7 @@ def _processor_families(
         since.add_metric(labels, float(uptime if age is None else age))
         stalled.add_metric(labels, 1.0 if row.get("stalled") else 0.0)
         running.add_metric(labels, 1.0 if row.get("lease_held_here") else 0.0)
+        retired.add_metric(labels, 1.0 if row.get("retired") else 0.0)
         reduced.add_metric(labels, float(row.get("events_reduced", 0)))
         batches.add_metric(labels, float(row.get("batches", 0)))
         failures.add_metric(labels, float(row.get("batch_failures", 0)))
@@ -201,6 +207,7 @@ def _processor_families(
         since,
         stalled,
         running,
+        retired,
         reduced,
         batches,
         failures,

@@ -365,7 +365,7 @@ async def check_versions_after_upgrade(target: str) -> None:
             "2", 4, "[4]", None, serving=True, cutover_offset=4
         )
         assert (await checkpoints.load("tally", "1")) == ReduceCheckpoint(
-            "1", 4, "[1]", None, serving=False
+            "1", 4, "[1]", None, serving=False, retired_at=4
         )
 
 

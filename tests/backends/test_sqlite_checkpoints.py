@@ -182,7 +182,9 @@ def test_a_cutover_moves_the_serving_mark_and_keeps_the_replaced_row(
         replacing="1",
     )
     assert table.read("board") == ReduceCheckpoint("2", 100, '{"v":22}', cutover_offset=100)
-    assert table.read("board", "1") == ReduceCheckpoint("1", 100, '{"v":1}', serving=False)
+    assert table.read("board", "1") == ReduceCheckpoint(
+        "1", 100, '{"v":1}', serving=False, retired_at=100
+    )
     assert [c.reducer_version for c in table.versions("board")] == ["2", "1"]
     # A rollback is a cutover too: version 1 serves again from where 2 stands.
     table.write("board", reducer_version="2", reduced_through_offset=120, state_json=None)
@@ -194,6 +196,9 @@ def test_a_cutover_moves_the_serving_mark_and_keeps_the_replaced_row(
         replacing="2",
     )
     assert table.read("board") == ReduceCheckpoint("1", 120, '{"v":1}', cutover_offset=120)
+    assert table.read("board", "2") == ReduceCheckpoint(
+        "2", 120, '{"v":22}', serving=False, cutover_offset=100, retired_at=120
+    )
 
 
 @pytest.mark.parametrize(

@@ -182,7 +182,7 @@ async def test_a_cutover_makes_the_new_version_serve_and_keeps_the_old_row(
     )
     assert await checkpoints.load("board") == ReduceCheckpoint("2", 6, "[6]", cutover_offset=6)
     assert await checkpoints.load("board", "1") == ReduceCheckpoint(
-        "1", 6, '{"n":6}', serving=False
+        "1", 6, '{"n":6}', serving=False, retired_at=6
     )
     # The new version's later checkpoints keep it serving and its cutover offset.
     await checkpoints.save("board", reducer_version="2", reduced_through_offset=9, state_json=None)

@@ -77,6 +77,7 @@ EXPECTED = {
     "UndeclaredEmit",
     "UnknownOperation",
     "UntrustedSocket",
+    "VersionRetired",
     "__version__",
     "apply_delta",
     "consumes_event",

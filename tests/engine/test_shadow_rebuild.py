@@ -22,7 +22,7 @@ from streamkit import StreamEvent
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.engine import _pages, _rebuild
 from streamkit.engine._pages import PAGE_SIZE
-from streamkit.errors import StorageError
+from streamkit.errors import StorageError, VersionRetired
 
 
 class Doubler(Recorder):
@@ -57,7 +57,7 @@ async def test_a_new_version_builds_in_the_shadow_and_cuts_over_at_the_serving_c
         "2", served, rig.storage.read("recorder", "2").state_json, cutover_offset=served
     )
     assert rig.storage.read("recorder", "1") == ReduceCheckpoint(
-        "1", served, rig.storage.read("recorder", "1").state_json, serving=False
+        "1", served, rig.storage.read("recorder", "1").state_json, serving=False, retired_at=served
     )
 
     [later] = await rig.stream.append(item(5))
@@ -113,7 +113,8 @@ async def test_a_rebuild_that_died_mid_way_resumes_from_the_shadow_s_own_checkpo
     assert rig.storage.read("recorder").reducer_version == "2"
 
 
-async def test_the_replaced_version_deployed_again_resumes_from_its_kept_row(rig: Rig) -> None:
+async def test_a_replaced_version_stands_aside_until_a_rollback_reinstates_it(rig: Rig) -> None:
+    """Deployed again, version 1 refuses (VersionRetired); reinstated, it resumes from its row."""
     first = rig.engine(Recorder())
     await rig.stream.append(*(item(1) for _ in range(10)))
     await settle()
@@ -125,9 +126,19 @@ async def test_the_replaced_version_deployed_again_resumes_from_its_kept_row(rig
     served = rig.checkpoint().reduced_through_offset
     assert rig.checkpoint().reducer_version == "2"
 
+    refused = rig.restart(second, Recorder())
+    with pytest.raises(VersionRetired) as retired:
+        await refused.snapshot()
+    assert retired.value.retryable is False
+    assert f"replaced by version '2' at offset {cut}" in retired.value.message
+    assert "streamkit processor rollback recorder --to 1" in retired.value.message
+    assert rig.checkpoint().reducer_version == "2"  # nothing was written
+
+    assert rig.storage.reinstate("recorder", "1")
+    assert not rig.storage.reinstate("recorder", "1")  # once
     with structlog.testing.capture_logs() as logs:
         recorder = Recorder()
-        back = rig.restart(second, recorder)
+        back = rig.restart(refused, recorder)
         assert (await back.snapshot()).state.total == 15
     started = rebuild_logs(logs)[0]
     assert (started["resumed_at"], started["target"]) == (cut, served)
@@ -136,6 +147,7 @@ async def test_the_replaced_version_deployed_again_resumes_from_its_kept_row(rig
     assert rig.checkpoint() == ReduceCheckpoint(
         "1", served, rig.checkpoint().state_json, cutover_offset=served
     )
+    assert rig.storage.read("recorder", "2").retired_at == served
 
 
 async def test_a_fresh_slug_serves_its_first_version_without_a_rebuild(rig: Rig) -> None:

@@ -345,3 +345,62 @@ class Answerer(StreamProcessor[Jobs]):
             await args.append({"type": "answer", "payload": {"question": event.offset}})
 
         args.block_processor_while(answer)
+
+
+class Sums(BaseModel):
+    total: int = 0
+    items: int = 0
+
+
+class Effector(StreamProcessor[Sums]):
+    """Version 1: sums each item's ``n``; one keyed ``effect`` per item, naming who ran it.
+
+    The effect's idempotency key holds the slug and the source offset only, so
+    an effect run again (by any version) stays one event in the log; the
+    ``version`` in its payload says which version's append landed. Each
+    instance records the offsets it delivered (``delivered``).
+    """
+
+    factor = 1
+    contract = define_processor_contract(
+        slug="effector",
+        version="1",
+        description="sums items, one effect per item",
+        state_schema=Sums,
+        consumes=["item"],
+        emits=["effect"],
+    )
+
+    def __init__(self) -> None:
+        self.delivered: list[int] = []
+
+    def reduce(self, event: StreamEvent, state: Sums) -> Sums | None:
+        n = int(event.payload.get("n", 1)) if isinstance(event.payload, dict) else 1
+        return Sums(total=state.total + self.factor * n, items=state.items + 1)
+
+    def process_event(self, args: ProcessEventArgs[Sums]) -> None:
+        event = args.event
+        if event is None:
+            return
+        self.delivered.append(event.offset)
+        args.append(
+            {
+                "type": "effect",
+                "payload": {"source": event.offset, "version": self.contract.version},
+                "idempotency_key": self.idempotency_key("effect", event),
+            }
+        )
+
+
+class EffectorV2(Effector):
+    """Version 2 of :class:`Effector`: every item counts ten times."""
+
+    factor = 10
+    contract = define_processor_contract(
+        slug="effector",
+        version="2",
+        description="sums items times ten, one effect per item",
+        state_schema=Sums,
+        consumes=["item"],
+        emits=["effect"],
+    )

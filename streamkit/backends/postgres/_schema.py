@@ -85,6 +85,7 @@ _CHECKPOINT_VERSIONS = (
     "ALTER TABLE {schema}.streamkit_checkpoints ALTER COLUMN serving SET DEFAULT false",
     "ALTER TABLE {schema}.streamkit_checkpoints "
     "ADD COLUMN IF NOT EXISTS cutover_offset bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE {schema}.streamkit_checkpoints ADD COLUMN IF NOT EXISTS retired_at bigint",
     "ALTER TABLE {schema}.streamkit_checkpoints DROP CONSTRAINT streamkit_checkpoints_pkey",
     "ALTER TABLE {schema}.streamkit_checkpoints ADD PRIMARY KEY (slug, reducer_version)",
     _SERVING_INDEX,
@@ -162,6 +163,7 @@ _TABLES = (
         state_offset bigint,
         serving boolean NOT NULL DEFAULT false,
         cutover_offset bigint NOT NULL DEFAULT 0,
+        retired_at bigint,
         PRIMARY KEY (slug, reducer_version)
     )""",
     _SERVING_INDEX,

@@ -40,7 +40,7 @@ from streamkit.checkpoint import ReduceCheckpoint, check_cutover, checkpoint_of
 from streamkit.errors import StorageError
 from streamkit.events import StreamEvent
 from streamkit.log import Log
-from streamkit.protocols import CheckpointStorage, Lease, LeaseGuard
+from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
 
 __all__ = ["PostgresHostStore", "PostgresLeaseRenewer", "registered_sockets"]
 
@@ -52,7 +52,8 @@ class _Tables:
         s = f'"{schema}"'
         self.leases = Leases(schema)
         columns = (
-            "reducer_version, reduced_through_offset, state, state_offset, serving, cutover_offset "
+            "reducer_version, reduced_through_offset, state, state_offset, serving, cutover_offset, "
+            "retired_at "
         )
         self.serving_row = (
             f"SELECT {columns}FROM {s}.streamkit_checkpoints WHERE slug = %s AND serving"
@@ -76,17 +77,26 @@ class _Tables:
             "reduced_through_offset = excluded.reduced_through_offset, "
             "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset"
         )
+        self.versions = (
+            f"SELECT {columns}FROM {s}.streamkit_checkpoints WHERE slug = %s "
+            'ORDER BY serving DESC, reducer_version COLLATE "C"'
+        )
+        self.reinstate_row = (
+            f"UPDATE {s}.streamkit_checkpoints SET retired_at = NULL WHERE slug = %s "
+            "AND reducer_version = %s AND retired_at IS NOT NULL AND NOT serving"
+        )
         self.unserve = (
-            f"UPDATE {s}.streamkit_checkpoints SET serving = false WHERE slug = %s AND serving"
+            f"UPDATE {s}.streamkit_checkpoints SET serving = false, retired_at = %s "
+            "WHERE slug = %s AND serving"
         )
         self.serve_checkpoint_row = (
             f"INSERT INTO {s}.streamkit_checkpoints AS c "
             "(slug, reducer_version, reduced_through_offset, state, state_offset, serving, "
-            "cutover_offset) VALUES (%s, %s, %s, %s, %s, true, %s) "
+            "cutover_offset, retired_at) VALUES (%s, %s, %s, %s, %s, true, %s, NULL) "
             "ON CONFLICT (slug, reducer_version) DO UPDATE SET "
             "reduced_through_offset = excluded.reduced_through_offset, "
             "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset, "
-            "serving = true, cutover_offset = excluded.cutover_offset"
+            "serving = true, cutover_offset = excluded.cutover_offset, retired_at = NULL"
         )
         self.stream_heads = (
             f'SELECT path, head FROM {s}.streamkit_heads WHERE head > 0 ORDER BY path COLLATE "C"'
@@ -166,8 +176,29 @@ class _Tables:
         check_cutover(
             slug, version, through, None if serving is None else checkpoint_of(serving), replacing
         )
-        conn.execute(self.unserve, (slug,))
+        conn.execute(self.unserve, (through, slug))
         conn.execute(self.serve_checkpoint_row, (*row, through))
+
+    def take_over_lease(
+        self,
+        conn: psycopg.Connection[Any],
+        path: str,
+        slug: str,
+        owner: str,
+        now: float,
+        ttl: float,
+    ) -> Lease:
+        return self.leases.take_over(conn, path, slug, owner, now, ttl)
+
+    def release_lease(self, conn: psycopg.Connection[Any], lease: Lease) -> bool:
+        return self.leases.release(conn, lease)
+
+    def check_lease(self, conn: psycopg.Connection[Any], lease: Lease, now: float) -> None:
+        self.leases.check_fence(conn, lease, now)
+
+    def reinstate(self, conn: psycopg.Connection[Any], slug: str, version: str) -> bool:
+        cursor = conn.execute(self.reinstate_row, (slug, version))
+        return cursor.rowcount == 1
 
     # -- skips (the SkipStore of the shared rules) ----------------------------------------
 
@@ -305,9 +336,31 @@ class PostgresHostStore:
         """A renewer over its own connection to the server."""
         return PostgresLeaseRenewer(self._target, self._tables, timeout)
 
-    def checkpoints(self, guard: LeaseGuard) -> CheckpointStorage:
+    def checkpoints(
+        self, guard: LeaseGuard, path: str = "/", exchange: LeaseExchange | None = None
+    ) -> CheckpointStorage:
         """Checkpoints in this schema, each save fenced by ``guard`` in its transaction."""
-        return FencedCheckpoints(self._log, guard, self._tables)
+        return FencedCheckpoints(self._log, guard, self._tables, path, exchange)
+
+    async def version_rows(
+        self, slug: str, version: str
+    ) -> tuple[ReduceCheckpoint | None, ReduceCheckpoint | None]:
+        """``(serving, own)``: the slug's serving checkpoint and ``version``'s, each None if none."""
+        read = self._tables.read_checkpoint
+        return await self._log.query(lambda conn: (read(conn, slug), read(conn, slug, version)))
+
+    async def checkpoint_versions(self, slug: str) -> list[ReduceCheckpoint]:
+        """Every version's checkpoint of ``slug``: the serving one first, then by version."""
+        query = self._tables.versions
+        return await self._log.query(
+            lambda conn: [checkpoint_of(row) for row in conn.execute(query, (slug,))]
+        )
+
+    async def reinstate(self, slug: str, version: str) -> bool:
+        """Lift the retirement of ``slug``'s ``version`` (a rollback); whether one was lifted."""
+        return await self._log.write_transaction(
+            lambda conn: self._tables.reinstate(conn, slug, version)
+        )
 
     async def stored_snapshot(self, slug: str) -> dict[str, Any]:
         """``slug``'s checkpoint as ``{offset, state, version, source}``."""

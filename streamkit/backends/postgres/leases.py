@@ -65,6 +65,15 @@ class Leases:
                 OR l.db_expires_at <= {_CLOCK}
             RETURNING generation, expires_at, beat
         """
+        self._take_over = f"""
+            INSERT INTO {t} AS l
+                (path, slug, owner, generation, expires_at, beat, db_expires_at)
+            VALUES (%(path)s, %(slug)s, %(owner)s, 1, %(expires_at)s, 0, {_CLOCK} + %(ttl)s)
+            ON CONFLICT (path, slug) DO UPDATE SET
+                generation = l.generation + 1, beat = 0, owner = excluded.owner,
+                expires_at = excluded.expires_at, db_expires_at = excluded.db_expires_at
+            RETURNING generation, expires_at, beat
+        """
         self._read = (
             f"SELECT owner, generation, expires_at, beat FROM {t} WHERE path = %s AND slug = %s"
         )
@@ -123,6 +132,35 @@ class Leases:
         ).fetchone()
         if row is None:
             return None
+        return Lease(path, slug, owner, int(row[0]), float(row[1]), int(row[2]))
+
+    def take_over(
+        self,
+        conn: psycopg.Connection[Any],
+        path: str,
+        slug: str,
+        owner: str,
+        now: float,
+        ttl: float,
+    ) -> Lease:
+        """Take the lease of ``(path, slug)`` whoever holds it, at the next generation.
+
+        Only inside a cutover's transaction (see ``leases`` in the SQLite
+        backend): the holder's next fenced write is refused from its commit on.
+        """
+        check_names(path, slug, owner)
+        check_time(now, ttl)
+        row = conn.execute(
+            self._take_over,
+            {
+                "path": path,
+                "slug": slug,
+                "owner": owner,
+                "ttl": float(ttl),
+                "expires_at": float(now + ttl),
+            },
+        ).fetchone()
+        assert row is not None  # an upsert without a condition always returns its row
         return Lease(path, slug, owner, int(row[0]), float(row[1]), int(row[2]))
 
     def read_lease(self, conn: psycopg.Connection[Any], path: str, slug: str) -> Lease | None:

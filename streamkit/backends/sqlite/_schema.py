@@ -285,6 +285,7 @@ def create_checkpoint_table(conn: sqlite3.Connection, table: str = CHECKPOINT_TA
         " state_offset INTEGER,"
         " serving INTEGER NOT NULL DEFAULT 0,"
         " cutover_offset INTEGER NOT NULL DEFAULT 0,"
+        " retired_at INTEGER,"
         " PRIMARY KEY (slug, reducer_version)"
         ")"
     )

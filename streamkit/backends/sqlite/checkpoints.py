@@ -78,7 +78,7 @@ class ReduceCheckpointTable:
         with self._statement(f'read the checkpoint of "{slug}"'):
             row = self._conn.execute(
                 "SELECT reducer_version, reduced_through_offset, state, state_offset, serving,"
-                f" cutover_offset FROM {self._quoted} WHERE slug = ? AND {where}",
+                f" cutover_offset, retired_at FROM {self._quoted} WHERE slug = ? AND {where}",
                 arguments,
             ).fetchone()
         return None if row is None else checkpoint_of(row)
@@ -132,16 +132,18 @@ class ReduceCheckpointTable:
             try:
                 check_cutover(slug, version, through, self.read(slug), replacing)
                 conn.execute(
-                    f"UPDATE {self._quoted} SET serving = 0 WHERE slug = ? AND serving", (slug,)
+                    f"UPDATE {self._quoted} SET serving = 0, retired_at = ? WHERE slug = ? AND serving",
+                    (through, slug),
                 )
                 conn.execute(
                     f"INSERT INTO {self._quoted} (slug, reducer_version, reduced_through_offset,"
-                    " state, state_offset, serving, cutover_offset) VALUES (?, ?, ?, ?, ?, 1, ?)"
+                    " state, state_offset, serving, cutover_offset, retired_at)"
+                    " VALUES (?, ?, ?, ?, ?, 1, ?, NULL)"
                     " ON CONFLICT(slug, reducer_version) DO UPDATE SET"
                     " reduced_through_offset = excluded.reduced_through_offset,"
                     f" state = COALESCE(excluded.state, {self._quoted}.state),"
                     " state_offset = excluded.state_offset, serving = 1,"
-                    " cutover_offset = excluded.cutover_offset",
+                    " cutover_offset = excluded.cutover_offset, retired_at = NULL",
                     (*row, through),
                 )
             except BaseException:
@@ -192,6 +194,9 @@ class ReduceCheckpointTable:
             state_offset=state_offset,
         )
 
+    async def fence_serving(self, slug: str) -> None:
+        """Nothing to fence: this table's writers are the caller's to coordinate."""
+
     async def cut_over(
         self,
         slug: str,
@@ -210,6 +215,20 @@ class ReduceCheckpointTable:
             replacing=replacing,
         )
 
+    def reinstate(self, slug: str, version: str) -> bool:
+        """Lift the retirement of ``slug``'s ``version`` (a rollback); whether one was lifted.
+
+        Its row is kept as it was: the version, run again, resumes from it in
+        the shadow and cuts over to serve again (see :mod:`streamkit.checkpoint`).
+        """
+        with self._statement(f'reinstate version {version!r} of "{slug}"'):
+            cursor = self._conn.execute(
+                f"UPDATE {self._quoted} SET retired_at = NULL WHERE slug = ?"
+                " AND reducer_version = ? AND retired_at IS NOT NULL AND NOT serving",
+                (slug, version),
+            )
+        return cursor.rowcount == 1
+
     def slugs(self) -> list[str]:
         """Every slug that has a serving checkpoint, sorted."""
         with self._statement("list the checkpoint slugs"):
@@ -223,7 +242,7 @@ class ReduceCheckpointTable:
         with self._statement(f'list the checkpoints of "{slug}"'):
             rows = self._conn.execute(
                 "SELECT reducer_version, reduced_through_offset, state, state_offset, serving,"
-                f" cutover_offset FROM {self._quoted} WHERE slug = ?"
+                f" cutover_offset, retired_at FROM {self._quoted} WHERE slug = ?"
                 " ORDER BY serving DESC, reducer_version",
                 (slug,),
             ).fetchall()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import sqlite3
 
 from streamkit.backends._fenced_checkpoints import CheckpointRow, FencedCheckpoints
+from streamkit.backends.sqlite import leases
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.log import Log
-from streamkit.protocols import LeaseGuard
+from streamkit.protocols import Lease, LeaseExchange, LeaseGuard
 
 __all__ = ["FencedCheckpointStorage"]
 
@@ -39,6 +40,20 @@ class _TableRows:
     ) -> None:
         ReduceCheckpointTable(conn, create_table=False).serve_row(row, replacing)
 
+    @staticmethod
+    def take_over_lease(
+        conn: sqlite3.Connection, path: str, slug: str, owner: str, now: float, ttl: float
+    ) -> Lease:
+        return leases.take_over(conn, path, slug, owner, now, ttl)
+
+    @staticmethod
+    def release_lease(conn: sqlite3.Connection, lease: Lease) -> bool:
+        return leases.release(conn, lease)
+
+    @staticmethod
+    def check_lease(conn: sqlite3.Connection, lease: Lease, now: float) -> None:
+        leases.check_fence(conn, lease, now)
+
 
 _ROWS = _TableRows()
 
@@ -48,5 +63,7 @@ class FencedCheckpointStorage(FencedCheckpoints):
 
     __slots__ = ()
 
-    def __init__(self, log: Log, held: LeaseGuard) -> None:
-        super().__init__(log, held, _ROWS)
+    def __init__(
+        self, log: Log, held: LeaseGuard, path: str = "/", exchange: LeaseExchange | None = None
+    ) -> None:
+        super().__init__(log, held, _ROWS, path, exchange)

@@ -20,9 +20,10 @@ from typing import Any
 from streamkit.backends.sqlite import leases, registry, skips, status
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.backends.sqlite.fenced import FencedCheckpointStorage
+from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import StreamEvent
 from streamkit.log import Log
-from streamkit.protocols import CheckpointStorage, Lease, LeaseGuard
+from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
 
 __all__ = ["SqliteHostStore", "SqliteLeaseRenewer"]
 
@@ -115,9 +116,42 @@ class SqliteHostStore:
         """A renewer over its own connection to this file."""
         return SqliteLeaseRenewer(self._log.path, timeout)
 
-    def checkpoints(self, guard: LeaseGuard) -> CheckpointStorage:
+    def checkpoints(
+        self, guard: LeaseGuard, path: str = "/", exchange: LeaseExchange | None = None
+    ) -> CheckpointStorage:
         """Checkpoints in this file, each save fenced by ``guard`` in its transaction."""
-        return FencedCheckpointStorage(self._log, guard)
+        return FencedCheckpointStorage(self._log, guard, path, exchange)
+
+    async def version_rows(
+        self, slug: str, version: str
+    ) -> tuple[ReduceCheckpoint | None, ReduceCheckpoint | None]:
+        """``(serving, own)``: the slug's serving checkpoint and ``version``'s, each None if none."""
+
+        def read(
+            conn: sqlite3.Connection,
+        ) -> tuple[ReduceCheckpoint | None, ReduceCheckpoint | None]:
+            if not status.has_checkpoints(conn):
+                return None, None  # no host ever ran on this file
+            table = ReduceCheckpointTable(conn, create_table=False)
+            return table.read(slug), table.read(slug, version)
+
+        return await self._log.query(read)
+
+    async def checkpoint_versions(self, slug: str) -> list[ReduceCheckpoint]:
+        """Every version's checkpoint of ``slug``: the serving one first, then by version."""
+
+        def read(conn: sqlite3.Connection) -> list[ReduceCheckpoint]:
+            if not status.has_checkpoints(conn):
+                return []
+            return ReduceCheckpointTable(conn, create_table=False).versions(slug)
+
+        return await self._log.query(read)
+
+    async def reinstate(self, slug: str, version: str) -> bool:
+        """Lift the retirement of ``slug``'s ``version`` (a rollback); whether one was lifted."""
+        return await self._log.write_transaction(
+            lambda conn: ReduceCheckpointTable(conn, create_table=False).reinstate(slug, version)
+        )
 
     async def stored_snapshot(self, slug: str) -> dict[str, Any]:
         """``slug``'s checkpoint as ``{offset, state, version, source}``."""

@@ -65,6 +65,7 @@ __all__ = [
     "read_lease",
     "release",
     "renew",
+    "take_over",
     "try_acquire",
 ]
 
@@ -158,6 +159,30 @@ def try_acquire(
         ).fetchone()
     if row is None:
         return None
+    return Lease(path, slug, owner, int(row[0]), float(row[1]), int(row[2]))
+
+
+def take_over(
+    conn: sqlite3.Connection, path: str, slug: str, owner: str, now: float, ttl: float
+) -> Lease:
+    """Take the lease of ``(path, slug)`` for ``owner`` whoever holds it, at the next generation.
+
+    Only for a cutover, inside its transaction: the version that served is
+    fenced by that very commit (its holder's next fenced write finds another
+    owner and generation and is refused), and the new version serves under
+    the lease taken here. Nothing else takes a live lease away.
+    """
+    check_names(path, slug, owner)
+    check_time(now, ttl)
+    with _storage(f"take over the lease of {slug!r} at {path!r}"):
+        row = conn.execute(
+            f"INSERT INTO {LEASE_TABLE} (path, slug, owner, generation, expires_at, beat)"
+            " VALUES (?, ?, ?, 1, ?, 0)"
+            " ON CONFLICT (path, slug) DO UPDATE SET generation = generation + 1, beat = 0,"
+            "  owner = excluded.owner, expires_at = excluded.expires_at"
+            " RETURNING generation, expires_at, beat",
+            (path, slug, owner, now + ttl),
+        ).fetchone()
     return Lease(path, slug, owner, int(row[0]), float(row[1]), int(row[2]))
 
 

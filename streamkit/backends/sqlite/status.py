@@ -17,7 +17,7 @@ from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, Redu
 from streamkit.backends.sqlite.leases import LEASE_TABLE, leases
 from streamkit.log import Log
 
-__all__ = ["checkpoint_snapshot", "durable_lag", "durable_status"]
+__all__ = ["checkpoint_snapshot", "durable_lag", "durable_status", "has_checkpoints"]
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -67,6 +67,11 @@ async def durable_status(log: Log, now: float | None = None) -> list[dict[str, A
     """One row per known (path, slug): version, cursor, head, lag, lease and claim."""
     at = time.time() if now is None else now
     return await log.query(lambda conn: _read(conn, at))
+
+
+def has_checkpoints(conn: sqlite3.Connection) -> bool:
+    """Whether a host ever made the checkpoint table in this file."""
+    return DEFAULT_CHECKPOINT_TABLE in _tables(conn)
 
 
 async def checkpoint_snapshot(log: Log, slug: str) -> dict[str, Any]:

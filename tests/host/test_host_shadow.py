@@ -1,0 +1,239 @@
+"""A rolling deploy of a changed processor: the new version builds in the shadow, then cuts over.
+
+Two hosts on one log, over every backend. Host ``a`` runs version 1 of a
+processor with effects; host ``b`` starts with version 2 while a producer
+appends. Version 1 keeps serving (effects and all) while ``b`` builds
+version 2 under a shadow lease of its own; at version 1's cursor one
+transaction records the cutover, fences version 1 (its lease moves to
+``b`` at the next generation) and makes version 2 serving. Host ``a`` then
+leaves the processor alone (its version is retired). Every item has exactly
+one effect, version 2 delivers only the events after the cutover offset,
+and its state is what a fresh replay gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.backends import BACKENDS, Target
+from support.host import Effector, EffectorV2
+
+from streamkit import open_log
+from streamkit.backends import host_store
+from streamkit.backends._fenced_checkpoints import FencedCheckpoints
+from streamkit.checkpoint import CUTOVER_EVENT
+from streamkit.cli import main
+from streamkit.config import HostConfig
+from streamkit.host import ProcessorHost
+from streamkit.web._metrics import exposition
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    made = BACKENDS[request.param].fresh()
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+def config(target: Target) -> HostConfig:
+    return HostConfig.model_validate(
+        {
+            "db": target.target,
+            "lease": {"ttl": 1.0, "heartbeat": 0.1},
+            "shutdown_grace": 1.0,
+        }
+    )
+
+
+async def until(check: Any, within: float = 30.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
+
+
+async def everything(target: Target) -> list[Any]:
+    async with open_log(target.target) as log:
+        events: list[Any] = []
+        after = 0
+        while True:
+            page = await log.stream("/").read(after, 5000)
+            events.extend(page.events)
+            if page.at_head or page.scanned_through_offset <= after:
+                return events
+            after = page.scanned_through_offset
+
+
+async def test_a_new_version_builds_beside_the_serving_one_and_cuts_over_once(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The shadow waits at its first target until the producer is done, so that version 1
+    # is seen serving (effects and all) all through the build.
+    gate = asyncio.Event()
+    fence_serving = FencedCheckpoints.fence_serving
+
+    async def gated(self: FencedCheckpoints, slug: str) -> None:
+        await gate.wait()
+        await fence_serving(self, slug)
+
+    monkeypatch.setattr(FencedCheckpoints, "fence_serving", gated)
+    old_processor, new_processor = Effector(), EffectorV2()
+    old = ProcessorHost(config(target), processors=[old_processor], serve_control=False, owner="a")
+    new = ProcessorHost(config(target), processors=[new_processor], serve_control=False, owner="b")
+    try:
+        await old.start()
+        async with open_log(target.target) as log:
+            stream = log.stream("/")
+            first = await stream.append(
+                *({"type": "item", "payload": {"n": 1}} for _ in range(300))
+            )
+            appended = [event.offset for event in first]
+            await old.wait_until_processed("effector", appended[-1], timeout=30)
+            await new.start()
+            runner = new.runner("effector")
+            await until(lambda: runner.engine is not None and runner.role.shadow)
+            for n in range(40):  # a producer appends while version 2 builds
+                batch = await stream.append(
+                    *({"type": "item", "payload": {"n": n}} for _ in range(5))
+                )
+                appended.extend(event.offset for event in batch)
+                await asyncio.sleep(0.01)
+            await old.wait_until_processed("effector", appended[-1], timeout=30)
+            assert old.runner("effector").engine is not None  # version 1 serves all along
+            shadow = (await new.status())["processors"][0]
+            assert (shadow["phase"], shadow["serving_version"]) == ("rebuilding", "1")
+            assert shadow["shadow_lease"]["owner"] == "b"
+            assert shadow["lease"]["owner"] == "a"
+            gate.set()
+            await until(lambda: runner.engine is not None and not runner.role.shadow)
+            await until(lambda: old.runner("effector").state == "retired")
+            last = await stream.append(*({"type": "item", "payload": {"n": 7}} for _ in range(3)))
+            appended.extend(event.offset for event in last)
+        await new.wait_until_processed("effector", appended[-1], timeout=30)
+        await asyncio.sleep(0.2)  # the effects of the last batch land
+
+        events = await everything(target)
+        items = [e for e in events if e.type == "item"]
+        assert [e.offset for e in items] == appended
+        (cutover,) = [e for e in events if e.type == CUTOVER_EVENT]
+        cut = cutover.payload["offset"]
+        assert cutover.payload == {
+            "slug": "effector",
+            "from_version": "1",
+            "to_version": "2",
+            "offset": cut,
+        }
+        assert appended[-4] <= cut < appended[-3]  # where version 1 stood when fenced
+        # Exactly one effect per item, each by the version serving its offset.
+        effects = {e.payload["source"]: e.payload["version"] for e in events if e.type == "effect"}
+        assert sorted(effects) == appended
+        assert len([e for e in events if e.type == "effect"]) == len(appended)
+        assert {o: v for o, v in effects.items() if v == "2"} == {
+            o: "2" for o in appended if o > cut
+        }
+        assert sorted(new_processor.delivered) == [o for o in appended if o > cut]
+        # Its state is what a replay of every item under version 2 gives.
+        snapshot = await new.snapshot("effector")
+        assert snapshot["state"] == {
+            "total": 10 * sum(e.payload["n"] for e in items),
+            "items": len(items),
+        }
+        async with open_log(target.target) as log:
+            serving, retired = await host_store(log).version_rows("effector", "1")
+        assert serving is not None
+        assert retired is not None
+        assert (serving.reducer_version, serving.cutover_offset) == ("2", cut)
+        assert (retired.serving, retired.retired_at, retired.reduced_through_offset) == (
+            False,
+            cut,
+            cut,
+        )
+        status = await old.status()
+        (row,) = status["processors"]
+        assert (row["state"], row["retired"]) == ("retired", {"serving": "2", "retired_at": cut})
+        assert row["lease_held_here"] is False
+        assert old.log is not None
+        scraped = exposition(
+            status, follow_age=None, log_stats=old.log.stats, lag_seconds={}, histograms={}
+        ).decode()
+        assert 'streamkit_processor_retired{path="/",slug="effector"} 1.0' in scraped
+        (served,) = (await new.status())["processors"]
+        assert (served["version"], served["serving_version"], served["phase"]) == (
+            "2",
+            "2",
+            "serving",
+        )
+        assert served["lease"]["owner"] == "b"
+        assert served["shadow_lease"]["expires_at"] is None  # released by the cutover
+    finally:
+        await new.stop(grace=0.0)
+        await old.stop(grace=0.0)
+
+
+async def test_a_rollback_makes_the_replaced_version_serve_again_from_its_kept_row(
+    target: Target, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a cutover to 2, `processor rollback --to 1`: the host still running 1 builds it
+    from its kept row up to 2's cursor and cuts back; no effect runs twice, none is missed."""
+    old_processor, new_processor = Effector(), EffectorV2()
+    old = ProcessorHost(config(target), processors=[old_processor], serve_control=False, owner="a")
+    new = ProcessorHost(config(target), processors=[new_processor], serve_control=False, owner="b")
+    try:
+        await old.start()
+        async with open_log(target.target) as log:
+            stream = log.stream("/")
+            appended = [e.offset for e in await stream.append(*(item(1) for _ in range(100)))]
+            await old.wait_until_processed("effector", appended[-1], timeout=30)
+            await new.start()
+            await until(lambda: new.runner("effector").state == "running")
+            await until(lambda: not new.runner("effector").role.shadow)
+            await until(lambda: old.runner("effector").state == "retired")
+            appended += [e.offset for e in await stream.append(*(item(2) for _ in range(20)))]
+            await new.wait_until_processed("effector", appended[-1], timeout=30)
+
+            out = io.StringIO()
+            versions = ["processor", "versions", "effector", "--db", target.target]
+            assert await asyncio.to_thread(main, versions, out=out) == 0
+            lines = out.getvalue().splitlines()
+            assert lines[0].startswith("effector  v2  serving  cursor=")
+            assert lines[1].startswith("effector  v1  retired  cursor=")
+            rollback = ["processor", "rollback", "effector", "--to", "1", "--db", target.target]
+            assert await asyncio.to_thread(main, rollback, out=io.StringIO()) == 0
+            await until(lambda: new.runner("effector").state == "retired")
+            await until(lambda: not old.runner("effector").role.shadow)
+            appended += [e.offset for e in await stream.append(*(item(3) for _ in range(5)))]
+            await old.wait_until_processed("effector", appended[-1], timeout=30)
+            capsys.readouterr()
+            assert await asyncio.to_thread(main, rollback, out=io.StringIO()) == 1  # serves already
+            assert "serves already; nothing was changed" in capsys.readouterr().err
+        await asyncio.sleep(0.2)  # the effects of the last batch land
+
+        events = await everything(target)
+        cutovers = [e.payload for e in events if e.type == CUTOVER_EVENT]
+        assert [(c["from_version"], c["to_version"]) for c in cutovers] == [("1", "2"), ("2", "1")]
+        first_cut, back = cutovers[0]["offset"], cutovers[1]["offset"]
+        effects = {e.payload["source"]: e.payload["version"] for e in events if e.type == "effect"}
+        assert len([e for e in events if e.type == "effect"]) == len(appended)
+        assert sorted(effects) == appended
+        assert effects == {o: "1" if o <= first_cut or o > back else "2" for o in appended}
+        assert not [o for o in old_processor.delivered if first_cut < o <= back]
+        snapshot = await old.snapshot("effector")
+        items = [e for e in events if e.type == "item"]
+        assert snapshot["state"] == {
+            "total": sum(e.payload["n"] for e in items),
+            "items": len(items),
+        }
+    finally:
+        await new.stop(grace=0.0)
+        await old.stop(grace=0.0)
+
+
+def item(n: int) -> dict[str, Any]:
+    return {"type": "item", "payload": {"n": n}}
