@@ -357,7 +357,8 @@ class Effector(StreamProcessor[Sums]):
 
     The effect's idempotency key holds the slug and the source offset only, so
     an effect run again (by any version) stays one event in the log; the
-    ``version`` in its payload says which version's append landed. Each
+    ``version`` in its payload says which version's append landed. An item
+    with ``"quiet": true`` has no effect (bulk for a rebuild to read). Each
     instance records the offsets it delivered (``delivered``).
     """
 
@@ -383,6 +384,8 @@ class Effector(StreamProcessor[Sums]):
         if event is None:
             return
         self.delivered.append(event.offset)
+        if isinstance(event.payload, dict) and event.payload.get("quiet"):
+            return
         args.append(
             {
                 "type": "effect",
