@@ -182,7 +182,16 @@ class ProcessEventArgs(Generic[State]):
     declared event type, ``event.payload`` is the validated payload model.
     """
 
-    __slots__ = ("_blockers", "_host", "_open", "delivery", "event", "previous_state", "state")
+    __slots__ = (
+        "_appends",
+        "_blockers",
+        "_host",
+        "_open",
+        "delivery",
+        "event",
+        "previous_state",
+        "state",
+    )
 
     def __init__(
         self,
@@ -198,6 +207,7 @@ class ProcessEventArgs(Generic[State]):
         self.previous_state = previous_state
         self.delivery = Delivery(caught_up)
         self._blockers: deque[Work] = deque()
+        self._appends: list[asyncio.Task[list[StreamEvent]]] = []
         self._open = True
 
     def append(self, *events: EventInput | Mapping[str, Any]) -> asyncio.Task[list[StreamEvent]]:
@@ -210,8 +220,18 @@ class ProcessEventArgs(Generic[State]):
         and version and, unless this is the eventless pass, the offset and type
         of the event being processed. Use :meth:`StreamProcessor.idempotency_key`
         so a batch that is retried after a failure does not append twice.
+
+        An append started while this event is delivered (by ``process_event``
+        or a blocker) belongs to the batch even if nothing awaits it: the
+        batch's checkpoint waits for it, and if its write did not land (a
+        :class:`~streamkit.errors.StorageError`: the connection broke, a lock
+        timed out) the batch fails and is retried, effects and all. A refusal
+        (an idempotency conflict, say) is reported, not retried.
         """
-        return self._host.emit(self.event, events)
+        task = self._host.emit(self.event, events)
+        if self._open:
+            self._appends.append(task)
+        return task
 
     def block_processor_while(self, fn: Work) -> None:
         """Hold the cursor until ``fn()`` settles: the next event waits for it.
@@ -298,12 +318,15 @@ class ProcessEventArgs(Generic[State]):
         offset = None if self.event is None else self.event.offset
         return f"ProcessEventArgs(offset={offset}, caught_up={self.delivery.caught_up})"
 
-    async def _deliver_to(self, processor: StreamProcessor[State]) -> None:
+    async def _deliver_to(
+        self, processor: StreamProcessor[State]
+    ) -> list[asyncio.Task[list[StreamEvent]]]:
         """(Engine use.) Run ``process_event``, then this event's blockers to a fixed point.
 
         A blocker may register more blockers: they belong to this event too, so
         the queue is drained until it stays empty. Afterwards the delivery is
-        closed, whether it succeeded or raised.
+        closed, whether it succeeded or raised. Returns the appends the
+        delivery started, for the batch's checkpoint to wait for.
         """
         # The host's guard before each step: a host that lost the lease starts
         # no further effect, not even the next blocker of this event.
@@ -321,6 +344,7 @@ class ProcessEventArgs(Generic[State]):
             raise exit_refused(exc, "process_event or its blocking work") from exc
         finally:
             self._open = False
+        return self._appends
 
 
 class StreamProcessor(Generic[State]):

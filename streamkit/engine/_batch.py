@@ -28,7 +28,7 @@ from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._fold import SLICE_SECONDS, Fold
 from streamkit.engine._pages import PageReader
-from streamkit.errors import StreamkitError
+from streamkit.errors import StorageError, StreamkitError
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
 __all__ = ["EFFECTS_PER_CHECKPOINT", "BatchInfo", "BatchOutcome", "BatchRunner"]
@@ -46,7 +46,10 @@ ends a page at the event in flight and re-runs none. A processor without
 effects folds whole pages (a replayed fold is harmless).
 """
 
-Deliver = Callable[[StreamEvent | None, S, S, bool], Awaitable[None]]
+Appends = list[asyncio.Task[list[StreamEvent]]]
+"""The appends one delivery started (``args.append``), awaited or not."""
+
+Deliver = Callable[[StreamEvent | None, S, S, bool], Awaitable[Appends]]
 """``process_event`` for one event (or the eventless at-head pass), blockers drained."""
 
 
@@ -161,8 +164,10 @@ class BatchRunner(Generic[S]):
             # The log cannot replay an ephemeral: the state it reduces must be
             # written by the next checkpoint, whatever it would defer.
             self._checkpoints.mark_unreplayable()
-        # Events delivered since the last checkpoint this batch wrote.
+        # Events delivered since the last checkpoint this batch wrote, and the
+        # appends their deliveries started.
         unsaved = 0
+        started: Appends = []
         if not self._has_effects:
             # The catch-up hot path: nothing to deliver, only the fold.
             state, delivered = await self._fold.fold_paced(fresh, state)
@@ -194,7 +199,7 @@ class BatchRunner(Generic[S]):
                 delivered += 1
                 unsaved += 1
                 caught_up = at_head and index == final
-                await self._deliver(normalized, state, previous, caught_up)
+                started += await self._deliver(normalized, state, previous, caught_up)
                 caught_up_delivered = caught_up_delivered or caught_up
                 if index == final or normalized.ephemeral:
                     continue
@@ -206,16 +211,19 @@ class BatchRunner(Generic[S]):
                 if unsaved >= EFFECTS_PER_CHECKPOINT:
                     # Effects ran for these events: a crash now re-runs them all, so
                     # a long batch checkpoints as it goes (see EFFECTS_PER_CHECKPOINT).
+                    await _landed(started)
+                    started = []
                     await self._checkpoints.save(normalized.offset, state, unsaved)
                     self._advance(normalized.offset, state)
                     cursor, unsaved = normalized.offset, 0
             if at_head and not caught_up_delivered:
                 # Rule 5: reached the head with no caught-up event (the last one
                 # was filtered out or malformed): one eventless pass.
-                await self._deliver(None, state, state, True)
+                started += await self._deliver(None, state, state, True)
 
         ahead: ReadPage | None = None
         if fresh_durable:
+            await _landed(started)
             new_cursor = through if through > cursor else cursor
             if read_ahead:
                 limit = read_ahead
@@ -225,6 +233,31 @@ class BatchRunner(Generic[S]):
             else:
                 await self._checkpoints.save(new_cursor, state, unsaved)
         return BatchOutcome(state, through, True, delivered, fresh_durable, at_head, ahead)
+
+
+async def _landed(appends: Appends) -> None:
+    """Wait for the appends of the events a checkpoint is about to record; fail if one did not land.
+
+    ``args.append`` starts an append that ``process_event`` need not await. A
+    checkpoint written past an event whose effect never reached the log
+    would lose that effect for good: so the checkpoint waits for every
+    append its events started, and one that failed for a storage reason (a
+    broken connection, a lock wait past its timeout; the write did not land,
+    or may not have) fails the batch, which is retried whole, its
+    idempotency keys keeping a rerun single. A refusal (an idempotency
+    conflict, an invalid event) would be refused again on every retry: it
+    is reported (``processor.append_failed``), not retried. Appends made by
+    background work belong to no batch.
+    """
+    if not appends:
+        return
+    pending = [task for task in appends if not task.done()]
+    if pending:
+        await asyncio.wait(pending)
+    for task in appends:
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, StorageError):
+            raise error
 
 
 def _before(stopped: StreamkitError) -> int:

@@ -640,15 +640,20 @@ class ProcessorEngine(Generic[S]):
 
     async def _deliver(
         self, event: StreamEvent | None, state: S, previous: S, caught_up: bool
-    ) -> None:
-        """Run ``process_event`` for one event and drain its blockers to a fixed point."""
+    ) -> list[asyncio.Task[list[StreamEvent]]]:
+        """Run ``process_event`` for one event and drain its blockers to a fixed point.
+
+        Returns the appends it started, which the batch's checkpoint waits for.
+        """
         self._delivering = None if event is None else event.offset
         if caught_up:
             # Wakeups are re-derived by every at-head pass: start from none.
             self._claims.forget_wakeups()
-        await ProcessEventArgs(self, event, state, previous, caught_up)._deliver_to(self._processor)
+        args = ProcessEventArgs(self, event, state, previous, caught_up)
+        appends = await args._deliver_to(self._processor)
         if caught_up:
             self._claims.sync()
+        return appends
 
     def _note_error(self, exc: BaseException) -> None:
         self._last_error = exc

@@ -113,27 +113,43 @@ async def test_a_group_the_server_keeps_rolling_back_is_refused_as_busy(
         assert event.offset == 2
 
 
+def test_a_frozen_session_is_ended_before_the_writers_behind_it_give_up() -> None:
+    """The idle-in-transaction limit is half the lock timeout, never under a second."""
+    assert _connect.idle_in_transaction_timeout(5.0) == 2.5
+    assert _connect.idle_in_transaction_timeout(0.2) == _connect.IDLE_IN_TRANSACTION_FLOOR
+    options = _connect.session_options(5.0)
+    assert options == {"lock_timeout": "5000ms", "idle_in_transaction_session_timeout": "2500ms"}
+
+
+async def _frozen_writer(log: Log, heads: str, sleep: float) -> tuple[Any, threading.Event]:
+    """A write transaction that locks the heads row of ``/`` and then sits idle, as if frozen.
+
+    Returns its future and an event set when it wakes (after ``sleep`` seconds).
+    """
+    locked, woke = threading.Event(), threading.Event()
+
+    def hold(conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SELECT 1 FROM {heads} WHERE path = '/' FOR UPDATE")
+        locked.set()
+        time.sleep(sleep)  # the session is idle in its transaction meanwhile, as if frozen
+        woke.set()
+        conn.execute("SELECT 1")
+
+    held = asyncio.ensure_future(log.write_transaction(hold))
+    await _until(locked.is_set)
+    return held, woke
+
+
 async def test_a_writer_idle_in_a_transaction_is_ended_and_the_next_job_reconnects(
-    pg: Target, monkeypatch: pytest.MonkeyPatch
+    pg: Target,
 ) -> None:
     """A transaction held open on the writer is ended by the server; its lock frees; appends go on."""
-    monkeypatch.setattr(_connect, "IDLE_IN_TRANSACTION_TIMEOUT", 1.0)
     assert pg.schema is not None
     url, schema = pg.schema
     heads = f'"{schema}".streamkit_heads'
     async with pg.open() as log:
         await log.stream("/").append(durable(1))
-        locked, woke = threading.Event(), threading.Event()
-
-        def hold(conn: psycopg.Connection[Any]) -> None:
-            conn.execute(f"SELECT 1 FROM {heads} WHERE path = '/' FOR UPDATE")
-            locked.set()
-            time.sleep(4.0)  # the session is idle in its transaction meanwhile, as if frozen
-            woke.set()
-            conn.execute("SELECT 1")
-
-        held = asyncio.ensure_future(log.write_transaction(hold))
-        await _until(locked.is_set)
+        held, woke = await _frozen_writer(log, heads, 4.0)
         with psycopg.connect(url, autocommit=True) as other:
             other.execute("SET lock_timeout = '20s'")
             with other.transaction():
@@ -144,3 +160,26 @@ async def test_a_writer_idle_in_a_transaction_is_ended_and_the_next_job_reconnec
             await asyncio.wait_for(held, 30)
         (event,) = await log.stream("/").append(durable(2))
         assert event.offset == 2
+
+
+async def test_an_append_behind_a_frozen_writer_waits_for_it_to_be_ended_and_lands(
+    pg: Target,
+) -> None:
+    """Another process's append, queued behind a frozen writer's lock, lands: it is not refused.
+
+    With the default busy_timeout of 5 s the frozen session is ended after
+    2.5 s idle, so the append behind it never reaches its own lock timeout.
+    """
+    assert pg.schema is not None
+    _, schema = pg.schema
+    heads = f'"{schema}".streamkit_heads'
+    async with pg.open() as frozen, pg.open() as other:
+        await frozen.stream("/").append(durable(1))
+        held, woke = await _frozen_writer(frozen, heads, 12.0)
+        (event,) = await other.stream("/").append(durable(2))
+        assert event.offset == 2
+        assert not woke.is_set()
+        with pytest.raises(StorageError):
+            await asyncio.wait_for(held, 30)
+        (event,) = await frozen.stream("/").append(durable(3))
+        assert event.offset == 3

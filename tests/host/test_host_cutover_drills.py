@@ -176,9 +176,11 @@ def test_sigstop_of_the_serving_version_across_the_cutover(rig: Rig) -> None:
         old.send_signal(signal.SIGSTOP)  # frozen, holding the serving lease, effects in flight
         time.sleep(3.0)  # three ttls frozen, across the new version's build and cutover
         if rig.target is not None:
-            # The cutover fences the frozen host: it does not wait for it. (A SQLite host
+            # The cutover fences the frozen host: it does not wait for it to run again (a
+            # session frozen inside a transaction is ended by the server after half the
+            # lock timeout, before the writers behind its locks give up). A SQLite host
             # frozen inside its write transaction holds the file's lock, so there every
-            # writer, the producer included, waits for it to run again.)
+            # writer, the producer included, waits for it to run again.
             eventually(lambda: (serving(rig.db) or ("1", 0))[0] == "2", 60)
         old.send_signal(signal.SIGCONT)
         eventually(lambda: (serving(rig.db) or ("1", 0))[0] == "2", 60)

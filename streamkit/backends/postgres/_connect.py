@@ -26,6 +26,7 @@ from streamkit.errors import LogOpenError, StorageBusy, StorageError, StorageUna
 __all__ = [
     "CONNECT_TIMEOUT",
     "connect",
+    "idle_in_transaction_timeout",
     "is_disconnect",
     "is_retryable",
     "open_error",
@@ -38,21 +39,31 @@ CONNECT_TIMEOUT = 10
 _RETRYABLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
 
-IDLE_IN_TRANSACTION_TIMEOUT = 30.0
-"""Seconds the server lets a session of ours sit idle inside a transaction before ending it."""
+IDLE_IN_TRANSACTION_FLOOR = 1.0
+"""The shortest time a session of ours may sit idle inside a transaction, whatever its lock timeout."""
+
+
+def idle_in_transaction_timeout(lock_timeout: float) -> float:
+    """Seconds the server lets a writing session sit idle inside a transaction: half its lock
+    timeout, and at least :data:`IDLE_IN_TRANSACTION_FLOOR`.
+
+    Half, so that a process stopped mid-transaction (SIGSTOP, a paused VM, a
+    swapped-out host) is ended by the server, and its row locks freed, before
+    the writers queued behind those locks reach their own lock timeout: a
+    frozen host costs the others a pause, never a refused append. A live
+    writer's transaction is a few statements sent back to back; it is never
+    idle that long between them.
+    """
+    return max(IDLE_IN_TRANSACTION_FLOOR, lock_timeout / 2)
 
 
 def session_options(lock_timeout: float) -> dict[str, str]:
     """The settings of a session that writes: how long it waits for a row lock, and how long
-    it may stay idle inside a transaction.
-
-    The second is what frees the locks of a process stopped mid-transaction
-    (SIGSTOP, a paused VM): the server ends its session rather than let every
-    other writer wait on it for ever.
-    """
+    it may stay idle inside a transaction (:func:`idle_in_transaction_timeout`)."""
+    idle = idle_in_transaction_timeout(lock_timeout)
     return {
         "lock_timeout": f"{max(1, round(lock_timeout * 1000))}ms",
-        "idle_in_transaction_session_timeout": f"{round(IDLE_IN_TRANSACTION_TIMEOUT * 1000)}ms",
+        "idle_in_transaction_session_timeout": f"{round(idle * 1000)}ms",
     }
 
 
