@@ -79,7 +79,7 @@ async def main() -> None:
     await settle()
     assert later.offset > cut
     assert second.acted_on == [later.offset]  # the events after the cutover offset only
-    # --- docs/rebuilds.md:181
+    # --- docs/rebuilds.md:193
     assert storage.reinstate("adder", "1")  # what `processor rollback --to 1` does
     stream.engines.remove(v2)
     back = Adder()

@@ -273,6 +273,9 @@ class ProcessorHost:
                 clock=self.clock,
                 runners=self.runners,
                 changed=self._alarm.changed,
+                served_after_cutover=lambda runner: self._watch_feeds.reseed(
+                    runner.path, runner.slug
+                ),
                 stopping=lambda: self._stopping,
             )
             await self._heartbeat_once()
@@ -578,16 +581,50 @@ class ProcessorHost:
         return shown_snapshot(stored, await stream.head())
 
     async def live_snapshot(self, slug: str, path: str | None = None) -> LiveSnapshot:
-        """``(rev, projection)`` of a processor this host runs (the watch seed)."""
+        """``(rev, projection)`` of a processor this host runs (the watch seed).
+
+        While a new version builds in the shadow here, the seed is the serving
+        version's last checkpointed state at revision 0 (stale, as
+        :meth:`snapshot` says), never the partial state being built. A seed
+        asked for while a cutover swaps the engine comes from the new one.
+        """
         runner = self.runner(slug, path)
-        engine = runner.engine
-        if engine is None:
-            raise InvalidRequest(
-                f"processor {slug!r} is not running in this host (another host holds its "
-                "lease); watch it through that host's socket; nothing was done",
-                details={"slug": slug, "path": runner.path},
-            )
-        return await engine.live_snapshot()
+        loop = asyncio.get_running_loop()
+        # Set once an engine was swapped under a seed: the one whose work was cancelled,
+        # and how long to wait for the next one (a lease ttl).
+        swapped: object = None
+        swap_deadline: float | None = None
+        while True:
+            engine = runner.engine
+            if engine is None or engine is swapped:
+                # Between the engine built in the shadow and the one serving after the
+                # cutover, or after an engine was stopped under this seed: wait for the
+                # next one.
+                if swap_deadline is None and runner.role.switching:
+                    swap_deadline = loop.time() + self.config.lease.ttl
+                if swap_deadline is None or loop.time() > swap_deadline:
+                    break
+                await asyncio.sleep(0.01)
+                continue
+            if runner.role.shadow or engine.in_shadow():
+                stored = await self._require_store().stored_snapshot(slug)
+                return LiveSnapshot(0, stored.get("state"))
+            try:
+                return await engine.live_snapshot()
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise
+                # Not ours: the engine's work was cancelled under it (a cutover or a
+                # lost lease). Seed from the engine that runs the processor next.
+                if swapped is not None:
+                    break
+                swapped, swap_deadline = engine, loop.time() + self.config.lease.ttl
+        raise InvalidRequest(
+            f"processor {slug!r} is not running in this host (another host holds its "
+            "lease); watch it through that host's socket; nothing was done",
+            details={"slug": slug, "path": runner.path},
+        )
 
     async def watch(self, slug: str, path: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """Yield ``{"kind": "seed", rev, state}`` then ``{"kind": "delta", from, to, patch}``.

@@ -35,8 +35,9 @@ class HostLeases:
     """The leases of one started host's runners (see the module docstring).
 
     ``changed`` is called when a lease was taken (the alarm re-reads the
-    claims); ``stopping()`` says whether the host is stopping (no lease is
-    taken or handed off then).
+    claims); ``served_after_cutover(runner)`` once a cutover's new engine
+    serves (watchers re-seed from it); ``stopping()`` says whether the host is
+    stopping (no lease is taken or handed off then).
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class HostLeases:
         clock: Clock,
         runners: Sequence[ProcessorRunner],
         changed: Callable[[], None],
+        served_after_cutover: Callable[[ProcessorRunner], None],
         stopping: Callable[[], bool],
     ) -> None:
         self._config = config
@@ -57,6 +59,7 @@ class HostLeases:
         self._clock = clock
         self._runners = runners
         self._changed = changed
+        self._served_after_cutover = served_after_cutover
         self._stopping = stopping
         self._tasks: set[asyncio.Task[None]] = set()
         self._handing_off: set[ProcessorRunner] = set()
@@ -163,12 +166,16 @@ class HostLeases:
     async def _serve_after_cutover(
         self, runner: ProcessorRunner, shadow: HeldLease, serving: HeldLease
     ) -> None:
-        if runner.held is shadow:
-            await runner.lose_lease(None)
-        if self._stopping():
-            await self._store.release(serving.lease)
-            return
-        self._acquired(runner, serving)
+        try:
+            if runner.held is shadow:
+                await runner.lose_lease(None)
+            if self._stopping():
+                await self._store.release(serving.lease)
+                return
+            self._acquired(runner, serving)
+        finally:
+            runner.role.served()
+        self._served_after_cutover(runner)
 
     def _hand_off(self, runner: ProcessorRunner) -> None:
         """Give ``runner``'s processor to the host it is placed on (see ``_acquire``)."""

@@ -4,7 +4,12 @@ A watcher gets ``{"kind": "seed", rev, state}`` first, then
 ``{"kind": "delta", from, to, patch}`` for each delta of its processor in rev
 order. A gap in the chain (a lost delta, a ``patch: null``, a mailbox that
 overflowed its byte budget) is answered with a fresh seed, never with a
-patch that does not apply.
+patch that does not apply; so is a new engine taking the processor over on
+this host (a version's cutover): the watcher re-seeds from it at once,
+rather than at its first delta. A seed is never sent twice for one
+revision (deltas of another host's chain do not re-send the same seed).
+While a new version builds in the shadow the seed is the serving version's
+checkpointed state at revision 0, sent again when that checkpoint moves.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ class Subscription:
         self._bytes = 0
         self._event = asyncio.Event()
         self.overflowed = False
+        self.reseed_due = False
+        """Set by :meth:`reseed`: the next message is a fresh seed."""
 
     @property
     def buffered_bytes(self) -> int:
@@ -59,9 +66,16 @@ class Subscription:
             self._bytes += size
             self._event.set()
 
+    def reseed(self) -> None:
+        """Ask for a fresh seed: another engine (a cutover's) serves the processor here now."""
+        self._deltas.clear()
+        self._bytes = 0
+        self.reseed_due = True
+        self._event.set()
+
     async def get(self) -> list[dict[str, Any]]:
-        """Wait for deltas (or an overflow) and take all buffered ones."""
-        while not self._deltas and not self.overflowed:
+        """Wait for deltas (or an overflow, or a re-seed) and take all buffered ones."""
+        while not self._deltas and not self.overflowed and not self.reseed_due:
             self._event.clear()
             await self._event.wait()
         deltas, self._deltas = self._deltas, []
@@ -77,20 +91,33 @@ async def watch_messages(
     yield {"kind": "seed", "rev": rev, "state": jsonable(state)}
     while True:
         deltas = await subscription.get()
-        if subscription.overflowed:
-            subscription.overflowed = False
+        if subscription.overflowed or subscription.reseed_due:
+            subscription.overflowed = subscription.reseed_due = False
+            seen, shown = rev, state
             rev, state = await snapshot()
-            yield {"kind": "seed", "rev": rev, "state": jsonable(state)}
+            if _news(seen, shown, rev, state):
+                yield {"kind": "seed", "rev": rev, "state": jsonable(state)}
             continue
         for delta in deltas:
             if delta["to"] <= rev:
                 continue
             if delta["from"] != rev or delta["patch"] is None:
+                seen, shown = rev, state
                 rev, state = await snapshot()
-                yield {"kind": "seed", "rev": rev, "state": jsonable(state)}
+                if _news(seen, shown, rev, state):
+                    yield {"kind": "seed", "rev": rev, "state": jsonable(state)}
                 continue
             rev = delta["to"]
             yield {"kind": "delta", **delta}
+
+
+def _news(seen: int, shown: Any, rev: int, state: Any) -> bool:
+    """Whether a seed at ``rev`` tells a watcher at ``seen`` anything new.
+
+    Revision 0 is a stale seed (a version building in the shadow): it is new
+    only when the serving version's checkpointed state moved.
+    """
+    return rev != seen or (rev == 0 and state != shown)
 
 
 def _delta_of(event: StreamEvent, slug: str) -> dict[str, Any] | None:

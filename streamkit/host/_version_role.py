@@ -35,7 +35,7 @@ _log = structlog.get_logger("streamkit.host")
 class VersionRole:
     """One runner's version among its slug's versions, as last read (see the module)."""
 
-    __slots__ = ("_path", "_slug", "_version", "retired", "serving_version", "shadow")
+    __slots__ = ("_path", "_slug", "_version", "retired", "serving_version", "shadow", "switching")
 
     def __init__(self, slug: str, version: str, path: str) -> None:
         self._slug = slug
@@ -47,6 +47,9 @@ class VersionRole:
         """Set while a cutover's replacement of this version stands: ``{serving, retired_at}``."""
         self.shadow = False
         """Whether the lease this host takes (or holds) for it is the shadow lease."""
+        self.switching = False
+        """Set from this version's cutover until the engine serving under the serving lease
+        has started here (the one built in the shadow is being replaced meanwhile)."""
 
     def read(self, serving: ReduceCheckpoint | None, own: ReduceCheckpoint | None) -> None:
         """Take in the slug's serving row and this version's row, as just read."""
@@ -88,6 +91,11 @@ class VersionRole:
         return self.retired is None and not self.shadow
 
     def cut_over(self) -> None:
-        """This version's cutover committed: it serves now."""
+        """This version's cutover committed: it serves now (its new engine is on the way)."""
         self.serving_version = self._version
         self.shadow = False
+        self.switching = True
+
+    def served(self) -> None:
+        """The engine serving after the cutover started (or none will: the host stops)."""
+        self.switching = False

@@ -65,6 +65,12 @@ class WatchFeeds:
         feed = self._feeds.get(path)
         return feed is not None and feed.watches(key)
 
+    def reseed(self, path: str, key: str) -> None:
+        """Send each watcher of ``key``'s live state on ``path`` a fresh seed (a cutover's)."""
+        feed = self._feeds.get(path)
+        if feed is not None:
+            feed.reseed(key)
+
     def feed(self, path: str) -> PathFeed | None:
         """The feed of ``path``, if it ever had a watcher."""
         return self._feeds.get(path)
@@ -106,6 +112,12 @@ class PathFeed:
     def watches(self, key: str) -> bool:
         """Whether a watcher of ``key``'s live state is fed here."""
         return any(subscription.key == key for subscription in self._subscribers)
+
+    def reseed(self, key: str) -> None:
+        """Ask every watcher of ``key`` fed here for a fresh seed."""
+        for subscription in self._subscribers:
+            if subscription.key == key:
+                subscription.reseed()
 
     async def close(self) -> None:
         """Drop every watcher and stop following (the host is stopping)."""

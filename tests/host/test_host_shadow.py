@@ -237,3 +237,64 @@ async def test_a_rollback_makes_the_replaced_version_serve_again_from_its_kept_r
 
 def item(n: int) -> dict[str, Any]:
     return {"type": "item", "payload": {"n": n}}
+
+
+class SameStateV2(Effector):
+    """A version 2 that changes nothing the state shows (a fix to effects, say)."""
+
+    contract = EffectorV2.contract
+
+
+@pytest.mark.parametrize("factor", [10, 1])
+async def test_a_watcher_of_the_live_state_is_re_seeded_with_the_new_version_at_cutover(
+    target: Target, monkeypatch: pytest.MonkeyPatch, factor: int
+) -> None:
+    """A client watching on the host that cuts over gets a fresh seed from the new version's
+    engine: the state version 2 reduced, with no event needed after the cutover, also when
+    version 2's state equals version 1's (no delta would tell the watcher anything)."""
+    gate = asyncio.Event()
+    fence_serving = FencedCheckpoints.fence_serving
+
+    async def gated(self: FencedCheckpoints, slug: str) -> None:
+        await gate.wait()
+        await fence_serving(self, slug)
+
+    monkeypatch.setattr(FencedCheckpoints, "fence_serving", gated)
+    old = ProcessorHost(config(target), processors=[Effector()], serve_control=False, owner="a")
+    version2 = EffectorV2() if factor == 10 else SameStateV2()
+    new = ProcessorHost(config(target), processors=[version2], serve_control=False, owner="b")
+    messages: list[dict[str, Any]] = []
+
+    async def watching() -> None:
+        async for message in new.watch("effector"):
+            messages.append(message)
+
+    try:
+        await old.start()
+        async with open_log(target.target) as log:
+            appended = await log.stream("/").append(*(item(2) for _ in range(50)))
+        await old.wait_until_processed("effector", appended[-1].offset, timeout=30)
+        await new.start()
+        runner = new.runner("effector")
+        await until(lambda: runner.engine is not None and runner.role.shadow)
+        watcher = asyncio.ensure_future(watching())
+        try:
+            await asyncio.sleep(0.2)
+            gate.set()
+            await until(lambda: runner.engine is not None and not runner.role.shadow)
+            v2 = {"total": factor * 2 * 50, "items": 50}
+            await until(
+                lambda: any(
+                    m["kind"] == "seed" and m["rev"] != 0 and m["state"] == v2 for m in messages
+                )
+            )
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+        assert messages[0]["kind"] == "seed"
+        assert messages[0]["state"] == {"total": 2 * 50, "items": 50}  # version 1's, meanwhile
+        seeds = [m["rev"] for m in messages if m["kind"] == "seed"]
+        assert len(seeds) == len(set(seeds))  # no revision is seeded twice
+    finally:
+        await new.stop(grace=0.0)
+        await old.stop(grace=0.0)
