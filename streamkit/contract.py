@@ -49,9 +49,11 @@ from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.upcasting import Upcaster, check_versions
 
 __all__ = [
+    "CutoverMode",
     "EventDefinition",
     "OnMalformed",
     "ProcessorContract",
+    "check_cutover_mode",
     "check_on_malformed",
     "define_processor_contract",
 ]
@@ -65,6 +67,22 @@ OnMalformed = Literal["skip", "stall"]
 """What a processor does at a stored payload its models cannot read: skip it
 (counted per type and version) or stall before it until new code or an
 operator's skip moves it on."""
+
+
+CutoverMode = Literal["auto", "manual"]
+"""When a new version built in the shadow takes over: as soon as it reaches the
+serving version's cursor (``auto``), or when an operator says so (``manual``:
+it follows the serving version meanwhile)."""
+
+
+def check_cutover_mode(where: str, value: object) -> CutoverMode:
+    """``value`` if it is a :data:`CutoverMode` choice, else :class:`InvalidContract`."""
+    if value == "auto" or value == "manual":
+        return value
+    raise InvalidContract(
+        f'{where}: cutover must be "auto" or "manual", got {value!r}',
+        details={"field": "cutover", "value": repr(value)[:200]},
+    )
 
 
 def check_on_malformed(where: str, value: object) -> OnMalformed:
@@ -139,6 +157,9 @@ class ProcessorContract(Generic[S]):
     ``on_malformed`` says what the engine does at a stored payload that does
     not validate: ``"skip"`` it (counted per type and version in ``status``)
     or ``"stall"`` before it with :class:`~streamkit.errors.PayloadMalformed`.
+    ``cutover`` says when this version, built in the shadow beside another
+    serving version, takes over: ``"auto"`` (once caught up) or ``"manual"``
+    (when an operator runs ``streamkit processor cutover``).
     """
 
     slug: str
@@ -152,6 +173,7 @@ class ProcessorContract(Generic[S]):
     emits: tuple[str, ...] = ()
     compact_state: bool = False
     on_malformed: OnMalformed = "skip"
+    cutover: CutoverMode = "auto"
     _schemas: dict[str, type[BaseModel]] = field(init=False, repr=False)
     _renames: dict[str, str] = field(init=False, repr=False)
     _definitions: dict[str, EventDefinition] = field(init=False, repr=False)
@@ -191,6 +213,7 @@ class ProcessorContract(Generic[S]):
                 details={"slug": slug, "field": "state_schema"},
             )
         check_on_malformed(f'contract "{slug}"', self.on_malformed)
+        check_cutover_mode(f'contract "{slug}"', self.cutover)
         events = _check_catalog(slug, self.events)
         deps = _check_deps(slug, self.processor_deps)
         consumes = None if self.consumes is None else _type_list(slug, "consumes", self.consumes)
@@ -347,6 +370,7 @@ def define_processor_contract(
     emits: Iterable[str] = (),
     compact_state: bool = False,
     on_malformed: OnMalformed = "skip",
+    cutover: CutoverMode = "auto",
 ) -> ProcessorContract[M]:
     """Define a processor contract whose state is the pydantic model ``state_schema``.
 
@@ -355,7 +379,8 @@ def define_processor_contract(
     checkpoint (a state of many similar entries, such as a queue, stays small
     under the checkpoint ceiling); such a field restores as the schema's
     default, so changing a default then needs a version bump.
-    ``on_malformed`` is ``"skip"`` or ``"stall"`` (see :class:`ProcessorContract`).
+    ``on_malformed`` is ``"skip"`` or ``"stall"`` and ``cutover`` is
+    ``"auto"`` or ``"manual"`` (see :class:`ProcessorContract`).
     ``events`` maps each type this processor owns to its
     :class:`EventDefinition`; omit it (``None``) for a processor that reduces
     raw dict payloads. ``processor_deps`` are other contracts whose events this
@@ -381,6 +406,7 @@ def define_processor_contract(
         emits=_type_list(name, "emits", emits),
         compact_state=bool(compact_state),
         on_malformed=on_malformed,
+        cutover=cutover,
     )
 
 

@@ -79,7 +79,45 @@ async def main() -> None:
     await settle()
     assert later.offset > cut
     assert second.acted_on == [later.offset]  # the events after the cutover offset only
-    # --- docs/rebuilds.md:193
+    # --- docs/rebuilds.md:207
+    import asyncio
+
+
+    class CarefulDoubler(Doubler):
+        contract = define_processor_contract(
+            slug="adder",
+            version="2",
+            description="adds the amounts, twice, cut over by hand",
+            state_schema=Total,
+            consumes=["amount"],
+            emits=[],
+            cutover="manual",
+        )
+
+
+    own_stream, own_storage = memory_stream("/"), memory_storage()
+    serving_engine = ProcessorEngine(Adder(), stream=own_stream, storage=own_storage)
+    own_stream.engines.append(serving_engine)
+    await own_stream.append(*({"type": "amount", "payload": {"n": n}} for n in (1, 2, 3)))
+    await settle()
+
+    careful = CarefulDoubler()
+    built = ProcessorEngine(careful, stream=own_stream, storage=own_storage)
+    building = built.catch_up_from_log()
+    while not (built.statistics().rebuild or {}).get("awaiting_cutover"):
+        await asyncio.sleep(0.01)
+    assert own_storage.read("adder").reducer_version == "1"  # version 1 still serves
+
+    own_stream.engines.remove(serving_engine)  # on a host, the cutover fences it
+    cut = await built.cut_over()  # what `streamkit processor cutover adder` asks the host
+    await building
+    assert (own_storage.read("adder").reducer_version, own_storage.read("adder").cutover_offset) == (
+        "2",
+        cut,
+    )
+    assert (await built.snapshot()).state.total == 12
+    assert careful.acted_on == []
+    # --- docs/rebuilds.md:264
     assert storage.reinstate("adder", "1")  # what `processor rollback --to 1` does
     stream.engines.remove(v2)
     back = Adder()

@@ -17,7 +17,7 @@ import webbrowser
 from typing import TextIO
 
 from streamkit.cli._args import live_host_sockets
-from streamkit.cli._common import add_socket_flag, served
+from streamkit.cli._common import add_db_flag, add_socket_flag, served
 from streamkit.control import request_sync
 from streamkit.errors import InvalidRequest
 
@@ -32,10 +32,7 @@ def add_admin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "that serves HTTP, with the host's token in it (only the owner of the host's "
         "control socket can ask). --token prints the bare token, for other HTTP clients.",
     )
-    p.add_argument(
-        "--db",
-        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
-    )
+    add_db_flag(p)
     add_socket_flag(p)
     shown = p.add_mutually_exclusive_group()
     shown.add_argument(

@@ -78,6 +78,16 @@ def live_socket(args: argparse.Namespace, slug: str | None = None) -> str | None
     return host_socket_for(args.db, getattr(args, "socket", None), slug)
 
 
+def add_db_flag(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """``--db``: the log a command works on; without ``required``, the config's db by default."""
+    shown = "the log (must exist): a SQLite file or a postgresql:// URL"
+    p.add_argument(
+        "--db",
+        required=required,
+        help=shown if required else f"{shown}; default: the db of ./streamkit.toml",
+    )
+
+
 def add_socket_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--socket",

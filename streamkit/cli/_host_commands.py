@@ -24,6 +24,7 @@ from streamkit.cli._args import (
     stored_snapshot,
 )
 from streamkit.cli._common import (
+    add_db_flag,
     add_socket_flag,
     cwd_importable,
     emit,
@@ -108,10 +109,7 @@ def add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "lease, claim and errors. Asks the running host (which adds stalled processors, "
         "rates and latencies); with no host, reads what the database says.",
     )
-    p.add_argument(
-        "--db",
-        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
-    )
+    add_db_flag(p)
     add_socket_flag(p)
     p.add_argument("--json", action="store_true", help="print the status as one JSON object")
     p.set_defaults(handler=_cmd_status)
@@ -260,6 +258,12 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
 def _phase_text(row: dict[str, Any]) -> str:
     """``rebuilding 120,000/300,000 at 95,000 ev/s, eta 2 s`` (or ``catching-up ...``)."""
     progress = row.get("progress") or {}
+    if row["phase"] == "awaiting-cutover":
+        return (
+            f"awaiting-cutover at {progress.get('through', 0):,} (built; version "
+            f"{row.get('serving_version')} serves; `streamkit processor cutover "
+            f"{row['slug']}` switches)"
+        )
     text = f"{row['phase']} {progress.get('through', 0):,}/{progress.get('target', 0):,}"
     rate = progress.get("events_per_second")
     if rate:
@@ -289,10 +293,7 @@ def add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "live from the running host, else from its checkpoint in the database.",
     )
     p.add_argument("slug", help="the processor's contract slug")
-    p.add_argument(
-        "--db",
-        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
-    )
+    add_db_flag(p)
     p.add_argument("--path", help="the stream path, if the host runs the slug on several")
     add_socket_flag(p)
     p.add_argument(
@@ -400,10 +401,7 @@ def add_skip(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "to the database for the next host to apply.",
     )
     p.add_argument("slug", help="the processor's contract slug")
-    p.add_argument(
-        "--db",
-        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
-    )
+    add_db_flag(p)
     p.add_argument("--offset", type=positive_int, required=True, help="the event to skip")
     p.add_argument("--path", help="the stream path (default: the host's; / without a host)")
     p.add_argument("--by", help="who decided (default: user@hostname)")

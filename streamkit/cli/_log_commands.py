@@ -21,6 +21,7 @@ from streamkit.cli._args import (
     positive_seconds,
 )
 from streamkit.cli._common import (
+    add_db_flag,
     add_socket_flag,
     cwd_importable,
     emit,
@@ -186,10 +187,7 @@ def add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "offset, created_at (UTC), type, payload. With --follow, keep printing new events as "
         "they are committed (by any process) until interrupted.",
     )
-    p.add_argument(
-        "--db",
-        help="the log (must exist): a SQLite file or a postgresql:// URL; default: the db of ./streamkit.toml",
-    )
+    add_db_flag(p)
     p.add_argument("--path", default="/", help="the stream path (default: /)")
     p.add_argument(
         "--after", type=non_negative_int, default=0, help="start after this offset (default: 0)"

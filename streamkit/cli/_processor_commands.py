@@ -1,11 +1,16 @@
-"""``streamkit processor versions`` and ``streamkit processor rollback``: a processor's versions.
+"""``streamkit processor versions``, ``cutover`` and ``rollback``: a processor's versions.
 
 Checkpoints are kept per contract version, one serving (see
-:mod:`streamkit.checkpoint`). ``versions`` lists them from the database;
-``rollback`` lifts the retirement of a version a cutover replaced, so that
-hosts running its code build it from its kept checkpoint up to the serving
-cursor and cut back over (the same fenced cutover as any). Both work on the
-database directly, whether or not a host runs.
+:mod:`streamkit.checkpoint`). ``versions`` lists them from the database,
+side by side with what the running hosts count for each (malformed
+payloads, failures) and how the built version's state differs from the
+serving one's; ``cutover`` asks the host that built a version in the shadow
+(a manual cutover) to cut it over now; ``rollback`` lifts the retirement
+of a version a cutover replaced, so that hosts running its code build it
+from its kept checkpoint up to the serving cursor and cut back over (the
+same fenced cutover as any). ``versions`` and ``rollback`` work on the
+database directly, whether or not a host runs; ``cutover`` needs the host
+that holds the built version.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from typing import Any, TextIO
 
 from streamkit.backends import host_store
 from streamkit.checkpoint import ReduceCheckpoint, check_rollback
-from streamkit.cli._args import existing_log
+from streamkit.cli._args import existing_log, live_host_sockets
+from streamkit.cli._common import add_db_flag, add_socket_flag, served
+from streamkit.control import request_sync
+from streamkit.errors import InvalidRequest
 
 __all__ = ["add_processor"]
 
@@ -37,15 +45,19 @@ def add_processor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="list a processor's versions: which serves, each cursor, which are retired",
         description="One line per contract version with a checkpoint: serving, building (in "
         "the shadow) or retired (replaced by a cutover), its cursor, where it became serving "
-        "and where it was replaced.",
+        "and where it was replaced. With a running host, also what each host counts for the "
+        "version it runs (malformed payloads, reduce failures, failed batches, dropped "
+        "events) and how each version's state differs from the serving one's (a JSON patch): "
+        "what to compare before a manual cutover.",
     )
     versions.add_argument("slug", help="the processor's contract slug")
+    add_db_flag(versions, required=True)
+    add_socket_flag(versions)
     versions.add_argument(
-        "--db",
-        required=True,
-        help="the log (must exist): a SQLite file or a postgresql:// URL",
+        "--json",
+        action="store_true",
+        help="print JSON: the list of rows, or with a running host the whole comparison",
     )
-    versions.add_argument("--json", action="store_true", help="print a JSON list")
     versions.set_defaults(handler=_cmd_versions)
     rollback = verbs.add_parser(
         "rollback",
@@ -57,12 +69,64 @@ def add_processor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     rollback.add_argument("slug", help="the processor's contract slug")
     rollback.add_argument("--to", required=True, metavar="VERSION", help="the version to serve")
-    rollback.add_argument(
-        "--db",
-        required=True,
-        help="the log (must exist): a SQLite file or a postgresql:// URL",
-    )
+    add_db_flag(rollback, required=True)
     rollback.set_defaults(handler=_cmd_rollback)
+    cutover = verbs.add_parser(
+        "cutover",
+        help="cut a version built in the shadow over now (a manual cutover)",
+        description="For a processor whose new version waits for an operator's cutover "
+        '(cutover = "manual"): the host that built it fences the serving version, reduces '
+        "what it served since and makes the new version serving, in the same fenced "
+        "transaction as an automatic cutover. Answers once committed, with the cutover "
+        "offset. Asked while the build still runs, it cuts over as soon as it is built.",
+    )
+    cutover.add_argument("slug", help="the processor's contract slug")
+    add_db_flag(cutover, required=True)
+    cutover.add_argument("--path", help="the stream path (default: the host's)")
+    cutover.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the cutover to commit (default 60)",
+    )
+    add_socket_flag(cutover)
+    cutover.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    cutover.set_defaults(handler=_cmd_cutover)
+
+
+def _cmd_cutover(args: argparse.Namespace, out: TextIO) -> int:
+    refusals: list[InvalidRequest] = []
+    for socket in live_host_sockets(args.db, args.socket):
+        try:
+            done = request_sync(
+                socket,
+                "cutover",
+                timeout=args.timeout + 10.0,
+                slug=args.slug,
+                path=args.path,
+                within=args.timeout,
+                db=served(args),
+            )
+        except InvalidRequest as exc:
+            if exc.details.get("reason") != "not_building_here":
+                raise
+            refusals.append(exc)  # another host may hold the built version
+            continue
+        if args.json:
+            out.write(json.dumps(done, separators=(",", ":")) + "\n")
+        else:
+            out.write(
+                f"{args.slug}: version {done['version']} serves from offset {done['offset']} on "
+                f"(version {done['from_version']} is retired; `streamkit processor rollback "
+                f"{args.slug} --to {done['from_version']}` switches back)\n"
+            )
+        return 0
+    raise InvalidRequest(
+        f"processor {args.slug!r}: no running host builds a version of it in the shadow "
+        f"({len(refusals)} host(s) asked); nothing was cut over; `streamkit status` shows "
+        "which host rebuilds it, and whether it waits for a cutover",
+        details={"slug": args.slug, "hosts_asked": len(refusals)},
+    )
 
 
 def _row(checkpoint: ReduceCheckpoint) -> dict[str, Any]:
@@ -77,13 +141,19 @@ def _row(checkpoint: ReduceCheckpoint) -> dict[str, Any]:
 
 
 def _cmd_versions(args: argparse.Namespace, out: TextIO) -> int:
-    async def run() -> list[ReduceCheckpoint]:
-        async with existing_log(args.db, read_only=True) as log:
-            return await host_store(log).checkpoint_versions(args.slug)
+    compared = _compared(args)
+    if compared is not None:
+        rows = compared["versions"]
+    else:
 
-    rows = [_row(checkpoint) for checkpoint in asyncio.run(run())]
+        async def run() -> list[ReduceCheckpoint]:
+            async with existing_log(args.db, read_only=True) as log:
+                return await host_store(log).checkpoint_versions(args.slug)
+
+        rows = [_row(checkpoint) for checkpoint in asyncio.run(run())]
     if args.json:
-        out.write(json.dumps(rows, separators=(",", ":")) + "\n")
+        shown: Any = rows if compared is None else compared
+        out.write(json.dumps(shown, separators=(",", ":")) + "\n")
         return 0
     if not rows:
         out.write(f"{args.slug}: no checkpoint in this log\n")
@@ -94,7 +164,43 @@ def _cmd_versions(args: argparse.Namespace, out: TextIO) -> int:
         if row["retired_at"] is not None:
             line += f"  replaced at offset {row['retired_at']}"
         out.write(line + "\n")
+    if compared is None:
+        return 0
+    out.write("counted by the running hosts:\n")
+    for host in compared["hosts"]:
+        if not host.get("reachable", True):
+            out.write(f"  {host.get('socket')}  unreachable: {host.get('error')}\n")
+            continue
+        counts = "  ".join(f"{name}={host.get(name) or 0}" for name in _SHOWN_COUNTS)
+        out.write(f"  {host['owner']}  v{host['version']}  {host['phase']}  {counts}\n")
+    for row in rows:
+        if "differences" not in row:
+            continue
+        out.write(
+            f"v{row['version']}'s state differs from the serving one's in "
+            f"{row['differences']} place(s)" + (":\n" if row["differences"] else "\n")
+        )
+        for operation in row["patch"]:
+            value = json.dumps(operation.get("value"), separators=(",", ":"))
+            shown_value = "" if operation["op"] == "remove" else f" {value[:120]}"
+            out.write(f"  {operation['op']} {operation['path']}{shown_value}\n")
     return 0
+
+
+_SHOWN_COUNTS = ("malformed_payloads", "reduce_failures", "batch_failures", "events_dropped")
+
+
+def _compared(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The side-by-side view from a running host, or None if no host answers."""
+    for socket in live_host_sockets(args.db, getattr(args, "socket", None)):
+        try:
+            compared: dict[str, Any] = request_sync(
+                socket, "versions", slug=args.slug, db=served(args)
+            )
+        except InvalidRequest:
+            continue  # a host that does not run the processor
+        return compared
+    return None
 
 
 def _cmd_rollback(args: argparse.Namespace, out: TextIO) -> int:

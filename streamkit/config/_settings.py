@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from streamkit._targets import default_socket, is_postgres_target, postgres_target, sqlite_target
-from streamkit.contract import OnMalformed
+from streamkit.contract import CutoverMode, OnMalformed
 from streamkit.control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
@@ -120,7 +120,9 @@ class ProcessorSpec(_Section):
     """One processor to run: its class as ``module:Class``, its stream path and kwargs.
 
     ``on_malformed`` (``"skip"`` or ``"stall"``), when set, overrides the
-    contract's choice for a stored payload that does not validate.
+    contract's choice for a stored payload that does not validate;
+    ``cutover`` (``"auto"`` or ``"manual"``) the contract's choice of when a
+    new version built in the shadow takes over.
     """
 
     # "class" is a keyword in Python, so the field is class_path and the file's
@@ -135,6 +137,7 @@ class ProcessorSpec(_Section):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     name: str | None = Field(default=None, min_length=1)
     on_malformed: OnMalformed | None = None
+    cutover: CutoverMode | None = None
 
     @field_validator("class_path")
     @classmethod

@@ -214,6 +214,16 @@ class Checkpointer(Generic[S]):
         )
         return 0 if serving is None else serving.reduced_through_offset
 
+    async def serving_cursor(self) -> int:
+        """The serving version's cursor now (a shadow waiting for a manual cutover follows it).
+
+        CutoverRaced if the version this one replaces serves no more.
+        """
+        serving = await self._storage.load(self._slug)
+        through = MAX_OFFSET if serving is None else serving.reduced_through_offset
+        check_cutover(self._slug, self._version, through, serving, self._replacing)
+        return 0 if serving is None else serving.reduced_through_offset
+
     async def cut_over(self, cursor: int, state: S) -> None:
         """Make this version the serving one at ``cursor`` with ``state`` (the end of a rebuild)."""
         await self._storage.cut_over(

@@ -51,10 +51,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
-from streamkit.contract import OnMalformed, ProcessorContract
+from streamkit.contract import CutoverMode, OnMalformed, ProcessorContract
 from streamkit.engine._batch import BatchInfo, BatchRunner
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
+from streamkit.engine._cutover_gate import FOLLOW_EVERY, CutoverGate
 from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
 from streamkit.engine._live import LiveProjection
@@ -64,8 +65,10 @@ from streamkit.engine._statistics import EngineStatistics
 from streamkit.engine._strays import Strays
 from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import (
+    CutoverRaced,
     InvalidContract,
     InvalidRequest,
+    ProcessorTimeout,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
@@ -119,7 +122,9 @@ class ProcessorEngine(Generic[S]):
     ``True``.
 
     ``on_malformed`` (``"skip"`` or ``"stall"``) overrides the contract's
-    choice for a stored payload that does not validate (the host's config).
+    choice for a stored payload that does not validate (the host's config);
+    ``cutover`` (``"auto"`` or ``"manual"``) the contract's choice of when a
+    version built in the shadow takes over (see :meth:`cut_over`).
 
     The checkpoint is loaded by the first piece of work on the chain, so
     building an engine does no I/O. Everything runs on the event loop of its
@@ -139,6 +144,7 @@ class ProcessorEngine(Generic[S]):
         clients_first: Callable[[], bool] | None = None,
         publish_live: bool | Callable[[], bool] = True,
         on_malformed: OnMalformed | None = None,
+        cutover: CutoverMode | None = None,
     ) -> None:
         contract: ProcessorContract[S] | None = getattr(processor, "contract", None)
         if not isinstance(contract, ProcessorContract):
@@ -170,6 +176,7 @@ class ProcessorEngine(Generic[S]):
         self._stale_through: int | None = None
         self._rebuild: Rebuild | None = None
         """The version re-reduce under way, if one is (what ``statistics()`` shows of it)."""
+        self._gate = CutoverGate(cutover or contract.cutover)
         # The offset whose delivery is under way, and the one a failed batch stopped at.
         self._delivering: int | None = None
         self._failed_at: int | None = None
@@ -466,18 +473,20 @@ class ProcessorEngine(Generic[S]):
 
         Reduce only, from where the shadow's own checkpoint left it; its row
         is written every :data:`~._rebuild.CHECKPOINT_EVERY` seconds, so a
-        crash resumes there. At the serving cursor read at start, the serving
-        version is fenced (it moves no more), the events it served since are
-        reduced too, and the cutover is made at its final cursor: every event
-        has its effects under exactly one version. Never past that cursor: a
-        push queued behind this work would otherwise look stale and lose its
-        effects.
+        crash resumes there. At the serving cursor read at start (with a
+        manual cutover: once an operator asked, following the serving cursor
+        until then), the serving version is fenced (it moves no more), the
+        events it served since are reduced too, and the cutover is made at its
+        final cursor: every event has its effects under exactly one version.
+        Never past that cursor: a push queued behind this work would otherwise
+        look stale and lose its effects.
         """
         target = self._stale_through
         if target is None:
             return
         rebuild = self._rebuild = Rebuild(self._slug, self._version, target, self._cursor)
         checkpoints = self._checkpoints
+        gate = self._gate
 
         async def save(through: int, state: S) -> None:
             if rebuild.checkpoint_due():
@@ -488,6 +497,11 @@ class ProcessorEngine(Generic[S]):
             state, folded = await self._pages.replay(
                 self._state, self._cursor, target, PAGE_SIZE, rebuild.advanced, save
             )
+            if gate.manual:
+                state, target, more = await self._follow_serving(rebuild, state, target, save)
+                folded += more
+                if not gate.asked:
+                    return  # stopping or handing off: the shadow's row is written
             # The serving version moves no more from here: reduce what it served since.
             final = await checkpoints.fence_serving()
             if final > target:
@@ -496,19 +510,74 @@ class ProcessorEngine(Generic[S]):
                     state, reached, target, PAGE_SIZE, rebuild.advanced
                 )
                 folded += more
-            self._events_reduced += folded
             await checkpoints.cut_over(target, state)
-        except BaseException:
+        except BaseException as exc:
             # The next work restores again: the serving row, and this version's own row
             # where its rebuild resumes, may have moved meanwhile.
             self._loaded = False
+            gate.failed(self._cutover_error(exc))
             raise
         finally:
             self._rebuild = None
+        self._events_reduced += folded
         rebuild.done()
+        gate.done(target)
         self._stale_through = None
         self._advance(target, state)
         self._live.publish(state)
+
+    async def _follow_serving(
+        self,
+        rebuild: Rebuild,
+        state: S,
+        target: int,
+        save: Callable[[int, S], Awaitable[None]],
+    ) -> tuple[S, int, int]:
+        """Hold at the serving cursor until an operator asks for the cutover (manual mode).
+
+        Every :data:`~._cutover_gate.FOLLOW_EVERY` seconds the serving cursor
+        is read again and the events it moved past are reduced (so the
+        cutover, when asked for, has a batch or two left to do), and the
+        shadow's row is written when due. Returns the state and where it is
+        reduced through once asked, or when the engine is stopping or handing
+        off (then with the shadow's row written there, for the next holder),
+        with the number of events folded meanwhile. CutoverRaced if another
+        version serves meanwhile.
+        """
+        gate = self._gate
+        gate.waiting = True
+        rebuild.wait_for_cutover()
+        # Built: its row now, so the comparison shows its state at once and a crash
+        # resumes here.
+        await self._checkpoints.write_state(target, state)
+        self._state, self._cursor = state, target
+        folded = 0
+        while not await gate.asked_within(FOLLOW_EVERY):
+            if self._yielding:
+                await self._checkpoints.write_state(target, state)
+                self._state, self._cursor = state, target
+                break
+            serving = await self._checkpoints.serving_cursor()
+            if serving > target:
+                reached, rebuild.target, target = target, serving, serving
+                state, more = await self._pages.replay(
+                    state, reached, target, PAGE_SIZE, rebuild.advanced, save
+                )
+                folded += more
+        return state, target, folded
+
+    def _cutover_error(self, exc: BaseException) -> StreamkitError:
+        """What an operator who asked for the cutover is told when the attempt ended without it."""
+        if isinstance(exc, StreamkitError):
+            return exc
+        if self._latched is not None:
+            return self._latched
+        return CutoverRaced(
+            f"the build of version {self._version} of {self._slug!r} stopped before its "
+            f"cutover ({type(exc).__name__}); nothing was cut over; it resumes from its "
+            "checkpoint: ask again once it waits for the cutover",
+            details={"slug": self._slug, "version": self._version},
+        )
 
     async def _write_state_now(self) -> None:
         """Write a deferred state at the cursor (a clean close): a restart then replays nothing."""
@@ -712,6 +781,47 @@ class ProcessorEngine(Generic[S]):
     def latched_error(self) -> StreamkitError | None:
         """The non-retryable refusal every later call fails with, if one was latched."""
         return self._latched
+
+    async def cut_over(self, timeout: float | None = 60.0) -> int:  # noqa: ASYNC109
+        """Cut this version, built in the shadow, over now; the cutover offset once committed.
+
+        For a manual cutover (the contract's or the config's ``cutover =
+        "manual"``): built up to the serving cursor, the version holds there,
+        following the serving version, until this is called. Asked during
+        the build, it cuts over as soon as the build is done. The cutover is
+        the automatic one's: fenced, one transaction. Raises
+        :class:`~streamkit.errors.InvalidRequest` when the cutover is
+        automatic or this version serves already, the attempt's error if it
+        ended without a cutover (ask again), and
+        :class:`~streamkit.errors.ProcessorTimeout` after ``timeout`` seconds
+        (the cutover may still happen).
+        """
+        self._raise_if_latched()
+        if not self._gate.manual:
+            raise InvalidRequest(
+                f"processor {self._slug!r} version {self._version}: its cutover is automatic "
+                '(as soon as it is caught up); nothing was done; set cutover = "manual" to '
+                "decide it",
+                details={"slug": self._slug, "version": self._version, "reason": "automatic"},
+            )
+        if self._loaded and self._stale_through is None:
+            raise InvalidRequest(
+                f"processor {self._slug!r} version {self._version} serves already; nothing "
+                "was cut over",
+                details={"slug": self._slug, "version": self._version, "reason": "serving"},
+            )
+        asked = self._gate.ask()
+        if not self._loaded:
+            self.catch_up_from_log()  # the build starts (if no work did yet) and sees the ask
+        try:
+            return await asyncio.wait_for(asyncio.shield(asked), timeout)
+        except TimeoutError:
+            raise ProcessorTimeout(
+                f"processor {self._slug!r} version {self._version}: the cutover did not "
+                f"commit within {timeout} s (the build is still under way?); it still "
+                "happens once the build is done; watch `status`",
+                details={"slug": self._slug, "version": self._version, "timeout": timeout},
+            ) from None
 
     def in_shadow(self) -> bool:
         """Whether this version still builds in the shadow (another version serves meanwhile).

@@ -47,6 +47,8 @@ class Rebuild:
         self.start = start
         self.through = start
         self.events = 0
+        self.waiting = False
+        """Built, and holding at the serving cursor for an operator's cutover (manual mode)."""
         self._started = time.monotonic()
         self._logged = self._started
         self._saved = self._started
@@ -71,11 +73,24 @@ class Rebuild:
             self._logged = now
             _log.info("processor.rebuild.progress", slug=self.slug, **self.snapshot(now))
 
+    def wait_for_cutover(self) -> None:
+        """Built up to the serving cursor: it follows it now until an operator cuts over."""
+        self.waiting = True
+        _log.info(
+            "processor.cutover.waiting",
+            slug=self.slug,
+            version=self.version,
+            through=self.through,
+            detail="built in the shadow; it follows the serving version until an operator "
+            "runs `streamkit processor cutover`",
+        )
+
     def done(self) -> None:
         _log.info("processor.rebuild.done", slug=self.slug, **self.snapshot())
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
-        """``{version, start, through, target, events, seconds, events_per_second, eta_seconds}``."""
+        """``{version, start, through, target, events, seconds, events_per_second, eta_seconds,
+        awaiting_cutover}``."""
         seconds = (time.monotonic() if now is None else now) - self._started
         rate = self.events / seconds if seconds > 0 else None
         left = self.target - self.through
@@ -88,4 +103,5 @@ class Rebuild:
             "seconds": round(seconds, 3),
             "events_per_second": None if rate is None else round(rate, 1),
             "eta_seconds": round(left / rate, 1) if rate and self.through else None,
+            "awaiting_cutover": self.waiting,
         }

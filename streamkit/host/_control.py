@@ -9,7 +9,11 @@ One-shot ops: ``append`` (``path``, ``events``: durable and ephemeral,
 ``read`` (``path``, ``after``, ``limit``, ``types``), ``status``, ``snapshot``
 (``slug``, ``path``), ``skip`` (``slug``, ``offset``, ``by``, ``reason``,
 ``path``), ``wait`` (``slug``, ``offset``, ``timeout``, ``path``: answers once
-the processor has processed through the offset), ``hello`` (which database the host serves: ``db``, ``owner``,
+the processor has processed through the offset), ``cutover`` (``slug``,
+``path``, ``within``: cut a version this host builds in the shadow over now,
+for a manual cutover; answers once committed), ``versions`` (``slug``,
+``path``: every version's row and state, the differences, each host's
+counts), ``rollback`` (``slug``, ``to``, ``path``), ``hello`` (which database the host serves: ``db``, ``owner``,
 ``pid``), ``http`` (``served``: the HTTP surface's ``url``, ``token`` and
 ``admin`` page address, for the socket's owner). Every op takes an optional ``db``, the database the client means
 (a resolved path): a host serving another database refuses the request.
@@ -75,6 +79,18 @@ class ServedHost(Protocol):
 
     async def status(self) -> dict[str, Any]: ...
 
+    async def versions(self, slug: str, path: str | None = None) -> dict[str, Any]: ...
+
+    async def rollback(self, slug: str, to: str, path: str | None = None) -> dict[str, Any]: ...
+
+    async def cut_over(
+        self,
+        slug: str,
+        path: str | None = None,
+        *,
+        timeout: float = 60.0,  # noqa: ASYNC109 - the engine verb's timeout
+    ) -> dict[str, Any]: ...
+
     def http_access(self) -> list[dict[str, str]]: ...
 
     async def wait_until_processed(
@@ -120,6 +136,15 @@ class SkipArgs(SlugArgs):
     reason: str = Field(default="", max_length=4096)
 
 
+class CutoverArgs(SlugArgs):
+    within: float = Field(default=60.0, gt=0, le=3600, allow_inf_nan=False)
+    """Seconds to wait for the cutover to commit."""
+
+
+class RollbackArgs(SlugArgs):
+    to: str = Field(min_length=1, max_length=256)
+
+
 class WaitArgs(SlugArgs):
     offset: int = Field(ge=0, le=MAX_OFFSET)
     timeout: float = Field(default=10.0, gt=0, le=60, allow_inf_nan=False)
@@ -134,6 +159,13 @@ _OPERATIONS: dict[str, Operation] = {
     "watch": Operation(SlugArgs, streaming=True, description="live state: seed, then deltas"),
     "skip": Operation(SkipArgs, description="move a processor past one event"),
     "wait": Operation(WaitArgs, description="answer once a processor passed an offset"),
+    "versions": Operation(
+        SlugArgs, description="a processor's versions side by side (rows, states, counts)"
+    ),
+    "rollback": Operation(RollbackArgs, description="make a replaced version serve again"),
+    "cutover": Operation(
+        CutoverArgs, description="cut a version built in the shadow over (manual cutover)"
+    ),
     "hello": Operation(HostArgs, description="which database this host serves, and who it is"),
     "http": Operation(HostArgs, description="the HTTP surface's address and token (owner only)"),
 }
@@ -165,11 +197,17 @@ class HostControlHandler:
         if isinstance(args, WaitArgs):
             await host.wait_until_processed(args.slug, args.offset, args.timeout, args.path)
             return {"slug": args.slug, "offset": args.offset}
+        if isinstance(args, CutoverArgs):
+            return await host.cut_over(args.slug, args.path, timeout=args.within)
         if isinstance(args, SkipArgs):
             event = await host.skip(
                 args.slug, args.offset, by=args.by, reason=args.reason, path=args.path
             )
             return event.to_dict()
+        if isinstance(args, RollbackArgs):
+            return await host.rollback(args.slug, args.to, args.path)
+        if op == "versions" and isinstance(args, SlugArgs):
+            return await host.versions(args.slug, args.path)
         if op == "snapshot" and isinstance(args, SlugArgs):
             return await host.snapshot(args.slug, args.path)
         if op == "status":

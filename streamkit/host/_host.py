@@ -69,9 +69,9 @@ import structlog
 
 from streamkit._targets import own_socket, served_name, shown_target
 from streamkit.backends import host_store, open_log
-from streamkit.checkpoint import shown_snapshot
+from streamkit.checkpoint import check_rollback, shown_snapshot
 from streamkit.config import HostConfig, resolve_processors, shared_slug
-from streamkit.contract import OnMalformed
+from streamkit.contract import CutoverMode, OnMalformed
 from streamkit.control import ControlServer, check_private_directory, check_socket_path
 from streamkit.errors import (
     ControlSocketInUse,
@@ -93,6 +93,7 @@ from streamkit.host._runner import ProcessorRunner
 from streamkit.host._schema_check import start_check
 from streamkit.host._signals import StopSignals, exit_past_strays
 from streamkit.host._status import processor_rows
+from streamkit.host._versions import compare_versions
 from streamkit.host._watch_feeds import WatchFeeds
 from streamkit.live_state import LiveSnapshot
 from streamkit.log import Log, read_matching, type_matcher
@@ -136,6 +137,7 @@ class _Entry:
     path: str
     label: str
     on_malformed: OnMalformed | None = None
+    cutover: CutoverMode | None = None
 
 
 class ProcessorHost:
@@ -172,7 +174,11 @@ class ProcessorHost:
         if processors is None:
             for resolved in resolve_processors(config):
                 spec = resolved.spec
-                entries.append(_Entry(resolved.processor, spec.path, spec.label, spec.on_malformed))
+                entries.append(
+                    _Entry(
+                        resolved.processor, spec.path, spec.label, spec.on_malformed, spec.cutover
+                    )
+                )
         else:
             for item in processors:
                 path, processor = item if isinstance(item, tuple) else ("/", item)
@@ -249,6 +255,7 @@ class ProcessorHost:
                         path=entry.path,
                         label=entry.label,
                         on_malformed=entry.on_malformed,
+                        cutover=entry.cutover,
                         log=log,
                         store=store,
                         retry=config.retry,
@@ -641,6 +648,88 @@ class ProcessorHost:
                 yield message
         finally:
             self.unsubscribe(subscription)
+
+    async def cut_over(
+        self,
+        slug: str,
+        path: str | None = None,
+        *,
+        timeout: float = 60.0,  # noqa: ASYNC109 - the verb's own deadline
+    ) -> dict[str, Any]:
+        """Cut the version of ``slug`` this host builds in the shadow over now (manual cutover).
+
+        Answers ``{slug, path, version, from_version, offset}`` once the cutover
+        committed (the same fenced cutover as an automatic one). Refused with
+        :class:`~streamkit.errors.InvalidRequest` (``details.reason``
+        ``not_building_here``) when this host builds no version of it in the
+        shadow: another host may, or its version serves already.
+        """
+        runner = self.runner(slug, path)
+        engine = runner.engine
+        if engine is None or not runner.role.shadow:
+            serving = runner.role.serving_version
+            where = (
+                f"version {runner.version} serves already"
+                if engine is not None
+                else "this host does not hold its shadow lease (another host builds it, or "
+                "none does)"
+            )
+            raise InvalidRequest(
+                f"processor {slug!r}: no version of it is built in the shadow here ({where}); "
+                "nothing was cut over; ask the host whose status shows it rebuilding",
+                details={
+                    "slug": slug,
+                    "path": runner.path,
+                    "reason": "not_building_here",
+                    "serving_version": serving,
+                },
+            )
+        replacing = runner.role.serving_version
+        offset = await engine.cut_over(timeout)
+        return {
+            "slug": slug,
+            "path": runner.path,
+            "version": runner.version,
+            "from_version": replacing,
+            "offset": offset,
+        }
+
+    async def versions(self, slug: str, path: str | None = None) -> dict[str, Any]:
+        """``slug``'s versions side by side: rows, states, differences, each host's counts.
+
+        What to compare before a manual cutover (see :mod:`._versions`).
+        """
+        runner = self.runner(slug, path)
+        status = await self.status()
+        here = next(
+            row
+            for row in status["processors"]
+            if row["slug"] == runner.slug and row["path"] == runner.path
+        )
+        return await compare_versions(
+            self._require_store(),
+            runner,
+            here,
+            db=str(self.config.db),
+            served_db=self.served_db,
+            owner=self.owner,
+        )
+
+    async def rollback(self, slug: str, to: str, path: str | None = None) -> dict[str, Any]:
+        """Lift the retirement of ``slug``'s version ``to`` (``streamkit processor rollback``).
+
+        Hosts running that version's code then build it from its kept row up
+        to the serving cursor and cut back over, fenced. Refused (nothing
+        changed) unless ``to`` is a retired version (see
+        :func:`~streamkit.checkpoint.check_rollback`).
+        """
+        runner = self.runner(slug, path)
+        store = self._require_store()
+        serving, own = await store.version_rows(runner.slug, to)
+        check_rollback(runner.slug, to, serving, own)
+        await store.reinstate(runner.slug, to)
+        assert serving is not None  # a retired version was replaced by a serving one
+        return {"slug": runner.slug, "version": to, "serving_version": serving.reducer_version}
 
     async def skip(
         self, slug: str, offset: int, *, by: str, reason: str, path: str | None = None

@@ -39,7 +39,7 @@ from typing import Any
 import structlog
 
 from streamkit.config import RetrySettings
-from streamkit.contract import OnMalformed
+from streamkit.contract import CutoverMode, OnMalformed
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
 from streamkit.errors import LeaseLost
 from streamkit.events import ScannedRange, StreamEvent
@@ -84,6 +84,7 @@ class ProcessorRunner:
         path: str,
         label: str,
         on_malformed: OnMalformed | None = None,
+        cutover: CutoverMode | None = None,
         log: Log,
         store: HostStore,
         retry: RetrySettings,
@@ -101,6 +102,7 @@ class ProcessorRunner:
         self.path = path
         self.label = label
         self._on_malformed = on_malformed
+        self._cutover = cutover
         self.skipped = skipped
         self.engine: ProcessorEngine[Any] | None = None
         self.held: HeldLease | None = None
@@ -200,6 +202,7 @@ class ProcessorRunner:
             clients_first=None if self._pacer is None else self._pacer.pacing,
             publish_live=self._publish_live,
             on_malformed=self._on_malformed,
+            cutover=self._cutover,
         )
         self.caught_up = False
         # Followed from before the revive's catch-up, so that commits made while it

@@ -112,13 +112,17 @@ def _phase(
     """``(phase, progress)``: where a processor running here is on its way to serving.
 
     ``rebuilding``: a new contract version builds in the shadow up to the
-    serving version's cursor (reduce only) before it cuts over; ``catching-up``: reading the
+    serving version's cursor (reduce only) before it cuts over;
+    ``awaiting-cutover``: built, it follows the serving version until an
+    operator cuts over (a manual cutover); ``catching-up``: reading the
     backlog since its checkpoint after it took the lease; ``serving``: caught
     up, following the log. None while this host does not run it.
     """
     if runner.engine is None:
         return None, None
     if statistics.rebuild is not None:
+        if statistics.rebuild.get("awaiting_cutover"):
+            return "awaiting-cutover", statistics.rebuild
         return "rebuilding", statistics.rebuild
     if runner.caught_up:
         return "serving", None

@@ -128,6 +128,11 @@ def _processor_families(
     dropped = counter(
         "events_dropped", "Events an upcaster dropped: the current code no longer reads their type."
     )
+    awaiting = gauge(
+        "awaiting_cutover",
+        "1 while a version built in the shadow here waits for an operator's cutover "
+        "(streamkit processor cutover); it follows the serving version meanwhile.",
+    )
     serving = gauge(
         "serving",
         "1 while the processor runs here and serves current state (past its catch-up and any "
@@ -186,6 +191,7 @@ def _processor_families(
         phase = row.get("phase")
         if phase is not None:
             serving.add_metric(labels, 1.0 if phase == "serving" else 0.0)
+            awaiting.add_metric(labels, 1.0 if phase == "awaiting-cutover" else 0.0)
         reached = row.get("progress")
         if reached is not None:
             progress.add_metric(labels, float(reached.get("through") or 0))
@@ -215,6 +221,7 @@ def _processor_families(
         malformed_by_type,
         reduce_failures,
         dropped,
+        awaiting,
         serving,
         progress,
         target,

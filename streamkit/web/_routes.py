@@ -345,6 +345,55 @@ class Endpoints:
         event = await self._host.skip(runner.slug, offset, by=by, reason=reason, path=runner.path)
         return JSONResponse({"event": event.to_dict()}, status_code=201)
 
+    async def versions(self, request: Request) -> Response:
+        """``GET /v1/processors/{slug}/versions``: every version side by side (rows, states,
+        differences, each host's counts): what to compare before a manual cutover."""
+        runner = self._runner(request)
+        return JSONResponse(await self._host.versions(runner.slug, runner.path))
+
+    async def cutover(self, request: Request) -> Response:
+        """``POST /v1/processors/{slug}/cutover`` (``{"within": seconds}`` optional): cut the
+        version this host built in the shadow over now; 200 once committed."""
+        runner = self._runner(request)
+        bodiless = request.headers.get("content-length") in (None, "0") and (
+            "content-type" not in request.headers
+        )
+        body = (
+            {}
+            if bodiless
+            else await json_body(
+                request, self._settings.max_request_bytes, self._settings.body_timeout
+            )
+        )
+        within = body.get("within", 60.0) if isinstance(body, dict) else None
+        if (
+            isinstance(within, bool)
+            or not isinstance(within, int | float)
+            or not 0 < within <= 3600
+        ):
+            raise InvalidRequest(
+                'the body must be {} or {"within": seconds (0 to 3600)}; nothing was cut over',
+                details={"got": repr(body)[:100]},
+            )
+        done = await self._host.cut_over(runner.slug, runner.path, timeout=float(within))
+        return JSONResponse(done)
+
+    async def rollback(self, request: Request) -> Response:
+        """``POST /v1/processors/{slug}/rollback`` ``{"to": version}``: make a replaced version
+        serve again (hosts running its code build it and cut back over)."""
+        runner = self._runner(request)
+        body = await json_body(
+            request, self._settings.max_request_bytes, self._settings.body_timeout
+        )
+        to = body.get("to") if isinstance(body, dict) else None
+        if not isinstance(to, str) or not to:
+            raise InvalidRequest(
+                'the body must be {"to": "<version>"}, the retired version to serve again; '
+                "nothing was changed",
+                details={"got": repr(body)[:100]},
+            )
+        return JSONResponse(await self._host.rollback(runner.slug, to, runner.path))
+
     def _runner(self, request: Request) -> ProcessorRunner:
         slug = request.path_params["slug"]
         path = request.query_params.get("path")

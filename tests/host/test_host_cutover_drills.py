@@ -13,6 +13,7 @@ what a replay of every item under version 2 gives.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import signal
 import subprocess
@@ -164,6 +165,114 @@ def test_kill_9_of_either_version_at_random_moments_of_the_build_and_cutover(rig
         producer.wait(timeout=30)
     assert producer.returncode == 0
     check_once_each(rig)
+
+
+def test_a_manual_cutover_waits_for_the_operator_compares_and_cuts_over_once(rig: Rig) -> None:
+    """Version 2 with ``cutover="manual"``: built, it follows version 1 (which keeps serving,
+    effects and all) until `streamkit processor cutover`; `processor versions` shows both
+    side by side first; HTTP answers the same comparison."""
+    prefill(rig.db, 2_000)
+    rig.host("old", "hostprocs:Effector", ttl="1")
+    eventually(lambda: rig.row("old", "effector")["phase"] == "serving", 60)
+    producer, stop = producing(rig)
+    try:
+        new = rig.host("new", "hostprocs:ManualEffectorV2", ttl="1")
+        eventually(lambda: rig.row("new", "effector")["phase"] == "awaiting-cutover", 60)
+        waiting = rig.row("new", "effector")["progress"]["through"]
+        # Version 1 goes on serving; the built version follows it, and waits.
+        eventually(lambda: rig.row("new", "effector")["progress"]["through"] > waiting, 30)
+        assert (serving(rig.db) or ("1", 0))[0] == "1"
+        assert rig.row("old", "effector")["phase"] == "serving"
+        status = rig.cli("status", "--db", rig.db, "--socket", rig.socket("new")).stdout
+        assert "awaiting-cutover at" in status
+        assert "`streamkit processor cutover effector` switches" in status
+
+        shown = rig.cli("processor", "versions", "effector", "--db", rig.db).stdout
+        assert shown.splitlines()[0].startswith("effector  v1  serving  cursor=")
+        assert "effector  v2  building  cursor=" in shown
+        assert "counted by the running hosts:" in shown
+        assert " v1  serving  malformed_payloads=0" in shown
+        assert " v2  awaiting-cutover  malformed_payloads=0" in shown
+        assert "v2's state differs from the serving one's in " in shown
+        assert "  replace /total " in shown
+
+        done = rig.cli("processor", "cutover", "effector", "--db", rig.db, "--json").stdout
+        outcome = json.loads(done)
+        assert (outcome["version"], outcome["from_version"]) == ("2", "1")
+        assert (serving(rig.db) or ("", 0))[0] == "2"
+        eventually(lambda: rig.row("old", "effector").get("state") == "retired", 30)
+        again = rig.cli("processor", "cutover", "effector", "--db", rig.db, check=False)
+        assert again.returncode != 0
+        assert "no running host builds a version of it in the shadow" in again.stderr
+    finally:
+        stop.touch()
+        producer.wait(timeout=30)
+    assert producer.returncode == 0
+    new.send_signal(signal.SIGTERM)
+    assert new.wait(timeout=30) == 0
+    check_once_each(rig)
+
+
+def test_a_rollback_with_real_daemons_serves_version_1_again_and_repeats_no_effect(
+    rig: Rig,
+) -> None:
+    """After a cutover to 2 under load, `processor rollback --to 1`: the daemon still running
+    version 1 builds it from its kept row and cuts back; every item has exactly one effect,
+    by the version serving its offset (or, right after a cutover, by the replaced version's
+    last batch), and version 1's state is a replay's."""
+    prefill(rig.db, 2_000)
+    old = rig.host("old", "hostprocs:Effector", ttl="1")
+    eventually(lambda: rig.row("old", "effector")["phase"] == "serving", 60)
+    producer, stop = producing(rig)
+    try:
+        new = rig.host("new", "hostprocs:EffectorV2", ttl="1")
+        eventually(lambda: (serving(rig.db) or ("1", 0))[0] == "2", 60)
+        eventually(lambda: rig.row("old", "effector").get("state") == "retired", 30)
+        time.sleep(0.5)  # version 2 serves a while, effects and all
+        rig.cli("processor", "rollback", "effector", "--to", "1", "--db", rig.db)
+        eventually(lambda: (serving(rig.db) or ("2", 0))[0] == "1", 60)
+        eventually(lambda: rig.row("new", "effector").get("state") == "retired", 30)
+        time.sleep(0.5)  # and version 1 again
+    finally:
+        stop.touch()
+        producer.wait(timeout=30)
+    assert producer.returncode == 0
+    items = [e for e in read_all(rig.db) if e.type == "item"]
+    eventually(lambda: (rig.row("old", "effector")["cursor"] or 0) >= items[-1].offset, 60)
+    time.sleep(0.3)  # the effects of the last batch land
+    for host in (new, old):
+        host.send_signal(signal.SIGTERM)
+        assert host.wait(timeout=30) == 0
+    events = read_all(rig.db)
+    cutovers = [e.payload for e in events if e.type == "streamkit.cutover"]
+    assert [(c["from_version"], c["to_version"]) for c in cutovers] == [("1", "2"), ("2", "1")]
+    first, back = cutovers[0]["offset"], cutovers[1]["offset"]
+    effects = [e.payload for e in events if e.type == "effect"]
+    by_source = {effect["source"]: effect["version"] for effect in effects}
+    acting = [e.offset for e in items if not e.payload.get("quiet")]
+    assert len(effects) == len(by_source)  # none twice
+    assert sorted(by_source) == acting  # none missing
+    assert first < back
+    expected = {o: "1" if o <= first or o > back else "2" for o in acting}
+    for start, end, replaced in ((first, back, "1"), (back, acting[-1], "2")):
+        # The one window every handover has (docs/rebuilds.md): the replaced
+        # version's last batch appended its effects before the fence and lost
+        # its checkpoint; the keyed effects stand, once each. Such effects are
+        # a run right after the cutover offset, never later.
+        after = [o for o in acting if start < o <= end]
+        early = [o for o in after if by_source[o] != expected[o]]
+        assert all(by_source[o] == replaced for o in early)
+        assert early == after[: len(early)]
+    assert all(by_source[o] == "1" for o in acting if o <= first)
+
+    async def state() -> Any:
+        async with open_log(rig.db) as log:
+            return (await host_store(log).stored_snapshot("effector"))["state"]
+
+    assert asyncio.run(state()) == {
+        "total": sum(e.payload["n"] for e in items),
+        "items": len(items),
+    }
 
 
 def test_sigstop_of_the_serving_version_across_the_cutover(rig: Rig) -> None:

@@ -407,3 +407,17 @@ class EffectorV2(Effector):
         consumes=["item"],
         emits=["effect"],
     )
+
+
+class ManualEffectorV2(EffectorV2):
+    """:class:`EffectorV2` with a manual cutover: built, it waits for an operator."""
+
+    contract = define_processor_contract(
+        slug="effector",
+        version="2",
+        description="sums items times ten, one effect per item",
+        state_schema=Sums,
+        consumes=["item"],
+        emits=["effect"],
+        cutover="manual",
+    )

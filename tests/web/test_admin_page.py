@@ -317,3 +317,58 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-task="t-9"]'))
     if os.environ.get("STREAMKIT_UPDATE_SCREENSHOT"):
         shutil.copy(tmp_path / "admin-page.png", ROOT / "docs" / "admin-page.png")
+
+
+def test_the_admin_page_compares_versions_and_cuts_over_by_hand(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    """A version built with a manual cutover: the page shows it awaiting, compares both
+    versions side by side, and its "cut over" button makes it serve."""
+    shutil.copy(ROOT / "tests" / "support" / "host.py", tmp_path / "hostprocs.py")
+    db = tmp_path / "cut.db"
+    rig = DaemonRig(tmp_path, socket_prefix="skc", tmp_on_pythonpath=True)
+    try:
+        common = ("--db", str(db), "--lease-ttl", "1")
+        rig.start_host("old", *common, "--processor", "hostprocs:Effector")
+        for _ in range(3):
+            append(db, {"type": "item", "payload": {"n": 2}})
+        port = free_port()
+        rig.start_host(
+            "new",
+            *common,
+            "--processor",
+            "hostprocs:ManualEffectorV2",
+            "--http",
+            f"127.0.0.1:{port}",
+        )
+        base = f"http://127.0.0.1:{port}"
+        wait_for_http(base)
+        admin = [sys.executable, "-m", "streamkit", "admin", "--db", str(db)]
+        token = subprocess.run(
+            [*admin, "--socket", rig.socket("new"), "--token"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout.strip()
+        browser.get(f"{base}/#token={token}")
+        wait = WebDriverWait(browser, 20, ignored_exceptions=STALE)
+        row = 'tr[data-slug="effector"]'
+        wait.until(lambda d: "awaiting-cutover" in text_of(d, row))
+        browser.execute_script("window.confirm = () => true")
+
+        click(browser, f"{row} button:nth-of-type(1)")  # compare versions
+        wait.until(lambda d: "v1  serving" in text_of(d, "#versions"))
+        shown = text_of(browser, "#versions")
+        assert "v2  building" in shown
+        assert "difference(s) from the serving state" in shown
+        assert "replace /total" in shown
+        assert "counted by the running hosts:" in shown
+        assert "v2  awaiting-cutover  malformed 0" in shown
+
+        click(browser, f"{row} button:nth-of-type(2)")  # cut over
+        wait.until(lambda d: "version 2 serves from offset" in text_of(d, "#versions"))
+        wait.until(lambda d: "awaiting-cutover" not in text_of(d, row))
+        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, f"{row} button"))
+    finally:
+        rig.close()

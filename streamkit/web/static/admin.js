@@ -283,6 +283,46 @@ function problemOf(p) {
   return notes;
 }
 
+// A processor's versions side by side (before a manual cutover), and the version verbs.
+function showDetail(title, text) {
+  document.getElementById("versions-detail").hidden = false;
+  document.getElementById("versions-title").textContent = title;
+  document.getElementById("versions").textContent = text;
+}
+
+async function showVersions(p, path) {
+  try {
+    const shown = await api(path);
+    const lines = [];
+    for (const v of shown.versions) {
+      let line = "v" + v.version + "  " + v.role + "  cursor " + v.cursor;
+      if (v.differences !== undefined) line += "  (" + v.differences + " difference(s) from the serving state)";
+      lines.push(line);
+      lines.push("  state " + JSON.stringify(v.state));
+      for (const op of v.patch || []) lines.push("  " + op.op + " " + op.path + (op.op === "remove" ? "" : " " + JSON.stringify(op.value)));
+    }
+    lines.push("counted by the running hosts:");
+    for (const h of shown.hosts) {
+      if (h.reachable === false) { lines.push("  " + h.socket + "  unreachable: " + h.error); continue; }
+      lines.push("  " + ownerLabel(h.owner) + "  v" + h.version + "  " + h.phase + "  malformed " + (h.malformed_payloads || 0) +
+        ", reduce failures " + (h.reduce_failures || 0) + ", failed batches " + (h.batch_failures || 0) + ", dropped " + (h.events_dropped || 0));
+    }
+    showDetail("Versions of " + p.slug + " (v" + shown.serving_version + " serves)", lines.join("\n"));
+  } catch (error) {
+    showDetail("Versions of " + p.slug, "refused: " + (error.message || error));
+  }
+}
+
+async function versionAction(p, question, path, body, said) {
+  if (!window.confirm(question)) return;
+  try {
+    const done = await api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+    showDetail(p.slug, said(done));
+  } catch (error) {
+    showDetail(p.slug, "refused: " + (error.message || error));
+  }
+}
+
 function renderProcessors(status) {
   const host = status.host || {};
   const uptime = host.uptime === null || host.uptime === undefined ? "" : ", up " + ago(host.uptime).replace(" ago", "");
@@ -326,6 +366,23 @@ function renderProcessors(status) {
           body: JSON.stringify({ offset: p.stalled_at, reason, by: "admin page" }),
         });
       }));
+    }
+    const where = "/v1/processors/" + encodeURIComponent(p.slug);
+    const query = "?path=" + encodeURIComponent(p.path);
+    if (p.phase === "awaiting-cutover") {
+      actions.append(button("compare versions", () => showVersions(p, where + "/versions" + query)));
+      actions.append(button("cut over", () => versionAction(
+        p, "Cut " + p.slug + " over to version " + p.version + " now? Version " + p.serving_version + " is retired (a rollback brings it back).",
+        where + "/cutover" + query, {},
+        (done) => "version " + done.version + " serves from offset " + done.offset + " on; version " + done.from_version + " is retired",
+      )));
+    }
+    if (p.state === "retired") {
+      actions.append(button("roll back to v" + p.version, () => versionAction(
+        p, "Make version " + p.version + " of " + p.slug + " serve again? Hosts running its code build it from its kept checkpoint and cut back over.",
+        where + "/rollback" + query, { to: p.version },
+        (done) => "version " + done.version + " is reinstated: it builds and cuts over; version " + done.serving_version + " serves until then",
+      )));
     }
     tr.append(actions);
     return tr;
