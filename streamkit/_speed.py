@@ -6,8 +6,9 @@ dataclass's ``__init__``, the C JSON scanner, typed catch-up pages,
 pages shared between readers, commits run inline on the loop and the
 writes held to ride them, the tasks processor's joint appends, the
 live-state forms walked instead of re-serialized, the engine's read ahead
-of a checkpoint, the SSE seed cache, the SQLite group without savepoints
-and the one-statement PostgreSQL append. docs/performance.md lists each
+of a checkpoint, the SSE seed cache, the SQLite group without savepoints,
+the one-statement PostgreSQL append and the daemon's start-up heap frozen
+out of the collector's full passes. docs/performance.md lists each
 with what it buys; CI runs the contract suites and the engine's property
 tests with the switch off as well as on.
 

@@ -32,6 +32,7 @@ from streamkit.cli._common import (
     served,
     socket_of,
 )
+from streamkit.cli._heap import freeze_start_up_heap
 from streamkit.config import HostConfig, add_host_arguments, config_from_namespace, find_config
 from streamkit.control import ControlClient, request_sync
 from streamkit.errors import (
@@ -78,6 +79,7 @@ def _cmd_host(args: argparse.Namespace, out: TextIO) -> int:
     # refused configuration leaves no trace but its error line.
     host = ProcessorHost(config, services=_services(config))
     configure_logging(config.resolved_log_format())
+    freeze_start_up_heap()
     asyncio.run(host.run())
     return 0
 
@@ -271,6 +273,9 @@ def _phase_text(row: dict[str, Any]) -> str:
     eta = progress.get("eta_seconds")
     if eta is not None:
         text += f", eta {eta:g} s"
+    gave_way = progress.get("gave_way_seconds")
+    if gave_way:
+        text += f", gave way {gave_way:g} s to serving work"
     serving = row.get("serving_version")
     if row["phase"] == "rebuilding" and serving not in (None, row.get("version")):
         text += f" (version {serving} serves meanwhile)"

@@ -295,6 +295,8 @@ class HostConfig(_Section):
     """When batches publish live-state deltas: while a client watches (no cost otherwise), or always."""
     processor_share: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)
     """While clients append, the most of the time the processors' batches take (1: no pacing)."""
+    rebuild_share: float = Field(default=0.25, gt=0, le=1, allow_inf_nan=False)
+    """While serving processors work, the most of the time a rebuild in the shadow takes."""
     socket: Path | None = Field(default=None, validate_default=True)
     """The control socket; ``None`` means ``<db>.sock`` (see :attr:`socket_path`)."""
     shared_socket_dir: bool = False

@@ -125,6 +125,9 @@ class ProcessorEngine(Generic[S]):
     choice for a stored payload that does not validate (the host's config);
     ``cutover`` (``"auto"`` or ``"manual"``) the contract's choice of when a
     version built in the shadow takes over (see :meth:`cut_over`).
+    ``give_way(seconds)`` is awaited between the pages of such a build,
+    with how long the last page took: the host's serving processors go
+    first (``streamkit.host``'s foreground); it returns the seconds it waited.
 
     The checkpoint is loaded by the first piece of work on the chain, so
     building an engine does no I/O. Everything runs on the event loop of its
@@ -145,6 +148,7 @@ class ProcessorEngine(Generic[S]):
         publish_live: bool | Callable[[], bool] = True,
         on_malformed: OnMalformed | None = None,
         cutover: CutoverMode | None = None,
+        give_way: Callable[[float], Awaitable[float]] | None = None,
     ) -> None:
         contract: ProcessorContract[S] | None = getattr(processor, "contract", None)
         if not isinstance(contract, ProcessorContract):
@@ -177,6 +181,7 @@ class ProcessorEngine(Generic[S]):
         self._rebuild: Rebuild | None = None
         """The version re-reduce under way, if one is (what ``statistics()`` shows of it)."""
         self._gate = CutoverGate(cutover or contract.cutover)
+        self._give_way = give_way
         # The offset whose delivery is under way, and the one a failed batch stopped at.
         self._delivering: int | None = None
         self._failed_at: int | None = None
@@ -484,7 +489,9 @@ class ProcessorEngine(Generic[S]):
         target = self._stale_through
         if target is None:
             return
-        rebuild = self._rebuild = Rebuild(self._slug, self._version, target, self._cursor)
+        rebuild = self._rebuild = Rebuild(
+            self._slug, self._version, target, self._cursor, self._give_way
+        )
         checkpoints = self._checkpoints
         gate = self._gate
 
@@ -495,7 +502,13 @@ class ProcessorEngine(Generic[S]):
 
         try:
             state, folded = await self._pages.replay(
-                self._state, self._cursor, target, PAGE_SIZE, rebuild.advanced, save
+                self._state,
+                self._cursor,
+                target,
+                PAGE_SIZE,
+                rebuild.advanced,
+                save,
+                turns=rebuild.turns,
             )
             if gate.manual:
                 state, target, more = await self._follow_serving(rebuild, state, target, save)
@@ -561,7 +574,7 @@ class ProcessorEngine(Generic[S]):
             if serving > target:
                 reached, rebuild.target, target = target, serving, serving
                 state, more = await self._pages.replay(
-                    state, reached, target, PAGE_SIZE, rebuild.advanced, save
+                    state, reached, target, PAGE_SIZE, rebuild.advanced, save, rebuild.turns
                 )
                 folded += more
         return state, target, folded

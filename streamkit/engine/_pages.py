@@ -16,13 +16,19 @@ processed (their effects ran).
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import time
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.engine._fold import Fold
 from streamkit.events import ReadPage
 from streamkit.protocols import ProcessorStream
+
+if TYPE_CHECKING:
+    from streamkit.engine._turns import Turns
 
 __all__ = ["MAX_CATCH_UP_PAGE", "PAGE_SIZE", "PageReader"]
 
@@ -69,11 +75,16 @@ class PageReader(Generic[S]):
         page_size: int,
         on_page: Callable[[int, int], None] | None = None,
         save: Callable[[int, S], Awaitable[None]] | None = None,
+        turns: Turns | None = None,
     ) -> tuple[S, int]:
         """``state`` with the durable events of ``(after, through]`` folded in, and how many.
 
         ``on_page(position, folded)`` is told after each page how far it came,
         then ``save(position, state)`` is awaited (it may checkpoint the state).
+        With ``turns`` (a rebuild), the reads and folds are sized by them and
+        a turn ends after each read and each slice (``page_size`` is then
+        unused); without, a page is ``page_size`` events folded at once
+        (paced as a catch-up's), and the loop gets one turn after it.
 
         Reduce only: no effects run. Stops early where the log holds nothing
         more below ``through``. Raises what the log's read raises, and
@@ -84,9 +95,17 @@ class PageReader(Generic[S]):
         position = after
         folded = 0
         while position < through:
-            page = await self.read(position, page_size)
-            below = [event for event in page.events if event.offset <= through]
-            state, count = await self._fold.fold_paced(below, state)
+            if turns is None:
+                page = await self.read(position, page_size)
+                below = [event for event in page.events if event.offset <= through]
+                state, count = await self._fold.fold_paced(below, state)
+            else:
+                held, began = time.thread_time(), time.perf_counter()
+                page = await self.read(position, turns.read_events())
+                took = time.perf_counter() - began
+                turns.read(len(page.events), time.thread_time() - held, took)
+                await turns.turn()
+                state, count = await self._fold_in_turns(page, through, state, turns)
             folded += count
             # A replay that stopped short must not pass for one that reached `through`.
             self._fold.raise_if_stopped()
@@ -97,4 +116,33 @@ class PageReader(Generic[S]):
                 on_page(position, folded)
             if save is not None:
                 await save(position, state)
+            if turns is None:
+                # A read of a local file may not suspend, nor a fold of a fast reduce:
+                # without a turn here, a replay of millions would hold the loop to its end.
+                await asyncio.sleep(0)
         return state, folded
+
+    async def _fold_in_turns(
+        self, page: ReadPage, through: int, state: S, turns: Turns
+    ) -> tuple[S, int]:
+        """Fold ``page``'s events up to ``through`` in slices the turns size, a turn after each.
+
+        Events of a typed page are built as a slice takes them, so building
+        them is part of the slice it is timed with.
+        """
+        events = iter(page.events)
+        folded = 0
+        while True:
+            began = time.perf_counter()
+            chunk = list(itertools.islice(events, turns.slice_events()))
+            if not chunk:
+                return state, folded
+            past = chunk[-1].offset > through
+            if past:
+                chunk = [event for event in chunk if event.offset <= through]
+            state, count = self._fold.fold_all(chunk, state)
+            turns.folded(len(chunk), time.perf_counter() - began)
+            folded += count
+            await turns.turn()
+            if past or self._fold.stopped is not None:
+                return state, folded

@@ -10,16 +10,22 @@ reached, the events folded and the timing, logs
 ``processor.rebuild.started``, ``processor.rebuild.progress`` every
 :data:`PROGRESS_EVERY` seconds and ``processor.rebuild.done``, says when
 the shadow's row is due to be written (every :data:`CHECKPOINT_EVERY`
-seconds: a crash loses at most that much of the work), and gives the
-snapshot ``statistics()`` carries.
+seconds: a crash loses at most that much of the work), holds the
+:class:`~._turns.Turns` its pages are read and folded in, and gives the
+snapshot ``statistics()`` carries (with how long it gave way to the host's
+serving processors).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
+
+from streamkit.engine._pages import MAX_CATCH_UP_PAGE
+from streamkit.engine._turns import Turns
 
 __all__ = ["CHECKPOINT_EVERY", "PROGRESS_EVERY", "Rebuild"]
 
@@ -40,7 +46,14 @@ _log = structlog.get_logger("streamkit.engine")
 class Rebuild:
     """One rebuild of ``(start, target]`` for a version in the shadow (see the module)."""
 
-    def __init__(self, slug: str, version: str, target: int, start: int = 0) -> None:
+    def __init__(
+        self,
+        slug: str,
+        version: str,
+        target: int,
+        start: int = 0,
+        give_way: Callable[[float], Awaitable[float]] | None = None,
+    ) -> None:
         self.slug = slug
         self.version = version
         self.target = target
@@ -52,6 +65,8 @@ class Rebuild:
         self._started = time.monotonic()
         self._logged = self._started
         self._saved = self._started
+        self.turns = Turns(give_way, most=MAX_CATCH_UP_PAGE)
+        """How it shares the loop with the host's serving processors."""
         _log.info(
             "processor.rebuild.started", slug=slug, version=version, target=target, resumed_at=start
         )
@@ -90,7 +105,7 @@ class Rebuild:
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """``{version, start, through, target, events, seconds, events_per_second, eta_seconds,
-        awaiting_cutover}``."""
+        gave_way_seconds, awaiting_cutover}``."""
         seconds = (time.monotonic() if now is None else now) - self._started
         rate = self.events / seconds if seconds > 0 else None
         left = self.target - self.through
@@ -103,5 +118,6 @@ class Rebuild:
             "seconds": round(seconds, 3),
             "events_per_second": None if rate is None else round(rate, 1),
             "eta_seconds": round(left / rate, 1) if rate and self.through else None,
+            "gave_way_seconds": round(self.turns.waited, 3),
             "awaiting_cutover": self.waiting,
         }

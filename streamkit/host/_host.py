@@ -84,6 +84,7 @@ from streamkit.errors import (
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.host._alarm import Alarm
 from streamkit.host._control import HostControlHandler
+from streamkit.host._foreground import Foreground
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._leasing import HostLeases
 from streamkit.host._live_watch import Subscription, jsonable, watch_messages
@@ -191,6 +192,8 @@ class ProcessorHost:
         self._alarm: Alarm | None = None
         self.pacer: Pacer | None = None
         """The host's clients-first pacer (None before start, or at ``processor_share = 1``)."""
+        self.foreground = Foreground(config.rebuild_share)
+        """What its rebuilds in the shadow give way to (``rebuild_share``)."""
         self._leases: HostLeases | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._watch_feeds = WatchFeeds(self._require_log, config.limits.subscriber_bytes)
@@ -269,6 +272,7 @@ class ProcessorHost:
                             else functools.partial(self._watch_feeds.watching, entry.path, slug)
                         ),
                         pacer=pacer,
+                        foreground=self.foreground,
                     )
                 )
             loop = asyncio.get_running_loop()
@@ -545,7 +549,7 @@ class ProcessorHost:
                 await closer()
 
     async def snapshot(self, slug: str, path: str | None = None) -> dict[str, Any]:
-        """``{offset, state, source}``: live from the engine here, else from the checkpoint.
+        """``{offset, state, version, source}``: live from the engine here, else the checkpoint.
 
         From the engine it also carries ``rev`` and ``live`` (the live-state
         revision and projection), so a watcher can re-seed from it and apply
@@ -574,6 +578,7 @@ class ProcessorHost:
                 "state": jsonable(state),
                 "rev": rev,
                 "live": jsonable(projection),
+                "version": runner.version,
                 "source": "engine",
             }
             # The head after the snapshot: a durable event the engine reduced is below it.
@@ -759,6 +764,7 @@ class ProcessorHost:
                 "socket": None if self.socket_path is None else str(self.socket_path),
                 "uptime": None if started is None else round(self.clock() - started, 3),
                 "clients_first": self._clients_first(),
+                "serving_first": self._serving_first(),
             },
             "processors": processors,
         }
@@ -770,6 +776,15 @@ class ProcessorHost:
             "pauses": paced.pauses,
             "paused_seconds": round(paced.paused_seconds, 6),
             "held_writes": 0 if self.log is None else self.log.held_writes,
+        }
+
+    def _serving_first(self) -> dict[str, Any]:
+        """What this host's rebuilds gave way to its serving processors (docs/rebuilds.md)."""
+        given = self.foreground.statistics()
+        return {
+            "share": self.config.rebuild_share,
+            "waits": given.waits,
+            "waited_seconds": round(given.waited_seconds, 6),
         }
 
     async def wait_until_processed(

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import structlog
@@ -45,6 +46,7 @@ from streamkit.errors import LeaseLost
 from streamkit.events import ScannedRange, StreamEvent
 from streamkit.host._engine_stream import EngineStream
 from streamkit.host._failures import Failures
+from streamkit.host._foreground import Foreground
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
 from streamkit.host._pacer import Pacer
@@ -94,9 +96,11 @@ class ProcessorRunner:
         on_lease_gone: Callable[[HeldLease], None] = lambda held: None,
         publish_live: bool | Callable[[], bool] = True,
         pacer: Pacer | None = None,
+        foreground: Foreground | None = None,
     ) -> None:
         self.processor = processor
         self._pacer = pacer
+        self._foreground = Foreground(1.0) if foreground is None else foreground
         self.slug: str = processor.contract.slug
         self.version: str = processor.contract.version
         self.path = path
@@ -203,6 +207,7 @@ class ProcessorRunner:
             publish_live=self._publish_live,
             on_malformed=self._on_malformed,
             cutover=self._cutover,
+            give_way=self._foreground.give_way,
         )
         self.caught_up = False
         # Followed from before the revive's catch-up, so that commits made while it
@@ -435,10 +440,15 @@ class ProcessorRunner:
             # every live event its construction.
             catching_up = item == START and not self.caught_up
             reduced_before = engine.statistics().events_reduced if catching_up else 0
+            # A rebuild in the shadow gives way to this range, unless it is the rebuild.
+            serving: AbstractContextManager[None] = (
+                nullcontext() if self.role.shadow else self._foreground.serving()
+            )
             try:
-                if self.failures.count and await self._step(engine):
-                    continue
-                await self._run(engine, item)
+                with serving:
+                    if self.failures.count and await self._step(engine):
+                        continue
+                    await self._run(engine, item)
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 if engine is self.engine or (current is not None and current.cancelling()):

@@ -252,6 +252,21 @@ _CLIENTS_FIRST = (
 )
 
 
+# What the host's rebuilds gave way to its serving processors (docs/rebuilds.md).
+_SERVING_FIRST = (
+    (
+        "streamkit_host_rebuild_waits",
+        "waits",
+        "Turns of shadow rebuilds that waited for a serving processor's range (docs/rebuilds.md).",
+    ),
+    (
+        "streamkit_host_rebuild_waited_seconds",
+        "waited_seconds",
+        "Seconds shadow rebuilds waited for serving processors, in total.",
+    ),
+)
+
+
 def _host_families(
     status: dict[str, Any], follow_age: float | None, log_stats: Any
 ) -> list[Metric]:
@@ -287,6 +302,11 @@ def _host_families(
     for name, key, text in _CLIENTS_FIRST:
         counter = CounterMetricFamily(name, text)
         counter.add_metric([], float(first.get(key, 0)))
+        clients_first.append(counter)
+    given = (status.get("host") or {}).get("serving_first") or {}
+    for name, key, text in _SERVING_FIRST:
+        counter = CounterMetricFamily(name, text)
+        counter.add_metric([], float(given.get(key, 0)))
         clients_first.append(counter)
     build = InfoMetricFamily(
         "streamkit_build",

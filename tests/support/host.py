@@ -421,3 +421,11 @@ class ManualEffectorV2(EffectorV2):
         emits=["effect"],
         cutover="manual",
     )
+
+
+class SlowEffectorV2(EffectorV2):
+    """:class:`EffectorV2` whose reduce takes a fifth of a millisecond: a rebuild to watch."""
+
+    def reduce(self, event: StreamEvent, state: Sums) -> Sums | None:
+        time.sleep(0.0002)
+        return super().reduce(event, state)

@@ -31,6 +31,7 @@ from streamkit import StreamEvent, StreamProcessor, define_processor_contract, o
 from streamkit.cli._host_commands import _status_line as status_line
 from streamkit.config import HostConfig
 from streamkit.engine._pages import PAGE_SIZE, PageReader
+from streamkit.engine._turns import FIRST_READ
 from streamkit.errors import InvalidConfig
 from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
@@ -435,14 +436,16 @@ async def test_a_host_rebuilding_a_new_version_answers_and_shows_its_progress(
     assert (stale["source"], stale["offset"]) == ("checkpoint", PAGE_SIZE + 100)
     assert len(stale["state"]["offsets"]) == PAGE_SIZE + 100
     progress = row["progress"]
-    assert (progress["through"], progress["target"]) == (PAGE_SIZE, PAGE_SIZE + 100)
+    # The rebuild's first read is FIRST_READ events (its reads are sized in turns after it).
+    assert (progress["through"], progress["target"]) == (FIRST_READ, PAGE_SIZE + 100)
+    assert progress["gave_way_seconds"] == 0  # nothing else serves on this host
     line = status_line(row, True)  # what `streamkit status` prints of it
-    assert f"state=running  rebuilding {PAGE_SIZE:,}/{PAGE_SIZE + 100:,} at " in line
+    assert f"state=running  rebuilding {FIRST_READ:,}/{PAGE_SIZE + 100:,} at " in line
     assert " ev/s, eta " in line
     assert " (version 1 serves meanwhile)  cursor=" in line
     assert (await served.bare.get("/healthz")).status_code == 200
     not_ready = (await served.bare.get("/readyz")).json()["processors"]
-    assert not_ready[0]["why"] == f"rebuilding: {PAGE_SIZE} of {PAGE_SIZE + 100}"
+    assert not_ready[0]["why"] == f"rebuilding: {FIRST_READ} of {PAGE_SIZE + 100}"
     gate.set()
     await wait_until(lambda: served.host.runner("tally").caught_up)
     assert (await served.bare.get("/readyz")).status_code == 200

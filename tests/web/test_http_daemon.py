@@ -22,6 +22,7 @@ import pytest
 from support import ROOT, free_port
 from support.daemon import DaemonRig, admin_address, eventually, owner_headers, wait_for_http
 
+from streamkit import open_log
 from streamkit.control import ControlClient
 from streamkit.errors import InvalidRequest, ProcessorTimeout
 
@@ -149,6 +150,76 @@ def _answers(client: httpx.Client) -> bool:
         return client.get("/healthz").status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_a_daemon_rebuilding_a_new_version_answers_at_once_and_says_what_serves(
+    rig: DaemonRig, tmp_path: Path
+) -> None:
+    """Never dark: a daemon started with version 2 answers its socket, /healthz and the
+    processor's state while it rebuilds (version 1's state, marked stale), /readyz names what
+    it waits for and `status` shows the rebuild; once cut over, everything serves version 2."""
+    db = tmp_path / "r.db"
+    count = 25_000
+
+    async def prefill() -> None:
+        async with open_log(db) as log:
+            for _ in range(count // 5_000):
+                quiet = {"type": "item", "payload": {"n": 1, "quiet": True}}
+                await log.stream("/").append(*(quiet for _ in range(5_000)))
+
+    asyncio.run(prefill())
+    first = rig.start_host("r1", "--db", str(db), "--processor", "hostprocs:Effector")
+
+    async def cursor(name: str) -> int:
+        async with ControlClient(rig.socket(name), timeout=20) as control:
+            status = await control.request("status")
+        return int(status["processors"][0]["cursor"] or 0)
+
+    eventually(lambda: asyncio.run(cursor("r1")) == count, 60)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+
+    port = free_port()
+    started = time.monotonic()
+    second = rig.start_host(
+        "r2", "--db", str(db), "--processor", "hostprocs:SlowEffectorV2",
+        "--http", f"127.0.0.1:{port}",
+    )  # fmt: skip
+    socket_after = time.monotonic() - started
+    base = f"http://127.0.0.1:{port}"
+    wait_for_http(base)
+    with httpx.Client(base_url=base, timeout=10.0, headers=owner_headers(db)) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503, ready.text
+        (waiting,) = ready.json()["processors"]
+        assert waiting["slug"] == "effector"
+        assert waiting["why"].startswith("rebuilding: ")
+        assert waiting["why"].endswith(f" of {count}")
+        stale = client.get("/v1/processors/effector").json()
+        assert (stale["version"], stale["stale"], stale["building_version"]) == ("1", True, "2")
+        assert stale["state"] == {"total": count, "items": count}
+        shown = subprocess.run(
+            [sys.executable, "-m", "streamkit", "status", "--db", str(db),
+             "--socket", rig.socket("r2")],
+            capture_output=True, text=True, timeout=30, check=True, cwd=tmp_path,
+        ).stdout  # fmt: skip
+        assert "rebuilding " in shown, shown
+        assert f"/{count:,} at " in shown, shown
+        assert "(version 1 serves meanwhile)" in shown, shown
+        assert "host: not running" not in shown
+        # The rebuild takes seconds (a slow reduce); the socket answered long before.
+        eventually(lambda: client.get("/readyz").status_code == 200, 120)
+        rebuilt_after = time.monotonic() - started
+        assert socket_after < rebuilt_after / 2
+        fresh = client.get("/v1/processors/effector").json()
+        assert (fresh["version"], fresh["source"], "stale" in fresh) == ("2", "engine", False)
+        assert fresh["state"] == {"total": 10 * count, "items": count}
+        assert client.get("/healthz").status_code == 200
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(30) == 0
+    log = rig.host_log("r2")
+    assert "processor.rebuild.started" in log
+    assert "processor.rebuild.done" in log
 
 
 def test_append_then_wait_over_http_and_the_socket_is_never_paced(

@@ -247,6 +247,7 @@ function problemOf(p) {
     let text = p.phase + " " + (g.through || 0).toLocaleString() + "/" + (g.target || 0).toLocaleString();
     if (g.events_per_second) text += " at " + Math.round(g.events_per_second).toLocaleString() + " ev/s";
     if (g.eta_seconds !== null && g.eta_seconds !== undefined) text += ", eta " + g.eta_seconds + " s";
+    if (g.gave_way_seconds) text += ", gave way " + g.gave_way_seconds + " s to serving work";
     notes.push(["progress", text, share]);
   }
   const error = (p.last_error || {}).error;
