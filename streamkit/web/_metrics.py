@@ -107,6 +107,11 @@ def _processor_families(
         "Seconds since the cursor last moved in this host (its uptime if never).",
     )
     stalled = gauge("stalled", "1 while the processor is stalled (its batches keep failing).")
+    ahead = gauge(
+        "ahead_of_code",
+        "1 while the processor is stopped here at a stored payload newer than its code "
+        "(SCHEMA_AHEAD); a host running newer code takes it over.",
+    )
     running = gauge("running", "1 while this host holds the processor's lease and runs it.")
     retired = gauge(
         "retired",
@@ -176,6 +181,7 @@ def _processor_families(
         age = row.get("last_batch_age")
         since.add_metric(labels, float(uptime if age is None else age))
         stalled.add_metric(labels, 1.0 if row.get("stalled") else 0.0)
+        ahead.add_metric(labels, 1.0 if row.get("ahead_of_code") else 0.0)
         running.add_metric(labels, 1.0 if row.get("lease_held_here") else 0.0)
         retired.add_metric(labels, 1.0 if row.get("retired") else 0.0)
         reduced.add_metric(labels, float(row.get("events_reduced", 0)))
@@ -212,6 +218,7 @@ def _processor_families(
         lag_s,
         since,
         stalled,
+        ahead,
         running,
         retired,
         reduced,

@@ -1099,7 +1099,8 @@ async def test_metrics_count_skipped_payloads_per_type_and_version(serve: Serve)
 async def test_metrics_count_what_the_data_check_at_start_found(
     serve: Serve, tmp_path: Path
 ) -> None:
-    """Per processor, the stored keys its code would skip or stall at (0 when none)."""
+    """Per processor, the stored keys its code would skip or stall at (0 when none), and
+    whether it stopped at a payload newer than its code."""
     async with open_log(tmp_path / "h0.db") as log:
         await board_log(log, "/")  # what newer code wrote: a task.created v4
     served = await serve(TaskBoard(), Tally())
@@ -1110,6 +1111,13 @@ async def test_metrics_count_what_the_data_check_at_start_found(
     rows = (await served.client.get("/v1/processors")).json()["processors"]
     (board,) = [row for row in rows if row["slug"] == "task-board"]
     assert [p["outcome"] for p in board["schema_check"]["problems"]] == ["ahead"]
+    # Then it reaches the newer payload and stops there: a gauge says so, apart from a stall.
+    runner = served.host.runner("task-board")
+    await wait_until(lambda: runner.failures.ahead_of_code is not None)
+    found = samples((await served.client.get("/metrics")).text)
+    ahead = "streamkit_processor_ahead_of_code"
+    assert found[(ahead, (("path", "/"), ("slug", "task-board")))] == 1
+    assert found[(ahead, (("path", "/"), ("slug", "tally")))] == 0
 
 
 async def test_a_payload_the_hosts_processors_cannot_read_is_refused_at_the_door(
