@@ -42,18 +42,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_host import PROCESSORS as HOST_PROCESSORS
 from bench_host import drop_schema, fill_ticks, percentile, spawn, stop
 
 from streamkit import open_log
 
-PROCESSORS = """
-import time
-from pydantic import BaseModel
-from streamkit import StreamProcessor, define_processor_contract
-
-class Count(BaseModel):
-    n: int = 0
-
+# bench_host's module (Count, Stamp and its counters) with the versions of ``big`` added.
+PROCESSORS = (
+    HOST_PROCESSORS
+    + """
 def _big(version):
     class Big(StreamProcessor[Count]):
         contract = define_processor_contract(
@@ -68,22 +65,8 @@ def _big(version):
 Big1 = _big("1")
 Big2 = _big("2")
 Big3 = _big("3")
-
-class Stamp(StreamProcessor[Count]):
-    contract = define_processor_contract(
-        slug="stamp", version="1", state_schema=Count, consumes=["probe"]
-    )
-
-    def __init__(self, out):
-        self.out = open(out, "a", buffering=1)
-
-    def reduce(self, event, state):
-        return Count(n=state.n + 1)
-
-    def process_event(self, args):
-        if args.event is not None:
-            self.out.write(f"{args.event.offset} {time.time()}\\n")
 """
+)
 
 WARM_UP = 20
 """Probes appended first and not counted: each process's first connections and statements."""
