@@ -48,10 +48,10 @@ from streamkit import StreamProcessor, define_processor_contract
 class Count(BaseModel):
     n: int = 0
 
-def _counter(slug):
+def _counter(slug, version="1"):
     class Counter(StreamProcessor[Count]):
         contract = define_processor_contract(
-            slug=slug, version="1", state_schema=Count, consumes=["tick"]
+            slug=slug, version=version, state_schema=Count, consumes=["tick"]
         )
 
         def reduce(self, event, state):

@@ -47,24 +47,13 @@ from bench_host import drop_schema, fill_ticks, percentile, spawn, stop
 
 from streamkit import open_log
 
-# bench_host's module (Count, Stamp and its counters) with the versions of ``big`` added.
+# bench_host's module (Count, Stamp, its counters) with three versions of the counter ``big``.
 PROCESSORS = (
     HOST_PROCESSORS
     + """
-def _big(version):
-    class Big(StreamProcessor[Count]):
-        contract = define_processor_contract(
-            slug="big", version=version, state_schema=Count, consumes=["tick"]
-        )
-
-        def reduce(self, event, state):
-            return Count(n=state.n + 1)
-
-    return Big
-
-Big1 = _big("1")
-Big2 = _big("2")
-Big3 = _big("3")
+Big1 = _counter("big", "1")
+Big2 = _counter("big", "2")
+Big3 = _counter("big", "3")
 """
 )
 
