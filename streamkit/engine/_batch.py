@@ -28,10 +28,18 @@ from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._fold import SLICE_SECONDS, Fold
 from streamkit.engine._pages import PageReader
-from streamkit.errors import StorageError, StreamkitError
+from streamkit.errors import (
+    IdempotencyConflict,
+    InvalidEvent,
+    InvalidRequest,
+    OffsetConflict,
+    StorageError,
+    StreamkitError,
+    UndeclaredEmit,
+)
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
-__all__ = ["EFFECTS_PER_CHECKPOINT", "BatchInfo", "BatchOutcome", "BatchRunner"]
+__all__ = ["EFFECTS_PER_CHECKPOINT", "REFUSALS", "BatchInfo", "BatchOutcome", "BatchRunner"]
 
 S = TypeVar("S")
 
@@ -44,6 +52,13 @@ catch-up page (up to 4,000 events) is checkpointed every this many events,
 so a crash re-runs at most this many events' effects; a stop or a hand-off
 ends a page at the event in flight and re-runs none. A processor without
 effects folds whole pages (a replayed fold is harmless).
+"""
+
+REFUSALS = (IdempotencyConflict, InvalidEvent, InvalidRequest, OffsetConflict, UndeclaredEmit)
+"""Refusals of what an effect's event is: the same append is refused again on every retry.
+
+An effect refused so is reported and its batch still checkpoints; any other
+failure of an effect's append fails the batch (see :func:`_landed`).
 """
 
 Appends = list[asyncio.Task[list[StreamEvent]]]
@@ -241,13 +256,19 @@ async def _landed(appends: Appends) -> None:
     ``args.append`` starts an append that ``process_event`` need not await. A
     checkpoint written past an event whose effect never reached the log
     would lose that effect for good: so the checkpoint waits for every
-    append its events started, and one that failed for a storage reason (a
-    broken connection, a lock wait past its timeout; the write did not land,
-    or may not have) fails the batch, which is retried whole, its
-    idempotency keys keeping a rerun single. A refusal (an idempotency
-    conflict, an invalid event) would be refused again on every retry: it
-    is reported (``processor.append_failed``), not retried. Appends made by
-    background work belong to no batch.
+    append its events started, and one that failed for any reason but a
+    refusal of the event itself fails the batch, which is retried whole,
+    its idempotency keys keeping a rerun single. That covers a storage
+    failure (a broken connection, a lock wait past its timeout: the write
+    did not land, or may not have), a fence that refused the write
+    (``LeaseLost``: this host's trust in its lease lapsed between starting
+    the append and committing it; a renewal may restore that trust before
+    the checkpoint's own fence runs, so the checkpoint's success proves
+    nothing about the effect), and anything unforeseen. A refusal of what
+    the event is (:data:`REFUSALS`: an idempotency conflict, an invalid
+    event) would be refused again on every retry: it is reported
+    (``processor.append_failed``), not retried. Appends made by background
+    work belong to no batch.
     """
     if not appends:
         return
@@ -255,8 +276,14 @@ async def _landed(appends: Appends) -> None:
     if pending:
         await asyncio.wait(pending)
     for task in appends:
-        error = None if task.cancelled() else task.exception()
-        if isinstance(error, StorageError):
+        if task.cancelled():
+            raise StorageError(
+                "an append started by this batch's events was cancelled before it was known "
+                "to land; the batch is not checkpointed and runs again",
+                retryable=True,
+            )
+        error = task.exception()
+        if error is not None and not isinstance(error, REFUSALS):
             raise error
 
 

@@ -73,7 +73,7 @@ def prefill(db: str, count: int) -> None:
             for start in range(0, count, 5000):
                 await log.stream("/").append(
                     *(
-                        {"type": "item", "payload": {"n": 1}}
+                        {"type": "item", "payload": {"n": 1, "quiet": True}}
                         for _ in range(min(5000, count - start))
                     )
                 )
