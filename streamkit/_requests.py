@@ -4,7 +4,7 @@ They are the vocabulary of the backend boundary (:class:`~streamkit.protocols.Lo
 the log validates and prepares, the backend executes. Each job carries the
 caller's event loop and an asyncio future; the backend fills in ``result`` or
 ``error`` and settles every job of a group with one
-``call_soon_threadsafe`` per loop (:func:`settle`). A caller that cancelled its
+``call_soon_threadsafe`` per loop (:func:`resolve_jobs`). A caller that cancelled its
 wait is skipped: the outcome stands regardless (an append may still commit).
 """
 
@@ -44,7 +44,7 @@ __all__ = [
     "WriteCall",
     "deliver",
     "resolve_close",
-    "settle",
+    "resolve_jobs",
 ]
 
 
@@ -213,7 +213,7 @@ def deliver(
             if job.loop is not direct:
                 break
         else:
-            settle(jobs, [])
+            resolve_jobs(jobs, [])
             return
     by_loop: dict[asyncio.AbstractEventLoop, tuple[list[Job], list[asyncio.Event]]] = {}
     for job in jobs:
@@ -222,14 +222,14 @@ def deliver(
         by_loop.setdefault(loop, ([], []))[1].extend(events)
     for loop, (loop_jobs, loop_events) in by_loop.items():
         if loop is direct:
-            settle(loop_jobs, loop_events)
+            resolve_jobs(loop_jobs, loop_events)
             continue
         # A closed loop raises: nobody awaits its futures any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, loop_jobs, loop_events)
+            loop.call_soon_threadsafe(resolve_jobs, loop_jobs, loop_events)
 
 
-def settle(jobs: list[Job], events: list[asyncio.Event]) -> None:
+def resolve_jobs(jobs: list[Job], events: list[asyncio.Event]) -> None:
     """Settle the jobs' futures and set the followers' events (runs on their loop)."""
     for job in jobs:
         future = job.future

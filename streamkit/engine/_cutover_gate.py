@@ -1,7 +1,7 @@
 """When a version built in the shadow may cut over: at once, or when an operator says so.
 
 A new version builds in the shadow up to the serving version's cursor and
-then cuts over (see :meth:`ProcessorEngine._rereduce_if_stale`). With the
+then cuts over (see :meth:`~._shadow.ShadowBuild.build`). With the
 ``auto`` mode it does so as soon as it is caught up. With ``manual`` (the
 contract's ``cutover``, or the host's config) it holds there: it keeps
 following the serving version's cursor, reduce only, so that a cutover
@@ -10,8 +10,8 @@ only once :meth:`CutoverGate.ask` was called (``streamkit processor
 cutover``, the HTTP verb, the admin page's button). Whoever asked gets the
 cutover offset, or the error that ended the attempt.
 
-The gate owns the mode, the request and the askers' futures; the engine
-owns the build.
+The gate owns the mode, the request and the askers' futures; the shadow
+build (:mod:`._shadow`) owns the build.
 """
 
 from __future__ import annotations

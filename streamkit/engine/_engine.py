@@ -37,10 +37,11 @@ Live state costs nothing while nobody wants it (``publish_live``, see
 
 The engine is a coordinator of parts, each owning its state (the checkpoint,
 the pages, the live projection, the batch runner, the fold, the claims, the
-effects, the waiters, the strays). What stays here is one thing: the serial
-chain that alone owns the state and the cursor, with the read verbs and the
-effect-host calls that reach it. It stays whole past 600 lines for that
-reason: cut further, the cursor would again be written in several modules.
+effects, the waiters, the strays, the shadow build). What stays here is one
+thing: the serial chain that alone owns the state and the cursor, with the
+read verbs and the effect-host calls that reach it. It stays whole past 600
+lines for that reason: cut further, the cursor would again be written in
+several modules (the parts hand positions back; none writes the cursor).
 """
 
 from __future__ import annotations
@@ -55,20 +56,18 @@ from streamkit.contract import CutoverMode, OnMalformed, ProcessorContract
 from streamkit.engine._batch import BatchInfo, BatchRunner
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
-from streamkit.engine._cutover_gate import FOLLOW_EVERY, CutoverGate
+from streamkit.engine._cutover_gate import CutoverGate
 from streamkit.engine._effects import EffectAppender
 from streamkit.engine._fold import Fold, report
 from streamkit.engine._live import LiveProjection
 from streamkit.engine._pages import MAX_CATCH_UP_PAGE, PAGE_SIZE, PageReader
-from streamkit.engine._rebuild import Rebuild
+from streamkit.engine._shadow import ShadowBuild
 from streamkit.engine._statistics import EngineStatistics
 from streamkit.engine._strays import Strays
 from streamkit.engine._waiters import CursorWaiters
 from streamkit.errors import (
-    CutoverRaced,
     InvalidContract,
     InvalidRequest,
-    ProcessorTimeout,
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
@@ -175,13 +174,6 @@ class ProcessorEngine(Generic[S]):
         self._loaded = False
         self._state: S = contract.initial_state()
         self._cursor = 0
-        # A checkpoint of another contract version (or one that no longer
-        # restores): its cursor, re-reduced up to before anything else runs.
-        self._stale_through: int | None = None
-        self._rebuild: Rebuild | None = None
-        """The version re-reduce under way, if one is (what ``statistics()`` shows of it)."""
-        self._gate = CutoverGate(cutover or contract.cutover)
-        self._give_way = give_way
         # The offset whose delivery is under way, and the one a failed batch stopped at.
         self._delivering: int | None = None
         self._failed_at: int | None = None
@@ -214,6 +206,17 @@ class ProcessorEngine(Generic[S]):
         self._strays = Strays(self._slug)
         self._claims = ClaimKeeper(stream, clock, self._swallowed, self._strays)
         self._effects = EffectAppender(contract, stream, self._swallowed)
+        self._shadow: ShadowBuild[S] = ShadowBuild(
+            self._slug,
+            self._version,
+            pages=self._pages,
+            checkpoints=self._checkpoints,
+            gate=CutoverGate(cutover or contract.cutover),
+            give_way=give_way,
+            yielding=lambda: self._yielding,
+            latched=lambda: self._latched,
+            resume=self._resume,
+        )
         # Without an overridden process_event there are no effects to run, so
         # the batch loop skips building their arguments altogether.
         self._has_effects = type(processor).process_event is not StreamProcessor.process_event
@@ -428,7 +431,7 @@ class ProcessorEngine(Generic[S]):
             self._delivering = None
             try:
                 await self._load()
-                await self._rereduce_if_stale()
+                await self._build_in_shadow()
                 await work()
             except Exception as exc:
                 self._batch_failures += 1
@@ -466,131 +469,31 @@ class ProcessorEngine(Generic[S]):
             self._checkpoints.replayed(state, replayed)
         self._state = state
         self._cursor = restored.cursor
-        self._stale_through = restored.stale_through
+        self._shadow.stale_through = restored.stale_through
         self._live.start(
             self._stream, self._slug, state if restored.stale_through is None else restored.seed
         )
         self._loaded = True
         self._waiters.advanced(self._cursor)
 
-    async def _rereduce_if_stale(self) -> None:
-        """Build this version in the shadow up to the serving cursor, then cut over.
-
-        Reduce only, from where the shadow's own checkpoint left it; its row
-        is written every :data:`~._rebuild.CHECKPOINT_EVERY` seconds, so a
-        crash resumes there. At the serving cursor read at start (with a
-        manual cutover: once an operator asked, following the serving cursor
-        until then), the serving version is fenced (it moves no more), the
-        events it served since are reduced too, and the cutover is made at its
-        final cursor: every event has its effects under exactly one version.
-        Never past that cursor: a push queued behind this work would otherwise
-        look stale and lose its effects.
-        """
-        target = self._stale_through
-        if target is None:
-            return
-        rebuild = self._rebuild = Rebuild(
-            self._slug, self._version, target, self._cursor, self._give_way
-        )
-        checkpoints = self._checkpoints
-        gate = self._gate
-
-        async def save(through: int, state: S) -> None:
-            if rebuild.checkpoint_due():
-                await checkpoints.write_state(through, state)
-                self._state, self._cursor = state, through  # a failure resumes here
-
+    async def _build_in_shadow(self) -> None:
+        """Build this version in the shadow and cut over (see :mod:`._shadow`); serve from there."""
         try:
-            state, folded = await self._pages.replay(
-                self._state,
-                self._cursor,
-                target,
-                PAGE_SIZE,
-                rebuild.advanced,
-                save,
-                turns=rebuild.turns,
-            )
-            if gate.manual:
-                state, target, more = await self._follow_serving(rebuild, state, target, save)
-                folded += more
-                if not gate.asked:
-                    return  # stopping or handing off: the shadow's row is written
-            # The serving version moves no more from here: reduce what it served since.
-            final = await checkpoints.fence_serving()
-            if final > target:
-                reached, rebuild.target, target = target, final, final
-                state, more = await self._pages.replay(
-                    state, reached, target, PAGE_SIZE, rebuild.advanced
-                )
-                folded += more
-            await checkpoints.cut_over(target, state)
-        except BaseException as exc:
+            built = await self._shadow.build(self._state, self._cursor)
+        except BaseException:
             # The next work restores again: the serving row, and this version's own row
             # where its rebuild resumes, may have moved meanwhile.
             self._loaded = False
-            gate.failed(self._cutover_error(exc))
             raise
-        finally:
-            self._rebuild = None
-        self._events_reduced += folded
-        rebuild.done()
-        gate.done(target)
-        self._stale_through = None
-        self._advance(target, state)
-        self._live.publish(state)
+        if built is None:
+            return
+        self._events_reduced += built.folded
+        self._advance(built.through, built.state)
+        self._live.publish(built.state)
 
-    async def _follow_serving(
-        self,
-        rebuild: Rebuild,
-        state: S,
-        target: int,
-        save: Callable[[int, S], Awaitable[None]],
-    ) -> tuple[S, int, int]:
-        """Hold at the serving cursor until an operator asks for the cutover (manual mode).
-
-        Every :data:`~._cutover_gate.FOLLOW_EVERY` seconds the serving cursor
-        is read again and the events it moved past are reduced (so the
-        cutover, when asked for, has a batch or two left to do), and the
-        shadow's row is written when due. Returns the state and where it is
-        reduced through once asked, or when the engine is stopping or handing
-        off (then with the shadow's row written there, for the next holder),
-        with the number of events folded meanwhile. CutoverRaced if another
-        version serves meanwhile.
-        """
-        gate = self._gate
-        gate.waiting = True
-        rebuild.wait_for_cutover()
-        # Built: its row now, so the comparison shows its state at once and a crash
-        # resumes here.
-        await self._checkpoints.write_state(target, state)
-        self._state, self._cursor = state, target
-        folded = 0
-        while not await gate.asked_within(FOLLOW_EVERY):
-            if self._yielding:
-                await self._checkpoints.write_state(target, state)
-                self._state, self._cursor = state, target
-                break
-            serving = await self._checkpoints.serving_cursor()
-            if serving > target:
-                reached, rebuild.target, target = target, serving, serving
-                state, more = await self._pages.replay(
-                    state, reached, target, PAGE_SIZE, rebuild.advanced, save, rebuild.turns
-                )
-                folded += more
-        return state, target, folded
-
-    def _cutover_error(self, exc: BaseException) -> StreamkitError:
-        """What an operator who asked for the cutover is told when the attempt ended without it."""
-        if isinstance(exc, StreamkitError):
-            return exc
-        if self._latched is not None:
-            return self._latched
-        return CutoverRaced(
-            f"the build of version {self._version} of {self._slug!r} stopped before its "
-            f"cutover ({type(exc).__name__}); nothing was cut over; it resumes from its "
-            "checkpoint: ask again once it waits for the cutover",
-            details={"slug": self._slug, "version": self._version},
-        )
+    def _resume(self, through: int, state: S) -> None:
+        """The shadow's row was written at ``through``: a failure or a stop leaves the engine here."""
+        self._state, self._cursor = state, through
 
     async def _write_state_now(self) -> None:
         """Write a deferred state at the cursor (a clean close): a restart then replays nothing."""
@@ -810,38 +713,17 @@ class ProcessorEngine(Generic[S]):
         (the cutover may still happen).
         """
         self._raise_if_latched()
-        if not self._gate.manual:
-            raise InvalidRequest(
-                f"processor {self._slug!r} version {self._version}: its cutover is automatic "
-                '(as soon as it is caught up); nothing was done; set cutover = "manual" to '
-                "decide it",
-                details={"slug": self._slug, "version": self._version, "reason": "automatic"},
-            )
-        if self._loaded and self._stale_through is None:
-            raise InvalidRequest(
-                f"processor {self._slug!r} version {self._version} serves already; nothing "
-                "was cut over",
-                details={"slug": self._slug, "version": self._version, "reason": "serving"},
-            )
-        asked = self._gate.ask()
+        asked = self._shadow.ask(self._loaded)
         if not self._loaded:
             self.catch_up_from_log()  # the build starts (if no work did yet) and sees the ask
-        try:
-            return await asyncio.wait_for(asyncio.shield(asked), timeout)
-        except TimeoutError:
-            raise ProcessorTimeout(
-                f"processor {self._slug!r} version {self._version}: the cutover did not "
-                f"commit within {timeout} s (the build is still under way?); it still "
-                "happens once the build is done; watch `status`",
-                details={"slug": self._slug, "version": self._version, "timeout": timeout},
-            ) from None
+        return await self._shadow.committed(asked, timeout)
 
     def in_shadow(self) -> bool:
         """Whether this version still builds in the shadow (another version serves meanwhile).
 
         Known once the checkpoints were read (the engine's first work); False before.
         """
-        return self._stale_through is not None
+        return self._shadow.in_shadow
 
     def statistics(self) -> EngineStatistics:
         """The engine's counters and incidents now, as one frozen snapshot (no I/O)."""
@@ -867,7 +749,7 @@ class ProcessorEngine(Generic[S]):
             claimed_at=claims.wanted,
             claim_held=claims.held,
             live_behind=self._live.behind,
-            rebuild=None if self._rebuild is None else self._rebuild.snapshot(),
+            rebuild=self._shadow.snapshot(),
         )
 
     # -- effects (the EffectHost protocol of ProcessEventArgs) ----------------------

@@ -19,7 +19,7 @@ from streamkit.testing import settle
 from support.engine import Recorder, Rig, Tally, item, recorder_contract
 
 from streamkit import StreamEvent
-from streamkit.engine import _engine
+from streamkit.engine import _shadow
 from streamkit.errors import InvalidRequest
 
 
@@ -42,7 +42,7 @@ async def until(check: object) -> None:
 
 @pytest.fixture(autouse=True)
 def quick_follow(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_engine, "FOLLOW_EVERY", 0.02)
+    monkeypatch.setattr(_shadow, "FOLLOW_EVERY", 0.02)
 
 
 async def test_a_built_version_follows_the_serving_one_until_an_operator_cuts_over(
