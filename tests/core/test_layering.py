@@ -83,6 +83,7 @@ MAY_IMPORT = {
 # (a package of streamkit's own is named to its third part: the backend that needs it).
 LOCAL_IMPORTS_ALLOWED = {
     ("streamkit.processors.notifications.channels", "httpx"),
+    ("streamkit.processors.schedules._timing", "cronsim"),  # the schedules extra
     ("streamkit.backends", "streamkit.backends.postgres"),  # psycopg: the postgres extra
     # starlette, uvicorn, prometheus-client: the web extra (the package and its name)
     ("streamkit.cli._host_commands", "streamkit.web"),

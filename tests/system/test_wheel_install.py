@@ -2,7 +2,7 @@
 
 The wheel and the sdist are built from the checkout (``python -m build``),
 and each is installed with every extra (``web``, ``postgres``, ``webhook``,
-``testing``) into a venv of its own, made for the test, whose working
+``schedules``, ``testing``) into a venv of its own, made for the test, whose working
 directory is a temporary folder: nothing of the repository is importable
 there. Then every module of
 the installed ``streamkit`` is imported, ``streamkit --version`` answers,
@@ -136,7 +136,7 @@ def test_an_installed_distribution_works_from_outside_the_repository(
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     pip = [str(bin_dir / "python"), "-m", "pip", "-q", "--disable-pip-version-check"]
-    extras = "web,postgres,webhook,testing"  # every extra a user may ask for
+    extras = "web,postgres,webhook,schedules,testing"  # every extra a user may ask for
     _run([*pip, "install", f"{built[kind]}[{extras}]"], work, env, timeout=900)
 
     found = json.loads(_run([str(bin_dir / "python"), "-c", IMPORT_ALL], work, env))
