@@ -337,11 +337,12 @@ class Catchup:
 
     ``policy``:
 
-    - ``"skip"``: a slot fires only if it is at most ``window`` old (a grace
-      period: one minute unless given); older ones are missed.
-    - ``"latest"``: one run, for the newest slot, if it is at most ``window``
-      old (a day unless given); the others are missed, coalesced into it.
-    - ``"all"``: each slot at most ``window`` old (a day unless given) fires.
+    - ``"skip"``: a slot fires only while it is less than ``window`` old (a
+      grace period: one minute unless given); older ones are missed.
+    - ``"latest"``: one run, for the newest slot, if it is less than
+      ``window`` old (a day unless given); the others are missed, coalesced
+      into it.
+    - ``"all"``: each slot less than ``window`` old (a day unless given) fires.
 
     At most ``max_runs`` fire in one evaluation, the newest; every other slot
     is missed, with its reason.

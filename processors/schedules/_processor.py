@@ -1,0 +1,274 @@
+"""The schedules processor: each slot of each schedule fired once, or on record as missed.
+
+At every at-head pass (a wakeup it asked for, or any event it consumes)
+:class:`SchedulesProcessor` decides each schedule from *now*
+(:func:`~._timing.due`, from the schedule's ``through`` to the clock): the
+slots that fire append ``schedule.fired`` and the ``task.requested`` it
+stands for, in one commit; the slots that do not append one
+``schedule.missed`` per run, with the reason (outside the catch-up window,
+coalesced, over ``max_runs``, paused). Then it asks to be woken at the
+earliest next firing instant (slot plus jitter).
+
+Once per slot, by two guards that do not depend on each other:
+
+- The host runs the processor under its lease: one host decides at a time,
+  and a host that lost the lease appends nothing (its appends are fenced).
+- Every event a slot makes has an idempotency key built from the schedule
+  and the slot (``schedules/fired/<name>/<slot>``, the task id
+  ``sched/<name>/<slot>``), and its body is a function of the definition
+  and the slot: a decision made again after a crash, on any host, appends
+  nothing new, and the tasks processor runs the task once.
+
+A schedule's ``through`` moves only when its fired and missed events are
+reduced, so a decision that never reached the log is made again. Slots
+sent by this incarnation but not reduced yet are remembered so a second
+pass does not send them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from streamkit.processors.schedules._events import (
+    SCHEDULE_FIRED,
+    SCHEDULE_MISSED,
+    SCHEDULES_CONTRACT,
+    ScheduleDefined,
+    ScheduleDeleted,
+    ScheduleEntry,
+    ScheduleFired,
+    ScheduleMissed,
+    SchedulePaused,
+    ScheduleResumed,
+    SchedulesState,
+)
+from streamkit.processors.schedules._schedule import Schedule, schedule_of, slot_text
+from streamkit.processors.schedules._timing import Catchup, Missed, due, jitter
+from streamkit.processors.tasks import task_requested_event
+
+from streamkit import ProcessEventArgs, StreamEvent, StreamkitError, StreamProcessor
+
+__all__ = ["SchedulesProcessor", "fired_events", "missed_event"]
+
+_log = structlog.get_logger("streamkit.schedules")
+
+
+def _instant(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _seconds(instant: datetime) -> float:
+    return instant.timestamp()
+
+
+def _created_seconds(event: StreamEvent) -> float | None:
+    try:
+        return datetime.fromisoformat(event.created_at).timestamp() if event.created_at else None
+    except ValueError:
+        return None
+
+
+def fired_events(schedule: Schedule, slot: datetime) -> list[dict[str, Any]]:
+    """What firing ``slot`` appends: ``schedule.fired`` and the task request, keyed by the slot."""
+    at = slot_text(slot)
+    action = schedule.action
+    task_id = f"sched/{schedule.name}/{at}"
+    fire_at = slot + jitter(schedule.name, slot, schedule.jitter)
+    fired = ScheduleFired(
+        name=schedule.name, slot=_seconds(slot), fire_at=_seconds(fire_at), task_id=task_id
+    )
+    return [
+        {
+            "type": SCHEDULE_FIRED,
+            "payload": fired.model_dump(mode="json"),
+            "idempotency_key": f"schedules/fired/{schedule.name}/{at}",
+        },
+        task_requested_event(
+            task_id=task_id,
+            name=action.name,
+            args=action.args,
+            max_attempts=action.max_attempts,
+            timeout_s=action.timeout_s,
+        ),
+    ]
+
+
+def missed_event(name: str, missed: Missed, reason: str | None = None) -> dict[str, Any]:
+    """``schedule.missed`` for one run of slots, keyed by the run (a decision made again appends none)."""
+    why = reason or missed.reason
+    body = ScheduleMissed.model_validate(
+        {
+            "name": name,
+            "reason": why,
+            "first": _seconds(missed.first),
+            "last": _seconds(missed.last),
+            "count": missed.count,
+            "exact": missed.exact,
+        }
+    )
+    return {
+        "type": SCHEDULE_MISSED,
+        "payload": body.model_dump(mode="json"),
+        "idempotency_key": (
+            f"schedules/missed/{name}/{why}/{slot_text(missed.first)}/{slot_text(missed.last)}"
+        ),
+    }
+
+
+class SchedulesProcessor(StreamProcessor[SchedulesState]):
+    """Fires the slots of the schedules defined on its stream (see the module).
+
+    ``clock`` gives epoch seconds (the engine's clock when None): the instant
+    every decision is made from.
+    """
+
+    contract = SCHEDULES_CONTRACT
+
+    def __init__(self, *, clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock
+        # Per schedule, the newest instant this incarnation sent a decision
+        # through that the state has not reduced yet.
+        self._sent: dict[str, float] = {}
+        # Definitions read back from the log, by the payload they came from.
+        self._built: dict[str, tuple[ScheduleDefined, Schedule | None]] = {}
+
+    # -- reduce ---------------------------------------------------------------------------
+
+    def reduce(self, event: StreamEvent, state: SchedulesState) -> SchedulesState | None:
+        p = event.payload
+        entries = state.schedules
+        if isinstance(p, ScheduleDefined):
+            old = entries.get(p.name)
+            if old is None:
+                entry = ScheduleEntry(definition=p, through=p.defined_at)
+            else:
+                entry = old.model_copy(update={"definition": p})
+            return SchedulesState(schedules={**entries, p.name: entry})
+        old = entries.get(getattr(p, "name", ""))
+        if old is None:
+            return None  # of a schedule deleted or never defined: nothing to change
+        if isinstance(p, ScheduleFired):
+            entry = old.model_copy(
+                update={
+                    "through": max(old.through, p.slot),
+                    "fired": old.fired + 1,
+                    "last_slot": max(old.last_slot or p.slot, p.slot),
+                    "last_fired_at": _created_seconds(event) or old.last_fired_at,
+                }
+            )
+        elif isinstance(p, ScheduleMissed):
+            entry = old.model_copy(
+                update={"through": max(old.through, p.last), "missed": old.missed + p.count}
+            )
+        elif isinstance(p, SchedulePaused):
+            if old.paused:
+                return None
+            entry = old.model_copy(update={"paused": True, "paused_at": p.at})
+        elif isinstance(p, ScheduleResumed):
+            if not old.paused:
+                return None
+            entry = old.model_copy(update={"paused": False, "resumed_at": p.at})
+        elif isinstance(p, ScheduleDeleted):
+            return SchedulesState(schedules={n: e for n, e in entries.items() if n != p.name})
+        else:
+            return None
+        return SchedulesState(schedules={**entries, p.name: entry})
+
+    # -- the at-head pass: decide from now ------------------------------------------------
+
+    def process_event(self, args: ProcessEventArgs[SchedulesState]) -> None:
+        if not args.delivery.caught_up:
+            return
+        now = self._clock() if self._clock is not None else args.now()
+        state = args.state
+        for name in [n for n in self._sent if n not in state.schedules]:
+            del self._sent[name]
+        wake: float | None = None
+        for entry in state.schedules.values():
+            schedule = self._schedule(entry)
+            if schedule is None:
+                continue  # refused when read back: reported once, never fired
+            next_at = self._decide(args, schedule, entry, now)
+            if next_at is not None and (wake is None or next_at < wake):
+                wake = next_at
+        if wake is not None:
+            args.schedule_wakeup(wake)
+
+    def _decide(
+        self,
+        args: ProcessEventArgs[SchedulesState],
+        schedule: Schedule,
+        entry: ScheduleEntry,
+        now: float,
+    ) -> float | None:
+        """Append what is due for one schedule; the instant it next needs a pass (None: never)."""
+        name = schedule.name
+        sent = self._sent.get(name)
+        if sent is not None and sent <= entry.through:
+            del self._sent[name]
+            sent = None
+        after = _instant(max(entry.through, sent or entry.through))
+        clock = _instant(now)
+        events: list[dict[str, Any]] = []
+        through = after
+        if entry.paused:
+            # Every slot of a pause is on record, as it comes due.
+            decided = due(schedule.timing, Catchup("all", window=timedelta(0)), after, clock)
+            events += [missed_event(name, m, "paused") for m in decided.missed]
+            through = clock
+        else:
+            resumed = entry.resumed_at
+            if resumed is not None and _instant(resumed) > after:
+                paused = due(
+                    schedule.timing, Catchup("all", window=timedelta(0)), after, _instant(resumed)
+                )
+                events += [missed_event(name, m, "paused") for m in paused.missed]
+                after = through = _instant(resumed)
+            decided = due(schedule.timing, schedule.catchup, after, clock)
+            events += [missed_event(name, m) for m in decided.missed]
+            for missed in decided.missed:
+                through = max(through, missed.last)
+            for slot in decided.fire:
+                if slot + jitter(name, slot, schedule.jitter) > clock:
+                    break  # its jittered instant is still ahead: the next pass fires it
+                events += fired_events(schedule, slot)
+                through = max(through, slot)
+        if events:
+            marked = self._sent[name] = _seconds(through)
+            appended = args.append(*events)
+
+            def unsent(done: Any) -> None:
+                # Not in the log: the next pass decides again (the keys keep it single).
+                if (done.cancelled() or done.exception() is not None) and (
+                    self._sent.get(name) == marked
+                ):
+                    del self._sent[name]
+
+            appended.add_done_callback(unsent)
+        if entry.paused:
+            return None
+        for slot in schedule.timing.forward(through):
+            return _seconds(slot + jitter(name, slot, schedule.jitter))
+        return None
+
+    def _schedule(self, entry: ScheduleEntry) -> Schedule | None:
+        """The schedule a definition records, built once per definition (None: refused)."""
+        definition = entry.definition
+        built = self._built.get(definition.name)
+        if built is not None and built[0] is definition:
+            return built[1]
+        try:
+            schedule: Schedule | None = schedule_of(definition.model_dump(mode="json"))
+        except StreamkitError as exc:
+            _log.error(
+                "schedule.definition_refused",
+                name=definition.name,
+                error=exc.message,
+                detail="this schedule fires nothing until it is defined again",
+            )
+            schedule = None
+        self._built[definition.name] = (definition, schedule)
+        return schedule

@@ -1,0 +1,150 @@
+"""Changing schedules: the events that define, pause, resume and delete one, and a sync from code.
+
+Definitions are events, so every change is on the log with who made it.
+:func:`sync` reconciles the schedules a deploy's code (or config) names with
+those the log defines: it appends ``schedule.defined`` only for a schedule
+that is new or differs, and deletes only when asked (``prune=True``), so an
+old host of a rolling deploy, syncing its older list, can change what it
+names but never delete what a newer host added.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from streamkit.processors.schedules._events import (
+    SCHEDULE_DEFINED,
+    SCHEDULE_DELETED,
+    SCHEDULE_PAUSED,
+    SCHEDULE_RESUMED,
+    ScheduleDefined,
+    ScheduleDeleted,
+    SchedulePaused,
+    ScheduleResumed,
+)
+from streamkit.processors.schedules._schedule import Schedule
+
+from streamkit import InvalidRequest
+from streamkit.log import read_matching, type_matcher
+from streamkit.protocols import StreamAccess
+
+__all__ = [
+    "Synced",
+    "defined_event",
+    "definitions",
+    "deleted_event",
+    "paused_event",
+    "resumed_event",
+    "sync",
+]
+
+
+def defined_event(schedule: Schedule, *, at: float | None = None) -> dict[str, Any]:
+    """``schedule.defined`` for ``schedule``; no slot before ``at`` (now) fires."""
+    body = ScheduleDefined(**schedule.spec(), defined_at=time.time() if at is None else at)
+    return {"type": SCHEDULE_DEFINED, "payload": body.model_dump(mode="json")}
+
+
+def paused_event(name: str, *, at: float | None = None, by: str | None = None) -> dict[str, Any]:
+    """``schedule.paused``: from ``at`` (now) its slots are recorded as missed, not fired."""
+    body = SchedulePaused(name=name, at=time.time() if at is None else at, by=by)
+    return {"type": SCHEDULE_PAUSED, "payload": body.model_dump(mode="json")}
+
+
+def resumed_event(name: str, *, at: float | None = None, by: str | None = None) -> dict[str, Any]:
+    """``schedule.resumed``: slots after ``at`` (now) fire again."""
+    body = ScheduleResumed(name=name, at=time.time() if at is None else at, by=by)
+    return {"type": SCHEDULE_RESUMED, "payload": body.model_dump(mode="json")}
+
+
+def deleted_event(name: str, *, by: str | None = None) -> dict[str, Any]:
+    """``schedule.deleted``: the schedule fires no more (its history stays on the log)."""
+    body = ScheduleDeleted(name=name, by=by)
+    return {"type": SCHEDULE_DELETED, "payload": body.model_dump(mode="json")}
+
+
+def _definition(payload: Any) -> ScheduleDefined:
+    return payload if isinstance(payload, ScheduleDefined) else ScheduleDefined(**payload)
+
+
+async def definitions(stream: StreamAccess) -> dict[str, ScheduleDefined]:
+    """The schedules ``stream`` defines now (its defined and deleted events, in order).
+
+    Reads the stream through (a filtered read: bounded work per page).
+    """
+    wanted = type_matcher([SCHEDULE_DEFINED, SCHEDULE_DELETED])
+    found: dict[str, ScheduleDefined] = {}
+    after = 0
+    while True:
+        page = await read_matching(stream.read, after, 1000, wanted)
+        for event in page.events:
+            if event.type == SCHEDULE_DEFINED:
+                defined = _definition(event.payload)
+                found[defined.name] = defined
+            else:
+                payload = event.payload
+                name = payload.get("name") if isinstance(payload, Mapping) else payload.name
+                found.pop(str(name), None)
+        if page.at_head or page.scanned_through_offset <= after:
+            return found
+        after = page.scanned_through_offset
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What a :func:`sync` appended: names defined anew, changed, deleted, and left as they were."""
+
+    added: tuple[str, ...]
+    changed: tuple[str, ...]
+    deleted: tuple[str, ...]
+    unchanged: tuple[str, ...]
+
+
+async def sync(
+    stream: StreamAccess,
+    schedules: Iterable[Schedule],
+    *,
+    prune: bool = False,
+    clock: Callable[[], float] = time.time,
+) -> Synced:
+    """Make ``stream`` define ``schedules``: append only what differs (see the module).
+
+    A name given twice is refused (InvalidRequest, nothing appended).
+    ``prune=True`` deletes the schedules the log defines and the list does
+    not name. All changes are one append.
+    """
+    wanted: dict[str, Schedule] = {}
+    for schedule in schedules:
+        if schedule.name in wanted:
+            raise InvalidRequest(
+                f"schedule {schedule.name!r} is named twice in the list to sync; nothing was "
+                "appended",
+                details={"name": schedule.name},
+            )
+        wanted[schedule.name] = schedule
+    current = await definitions(stream)
+    now = clock()
+    events: list[dict[str, Any]] = []
+    added: list[str] = []
+    changed: list[str] = []
+    unchanged: list[str] = []
+    for name, schedule in wanted.items():
+        defined = current.get(name)
+        if defined is None:
+            added.append(name)
+        elif defined.model_dump(exclude={"defined_at"}) != ScheduleDefined(
+            **schedule.spec(), defined_at=0.0
+        ).model_dump(exclude={"defined_at"}):
+            changed.append(name)
+        else:
+            unchanged.append(name)
+            continue
+        events.append(defined_event(schedule, at=now))
+    deleted = sorted(set(current) - set(wanted)) if prune else []
+    events += [deleted_event(name, by="sync") for name in deleted]
+    if events:
+        await stream.append(*events)
+    return Synced(tuple(added), tuple(changed), tuple(deleted), tuple(unchanged))

@@ -1,0 +1,282 @@
+"""The schedules processor over a memory stream and a manual clock: fired once, or missed on record."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import structlog
+from streamkit.processors.schedules import (
+    SCHEDULE_FIRED,
+    SCHEDULE_MISSED,
+    Catchup,
+    Cron,
+    Every,
+    RunTask,
+    Schedule,
+    SchedulesProcessor,
+    SchedulesState,
+    defined_event,
+    definitions,
+    deleted_event,
+    paused_event,
+    resumed_event,
+    sync,
+)
+from streamkit.processors.schedules._processor import fired_events
+from streamkit.processors.tasks import TASK_REQUESTED
+from streamkit.testing import (
+    ManualClock,
+    MemoryStorage,
+    MemoryStream,
+    memory_storage,
+    memory_stream,
+    settle,
+)
+
+from streamkit import InvalidRequest, ProcessorEngine
+
+# A minute boundary: 2023-11-14T22:14:00Z.
+T0 = 1_700_000_040.0
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.clock = ManualClock(T0)
+        self.stream: MemoryStream = memory_stream(clock=self.clock)
+        self.storage: MemoryStorage = memory_storage()
+        self.engine: ProcessorEngine[SchedulesState] | None = None
+
+    def start(self) -> ProcessorEngine[SchedulesState]:
+        """A new engine and processor (as after a restart) over the same stream and storage."""
+        self.stream.engines.clear()
+        self.engine = ProcessorEngine(
+            SchedulesProcessor(clock=self.clock),
+            stream=self.stream,
+            storage=self.storage,
+            clock=self.clock,
+        )
+        self.stream.engines.append(self.engine)
+        return self.engine
+
+    async def at(self, seconds: float) -> None:
+        """Move the clock to ``T0 + seconds`` and revive (what a due wakeup does)."""
+        self.clock.now = T0 + seconds
+        assert self.engine is not None
+        await self.engine.revive()
+        await settle()
+        await self.engine.catch_up_from_log()
+
+    def of_type(self, etype: str) -> list[Any]:
+        return [e.payload for e in self.stream.events if e.type == etype]
+
+    async def state(self) -> SchedulesState:
+        assert self.engine is not None
+        _, state = await self.engine.snapshot()
+        return state
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    made = Rig()
+    try:
+        yield made
+    finally:
+        made.storage.close()
+
+
+def minutely(name: str = "tick", **options: Any) -> Schedule:
+    return Schedule(name, Every("1m"), action=RunTask("ping", {"n": 1}), **options)
+
+
+def iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_a_slot_fires_once_with_its_task_and_the_next_wakeup_is_asked_for(rig: Rig) -> None:
+    engine = rig.start()
+    await rig.stream.append(defined_event(minutely(), at=T0))
+    await settle()
+    assert rig.of_type(SCHEDULE_FIRED) == []  # nothing due at the instant of definition
+    assert engine.statistics().claimed_at == T0 + 60
+    await rig.at(60)
+    (fired,) = rig.of_type(SCHEDULE_FIRED)
+    assert fired == {
+        "name": "tick",
+        "slot": T0 + 60,
+        "fire_at": T0 + 60,
+        "task_id": fired["task_id"],
+    }
+    assert fired["task_id"] == f"sched/tick/{iso(T0 + 60)}"
+    (task,) = rig.of_type(TASK_REQUESTED)
+    assert (task["task_id"], task["name"], task["args"]) == (fired["task_id"], "ping", {"n": 1})
+    assert engine.statistics().claimed_at == T0 + 120
+    # A second pass at the same instant (any event, a revive) fires nothing again.
+    await rig.at(61)
+    assert len(rig.of_type(SCHEDULE_FIRED)) == 1
+    entry = (await rig.state()).schedules["tick"]
+    assert (entry.fired, entry.missed, entry.through, entry.last_slot) == (1, 0, T0 + 60, T0 + 60)
+
+
+async def test_a_decision_made_again_after_a_crash_appends_nothing_new(rig: Rig) -> None:
+    """The second guard: the keys and bodies of a slot's events are the slot's alone."""
+    schedule = minutely()
+    await rig.stream.append(*fired_events(schedule, datetime.fromtimestamp(T0 + 60, UTC)))
+    again = await rig.stream.append(*fired_events(schedule, datetime.fromtimestamp(T0 + 60, UTC)))
+    assert [e.offset for e in again] == [1, 2]  # the events already written, returned
+    assert len(rig.stream.events) == 2
+
+
+async def test_a_restarted_processor_does_not_fire_what_its_predecessor_fired(rig: Rig) -> None:
+    rig.start()
+    await rig.stream.append(defined_event(minutely(), at=T0))
+    await settle()
+    await rig.at(60)
+    rig.start()  # a new incarnation, from the checkpoint
+    await rig.at(90)
+    await rig.at(120)
+    assert [p["slot"] for p in rig.of_type(SCHEDULE_FIRED)] == [T0 + 60, T0 + 120]
+
+
+async def test_a_host_asleep_for_a_day_fires_by_its_policy_and_records_every_other_slot(
+    rig: Rig,
+) -> None:
+    rig.start()
+    await rig.stream.append(
+        defined_event(minutely("skipper"), at=T0),
+        defined_event(minutely("latest", catchup=Catchup("latest")), at=T0),
+        defined_event(minutely("all", catchup=Catchup("all", window="10m", max_runs=3)), at=T0),
+    )
+    await settle()
+    day = 24 * 3600
+    await rig.at(day + 5)
+    fired: dict[str, list[float]] = {}
+    for p in rig.of_type(SCHEDULE_FIRED):
+        fired.setdefault(p["name"], []).append(p["slot"] - T0)
+    assert fired == {"skipper": [day], "latest": [day], "all": [day - 120, day - 60, day]}
+    missed = {(p["name"], p["reason"]): p["count"] for p in rig.of_type(SCHEDULE_MISSED)}
+    assert missed == {
+        ("skipper", "window"): 1439,
+        ("latest", "coalesced"): 1439,
+        ("all", "window"): 1430,
+        ("all", "max_runs"): 7,
+    }
+    state = await rig.state()
+    for name, entry in state.schedules.items():
+        assert entry.through == T0 + day, name
+        assert entry.fired + entry.missed == 1440, name  # every slot of the day, once
+
+
+async def test_a_paused_schedule_records_its_slots_as_missed_and_fires_after_resume(
+    rig: Rig,
+) -> None:
+    rig.start()
+    await rig.stream.append(defined_event(minutely(), at=T0))
+    await settle()
+    await rig.at(60)
+    await rig.stream.append(paused_event("tick", at=T0 + 70, by="ops"))
+    await rig.at(300)
+    assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60]
+    (paused,) = rig.of_type(SCHEDULE_MISSED)
+    assert (paused["reason"], paused["count"]) == ("paused", 4)  # 120, 180, 240, 300
+    assert rig.engine is not None
+    assert rig.engine.statistics().claimed_at is None  # paused: no wakeup for it
+    rig.clock.now = T0 + 330
+    await rig.stream.append(resumed_event("tick", at=T0 + 330))
+    await rig.at(400)
+    await rig.at(420)
+    assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60, 360, 420]
+    entry = (await rig.state()).schedules["tick"]
+    assert (entry.fired, entry.missed, entry.paused) == (3, 4, False)
+
+
+async def test_jitter_delays_a_slot_by_the_same_amount_on_every_host(rig: Rig) -> None:
+    engine = rig.start()
+    schedule = minutely(jitter="20s")
+    await rig.stream.append(defined_event(schedule, at=T0))
+    await settle()
+    claimed = engine.statistics().claimed_at
+    assert claimed is not None
+    assert T0 + 60 <= claimed < T0 + 80
+    await rig.at(60)
+    if claimed > T0 + 60:
+        assert rig.of_type(SCHEDULE_FIRED) == []  # not before its jittered instant
+    await rig.at(claimed - T0)
+    (fired,) = rig.of_type(SCHEDULE_FIRED)
+    assert fired["fire_at"] == claimed
+    assert fired["slot"] == T0 + 60
+
+
+async def test_a_cron_schedule_fires_at_the_end_of_the_spring_gap(rig: Rig) -> None:
+    spring = datetime(2026, 3, 28, 12, tzinfo=UTC).timestamp()  # Berlin jumps on the 29th
+    rig.clock.now = spring
+    rig.start()
+    nightly = Schedule("nightly", Cron("30 2 * * *", tz="Europe/Berlin"), action=RunTask("report"))
+    await rig.stream.append(defined_event(nightly, at=spring))
+    await settle()
+    gap_end = datetime(2026, 3, 29, 1, 0, tzinfo=UTC).timestamp()  # 03:00 CEST
+    assert rig.engine is not None
+    assert rig.engine.statistics().claimed_at == gap_end
+    await rig.at(gap_end - T0)
+    (fired,) = rig.of_type(SCHEDULE_FIRED)
+    assert fired["slot"] == gap_end
+
+
+async def test_a_deleted_schedule_fires_no_more_and_its_history_stays(rig: Rig) -> None:
+    rig.start()
+    await rig.stream.append(defined_event(minutely(), at=T0))
+    await settle()
+    await rig.at(60)
+    await rig.stream.append(deleted_event("tick", by="ops"))
+    await rig.at(600)
+    assert len(rig.of_type(SCHEDULE_FIRED)) == 1
+    assert (await rig.state()).schedules == {}
+    assert rig.engine is not None
+    assert rig.engine.statistics().claimed_at is None
+
+
+async def test_a_definition_that_does_not_read_back_is_reported_and_the_others_fire(
+    rig: Rig,
+) -> None:
+    rig.start()
+    good = defined_event(minutely("good"), at=T0)
+    bad = defined_event(minutely("bad"), at=T0)
+    bad["payload"]["timing"] = {"cron": "0 3 * * *", "tz": "Mars/Olympus"}
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(good, bad)
+        await settle()
+        await rig.at(60)
+    assert [p["name"] for p in rig.of_type(SCHEDULE_FIRED)] == ["good"]
+    (refused,) = [e for e in logs if e["event"] == "schedule.definition_refused"]
+    assert refused["name"] == "bad"
+    assert "Mars/Olympus" in refused["error"]
+
+
+async def test_sync_appends_only_what_differs_and_deletes_only_when_asked(rig: Rig) -> None:
+    stream = rig.stream
+    first = await sync(stream, [minutely("a"), minutely("b")], clock=rig.clock)
+    assert (first.added, first.changed, first.unchanged) == (("a", "b"), (), ())
+    same = await sync(stream, [minutely("a"), minutely("b")], clock=rig.clock)
+    assert (same.added, same.changed, same.unchanged) == ((), (), ("a", "b"))
+    assert len(stream.events) == 2  # nothing appended
+    hourly = Schedule("a", Every("1h"), action=RunTask("ping", {"n": 1}))
+    older = await sync(stream, [hourly], clock=rig.clock)  # an older host's shorter list
+    assert (older.changed, older.deleted) == (("a",), ())
+    assert sorted(await definitions(stream)) == ["a", "b"]  # b survives without prune
+    pruned = await sync(stream, [hourly], prune=True, clock=rig.clock)
+    assert pruned.deleted == ("b",)
+    assert sorted(await definitions(stream)) == ["a"]
+    with pytest.raises(InvalidRequest, match="named twice"):
+        await sync(stream, [hourly, hourly], clock=rig.clock)
+
+
+def test_a_schedule_refuses_bad_names_and_a_jitter_as_long_as_its_window() -> None:
+    with pytest.raises(InvalidRequest, match="schedule name"):
+        minutely("no spaces")
+    with pytest.raises(InvalidRequest, match="jitter"):
+        minutely(jitter="1m")  # the default skip window is one minute
+    assert minutely(jitter="1m", catchup=Catchup("skip", window="5m")).jitter == timedelta(
+        minutes=1
+    )
