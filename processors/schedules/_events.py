@@ -66,6 +66,7 @@ class ScheduleDefined(_Payload):
     jitter_s: float = Field(default=0.0, ge=0)
     defined_at: float
     """Epoch seconds: no slot before it fires (a new schedule does not catch up its past)."""
+    by: str | None = None
 
 
 class SchedulePaused(_Payload):

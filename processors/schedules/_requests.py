@@ -42,9 +42,11 @@ __all__ = [
 ]
 
 
-def defined_event(schedule: Schedule, *, at: float | None = None) -> dict[str, Any]:
+def defined_event(
+    schedule: Schedule, *, at: float | None = None, by: str | None = None
+) -> dict[str, Any]:
     """``schedule.defined`` for ``schedule``; no slot before ``at`` (now) fires."""
-    body = ScheduleDefined(**schedule.spec(), defined_at=time.time() if at is None else at)
+    body = ScheduleDefined(**schedule.spec(), defined_at=time.time() if at is None else at, by=by)
     return {"type": SCHEDULE_DEFINED, "payload": body.model_dump(mode="json")}
 
 
@@ -64,6 +66,10 @@ def deleted_event(name: str, *, by: str | None = None) -> dict[str, Any]:
     """``schedule.deleted``: the schedule fires no more (its history stays on the log)."""
     body = ScheduleDeleted(name=name, by=by)
     return {"type": SCHEDULE_DELETED, "payload": body.model_dump(mode="json")}
+
+
+_NOT_COMPARED = {"defined_at", "by"}
+"""What a definition records that is not the schedule itself."""
 
 
 def _definition(payload: Any) -> ScheduleDefined:
@@ -135,14 +141,14 @@ async def sync(
         defined = current.get(name)
         if defined is None:
             added.append(name)
-        elif defined.model_dump(exclude={"defined_at"}) != ScheduleDefined(
+        elif defined.model_dump(exclude=_NOT_COMPARED) != ScheduleDefined(
             **schedule.spec(), defined_at=0.0
-        ).model_dump(exclude={"defined_at"}):
+        ).model_dump(exclude=_NOT_COMPARED):
             changed.append(name)
         else:
             unchanged.append(name)
             continue
-        events.append(defined_event(schedule, at=now))
+        events.append(defined_event(schedule, at=now, by="sync"))
     deleted = sorted(set(current) - set(wanted)) if prune else []
     events += [deleted_event(name, by="sync") for name in deleted]
     if events:

@@ -80,18 +80,18 @@ class Schedule:
         if not isinstance(name, str) or _NAME.fullmatch(name) is None:
             raise InvalidRequest(
                 f"schedule name {name!r} is refused: 1 to 128 letters, digits and ._:- "
-                "(starting with a letter or digit); it is part of every key a slot makes",
+                "(starting with a letter or digit); it is part of every key a slot makes; no schedule was made",
                 details={"field": "name", "value": repr(name)},
             )
         if not isinstance(timing, Every | Cron):
             raise InvalidRequest(
                 f"schedule {name!r}: its timing must be an Every or a Cron, got "
-                f"{type(timing).__name__}",
+                f"{type(timing).__name__}; no schedule was made",
                 details={"field": "timing", "name": name},
             )
         if not isinstance(action, RunTask):
             raise InvalidRequest(
-                f"schedule {name!r}: its action must be a RunTask, got {type(action).__name__}",
+                f"schedule {name!r}: its action must be a RunTask, got {type(action).__name__}; no schedule was made",
                 details={"field": "action", "name": name},
             )
         catchup = catchup or Catchup()
@@ -99,7 +99,7 @@ class Schedule:
         if delay and delay >= catchup.window:
             raise InvalidRequest(
                 f"schedule {name!r}: its jitter ({delay}) is not shorter than its catch-up "
-                f"window ({catchup.window}); a slot would miss its window waiting for its jitter",
+                f"window ({catchup.window}); a slot would miss its window waiting for its jitter; no schedule was made",
                 details={"field": "jitter", "name": name},
             )
         object.__setattr__(self, "name", name)
@@ -167,6 +167,6 @@ def schedule_of(spec: Mapping[str, Any]) -> Schedule:
         if isinstance(exc, InvalidRequest):
             raise
         raise InvalidRequest(
-            f"a schedule definition is malformed ({type(exc).__name__}: {exc})",
+            f"a schedule definition is malformed ({type(exc).__name__}: {exc}); no schedule was made",
             details={"error": str(exc)[:500]},
         ) from exc

@@ -100,7 +100,7 @@ def parse_duration(text: str | timedelta, what: str = "duration") -> timedelta:
     if isinstance(text, timedelta):
         if text < timedelta(0):
             raise InvalidRequest(
-                f"{what} {text} is negative; a schedule's durations are zero or more",
+                f"{what} {text} is negative; a schedule's durations are zero or more; no schedule was made",
                 details={"field": what, "value": str(text)},
             )
         return text
@@ -109,7 +109,7 @@ def parse_duration(text: str | timedelta, what: str = "duration") -> timedelta:
     if not parts or "".join(n + u for n, u in parts) != spoken:
         raise InvalidRequest(
             f"{what} {text!r} is not a duration: write a number and a unit (ms, s, m, h, d, w), "
-            'one or more of them, such as "90s", "5m" or "1h30m"',
+            'one or more of them, such as "90s", "5m" or "1h30m"; no schedule was made',
             details={"field": what, "value": repr(text)},
         )
     return sum((int(n) * _UNITS[u] for n, u in parts), timedelta(0))
@@ -119,7 +119,7 @@ def _utc(instant: datetime, what: str) -> datetime:
     if instant.tzinfo is None or instant.utcoffset() is None:
         raise InvalidRequest(
             f"{what} {instant.isoformat()} has no time zone; a schedule's instants are aware "
-            "(UTC, or any zone)",
+            "(UTC, or any zone); no schedule was made",
             details={"field": what, "value": instant.isoformat()},
         )
     return instant.astimezone(UTC)
@@ -157,7 +157,7 @@ class Every:
         if step < timedelta(seconds=1):
             raise InvalidRequest(
                 f"interval {interval!r} is shorter than one second; a schedule fires at most "
-                "once a second",
+                "once a second; no schedule was made",
                 details={"field": "interval", "value": str(interval)},
             )
         object.__setattr__(self, "interval", step)
@@ -212,18 +212,20 @@ class Cron:
         CronSim, CronSimError = _cronsim()
         if gap not in ("shift", "skip"):
             raise InvalidRequest(
-                f'gap {gap!r} is neither "shift" nor "skip"', details={"field": "gap"}
+                f'gap {gap!r} is neither "shift" nor "skip"; no schedule was made',
+                details={"field": "gap"},
             )
         if fold not in ("first", "last"):
             raise InvalidRequest(
-                f'fold {fold!r} is neither "first" nor "last"', details={"field": "fold"}
+                f'fold {fold!r} is neither "first" nor "last"; no schedule was made',
+                details={"field": "fold"},
             )
         try:
             zone = ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError) as exc:
             raise InvalidRequest(
                 f"time zone {tz!r} is not in the zone database (an IANA name such as "
-                '"Europe/Berlin" or "UTC")',
+                '"Europe/Berlin" or "UTC"); no schedule was made',
                 details={"field": "tz", "value": tz},
             ) from exc
         spoken = expr.strip() if isinstance(expr, str) else ""
@@ -234,7 +236,7 @@ class Cron:
             raise InvalidRequest(
                 f"cron expression {expr!r} is refused ({exc}): write five fields (minute hour "
                 "day-of-month month day-of-week), six with seconds first, or an alias such as "
-                "@daily",
+                "@daily; no schedule was made",
                 details={"field": "cron", "value": repr(expr)},
             ) from exc
         object.__setattr__(self, "expr", spoken)
@@ -361,12 +363,13 @@ class Catchup:
     ) -> None:
         if policy not in WINDOWS:
             raise InvalidRequest(
-                f'catch-up policy {policy!r} is none of "skip", "latest", "all"',
+                f'catch-up policy {policy!r} is none of "skip", "latest", "all"; no schedule '
+                "was made",
                 details={"field": "catchup", "value": repr(policy)},
             )
         if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
             raise InvalidRequest(
-                f"max_runs {max_runs!r} is not a whole number of at least 1",
+                f"max_runs {max_runs!r} is not a whole number of at least 1; no schedule was made",
                 details={"field": "max_runs", "value": repr(max_runs)},
             )
         object.__setattr__(self, "policy", policy)

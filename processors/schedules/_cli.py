@@ -1,0 +1,218 @@
+"""``streamkit schedules list|add|pause|resume|delete``: the schedules processor's commands.
+
+Registered through the ``streamkit.commands`` entry-point group; the core
+command line never imports this package. Every change is an event appended
+through the running host when one answers (else to the log directly), so
+the log records who changed what.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from streamkit.processors._cli_support import (
+    Sub,
+    add_common_flags,
+    append_event,
+    json_line,
+    read_snapshot,
+    requested_by,
+)
+from streamkit.processors.schedules._events import SCHEDULES_CONTRACT, ScheduleDefined
+from streamkit.processors.schedules._requests import (
+    defined_event,
+    definitions,
+    deleted_event,
+    paused_event,
+    resumed_event,
+)
+from streamkit.processors.schedules._schedule import RunTask, Schedule, schedule_of
+from streamkit.processors.schedules._timing import Catchup, Cron, Every
+
+from streamkit import InvalidRequest
+from streamkit.cli import existing_log
+
+__all__ = ["add_schedules"]
+
+
+def add_schedules(sub: Sub) -> None:
+    """``streamkit schedules list|add|pause|resume|delete``."""
+    p = sub.add_parser(
+        "schedules",
+        help="list, add, pause, resume and delete recurring schedules",
+        description="Inspect and change the recurring schedules of streamkit.processors.schedules.",
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", parser_class=type(p))
+    verbs.required = True
+
+    q = verbs.add_parser(
+        "list",
+        help="each schedule: timing, next and last slot, fired and missed counts",
+        description="Print every schedule with its timing, whether it is paused, the next slot, "
+        "the last slot fired and how many slots fired and were missed, from the running host, "
+        "else from the schedules processor's checkpoint.",
+    )
+    add_common_flags(q, json_help="print {offset, schedules} as JSON")
+    q.set_defaults(handler=_list)
+
+    q = verbs.add_parser(
+        "add",
+        help="define a schedule (or change the one of that name)",
+        description="Append schedule.defined: the schedule fires its task at each slot from now "
+        "on. A name already defined is changed (its record of fired and missed slots stays).",
+    )
+    q.add_argument("name", help="the schedule's name (letters, digits, ._:-)")
+    timing = q.add_mutually_exclusive_group(required=True)
+    timing.add_argument("--cron", help='a cron expression, e.g. "0 3 * * *" or @daily')
+    timing.add_argument("--every", help='an interval, e.g. "5m", "1h30m"')
+    q.add_argument("--tz", default="UTC", help="the zone a --cron reads (default: UTC)")
+    q.add_argument(
+        "--gap",
+        choices=["shift", "skip"],
+        default="shift",
+        help="a --cron wall time the clocks skip: fire at the gap's end (shift) or not (skip)",
+    )
+    q.add_argument(
+        "--fold",
+        choices=["first", "last"],
+        default="first",
+        help="a --cron wall time the clocks repeat: fire at its first or last occurrence",
+    )
+    q.add_argument("--task", required=True, help="the task each slot requests")
+    q.add_argument("--args", default="{}", help="the task's arguments, a JSON object")
+    q.add_argument(
+        "--catchup",
+        choices=["skip", "latest", "all"],
+        default="skip",
+        help="slots that came due while nothing ran: skip them (default), run the latest, "
+        "or run all",
+    )
+    q.add_argument("--window", help="how old a slot may be and still fire (policy default)")
+    q.add_argument("--max-runs", type=int, default=100, help="the most slots fired at once")
+    q.add_argument("--jitter", default="0s", help="a delay up to this, fixed per slot")
+    q.add_argument("--by", help="who changed it (default: user@hostname)")
+    add_common_flags(q, json_help="print the appended event as JSON")
+    q.set_defaults(handler=_add)
+
+    for verb, what, maker in (
+        ("pause", "its slots are recorded as missed until it is resumed", paused_event),
+        ("resume", "slots after now fire again", resumed_event),
+        ("delete", "it fires no more; its history stays on the log", deleted_event),
+    ):
+        q = verbs.add_parser(verb, help=f"{verb} a schedule", description=f"{verb}: {what}.")
+        q.add_argument("name", help="the schedule's name")
+        q.add_argument("--by", help="who changed it (default: user@hostname)")
+        add_common_flags(q, json_help="print the appended event as JSON")
+        q.set_defaults(handler=_change, maker=maker)
+
+
+def _instant(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _timing_text(timing: dict[str, Any]) -> str:
+    if "cron" in timing:
+        return f"cron {timing['cron']!r} {timing.get('tz', 'UTC')}"
+    return f"every {timing['every_seconds']:g}s"
+
+
+def _next_slot(entry: dict[str, Any]) -> float | None:
+    if entry.get("paused"):
+        return None
+    try:
+        schedule = schedule_of(entry["definition"])
+    except InvalidRequest:
+        return None
+    after = datetime.fromtimestamp(entry["through"], UTC)
+    for slot in schedule.timing.forward(after):
+        return slot.timestamp()
+    return None
+
+
+def _list(args: argparse.Namespace, out: TextIO) -> int:
+    snapshot = read_snapshot(args, "schedules", SCHEDULES_CONTRACT)
+    if snapshot is None:
+        raise InvalidRequest(
+            f"the schedules processor has no state in {args.db!r} yet (no running host answers "
+            "and it has no checkpoint there); nothing was read; run it in `streamkit host` first",
+            details={"db": args.db},
+        )
+    entries = (snapshot.get("state") or {}).get("schedules") or {}
+    rows = []
+    for name in sorted(entries):
+        entry = entries[name]
+        rows.append({**entry, "name": name, "next_slot": _next_slot(entry)})
+    if args.json:
+        out.write(json_line({"offset": snapshot["offset"], "schedules": rows}) + "\n")
+        return 0
+    out.write(f"{len(rows)} schedule(s) at offset {snapshot['offset']}\n")
+    for row in rows:
+        definition = row["definition"]
+        state = "paused" if row.get("paused") else f"next {_instant(row['next_slot'])}"
+        out.write(
+            f"{row['name']}  {_timing_text(definition['timing'])}  task "
+            f"{definition['action'].get('name')}  {state}  last {_instant(row.get('last_slot'))}"
+            f"  fired {row.get('fired', 0)}  missed {row.get('missed', 0)}\n"
+        )
+    return 0
+
+
+def _add(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        task_args = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"--args is not JSON ({exc}); nothing was appended", details={"field": "args"}
+        ) from exc
+    if not isinstance(task_args, dict):
+        raise InvalidRequest(
+            "--args must be a JSON object; nothing was appended", details={"field": "args"}
+        )
+    timing: Every | Cron = (
+        Every(args.every)
+        if args.every is not None
+        else Cron(args.cron, tz=args.tz, gap=args.gap, fold=args.fold)
+    )
+    schedule = Schedule(
+        args.name,
+        timing,
+        action=RunTask(args.task, task_args),
+        catchup=Catchup(args.catchup, window=args.window, max_runs=args.max_runs),
+        jitter=args.jitter,
+    )
+    committed = append_event(args, defined_event(schedule, by=requested_by(args)))
+    if args.json:
+        out.write(json_line(committed.to_dict()) + "\n")
+    else:
+        body = ScheduleDefined.model_validate(committed.to_dict()["payload"])
+        out.write(
+            f"schedule {body.name} defined (offset {committed.offset}): "
+            f"{_timing_text(body.timing)}, task {args.task}, catch-up {args.catchup}\n"
+        )
+    return 0
+
+
+def _change(args: argparse.Namespace, out: TextIO) -> int:
+    async def known() -> set[str]:
+        async with existing_log(args.db) as log:
+            return set(await definitions(log.stream(args.path)))
+
+    names = asyncio.run(known())
+    if args.name not in names:
+        raise InvalidRequest(
+            f"no schedule {args.name!r} is defined in {args.db!r} (path {args.path}); nothing "
+            f"was appended; defined: {', '.join(sorted(names)) or 'none'}",
+            details={"name": args.name},
+        )
+    committed = append_event(args, args.maker(args.name, by=requested_by(args)))
+    if args.json:
+        out.write(json_line(committed.to_dict()) + "\n")
+    else:
+        out.write(f"schedule {args.name}: {args.verb} recorded (offset {committed.offset})\n")
+    return 0
