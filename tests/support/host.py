@@ -429,3 +429,24 @@ class SlowEffectorV2(EffectorV2):
     def reduce(self, event: StreamEvent, state: Sums) -> Sums | None:
         time.sleep(0.0002)
         return super().reduce(event, state)
+
+
+# -- schedules (the schedule drills) -------------------------------------------------------
+
+from streamkit.processors.schedules import SchedulesProcessor  # noqa: E402
+from streamkit.processors.tasks import TaskContext, TasksProcessor  # noqa: E402
+
+
+class Schedules(SchedulesProcessor):
+    """The schedules processor as a daemon runs it: the engine's clock."""
+
+
+async def _ping(args: dict[str, Any], ctx: TaskContext) -> dict[str, Any]:
+    return {"pid": os.getpid()}
+
+
+class ScheduledTasks(TasksProcessor):
+    """The tasks processor with the ``ping`` handler the schedule drills' slots request."""
+
+    def __init__(self) -> None:
+        super().__init__(handlers={"ping": _ping}, backoff_base=0.2, backoff_max=1.0)
