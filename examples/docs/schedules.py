@@ -20,6 +20,7 @@ async def main() -> None:
         RunTask,
         Schedule,
         SchedulesProcessor,
+        defined_event,
         sync,
     )
     from streamkit.processors.tasks import TASK_REQUESTED
@@ -35,14 +36,14 @@ async def main() -> None:
         jitter="30s",
     )
     heartbeat = Schedule("heartbeat", Every("1m"), action=RunTask("ping"))
-    # --- docs/schedules.md:85
+    # --- docs/schedules.md:86
     clock = ManualClock(datetime(2026, 5, 4, 0, 0, tzinfo=UTC).timestamp())
     memory = memory_stream(clock=clock)
     synced = await sync(memory.stream, [nightly, heartbeat], clock=clock)
     print(synced.added)  # ('nightly-report', 'heartbeat')
     again = await sync(memory.stream, [nightly, heartbeat], clock=clock)
     print(again.unchanged)  # ('nightly-report', 'heartbeat'): nothing appended
-    # --- docs/schedules.md:114
+    # --- docs/schedules.md:115
     engine = ProcessorEngine(
         SchedulesProcessor(clock=clock), stream=memory.stream, storage=memory_storage(), clock=clock
     )
@@ -55,7 +56,7 @@ async def main() -> None:
     await settle()
     print([e.payload["task_id"] for e in memory.events if e.type == TASK_REQUESTED])
     # ['sched/heartbeat/2026-05-04T00:01:00Z']
-    # --- docs/schedules.md:148
+    # --- docs/schedules.md:149
     from streamkit.processors.schedules import due
 
     slept_from = datetime(2026, 5, 1, tzinfo=UTC)
@@ -66,17 +67,15 @@ async def main() -> None:
         print(missed.reason, missed.count, missed.first.isoformat(), missed.last.isoformat())
     # window 1 2026-05-01T01:00:00+00:00 2026-05-01T01:00:00+00:00
     # coalesced 2 2026-05-02T01:00:00+00:00 2026-05-03T01:00:00+00:00
-    # --- docs/schedules.md:176
+    # --- docs/schedules.md:177
     from itertools import islice
     from zoneinfo import ZoneInfo
 
     berlin = ZoneInfo("Europe/Berlin")
 
-
     def walls(timing, start, count):
         slots = islice(timing.forward(start), count)
         return [s.astimezone(berlin).strftime("%m-%d %H:%M %Z") for s in slots]
-
 
     half_past_two = Cron("30 2 * * *", tz="Europe/Berlin")
     print(walls(half_past_two, datetime(2026, 3, 28, tzinfo=UTC), 3))
@@ -89,6 +88,45 @@ async def main() -> None:
     skipping = Cron("30 2 * * *", tz="Europe/Berlin", gap="skip")
     print(walls(skipping, datetime(2026, 3, 28, tzinfo=UTC), 2))
     # ['03-28 02:30 CET', '03-30 02:30 CEST']
+    # --- docs/schedules.md:240
+    from streamkit.processors.tasks import TASK_SUCCEEDED
+
+    report = Schedule(
+        "report",
+        Every("1m"),
+        action=RunTask("reports.slow"),
+        overlap="buffer_one",
+        catchup=Catchup("all", window="10m"),
+    )
+    await memory.stream.append(defined_event(report, at=clock()))
+    clock.advance(60)
+    await engine.revive()
+    await settle()
+    clock.advance(60)
+    await engine.revive()
+    await settle()
+    kinds = [e.type for e in memory.events if e.payload.get("name") == "report"]
+    print(kinds)  # ['schedule.defined', 'schedule.fired', 'schedule.buffered']
+    first = next(
+        e for e in memory.events if e.type == TASK_REQUESTED and "report" in e.payload["task_id"]
+    )
+    await memory.stream.append(
+        {
+            "type": TASK_SUCCEEDED,
+            "payload": {
+                "task_id": first.payload["task_id"],
+                "request_offset": first.offset,
+                "attempt": 1,
+            },
+        }
+    )
+    await settle()
+    fired = [
+        e.payload["slot"]
+        for e in memory.events
+        if e.type == "schedule.fired" and e.payload["name"] == "report"
+    ]
+    print(len(fired))  # 2: the waiting slot fired once the first task settled
 
 
 if __name__ == "__main__":

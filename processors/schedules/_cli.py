@@ -94,6 +94,16 @@ def add_schedules(sub: Sub) -> None:
     q.add_argument("--window", help="how old a slot may be and still fire (policy default)")
     q.add_argument("--max-runs", type=int, default=100, help="the most slots fired at once")
     q.add_argument("--jitter", default="0s", help="a delay up to this, fixed per slot")
+    q.add_argument(
+        "--overlap",
+        choices=["skip", "buffer_one", "buffer_all", "allow_all", "cancel_other"],
+        default="skip",
+        help="a slot while the last slot's task runs: miss it (skip, default), let it wait "
+        "(buffer_one, buffer_all), fire anyway (allow_all), or cancel the running task",
+    )
+    q.add_argument(
+        "--max-buffered", type=int, default=100, help="buffer_all: the most slots waiting"
+    )
     q.add_argument("--by", help="who changed it (default: user@hostname)")
     add_common_flags(q, json_help="print the appended event as JSON")
     q.set_defaults(handler=_add)
@@ -155,11 +165,16 @@ def _list(args: argparse.Namespace, out: TextIO) -> int:
     for row in rows:
         definition = row["definition"]
         state = "paused" if row.get("paused") else f"next {_instant(row['next_slot'])}"
-        out.write(
+        line = (
             f"{row['name']}  {_timing_text(definition['timing'])}  task "
             f"{definition['action'].get('name')}  {state}  last {_instant(row.get('last_slot'))}"
-            f"  fired {row.get('fired', 0)}  missed {row.get('missed', 0)}\n"
+            f"  fired {row.get('fired', 0)}  missed {row.get('missed', 0)}"
         )
+        if row.get("running"):
+            line += f"  running {len(row['running'])}"
+        if row.get("buffered"):
+            line += f"  waiting {len(row['buffered'])}"
+        out.write(line + "\n")
     return 0
 
 
@@ -185,6 +200,8 @@ def _add(args: argparse.Namespace, out: TextIO) -> int:
         action=RunTask(args.task, task_args),
         catchup=Catchup(args.catchup, window=args.window, max_runs=args.max_runs),
         jitter=args.jitter,
+        overlap=args.overlap,
+        max_buffered=args.max_buffered,
     )
     committed = append_event(args, defined_event(schedule, by=requested_by(args)))
     if args.json:

@@ -14,22 +14,35 @@ Instants are epoch seconds (UTC), as ``not_before`` and the engine's clock.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from streamkit.processors._definitions import definition
-from streamkit.processors.tasks import TASK_REQUESTED, TASKS_CONTRACT
+from streamkit.processors.schedules._schedule import Overlap
+from streamkit.processors.schedules._timing import MissedReason
+from streamkit.processors.tasks import (
+    TASK_CANCEL_REQUESTED,
+    TASK_CANCELLED,
+    TASK_DEAD_LETTERED,
+    TASK_REJECTED,
+    TASK_REQUESTED,
+    TASK_SUCCEEDED,
+    TASKS_CONTRACT,
+)
 
 from streamkit import define_processor_contract
 
 __all__ = [
     "SCHEDULES_CONTRACT",
+    "SCHEDULE_BUFFERED",
     "SCHEDULE_DEFINED",
     "SCHEDULE_DELETED",
     "SCHEDULE_FIRED",
     "SCHEDULE_MISSED",
     "SCHEDULE_PAUSED",
     "SCHEDULE_RESUMED",
+    "TASK_SETTLED",
+    "ScheduleBuffered",
     "ScheduleDefined",
     "ScheduleDeleted",
     "ScheduleEntry",
@@ -48,6 +61,11 @@ SCHEDULE_RESUMED = "schedule.resumed"
 SCHEDULE_DELETED = "schedule.deleted"
 SCHEDULE_FIRED = "schedule.fired"
 SCHEDULE_MISSED = "schedule.missed"
+SCHEDULE_BUFFERED = "schedule.buffered"
+
+TASK_SETTLED = (TASK_SUCCEEDED, TASK_DEAD_LETTERED, TASK_CANCELLED, TASK_REJECTED)
+"""The task outcomes after which a slot's task is no longer running (what overlap waits for)."""
+
 
 _NAME = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
@@ -64,6 +82,8 @@ class ScheduleDefined(_Payload):
     action: dict[str, Any]
     catchup: dict[str, Any]
     jitter_s: float = Field(default=0.0, ge=0)
+    overlap: Overlap = "skip"
+    max_buffered: int = Field(default=100, ge=1, le=10_000)
     defined_at: float
     """Epoch seconds: no slot before it fires (a new schedule does not catch up its past)."""
     by: str | None = None
@@ -100,7 +120,15 @@ class ScheduleFired(_Payload):
     task_id: str | None = None
 
 
-MissedReason = Literal["window", "coalesced", "max_runs", "paused"]
+class ScheduleBuffered(_Payload):
+    """Slot ``slot`` of ``name`` waits for the schedule's running task (overlap ``buffer_*``).
+
+    It fires (``schedule.fired``, same key as ever) once no task of the
+    schedule runs.
+    """
+
+    name: str = _NAME
+    slot: float
 
 
 class ScheduleMissed(_Payload):
@@ -134,6 +162,10 @@ class ScheduleEntry(BaseModel):
     """The newest slot that fired."""
     last_fired_at: float | None = None
     """When it fired (its event's commit time, epoch seconds)."""
+    running: list[str] = Field(default_factory=list)
+    """The task ids its slots requested that have not settled (what overlap looks at)."""
+    buffered: list[float] = Field(default_factory=list)
+    """Slots waiting for the running task to settle, oldest first."""
 
 
 class SchedulesState(BaseModel):
@@ -152,6 +184,7 @@ SCHEDULES_CONTRACT = define_processor_contract(
         SCHEDULE_DELETED: definition("a schedule is removed", ScheduleDeleted),
         SCHEDULE_FIRED: definition("a slot fired", ScheduleFired),
         SCHEDULE_MISSED: definition("slots did not fire, and why", ScheduleMissed),
+        SCHEDULE_BUFFERED: definition("a slot waits for the running task", ScheduleBuffered),
     },
     consumes=[
         SCHEDULE_DEFINED,
@@ -160,7 +193,15 @@ SCHEDULES_CONTRACT = define_processor_contract(
         SCHEDULE_DELETED,
         SCHEDULE_FIRED,
         SCHEDULE_MISSED,
+        SCHEDULE_BUFFERED,
+        *TASK_SETTLED,
     ],
     processor_deps=[TASKS_CONTRACT],
-    emits=[SCHEDULE_FIRED, SCHEDULE_MISSED, TASK_REQUESTED],
+    emits=[
+        SCHEDULE_FIRED,
+        SCHEDULE_MISSED,
+        SCHEDULE_BUFFERED,
+        TASK_REQUESTED,
+        TASK_CANCEL_REQUESTED,
+    ],
 )

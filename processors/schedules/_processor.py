@@ -33,9 +33,12 @@ from typing import Any
 
 import structlog
 from streamkit.processors.schedules._events import (
+    SCHEDULE_BUFFERED,
     SCHEDULE_FIRED,
     SCHEDULE_MISSED,
     SCHEDULES_CONTRACT,
+    TASK_SETTLED,
+    ScheduleBuffered,
     ScheduleDefined,
     ScheduleDeleted,
     ScheduleEntry,
@@ -46,8 +49,8 @@ from streamkit.processors.schedules._events import (
     SchedulesState,
 )
 from streamkit.processors.schedules._schedule import Schedule, schedule_of, slot_text
-from streamkit.processors.schedules._timing import Catchup, Missed, due, jitter
-from streamkit.processors.tasks import task_requested_event
+from streamkit.processors.schedules._timing import Catchup, Missed, MissedReason, due, jitter
+from streamkit.processors.tasks import cancel_requested_event, task_requested_event
 
 from streamkit import ProcessEventArgs, StreamEvent, StreamkitError, StreamProcessor
 
@@ -71,11 +74,48 @@ def _created_seconds(event: StreamEvent) -> float | None:
         return None
 
 
+def task_id_of(name: str, slot: datetime) -> str:
+    """The id of the task slot ``slot`` of schedule ``name`` requests."""
+    return f"sched/{name}/{slot_text(slot)}"
+
+
+def _runs(missed: list[tuple[MissedReason, datetime]]) -> list[Missed]:
+    """Consecutive slots missed for the same reason, as one record each."""
+    runs: list[Missed] = []
+    for reason, slot in missed:
+        last = runs[-1] if runs else None
+        if last is not None and last.reason == reason:
+            runs[-1] = Missed(reason, last.first, slot, last.count + 1)
+        else:
+            runs.append(Missed(reason, slot, slot, 1))
+    return runs
+
+
+def buffered_event(name: str, slot: datetime) -> dict[str, Any]:
+    """``schedule.buffered``: the slot waits for the schedule's running task."""
+    body = ScheduleBuffered(name=name, slot=_seconds(slot))
+    return {
+        "type": SCHEDULE_BUFFERED,
+        "payload": body.model_dump(mode="json"),
+        "idempotency_key": f"schedules/buffered/{name}/{slot_text(slot)}",
+    }
+
+
+def cancel_event(task_id: str, name: str, slot: datetime) -> dict[str, Any]:
+    """The cancel request of overlap ``cancel_other``, once per task."""
+    event = cancel_requested_event(
+        task_id,
+        reason=f"schedule {name}: slot {slot_text(slot)} replaces it (overlap cancel_other)",
+        requested_by="schedules",
+    )
+    return {**event, "idempotency_key": f"schedules/cancel/{task_id}"}
+
+
 def fired_events(schedule: Schedule, slot: datetime) -> list[dict[str, Any]]:
     """What firing ``slot`` appends: ``schedule.fired`` and the task request, keyed by the slot."""
     at = slot_text(slot)
     action = schedule.action
-    task_id = f"sched/{schedule.name}/{at}"
+    task_id = task_id_of(schedule.name, slot)
     fire_at = slot + jitter(schedule.name, slot, schedule.jitter)
     fired = ScheduleFired(
         name=schedule.name, slot=_seconds(slot), fire_at=_seconds(fire_at), task_id=task_id
@@ -147,6 +187,8 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
             else:
                 entry = old.model_copy(update={"definition": p})
             return SchedulesState(schedules={**entries, p.name: entry})
+        if event.type in TASK_SETTLED:
+            return self._settled(p, entries)
         old = entries.get(getattr(p, "name", ""))
         if old is None:
             return None  # of a schedule deleted or never defined: nothing to change
@@ -157,7 +199,15 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
                     "fired": old.fired + 1,
                     "last_slot": max(old.last_slot or p.slot, p.slot),
                     "last_fired_at": _created_seconds(event) or old.last_fired_at,
+                    "running": [*old.running, p.task_id] if p.task_id else old.running,
+                    "buffered": [b for b in old.buffered if b != p.slot],
                 }
+            )
+        elif isinstance(p, ScheduleBuffered):
+            if p.slot in old.buffered:
+                return None
+            entry = old.model_copy(
+                update={"through": max(old.through, p.slot), "buffered": [*old.buffered, p.slot]}
             )
         elif isinstance(p, ScheduleMissed):
             entry = old.model_copy(
@@ -176,6 +226,23 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         else:
             return None
         return SchedulesState(schedules={**entries, p.name: entry})
+
+    @staticmethod
+    def _settled(payload: Any, entries: dict[str, ScheduleEntry]) -> SchedulesState | None:
+        """A task settled: if a slot of a schedule requested it, it runs no more."""
+        task_id = (
+            payload.get("task_id")
+            if isinstance(payload, dict)
+            else getattr(payload, "task_id", None)
+        )
+        if not isinstance(task_id, str) or not task_id.startswith("sched/"):
+            return None
+        name = task_id.split("/", 2)[1]
+        old = entries.get(name)
+        if old is None or task_id not in old.running:
+            return None
+        entry = old.model_copy(update={"running": [t for t in old.running if t != task_id]})
+        return SchedulesState(schedules={**entries, name: entry})
 
     # -- the at-head pass: decide from now ------------------------------------------------
 
@@ -231,11 +298,8 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
             events += [missed_event(name, m) for m in decided.missed]
             for missed in decided.missed:
                 through = max(through, missed.last)
-            for slot in decided.fire:
-                if slot + jitter(name, slot, schedule.jitter) > clock:
-                    break  # its jittered instant is still ahead: the next pass fires it
-                events += fired_events(schedule, slot)
-                through = max(through, slot)
+            fired, through = self._overlap(schedule, entry, decided.fire, clock, through)
+            events += fired
         if events:
             marked = self._sent[name] = _seconds(through)
             appended = args.append(*events)
@@ -253,6 +317,50 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         for slot in schedule.timing.forward(through):
             return _seconds(slot + jitter(name, slot, schedule.jitter))
         return None
+
+    def _overlap(
+        self,
+        schedule: Schedule,
+        entry: ScheduleEntry,
+        slots: tuple[datetime, ...],
+        clock: datetime,
+        through: datetime,
+    ) -> tuple[list[dict[str, Any]], datetime]:
+        """The events of the slots due now, by the overlap policy; how far they decide.
+
+        A slot that waited (``buffer_*``) fires first, once no task of the
+        schedule runs. A slot whose jittered instant is still ahead stops the
+        run: the next pass decides it.
+        """
+        name, policy = schedule.name, schedule.overlap
+        running = list(entry.running)
+        buffered = list(entry.buffered)
+        events: list[dict[str, Any]] = []
+        if buffered and not running:
+            slot = _instant(buffered.pop(0))
+            events += fired_events(schedule, slot)
+            running.append(task_id_of(name, slot))
+        missed: list[tuple[MissedReason, datetime]] = []
+        for slot in slots:
+            if slot + jitter(name, slot, schedule.jitter) > clock:
+                break  # its jittered instant is still ahead: the next pass fires it
+            through = max(through, slot)
+            if policy == "allow_all" or not (running or buffered):
+                events += fired_events(schedule, slot)
+                running.append(task_id_of(name, slot))
+            elif policy == "cancel_other":
+                events += [cancel_event(task_id, name, slot) for task_id in running]
+                events += fired_events(schedule, slot)
+                running = [task_id_of(name, slot)]
+            elif policy == "skip":
+                missed.append(("overlap", slot))
+            elif len(buffered) < (1 if policy == "buffer_one" else schedule.max_buffered):
+                events.append(buffered_event(name, slot))
+                buffered.append(_seconds(slot))
+            else:
+                missed.append(("buffer_full", slot))
+        events += [missed_event(name, run) for run in _runs(missed)]
+        return events, through
 
     def _schedule(self, entry: ScheduleEntry) -> Schedule | None:
         """The schedule a definition records, built once per definition (None: refused)."""

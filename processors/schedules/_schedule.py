@@ -14,13 +14,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal, get_args
 
 from streamkit.processors.schedules._timing import Catchup, Cron, Every, parse_duration
 
 from streamkit.errors import InvalidRequest
 
-__all__ = ["Action", "RunTask", "Schedule", "schedule_of", "slot_text"]
+__all__ = ["Action", "Overlap", "RunTask", "Schedule", "schedule_of", "slot_text"]
+
+Overlap = Literal["skip", "buffer_one", "buffer_all", "allow_all", "cancel_other"]
+"""What a slot does while the task of an earlier slot still runs (see :class:`Schedule`)."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
@@ -60,6 +63,13 @@ class Schedule:
     ``catchup`` decides the slots that came due while nothing evaluated
     them (default: skip those more than a minute old); ``jitter`` delays
     each slot by a fixed fraction of it, the same on every host.
+
+    ``overlap`` says what a slot does while the task an earlier slot
+    requested has not settled: ``"skip"`` (the default: the slot is missed,
+    reason ``overlap``), ``"buffer_one"`` (it waits for the task, one slot at
+    most; more are missed, ``buffer_full``), ``"buffer_all"`` (they wait, up
+    to ``max_buffered``), ``"allow_all"`` (it fires anyway) or
+    ``"cancel_other"`` (the running task is cancelled and the slot fires).
     """
 
     name: str
@@ -67,6 +77,8 @@ class Schedule:
     action: Action
     catchup: Catchup
     jitter: timedelta
+    overlap: Overlap
+    max_buffered: int
 
     def __init__(
         self,
@@ -76,6 +88,8 @@ class Schedule:
         action: Action,
         catchup: Catchup | None = None,
         jitter: str | timedelta = timedelta(0),
+        overlap: Overlap = "skip",
+        max_buffered: int = 100,
     ) -> None:
         if not isinstance(name, str) or _NAME.fullmatch(name) is None:
             raise InvalidRequest(
@@ -102,11 +116,29 @@ class Schedule:
                 f"window ({catchup.window}); a slot would miss its window waiting for its jitter; no schedule was made",
                 details={"field": "jitter", "name": name},
             )
+        if overlap not in get_args(Overlap):
+            raise InvalidRequest(
+                f"schedule {name!r}: overlap {overlap!r} is none of "
+                f"{', '.join(get_args(Overlap))}; no schedule was made",
+                details={"field": "overlap", "name": name},
+            )
+        if (
+            not isinstance(max_buffered, int)
+            or isinstance(max_buffered, bool)
+            or not 1 <= max_buffered <= 10_000
+        ):
+            raise InvalidRequest(
+                f"schedule {name!r}: max_buffered {max_buffered!r} is not a whole number from 1 "
+                "to 10,000; no schedule was made",
+                details={"field": "max_buffered", "name": name},
+            )
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "timing", timing)
         object.__setattr__(self, "action", action)
         object.__setattr__(self, "catchup", catchup)
         object.__setattr__(self, "jitter", delay)
+        object.__setattr__(self, "overlap", overlap)
+        object.__setattr__(self, "max_buffered", max_buffered)
 
     def spec(self) -> dict[str, Any]:
         """The definition as JSON (a ``schedule.defined`` payload without ``defined_at``)."""
@@ -121,6 +153,8 @@ class Schedule:
                 "max_runs": catchup.max_runs,
             },
             "jitter_s": self.jitter.total_seconds(),
+            "overlap": self.overlap,
+            "max_buffered": self.max_buffered,
         }
 
 
@@ -162,6 +196,8 @@ def schedule_of(spec: Mapping[str, Any]) -> Schedule:
                 max_runs=int(catchup_spec["max_runs"]),
             ),
             jitter=timedelta(seconds=float(spec.get("jitter_s", 0.0))),
+            overlap=spec.get("overlap", "skip"),
+            max_buffered=int(spec.get("max_buffered", 100)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, InvalidRequest):

@@ -55,6 +55,7 @@ __all__ = [
     "Due",
     "Every",
     "Missed",
+    "MissedReason",
     "Timing",
     "due",
     "jitter",
@@ -381,7 +382,8 @@ class Catchup:
         object.__setattr__(self, "max_runs", max_runs)
 
 
-MissedReason = Literal["window", "coalesced", "max_runs"]
+MissedReason = Literal["window", "coalesced", "max_runs", "paused", "overlap", "buffer_full"]
+"""Why slots did not fire: :func:`due` gives the first three; the processor the others."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from streamkit.processors.schedules import (
     sync,
 )
 from streamkit.processors.schedules._processor import fired_events
-from streamkit.processors.tasks import TASK_REQUESTED
+from streamkit.processors.tasks import TASK_CANCEL_REQUESTED, TASK_REQUESTED, TASK_SUCCEEDED
 from streamkit.testing import (
     ManualClock,
     MemoryStorage,
@@ -88,7 +88,25 @@ def rig() -> Iterator[Rig]:
 
 
 def minutely(name: str = "tick", **options: Any) -> Schedule:
+    """Every minute; each slot fires whatever earlier tasks do (no tasks processor runs here)."""
+    options.setdefault("overlap", "allow_all")
     return Schedule(name, Every("1m"), action=RunTask("ping", {"n": 1}), **options)
+
+
+def settled(task_id: str, request_offset: int) -> dict[str, Any]:
+    """The tasks processor's word that ``task_id`` succeeded."""
+    return {
+        "type": TASK_SUCCEEDED,
+        "payload": {"task_id": task_id, "request_offset": request_offset, "attempt": 1},
+    }
+
+
+def offset_of(rig: Rig, task_id: str) -> int:
+    return next(
+        e.offset
+        for e in rig.stream.events
+        if e.type == TASK_REQUESTED and e.payload["task_id"] == task_id
+    )
 
 
 def iso(seconds: float) -> str:
@@ -280,3 +298,85 @@ def test_a_schedule_refuses_bad_names_and_a_jitter_as_long_as_its_window() -> No
     assert minutely(jitter="1m", catchup=Catchup("skip", window="5m")).jitter == timedelta(
         minutes=1
     )
+
+
+async def test_overlap_skip_misses_slots_while_the_last_task_runs(rig: Rig) -> None:
+    rig.start()
+    await rig.stream.append(defined_event(minutely(overlap="skip"), at=T0))
+    await settle()
+    await rig.at(60)
+    await rig.at(120)
+    await rig.at(180)
+    assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60]
+    assert [
+        (p["reason"], p["first"] - T0, p["last"] - T0) for p in rig.of_type(SCHEDULE_MISSED)
+    ] == [
+        ("overlap", 120, 120),
+        ("overlap", 180, 180),
+    ]
+    first = f"sched/tick/{iso(T0 + 60)}"
+    assert (await rig.state()).schedules["tick"].running == [first]
+    await rig.stream.append(settled(first, offset_of(rig, first)))
+    await rig.at(240)
+    assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60, 240]
+    assert (await rig.state()).schedules["tick"].running == [f"sched/tick/{iso(T0 + 240)}"]
+
+
+async def test_overlap_buffer_one_waits_for_the_task_and_misses_beyond_one(rig: Rig) -> None:
+    rig.start()
+    await rig.stream.append(
+        defined_event(minutely(overlap="buffer_one", catchup=Catchup("all", window="10m")), at=T0)
+    )
+    await settle()
+    await rig.at(60)
+    await rig.at(180)  # 120 waits; 180 finds the buffer full
+    assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60]
+    assert [p["slot"] - T0 for p in rig.of_type("schedule.buffered")] == [120]
+    assert [(p["reason"], p["count"]) for p in rig.of_type(SCHEDULE_MISSED)] == [("buffer_full", 1)]
+    first = f"sched/tick/{iso(T0 + 60)}"
+    await rig.stream.append(settled(first, offset_of(rig, first)))
+    await settle()
+    # The waiting slot fires as soon as the task settled, under its own slot's key.
+    assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60, 120]
+    entry = (await rig.state()).schedules["tick"]
+    assert (entry.buffered, entry.fired, entry.missed) == ([], 2, 1)
+
+
+async def test_overlap_buffer_all_keeps_up_to_max_buffered(rig: Rig) -> None:
+    rig.start()
+    await rig.stream.append(
+        defined_event(
+            minutely(overlap="buffer_all", max_buffered=2, catchup=Catchup("all", window="10m")),
+            at=T0,
+        )
+    )
+    await settle()
+    await rig.at(60)
+    await rig.at(300)
+    assert [p["slot"] - T0 for p in rig.of_type("schedule.buffered")] == [120, 180]
+    assert [(p["reason"], p["first"] - T0, p["count"]) for p in rig.of_type(SCHEDULE_MISSED)] == [
+        ("buffer_full", 240, 2)
+    ]
+
+
+async def test_overlap_cancel_other_cancels_the_running_task_and_fires(rig: Rig) -> None:
+    rig.start()
+    await rig.stream.append(defined_event(minutely(overlap="cancel_other"), at=T0))
+    await settle()
+    await rig.at(60)
+    await rig.at(120)
+    await rig.at(121)  # a second pass before anything settled: one cancel, not two
+    assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60, 120]
+    (cancel,) = rig.of_type(TASK_CANCEL_REQUESTED)
+    assert cancel["task_id"] == f"sched/tick/{iso(T0 + 60)}"
+    assert cancel["requested_by"] == "schedules"
+
+
+async def test_allow_all_fires_every_slot_whatever_runs(rig: Rig) -> None:
+    rig.start()
+    await rig.stream.append(defined_event(minutely(overlap="allow_all"), at=T0))
+    await settle()
+    for t in (60, 120, 180):
+        await rig.at(t)
+    assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60, 120, 180]
+    assert len((await rig.state()).schedules["tick"].running) == 3
