@@ -29,9 +29,9 @@ from streamkit.processors.schedules._requests import (
     deleted_event,
     paused_event,
     resumed_event,
+    schedule_from_request,
 )
-from streamkit.processors.schedules._schedule import RunTask, Schedule, schedule_of
-from streamkit.processors.schedules._timing import Catchup, Cron, Every
+from streamkit.processors.schedules._schedule import schedule_of
 
 from streamkit import InvalidRequest
 from streamkit.cli import existing_log
@@ -185,24 +185,23 @@ def _add(args: argparse.Namespace, out: TextIO) -> int:
         raise InvalidRequest(
             f"--args is not JSON ({exc}); nothing was appended", details={"field": "args"}
         ) from exc
-    if not isinstance(task_args, dict):
-        raise InvalidRequest(
-            "--args must be a JSON object; nothing was appended", details={"field": "args"}
-        )
-    timing: Every | Cron = (
-        Every(args.every)
-        if args.every is not None
-        else Cron(args.cron, tz=args.tz, gap=args.gap, fold=args.fold)
-    )
-    schedule = Schedule(
-        args.name,
-        timing,
-        action=RunTask(args.task, task_args),
-        catchup=Catchup(args.catchup, window=args.window, max_runs=args.max_runs),
-        jitter=args.jitter,
-        overlap=args.overlap,
-        max_buffered=args.max_buffered,
-    )
+    fields: dict[str, Any] = {
+        "name": args.name,
+        "task": args.task,
+        "args": task_args,
+        "catchup": args.catchup,
+        "max_runs": args.max_runs,
+        "jitter": args.jitter,
+        "overlap": args.overlap,
+        "max_buffered": args.max_buffered,
+    }
+    if args.window is not None:
+        fields["window"] = args.window
+    if args.every is not None:
+        fields["every"] = args.every
+    else:
+        fields.update(cron=args.cron, tz=args.tz, gap=args.gap, fold=args.fold)
+    schedule = schedule_from_request(fields)
     committed = append_event(args, defined_event(schedule, by=requested_by(args)))
     if args.json:
         out.write(json_line(committed.to_dict()) + "\n")

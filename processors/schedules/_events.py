@@ -33,6 +33,7 @@ from streamkit.processors.tasks import (
 from streamkit import define_processor_contract
 
 __all__ = [
+    "LATENESS_KEPT",
     "SCHEDULES_CONTRACT",
     "SCHEDULE_BUFFERED",
     "SCHEDULE_DEFINED",
@@ -62,6 +63,9 @@ SCHEDULE_DELETED = "schedule.deleted"
 SCHEDULE_FIRED = "schedule.fired"
 SCHEDULE_MISSED = "schedule.missed"
 SCHEDULE_BUFFERED = "schedule.buffered"
+
+LATENESS_KEPT = 100
+"""How many of a schedule's latest firings its lateness percentiles are taken over."""
 
 TASK_SETTLED = (TASK_SUCCEEDED, TASK_DEAD_LETTERED, TASK_CANCELLED, TASK_REJECTED)
 """The task outcomes after which a slot's task is no longer running (what overlap waits for)."""
@@ -162,6 +166,10 @@ class ScheduleEntry(BaseModel):
     """The newest slot that fired."""
     last_fired_at: float | None = None
     """When it fired (its event's commit time, epoch seconds)."""
+    missed_by: dict[str, int] = Field(default_factory=dict)
+    """Missed slots by reason."""
+    lateness: list[float] = Field(default_factory=list)
+    """Seconds from each of the last :data:`LATENESS_KEPT` slots' firing instant to its commit."""
     running: list[str] = Field(default_factory=list)
     """The task ids its slots requested that have not settled (what overlap looks at)."""
     buffered: list[float] = Field(default_factory=list)

@@ -33,7 +33,9 @@ from typing import Any
 
 import structlog
 from streamkit.processors.schedules._events import (
+    LATENESS_KEPT,
     SCHEDULE_BUFFERED,
+    SCHEDULE_DELETED,
     SCHEDULE_FIRED,
     SCHEDULE_MISSED,
     SCHEDULES_CONTRACT,
@@ -193,12 +195,18 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         if old is None:
             return None  # of a schedule deleted or never defined: nothing to change
         if isinstance(p, ScheduleFired):
+            fired_at = _created_seconds(event)
+            lateness = old.lateness
+            if fired_at is not None:
+                late = round(max(0.0, fired_at - p.fire_at), 3)
+                lateness = [*lateness[-(LATENESS_KEPT - 1) :], late]
             entry = old.model_copy(
                 update={
                     "through": max(old.through, p.slot),
                     "fired": old.fired + 1,
                     "last_slot": max(old.last_slot or p.slot, p.slot),
-                    "last_fired_at": _created_seconds(event) or old.last_fired_at,
+                    "last_fired_at": fired_at or old.last_fired_at,
+                    "lateness": lateness,
                     "running": [*old.running, p.task_id] if p.task_id else old.running,
                     "buffered": [b for b in old.buffered if b != p.slot],
                 }
@@ -210,8 +218,13 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
                 update={"through": max(old.through, p.slot), "buffered": [*old.buffered, p.slot]}
             )
         elif isinstance(p, ScheduleMissed):
+            missed_by = {**old.missed_by, p.reason: old.missed_by.get(p.reason, 0) + p.count}
             entry = old.model_copy(
-                update={"through": max(old.through, p.last), "missed": old.missed + p.count}
+                update={
+                    "through": max(old.through, p.last),
+                    "missed": old.missed + p.count,
+                    "missed_by": missed_by,
+                }
             )
         elif isinstance(p, SchedulePaused):
             if old.paused:
@@ -247,9 +260,12 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
     # -- the at-head pass: decide from now ------------------------------------------------
 
     def process_event(self, args: ProcessEventArgs[SchedulesState]) -> None:
+        event = args.event
+        if event is not None and event.type == SCHEDULE_DELETED:
+            self._deleted(args, event)
         if not args.delivery.caught_up:
             return
-        now = self._clock() if self._clock is not None else args.now()
+        now = self._now(args)
         state = args.state
         for name in [n for n in self._sent if n not in state.schedules]:
             del self._sent[name]
@@ -263,6 +279,30 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
                 wake = next_at
         if wake is not None:
             args.schedule_wakeup(wake)
+
+    def _deleted(self, args: ProcessEventArgs[SchedulesState], event: StreamEvent) -> None:
+        """A schedule was deleted: its slots that came due undecided are put on record.
+
+        They are missed for ``paused`` if it was paused, else for
+        ``deleted`` (they came due while no host decided, and no pass will).
+        """
+        name = getattr(event.payload, "name", None)
+        old = args.previous_state.schedules.get(name) if isinstance(name, str) else None
+        if old is None or name is None:
+            return
+        schedule = self._schedule(old)
+        sent = self._sent.pop(name, None)
+        if schedule is None:
+            return
+        at = _created_seconds(event) or self._now(args)
+        after = _instant(max(old.through, sent or old.through))
+        decided = due(schedule.timing, Catchup("all", window=timedelta(0)), after, _instant(at))
+        reason: MissedReason = "paused" if old.paused else "deleted"
+        if decided.missed:
+            args.append(*(missed_event(name, m, reason) for m in decided.missed))
+
+    def _now(self, args: ProcessEventArgs[SchedulesState]) -> float:
+        return self._clock() if self._clock is not None else args.now()
 
     def _decide(
         self,
@@ -282,7 +322,8 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         events: list[dict[str, Any]] = []
         through = after
         if entry.paused:
-            # Every slot of a pause is on record, as it comes due.
+            # The slots of a pause are put on record at any pass meanwhile (no wakeup
+            # is asked for them), and at the resume or the deletion.
             decided = due(schedule.timing, Catchup("all", window=timedelta(0)), after, clock)
             events += [missed_event(name, m, "paused") for m in decided.missed]
             through = clock

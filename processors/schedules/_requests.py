@@ -25,7 +25,8 @@ from streamkit.processors.schedules._events import (
     SchedulePaused,
     ScheduleResumed,
 )
-from streamkit.processors.schedules._schedule import Schedule
+from streamkit.processors.schedules._schedule import RunTask, Schedule
+from streamkit.processors.schedules._timing import Catchup, Cron, Every
 
 from streamkit import InvalidRequest
 from streamkit.log import read_matching, type_matcher
@@ -38,6 +39,7 @@ __all__ = [
     "deleted_event",
     "paused_event",
     "resumed_event",
+    "schedule_from_request",
     "sync",
 ]
 
@@ -70,6 +72,75 @@ def deleted_event(name: str, *, by: str | None = None) -> dict[str, Any]:
 
 _NOT_COMPARED = {"defined_at", "by"}
 """What a definition records that is not the schedule itself."""
+
+
+_REQUEST_FIELDS = frozenset(
+    {
+        "name", "cron", "every", "tz", "gap", "fold", "task", "args", "max_attempts",
+        "timeout_s", "catchup", "window", "max_runs", "jitter", "overlap", "max_buffered", "by",
+    }
+)  # fmt: skip
+
+
+def schedule_from_request(fields: Mapping[str, Any]) -> Schedule:
+    """The schedule a request names (the CLI's ``add``, ``POST /v1/schedules``).
+
+    ``name``, one of ``cron`` (with ``tz``, ``gap``, ``fold``) or ``every``,
+    ``task`` (with ``args``, ``max_attempts``, ``timeout_s``), and
+    optionally ``catchup``, ``window``, ``max_runs``, ``jitter``,
+    ``overlap``, ``max_buffered``. InvalidRequest names what is wrong.
+    """
+    unknown = sorted(set(fields) - _REQUEST_FIELDS)
+    if unknown:
+        raise InvalidRequest(
+            f"a schedule request does not take {', '.join(map(repr, unknown))}; no schedule was "
+            "made",
+            details={"unknown": unknown},
+        )
+    if ("cron" in fields) == ("every" in fields):
+        raise InvalidRequest(
+            'a schedule request names exactly one of "cron" and "every"; no schedule was made',
+            details={"field": "timing"},
+        )
+    if not isinstance(fields.get("task"), str):
+        raise InvalidRequest(
+            'a schedule request names its "task" (the task each slot requests); no schedule '
+            "was made",
+            details={"field": "task"},
+        )
+    args = fields.get("args", {})
+    if not isinstance(args, Mapping):
+        raise InvalidRequest(
+            '"args" must be an object; no schedule was made', details={"field": "args"}
+        )
+    timing: Every | Cron = (
+        Every(fields["every"])
+        if "every" in fields
+        else Cron(
+            fields["cron"],
+            tz=fields.get("tz", "UTC"),
+            gap=fields.get("gap", "shift"),
+            fold=fields.get("fold", "first"),
+        )
+    )
+    return Schedule(
+        fields.get("name", ""),
+        timing,
+        action=RunTask(
+            fields["task"],
+            dict(args),
+            max_attempts=fields.get("max_attempts", 5),
+            timeout_s=fields.get("timeout_s", 60.0),
+        ),
+        catchup=Catchup(
+            fields.get("catchup", "skip"),
+            window=fields.get("window"),
+            max_runs=fields.get("max_runs", 100),
+        ),
+        jitter=fields.get("jitter", "0s"),
+        overlap=fields.get("overlap", "skip"),
+        max_buffered=fields.get("max_buffered", 100),
+    )
 
 
 def _definition(payload: Any) -> ScheduleDefined:

@@ -382,7 +382,9 @@ class Catchup:
         object.__setattr__(self, "max_runs", max_runs)
 
 
-MissedReason = Literal["window", "coalesced", "max_runs", "paused", "overlap", "buffer_full"]
+MissedReason = Literal[
+    "window", "coalesced", "max_runs", "paused", "overlap", "buffer_full", "deleted"
+]
 """Why slots did not fire: :func:`due` gives the first three; the processor the others."""
 
 

@@ -380,3 +380,21 @@ async def test_allow_all_fires_every_slot_whatever_runs(rig: Rig) -> None:
         await rig.at(t)
     assert [p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED)] == [60, 120, 180]
     assert len((await rig.state()).schedules["tick"].running) == 3
+
+
+async def test_a_deletion_puts_the_slots_that_came_due_undecided_on_record(rig: Rig) -> None:
+    rig.start()
+    await rig.stream.append(
+        defined_event(minutely("paused-one"), at=T0), defined_event(minutely("idle"), at=T0)
+    )
+    await settle()
+    await rig.stream.append(paused_event("paused-one", at=T0 + 10))
+    await settle()
+    # No pass runs for three minutes (no wakeup for the paused one; the other's is not
+    # served: the host was down), then both are deleted.
+    rig.clock.now = T0 + 200
+    await rig.stream.append(deleted_event("paused-one"), deleted_event("idle"))
+    await settle()
+    missed = {p["name"]: (p["reason"], p["count"]) for p in rig.of_type(SCHEDULE_MISSED)}
+    assert missed == {"paused-one": ("paused", 3), "idle": ("deleted", 3)}
+    assert rig.of_type(SCHEDULE_FIRED) == []

@@ -1,0 +1,181 @@
+"""The schedules processor over HTTP and in /metrics: define, watch fire, pause, delete."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from streamkit.processors.schedules import SchedulesProcessor
+from streamkit.processors.tasks import TasksProcessor
+
+from streamkit.config import HostConfig
+from streamkit.host import ProcessorHost
+from streamkit.web import HttpService
+from streamkit.web._plugins import plugin_routes
+
+ran: list[str] = []
+
+
+async def _ping(args: dict[str, Any], ctx: Any) -> str:
+    ran.append(ctx.task_id)
+    return "pong"
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    config = HostConfig(db=tmp_path / "s.db", http="127.0.0.1:0")
+    assert config.http is not None
+    service = HttpService(config.http)
+    host = ProcessorHost(
+        config,
+        processors=[SchedulesProcessor(), TasksProcessor(handlers={"ping": _ping})],
+        serve_control=False,
+        services=[service],
+    )
+    await host.start()
+    try:
+        token = {"Authorization": f"Bearer {service.token}"}
+        async with httpx.AsyncClient(base_url=service.url, timeout=10.0, headers=token) as made:
+            yield made
+    finally:
+        await host.stop(grace=0.5)
+
+
+def test_the_schedules_routes_are_registered() -> None:
+    paths = {(route.method, route.path) for route in plugin_routes()}
+    assert {
+        ("GET", "/v1/schedules"),
+        ("POST", "/v1/schedules"),
+        ("POST", "/v1/schedules/{name}/pause"),
+        ("POST", "/v1/schedules/{name}/resume"),
+        ("POST", "/v1/schedules/{name}/delete"),
+    } <= paths
+
+
+async def eventually(check: Any, seconds: float = 15) -> Any:
+    async with asyncio.timeout(seconds):
+        while True:
+            found = await check()
+            if found:
+                return found
+            await asyncio.sleep(0.05)
+
+
+def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+async def test_a_schedule_defined_over_http_fires_shows_its_record_and_pauses(
+    client: httpx.AsyncClient,
+) -> None:
+    request = {"name": "beat", "every": "1s", "task": "ping", "overlap": "allow_all", "by": "ann"}
+    added = await client.post("/v1/schedules", json=request)
+    assert added.status_code == 202
+    assert added.json()["event"]["payload"]["by"] == "ann"
+
+    async def fired_twice() -> dict[str, Any] | None:
+        (row,) = (await client.get("/v1/schedules")).json()["schedules"]
+        return row if row["fired"] >= 2 else None
+
+    row = await eventually(fired_twice)
+    assert row["name"] == "beat"
+    assert row["next_slot"] > row["through"]
+    assert row["lateness_p50"] is not None
+    assert row["lateness_p99"] >= row["lateness_p50"] >= 0
+    await eventually(lambda: asyncio.sleep(0, result=len(ran) >= 2))
+    assert all(task_id.startswith("sched/beat/") for task_id in ran)
+
+    metrics = (await client.get("/metrics")).text
+    slots = samples(metrics, "streamkit_schedule_slots")
+    assert slots[(("outcome", "fired"), ("path", "/"), ("schedule", "beat"))] >= 2
+    assert samples(metrics, "streamkit_schedule_paused") == {
+        (("path", "/"), ("schedule", "beat")): 0.0
+    }
+    assert samples(metrics, "streamkit_schedule_next_slot_timestamp_seconds")
+    quantiles = samples(metrics, "streamkit_schedule_lateness_seconds")
+    assert {dict(labels)["quantile"] for labels in quantiles} == {"0.5", "0.99"}
+
+    paused = await client.post("/v1/schedules/beat/pause", json={"by": "ops"})
+    assert paused.status_code == 202
+
+    async def shown_paused() -> bool:
+        (row,) = (await client.get("/v1/schedules")).json()["schedules"]
+        return bool(row["paused"]) and row["next_slot"] is None
+
+    await eventually(shown_paused)
+    metrics = (await client.get("/metrics")).text
+    assert samples(metrics, "streamkit_schedule_paused") == {
+        (("path", "/"), ("schedule", "beat")): 1.0
+    }
+
+    await asyncio.sleep(1.5)  # slots come due while it is paused
+    assert (await client.post("/v1/schedules/beat/resume", json={})).status_code == 202
+
+    async def missed_while_paused() -> bool:
+        (row,) = (await client.get("/v1/schedules")).json()["schedules"]
+        return (row.get("missed_by") or {}).get("paused", 0) >= 1
+
+    await eventually(missed_while_paused)
+    assert (await client.post("/v1/schedules/beat/delete", json={})).status_code == 202
+
+    async def gone() -> bool:
+        return (await client.get("/v1/schedules")).json()["schedules"] == []
+
+    await eventually(gone)
+
+
+async def test_bad_schedule_requests_are_refused_and_nothing_is_written(
+    client: httpx.AsyncClient,
+) -> None:
+    bad_cron = await client.post(
+        "/v1/schedules", json={"name": "x", "cron": "61 * * * *", "task": "ping"}
+    )
+    assert bad_cron.status_code == 400
+    assert bad_cron.json()["code"] == "INVALID_REQUEST"
+    assert "no schedule was made" in bad_cron.json()["detail"]
+    both = await client.post(
+        "/v1/schedules", json={"name": "x", "cron": "@daily", "every": "1m", "task": "ping"}
+    )
+    assert both.status_code == 400
+    extra = await client.post(
+        "/v1/schedules", json={"name": "x", "every": "1m", "task": "ping", "when": "soon"}
+    )
+    assert extra.status_code == 400
+    assert "'when'" in extra.json()["detail"]
+    missing = await client.post("/v1/schedules/nobody/pause", json={})
+    assert (missing.status_code, missing.json()["code"]) == (404, "NOT_FOUND")
+    events = (await client.get("/v1/events")).json()
+    assert [e for e in events["events"] if e["type"].startswith("schedule.")] == []
+
+
+async def test_every_metric_the_host_exports_is_documented(client: httpx.AsyncClient) -> None:
+    """docs/metrics.md names each family /metrics serves, the core's and the plugins'."""
+    request = {"name": "beat", "every": "1s", "task": "ping", "overlap": "allow_all"}
+    assert (await client.post("/v1/schedules", json=request)).status_code == 202
+
+    async def fired() -> bool:
+        return (
+            "streamkit_schedule_last_fired_timestamp_seconds{"
+            in (await client.get("/metrics")).text
+        )
+
+    await eventually(fired)
+    docs = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    families = {f.name for f in text_string_to_metric_families((await client.get("/metrics")).text)}
+    assert {"streamkit_schedule_slots", "streamkit_tasks", "streamkit_processor_lag_events"} <= (
+        families
+    )
+    undocumented = sorted(
+        name for name in families if f"`{name}`" not in docs and f"`{name}_total`" not in docs
+    )
+    assert undocumented == []
