@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 from streamkit.processors._cli_support import (
@@ -24,17 +26,20 @@ from streamkit.processors._cli_support import (
 )
 from streamkit.processors.schedules._events import SCHEDULES_CONTRACT, ScheduleDefined
 from streamkit.processors.schedules._requests import (
+    Synced,
     defined_event,
     definitions,
     deleted_event,
     paused_event,
     resumed_event,
     schedule_from_request,
+    sync,
 )
 from streamkit.processors.schedules._schedule import schedule_of
 
 from streamkit import InvalidRequest
 from streamkit.cli import existing_log
+from streamkit.config import find_config, load_config
 
 __all__ = ["add_schedules"]
 
@@ -107,6 +112,23 @@ def add_schedules(sub: Sub) -> None:
     q.add_argument("--by", help="who changed it (default: user@hostname)")
     add_common_flags(q, json_help="print the appended event as JSON")
     q.set_defaults(handler=_add)
+
+    q = verbs.add_parser(
+        "sync",
+        help="define the [[schedules]] of streamkit.toml (at deploy)",
+        description="Make the log define the [[schedules]] tables of the config file: append "
+        "schedule.defined only for a schedule that is new or differs, and delete the ones the "
+        "file does not name only with --prune. Run it once per deploy, from the deploy step: "
+        "hosts never sync, so an older host of a rolling deploy cannot undo it.",
+    )
+    q.add_argument("--config", help="the config file (default: ./streamkit.toml)")
+    q.add_argument(
+        "--prune", action="store_true", help="delete the schedules the file does not name"
+    )
+    q.add_argument("--dry-run", action="store_true", help="append nothing; say what would change")
+    q.add_argument("--by", help="who synced (default: user@hostname)")
+    add_common_flags(q, json_help="print {added, changed, deleted, unchanged} as JSON")
+    q.set_defaults(handler=_sync)
 
     for verb, what, maker in (
         ("pause", "its slots are recorded as missed until it is resumed", paused_event),
@@ -211,6 +233,51 @@ def _add(args: argparse.Namespace, out: TextIO) -> int:
             f"schedule {body.name} defined (offset {committed.offset}): "
             f"{_timing_text(body.timing)}, task {args.task}, catch-up {args.catchup}\n"
         )
+    return 0
+
+
+def _sync(args: argparse.Namespace, out: TextIO) -> int:
+    found = Path(args.config) if args.config is not None else find_config(Path.cwd())
+    if found is None:
+        raise InvalidRequest(
+            "no --config was given and there is no streamkit.toml in this directory; nothing "
+            "was appended",
+            details={"config": None},
+        )
+    config = load_config(found)
+    schedules = []
+    for index, fields in enumerate(config.schedules):
+        try:
+            schedules.append(schedule_from_request(fields))
+        except InvalidRequest as exc:
+            raise InvalidRequest(
+                f"{found}: schedules[{index}] is refused: {exc.message}; nothing was appended",
+                details={"config": str(found), "index": index},
+            ) from exc
+    db = args.db if args.db is not None else str(config.db)
+
+    async def run() -> Synced:
+        async with existing_log(db) as log:
+            return await sync(
+                log.stream(args.path),
+                schedules,
+                prune=args.prune,
+                dry_run=args.dry_run,
+                by=requested_by(args),
+            )
+
+    synced = asyncio.run(run())
+    if args.json:
+        out.write(json_line(dataclasses.asdict(synced)) + "\n")
+        return 0
+    verb = "would be" if args.dry_run else "were"
+    for label, names in (
+        ("added", synced.added),
+        ("changed", synced.changed),
+        ("deleted", synced.deleted),
+    ):
+        out.write(f"{len(names)} {verb} {label}{': ' + ', '.join(names) if names else ''}\n")
+    out.write(f"{len(synced.unchanged)} unchanged\n")
     return 0
 
 

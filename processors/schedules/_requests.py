@@ -186,12 +186,15 @@ async def sync(
     *,
     prune: bool = False,
     clock: Callable[[], float] = time.time,
+    dry_run: bool = False,
+    by: str = "sync",
 ) -> Synced:
     """Make ``stream`` define ``schedules``: append only what differs (see the module).
 
     A name given twice is refused (InvalidRequest, nothing appended).
     ``prune=True`` deletes the schedules the log defines and the list does
-    not name. All changes are one append.
+    not name. All changes are one append; ``dry_run`` appends nothing and
+    says what would change.
     """
     wanted: dict[str, Schedule] = {}
     for schedule in schedules:
@@ -219,9 +222,9 @@ async def sync(
         else:
             unchanged.append(name)
             continue
-        events.append(defined_event(schedule, at=now, by="sync"))
+        events.append(defined_event(schedule, at=now, by=by))
     deleted = sorted(set(current) - set(wanted)) if prune else []
-    events += [deleted_event(name, by="sync") for name in deleted]
-    if events:
+    events += [deleted_event(name, by=by) for name in deleted]
+    if events and not dry_run:
         await stream.append(*events)
     return Synced(tuple(added), tuple(changed), tuple(deleted), tuple(unchanged))

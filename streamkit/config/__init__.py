@@ -37,6 +37,12 @@ paths are resolved against the directory holding the file)::
     [processors.kwargs]            # keyword arguments for the class (default none)
     limit = 50
 
+    [[schedules]]                  # read by `streamkit schedules sync` at deploy, not by the host
+    name = "nightly-report"
+    cron = "0 3 * * *"
+    tz = "Europe/Berlin"
+    task = "reports.nightly"
+
 The flags (:func:`add_host_arguments`) override the file key by key:
 ``--config FILE``, ``--db FILE``, ``--socket FILE``, ``--lease-ttl SECONDS``,
 ``--grace SECONDS``, ``--log-format FORMAT`` and, repeated,

@@ -303,6 +303,9 @@ class HostConfig(_Section):
     """Start even though other users may replace files in the socket's directory."""
     http: HttpSettings | None = None
     """The HTTP surface; None serves none (``http = "HOST:PORT"`` is short for its listen)."""
+    schedules: tuple[dict[str, Any], ...] = ()
+    """``[[schedules]]`` tables: what ``streamkit schedules sync`` defines at deploy (the
+    schedules processor's plugin reads and checks them; the host itself does not)."""
 
     @field_validator("http", mode="before")
     @classmethod
