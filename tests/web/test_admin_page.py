@@ -372,3 +372,60 @@ def test_the_admin_page_compares_versions_and_cuts_over_by_hand(
         wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, f"{row} button"))
     finally:
         rig.close()
+
+
+_SCHEDULES_CONFIG = """
+db = "sched.db"
+
+[[processors]]
+class = "streamkit.processors.schedules:SchedulesProcessor"
+
+[[processors]]
+class = "streamkit.processors.tasks:TasksProcessor"
+[processors.kwargs]
+handlers = { ping = "pagejobs:job" }
+"""
+
+
+def test_the_admin_page_shows_schedules_and_pauses_resumes_and_deletes_them(
+    browser: WebDriver, tmp_path: Path
+) -> None:
+    """A schedule firing every second: its row counts slots; pause, resume and delete it."""
+    (tmp_path / "pagejobs.py").write_text(_JOBS)
+    (tmp_path / "streamkit.toml").write_text(_SCHEDULES_CONFIG)
+    port = free_port()
+    rig = DaemonRig(tmp_path, socket_prefix="sks", tmp_on_pythonpath=True)
+    try:
+        rig.start_host(
+            "s", "--config", str(tmp_path / "streamkit.toml"), "--http", f"127.0.0.1:{port}"
+        )
+        base = f"http://127.0.0.1:{port}"
+        wait_for_http(base)
+        add = [sys.executable, "-m", "streamkit", "schedules", "add", "beat", "--every", "1s"]
+        add += ["--task", "ping", "--overlap", "allow_all", "--db", str(tmp_path / "sched.db")]
+        subprocess.run(add, check=True, capture_output=True, cwd=tmp_path)
+        browser.get(admin_address(tmp_path / "sched.db"))
+        wait = WebDriverWait(browser, 15, ignored_exceptions=STALE)
+        row = 'tr[data-schedule="beat"]'
+
+        def fired(d: WebDriver) -> bool:
+            found = d.find_elements(By.CSS_SELECTOR, f"{row} td.num")
+            return bool(found) and found[0].text.isdigit() and int(found[0].text) >= 2
+
+        wait.until(fired)
+        assert not browser.find_element(By.ID, "schedules-section").get_attribute("hidden")
+        assert "every 1 s" in text_of(browser, row)
+        assert text_of(browser, f"{row} td.status") in ("active", "1 running", "2 running")
+        browser.execute_script("window.confirm = () => true")
+        click(browser, f"{row} button:nth-of-type(1)")  # pause
+        wait.until(lambda d: text_of(d, f"{row} td.status") == "paused")
+        time.sleep(1.5)  # slots come due while it is paused
+        click(browser, f"{row} button:nth-of-type(1)")  # resume
+        # The slots of the pause are on record once it resumed.
+        wait.until(lambda d: "(paused " in text_of(d, f"{row} td.missed"))
+        wait.until(lambda d: text_of(d, f"{row} td.status") != "paused")
+        click(browser, f"{row} button:nth-of-type(2)")  # delete
+        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, row))
+        assert "no schedules" in text_of(browser, "#schedules tbody")
+    finally:
+        rig.close()

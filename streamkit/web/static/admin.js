@@ -2,7 +2,8 @@
 // It polls the status (processors, with their failures before any stall, and
 // the hosts), follows one processor's live state as Server-Sent Events
 // (applying each JSON patch with the applier below), browses the events of a
-// path, and drives the tasks and the dead-letter queue wherever they run.
+// path, and drives the tasks, the schedules and the dead-letter queue wherever
+// they run.
 // Every value goes into the page as text, never as HTML. The host's token
 // comes in the address's fragment (`streamkit admin` prints that address; a
 // browser never sends a fragment to a server) or is pasted in; it is kept in
@@ -237,7 +238,7 @@ function shortTime(iso) {
 
 // -- processors and hosts --------------------------------------------------------------
 
-const found = { tasks: null, dlq: null };
+const found = { tasks: null, dlq: null, schedules: null };
 
 function problemOf(p) {
   const notes = [];
@@ -328,10 +329,11 @@ function renderProcessors(status) {
   const host = status.host || {};
   const uptime = host.uptime === null || host.uptime === undefined ? "" : ", up " + ago(host.uptime).replace(" ago", "");
   document.getElementById("host").textContent = (host.db || "") + " · this host: " + (ownerLabel(host.owner) || "?") + uptime;
-  found.tasks = found.dlq = null;
+  found.tasks = found.dlq = found.schedules = null;
   const rows = (status.processors || []).map((p) => {
     if (p.slug === "tasks" && p.lease_held_here) found.tasks = p.path;
     if (p.slug === "dlq" && p.lease_held_here) found.dlq = p.path;
+    if (p.slug === "schedules" && p.lease_held_here) found.schedules = p.path;
     const tr = el("tr");
     tr.dataset.slug = p.slug;
     const notes = problemOf(p);
@@ -590,6 +592,53 @@ async function showTask(taskId, quiet) {
   }));
 }
 
+// -- schedules ---------------------------------------------------------------------------
+
+function schedulesUrl(suffix) {
+  return "/v1/schedules" + (suffix || "") + "?path=" + encodeURIComponent(found.schedules);
+}
+
+function timingText(timing) {
+  if (timing.cron !== undefined) return "cron " + timing.cron + " " + (timing.tz || "UTC");
+  return "every " + timing.every_seconds + " s";
+}
+
+async function changeSchedule(name, verb, question) {
+  if (question && !window.confirm(question)) return;
+  await api(schedulesUrl("/" + encodeURIComponent(name) + "/" + verb), {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ by: "admin page" }),
+  });
+}
+
+async function refreshSchedules() {
+  const listing = await fillSection("schedules", found.schedules, () => api(schedulesUrl()));
+  if (listing === null) return;
+  replaceRows(document.getElementById("schedules"), listing.schedules.map((s) => {
+    const tr = el("tr");
+    tr.dataset.schedule = s.name;
+    const d = s.definition || {};
+    const reasons = Object.entries(s.missed_by || {}).map(([r, n]) => r + " " + n).join(", ");
+    const state = s.paused ? "paused"
+      : (s.running || []).length ? (s.running.length + " running" + ((s.buffered || []).length ? ", " + s.buffered.length + " waiting" : ""))
+      : "active";
+    tr.append(
+      cell(s.name), cell(timingText(d.timing || {})), cell((d.action || {}).name),
+      cell(epochText(s.next_slot)), cell(epochText(s.last_fired_at)), cell(s.fired || 0, "num"),
+      cell((s.missed || 0) + (reasons ? " (" + reasons + ")" : ""), "missed"),
+      cell(s.lateness_p99 === null ? null : s.lateness_p99.toFixed(3) + " s", "num"),
+      cell(state, "status"),
+    );
+    const actions = el("td");
+    actions.append(s.paused
+      ? button("resume", () => changeSchedule(s.name, "resume"))
+      : button("pause", () => changeSchedule(s.name, "pause", "Pause schedule " + s.name + "? Its slots are recorded as missed until it is resumed.")));
+    actions.append(button("delete", () => changeSchedule(s.name, "delete", "Delete schedule " + s.name + "? It fires no more; its history stays on the log.")));
+    tr.append(actions);
+    return tr;
+  }), "no schedules (define one with `streamkit schedules add` or sync)");
+}
+
 // -- dead letters ------------------------------------------------------------------------
 
 let shownRecord = null;
@@ -684,7 +733,7 @@ async function refresh() {
   const connection = document.getElementById("connection");
   try {
     renderProcessors(await api("/v1/processors"));
-    const work = [refreshDlq(), refreshTasks()];
+    const work = [refreshDlq(), refreshTasks(), refreshSchedules()];
     if (ticks % 5 === 0) work.push(refreshHosts());
     if (browse.mode === "newest" && ticks % 2 === 0) work.push(loadEvents());
     await Promise.all(work);
