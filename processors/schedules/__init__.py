@@ -33,6 +33,7 @@ from streamkit.processors.schedules._events import (
 from streamkit.processors.schedules._processor import SchedulesProcessor
 from streamkit.processors.schedules._requests import (
     Synced,
+    backfill_event,
     defined_event,
     definitions,
     deleted_event,
@@ -79,6 +80,7 @@ __all__ = [
     "SchedulesState",
     "Synced",
     "Timing",
+    "backfill_event",
     "defined_event",
     "definitions",
     "deleted_event",

@@ -27,9 +27,11 @@ from streamkit.processors._cli_support import (
 from streamkit.processors.schedules._events import SCHEDULES_CONTRACT, ScheduleDefined
 from streamkit.processors.schedules._requests import (
     Synced,
+    backfill_event,
     defined_event,
     definitions,
     deleted_event,
+    instant_of,
     paused_event,
     resumed_event,
     schedule_from_request,
@@ -129,6 +131,20 @@ def add_schedules(sub: Sub) -> None:
     q.add_argument("--by", help="who synced (default: user@hostname)")
     add_common_flags(q, json_help="print {added, changed, deleted, unchanged} as JSON")
     q.set_defaults(handler=_sync)
+
+    q = verbs.add_parser(
+        "backfill",
+        help="fire the slots of a past range that did not fire",
+        description="Append schedule.backfill-requested: the schedules processor fires each "
+        "slot from --from to --to that did not fire (a slot that fired keeps its first "
+        "firing), whatever runs, then records schedule.backfilled. At most 1,000 slots.",
+    )
+    q.add_argument("name", help="the schedule's name")
+    q.add_argument("--from", dest="first", required=True, help="ISO 8601, e.g. 2026-05-01T00:00Z")
+    q.add_argument("--to", dest="last", required=True, help="ISO 8601, at most now")
+    q.add_argument("--by", help="who asked (default: user@hostname)")
+    add_common_flags(q, json_help="print the appended event as JSON")
+    q.set_defaults(handler=_backfill)
 
     for verb, what, maker in (
         ("pause", "its slots are recorded as missed until it is resumed", paused_event),
@@ -278,6 +294,36 @@ def _sync(args: argparse.Namespace, out: TextIO) -> int:
     ):
         out.write(f"{len(names)} {verb} {label}{': ' + ', '.join(names) if names else ''}\n")
     out.write(f"{len(synced.unchanged)} unchanged\n")
+    return 0
+
+
+def _backfill(args: argparse.Namespace, out: TextIO) -> int:
+    async def defined() -> dict[str, ScheduleDefined]:
+        async with existing_log(args.db) as log:
+            return await definitions(log.stream(args.path))
+
+    found = asyncio.run(defined())
+    if args.name not in found:
+        raise InvalidRequest(
+            f"no schedule {args.name!r} is defined in {args.db!r} (path {args.path}); nothing "
+            f"was appended; defined: {', '.join(sorted(found)) or 'none'}",
+            details={"name": args.name},
+        )
+    schedule = schedule_of(found[args.name].model_dump(mode="json"))
+    event = backfill_event(
+        schedule,
+        instant_of(args.first, "--from"),
+        instant_of(args.last, "--to"),
+        by=requested_by(args),
+    )
+    committed = append_event(args, event)
+    if args.json:
+        out.write(json_line(committed.to_dict()) + "\n")
+    else:
+        out.write(
+            f"backfill of schedule {args.name} requested (offset {committed.offset}); the "
+            "schedules processor records schedule.backfilled when it is done\n"
+        )
     return 0
 
 

@@ -34,7 +34,10 @@ from streamkit import define_processor_contract
 
 __all__ = [
     "LATENESS_KEPT",
+    "MAX_BACKFILL",
     "SCHEDULES_CONTRACT",
+    "SCHEDULE_BACKFILLED",
+    "SCHEDULE_BACKFILL_REQUESTED",
     "SCHEDULE_BUFFERED",
     "SCHEDULE_DEFINED",
     "SCHEDULE_DELETED",
@@ -43,6 +46,8 @@ __all__ = [
     "SCHEDULE_PAUSED",
     "SCHEDULE_RESUMED",
     "TASK_SETTLED",
+    "ScheduleBackfillRequested",
+    "ScheduleBackfilled",
     "ScheduleBuffered",
     "ScheduleDefined",
     "ScheduleDeleted",
@@ -63,6 +68,11 @@ SCHEDULE_DELETED = "schedule.deleted"
 SCHEDULE_FIRED = "schedule.fired"
 SCHEDULE_MISSED = "schedule.missed"
 SCHEDULE_BUFFERED = "schedule.buffered"
+SCHEDULE_BACKFILL_REQUESTED = "schedule.backfill-requested"
+SCHEDULE_BACKFILLED = "schedule.backfilled"
+
+MAX_BACKFILL = 1000
+"""The most slots one backfill fires (a larger range is refused, nothing fired)."""
 
 LATENESS_KEPT = 100
 """How many of a schedule's latest firings its lateness percentiles are taken over."""
@@ -124,6 +134,32 @@ class ScheduleFired(_Payload):
     task_id: str | None = None
 
 
+class ScheduleBackfillRequested(_Payload):
+    """Fire the slots of ``name`` from ``first`` to ``last`` (epoch seconds) that did not fire.
+
+    Only slots already decided (at or before the schedule's ``through``) are
+    fired: later ones are the schedule's own. A slot that fired before is
+    not fired again (its keys return the first firing).
+    """
+
+    name: str = _NAME
+    first: float
+    last: float
+    by: str | None = None
+
+
+class ScheduleBackfilled(_Payload):
+    """The backfill requested at ``request_offset`` is done: ``slots`` slots were fired (or kept).
+
+    ``refused`` says why none was, when none was.
+    """
+
+    name: str = _NAME
+    request_offset: int = Field(ge=1)
+    slots: int = Field(ge=0)
+    refused: str | None = None
+
+
 class ScheduleBuffered(_Payload):
     """Slot ``slot`` of ``name`` waits for the schedule's running task (overlap ``buffer_*``).
 
@@ -170,6 +206,8 @@ class ScheduleEntry(BaseModel):
     """Missed slots by reason."""
     lateness: list[float] = Field(default_factory=list)
     """Seconds from each of the last :data:`LATENESS_KEPT` slots' firing instant to its commit."""
+    backfill: list[float] | None = None
+    """A backfill requested and not done: ``[first, last, request_offset]``."""
     running: list[str] = Field(default_factory=list)
     """The task ids its slots requested that have not settled (what overlap looks at)."""
     buffered: list[float] = Field(default_factory=list)
@@ -193,6 +231,10 @@ SCHEDULES_CONTRACT = define_processor_contract(
         SCHEDULE_FIRED: definition("a slot fired", ScheduleFired),
         SCHEDULE_MISSED: definition("slots did not fire, and why", ScheduleMissed),
         SCHEDULE_BUFFERED: definition("a slot waits for the running task", ScheduleBuffered),
+        SCHEDULE_BACKFILL_REQUESTED: definition(
+            "fire the missed slots of a range", ScheduleBackfillRequested
+        ),
+        SCHEDULE_BACKFILLED: definition("a backfill is done", ScheduleBackfilled),
     },
     consumes=[
         SCHEDULE_DEFINED,
@@ -202,6 +244,8 @@ SCHEDULES_CONTRACT = define_processor_contract(
         SCHEDULE_FIRED,
         SCHEDULE_MISSED,
         SCHEDULE_BUFFERED,
+        SCHEDULE_BACKFILL_REQUESTED,
+        SCHEDULE_BACKFILLED,
         *TASK_SETTLED,
     ],
     processor_deps=[TASKS_CONTRACT],
@@ -209,6 +253,7 @@ SCHEDULES_CONTRACT = define_processor_contract(
         SCHEDULE_FIRED,
         SCHEDULE_MISSED,
         SCHEDULE_BUFFERED,
+        SCHEDULE_BACKFILLED,
         TASK_REQUESTED,
         TASK_CANCEL_REQUESTED,
     ],

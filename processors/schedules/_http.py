@@ -9,6 +9,8 @@
 - ``POST /v1/schedules/{name}/pause``, ``.../resume`` and ``.../delete``
   (``{"by"}`` optional): append the change; 202; 404 for a name that is not
   defined;
+- ``POST /v1/schedules/{name}/backfill`` with ``{"from", "to", "by"}``:
+  appends ``schedule.backfill-requested``; 202;
 - ``/metrics`` gains the ``streamkit_schedule_*`` gauges (docs/metrics.md).
 
 The core HTTP surface never imports this module; the web layer loads it by
@@ -24,8 +26,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streamkit.processors.schedules._requests import (
+    backfill_event,
     defined_event,
     deleted_event,
+    instant_of,
     paused_event,
     resumed_event,
     schedule_from_request,
@@ -48,6 +52,7 @@ def routes() -> list[HttpRoute]:
         HttpRoute("POST", "/v1/schedules/{name}/pause", _pause),
         HttpRoute("POST", "/v1/schedules/{name}/resume", _resume),
         HttpRoute("POST", "/v1/schedules/{name}/delete", _delete),
+        HttpRoute("POST", "/v1/schedules/{name}/backfill", _backfill),
     ]
 
 
@@ -142,6 +147,27 @@ async def _resume(call: HttpCall) -> HttpAnswer:
 
 async def _delete(call: HttpCall) -> HttpAnswer:
     return await _change(call, deleted_event)
+
+
+async def _backfill(call: HttpCall) -> HttpAnswer:
+    path = call.query.get("path", "/")
+    name = call.path_params["name"]
+    _, state = await _state(call, path)
+    entry = (state.get("schedules") or {}).get(name)
+    if entry is None:
+        raise NotFound(
+            f"no schedule {name!r} is defined on {path!r}; nothing was written",
+            details={"name": name[:200], "path": path},
+        )
+    body = _body(call)
+    event = backfill_event(
+        schedule_of(entry["definition"]),
+        instant_of(str(body.get("from", "")), "from"),
+        instant_of(str(body.get("to", "")), "to"),
+        by=body.get("by", "http"),
+    )
+    (committed,) = await call.host.append(path, [event])
+    return HttpAnswer(202, {"event": committed.to_dict()})
 
 
 async def gauges(host: Any) -> list[Gauge]:

@@ -34,12 +34,16 @@ from typing import Any
 import structlog
 from streamkit.processors.schedules._events import (
     LATENESS_KEPT,
+    MAX_BACKFILL,
+    SCHEDULE_BACKFILLED,
     SCHEDULE_BUFFERED,
     SCHEDULE_DELETED,
     SCHEDULE_FIRED,
     SCHEDULE_MISSED,
     SCHEDULES_CONTRACT,
     TASK_SETTLED,
+    ScheduleBackfilled,
+    ScheduleBackfillRequested,
     ScheduleBuffered,
     ScheduleDefined,
     ScheduleDeleted,
@@ -174,6 +178,8 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         # Per schedule, the newest instant this incarnation sent a decision
         # through that the state has not reduced yet.
         self._sent: dict[str, float] = {}
+        # Per schedule, the backfill request this incarnation sent the slots of.
+        self._backfilling: dict[str, int] = {}
         # Definitions read back from the log, by the payload they came from.
         self._built: dict[str, tuple[ScheduleDefined, Schedule | None]] = {}
 
@@ -197,7 +203,9 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         if isinstance(p, ScheduleFired):
             fired_at = _created_seconds(event)
             lateness = old.lateness
-            if fired_at is not None:
+            backfill = old.backfill
+            backfilled = backfill is not None and backfill[0] <= p.slot <= backfill[1]
+            if fired_at is not None and not backfilled:  # a backfill's lateness is its age
                 late = round(max(0.0, fired_at - p.fire_at), 3)
                 lateness = [*lateness[-(LATENESS_KEPT - 1) :], late]
             entry = old.model_copy(
@@ -211,6 +219,12 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
                     "buffered": [b for b in old.buffered if b != p.slot],
                 }
             )
+        elif isinstance(p, ScheduleBackfillRequested):
+            entry = old.model_copy(update={"backfill": [p.first, p.last, float(event.offset)]})
+        elif isinstance(p, ScheduleBackfilled):
+            if old.backfill is None or int(old.backfill[2]) != p.request_offset:
+                return None
+            entry = old.model_copy(update={"backfill": None})
         elif isinstance(p, ScheduleBuffered):
             if p.slot in old.buffered:
                 return None
@@ -274,6 +288,8 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
             schedule = self._schedule(entry)
             if schedule is None:
                 continue  # refused when read back: reported once, never fired
+            if entry.backfill is not None:
+                self._backfill(args, schedule, entry)
             next_at = self._decide(args, schedule, entry, now)
             if next_at is not None and (wake is None or next_at < wake):
                 wake = next_at
@@ -300,6 +316,56 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         reason: MissedReason = "paused" if old.paused else "deleted"
         if decided.missed:
             args.append(*(missed_event(name, m, reason) for m in decided.missed))
+
+    def _backfill(
+        self, args: ProcessEventArgs[SchedulesState], schedule: Schedule, entry: ScheduleEntry
+    ) -> None:
+        """Fire the slots of a backfill range that are decided already, then say it is done.
+
+        Whatever runs (overlap does not apply): the operator asked for these
+        slots. A slot that fired before keeps its first firing (its keys).
+        At most :data:`MAX_BACKFILL` slots; a larger range is refused whole.
+        """
+        assert entry.backfill is not None
+        first, last, at = entry.backfill
+        request = int(at)
+        if self._backfilling.get(schedule.name) == request:
+            return  # sent by this incarnation; its done event is on the way
+        end = _instant(min(last, entry.through))
+        slots: list[datetime] = []
+        for slot in schedule.timing.forward(_instant(first) - timedelta(seconds=1)):
+            if slot > end or len(slots) > MAX_BACKFILL:
+                break
+            slots.append(slot)
+        refused = None
+        if len(slots) > MAX_BACKFILL:
+            refused = f"the range holds more than {MAX_BACKFILL} slots; none was fired"
+            slots = []
+        events: list[dict[str, Any]] = []
+        for slot in slots:
+            events += fired_events(schedule, slot)
+        body = ScheduleBackfilled(
+            name=schedule.name, request_offset=request, slots=len(slots), refused=refused
+        )
+        events.append(
+            {
+                "type": SCHEDULE_BACKFILLED,
+                "payload": body.model_dump(mode="json"),
+                "idempotency_key": f"schedules/backfilled/{schedule.name}/{request}",
+            }
+        )
+        self._backfilling[schedule.name] = request
+        name = schedule.name
+        # In pieces of 100 slots: each keyed, so a piece sent twice appends nothing new.
+        pieces = [events[i : i + 200] for i in range(0, len(events), 200)]
+        for piece in pieces:
+            appended = args.append(*piece)
+
+            def unsent(done: Any) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    self._backfilling.pop(name, None)
+
+            appended.add_done_callback(unsent)
 
     def _now(self, args: ProcessEventArgs[SchedulesState]) -> float:
         return self._clock() if self._clock is not None else args.now()

@@ -13,13 +13,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from streamkit.processors.schedules._events import (
+    MAX_BACKFILL,
+    SCHEDULE_BACKFILL_REQUESTED,
     SCHEDULE_DEFINED,
     SCHEDULE_DELETED,
     SCHEDULE_PAUSED,
     SCHEDULE_RESUMED,
+    ScheduleBackfillRequested,
     ScheduleDefined,
     ScheduleDeleted,
     SchedulePaused,
@@ -34,9 +38,11 @@ from streamkit.protocols import StreamAccess
 
 __all__ = [
     "Synced",
+    "backfill_event",
     "defined_event",
     "definitions",
     "deleted_event",
+    "instant_of",
     "paused_event",
     "resumed_event",
     "schedule_from_request",
@@ -62,6 +68,60 @@ def resumed_event(name: str, *, at: float | None = None, by: str | None = None) 
     """``schedule.resumed``: slots after ``at`` (now) fire again."""
     body = ScheduleResumed(name=name, at=time.time() if at is None else at, by=by)
     return {"type": SCHEDULE_RESUMED, "payload": body.model_dump(mode="json")}
+
+
+def backfill_event(
+    schedule: Schedule, first: datetime, last: datetime, *, by: str | None = None
+) -> dict[str, Any]:
+    """``schedule.backfill-requested``: fire the slots from ``first`` to ``last`` that did not.
+
+    Refused (InvalidRequest, nothing appended) when ``first`` is after
+    ``last``, an instant has no zone, or the range holds more than
+    :data:`~._events.MAX_BACKFILL` slots.
+    """
+    for label, instant in (("from", first), ("to", last)):
+        if instant.tzinfo is None:
+            raise InvalidRequest(
+                f"backfill {label} {instant.isoformat()} has no time zone (write it with Z or "
+                "an offset); nothing was appended",
+                details={"field": label},
+            )
+    if first > last:
+        raise InvalidRequest(
+            f"backfill from {first.isoformat()} is after to {last.isoformat()}; nothing was "
+            "appended",
+            details={"field": "from"},
+        )
+    slots = schedule.timing.count(first - timedelta(seconds=1), last, MAX_BACKFILL + 1)
+    if slots > MAX_BACKFILL:
+        raise InvalidRequest(
+            f"the backfill range of schedule {schedule.name!r} holds more than {MAX_BACKFILL} "
+            "slots; ask for a shorter one; nothing was appended",
+            details={"name": schedule.name, "most": MAX_BACKFILL},
+        )
+    body = ScheduleBackfillRequested(
+        name=schedule.name, first=first.timestamp(), last=last.timestamp(), by=by
+    )
+    return {"type": SCHEDULE_BACKFILL_REQUESTED, "payload": body.model_dump(mode="json")}
+
+
+def instant_of(text: str, what: str) -> datetime:
+    """An ISO 8601 instant with its zone (``2026-05-01T00:00:00Z``); InvalidRequest else."""
+    try:
+        instant = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except (AttributeError, ValueError) as exc:
+        raise InvalidRequest(
+            f"{what} {text!r} is not an ISO 8601 instant (such as 2026-05-01T03:00:00Z); "
+            "nothing was appended",
+            details={"field": what},
+        ) from exc
+    if instant.tzinfo is None:
+        raise InvalidRequest(
+            f"{what} {text!r} has no time zone (write it with Z or an offset); nothing was "
+            "appended",
+            details={"field": what},
+        )
+    return instant
 
 
 def deleted_event(name: str, *, by: str | None = None) -> dict[str, Any]:

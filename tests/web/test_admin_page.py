@@ -424,7 +424,27 @@ def test_the_admin_page_shows_schedules_and_pauses_resumes_and_deletes_them(
         # The slots of the pause are on record once it resumed.
         wait.until(lambda d: "(paused " in text_of(d, f"{row} td.missed"))
         wait.until(lambda d: text_of(d, f"{row} td.status") != "paused")
-        click(browser, f"{row} button:nth-of-type(2)")  # delete
+        # Backfill the pause: the page asks for the range (answered here), the host fires
+        # the slots of it that did not fire and says so.
+        browser.execute_script(
+            "const answers = [new Date(Date.now() - 60000).toISOString(),"
+            " new Date().toISOString()]; window.prompt = () => answers.shift()"
+        )
+        click(browser, f"{row} button:nth-of-type(2)")  # backfill
+
+        def backfilled() -> bool:
+            log = tmp_path / "sched.db"
+            done = subprocess.run(
+                [sys.executable, "-m", "streamkit", "read", "--db", str(log), "--json"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            found = [json.loads(line) for line in done.splitlines() if line.strip()]
+            return any(e["type"] == "schedule.backfilled" and e["payload"]["slots"] for e in found)
+
+        wait.until(lambda d: backfilled())
+        click(browser, f"{row} button:nth-of-type(3)")  # delete
         wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, row))
         assert "no schedules" in text_of(browser, "#schedules tbody")
     finally:

@@ -54,6 +54,7 @@ def test_the_schedules_routes_are_registered() -> None:
         ("POST", "/v1/schedules/{name}/pause"),
         ("POST", "/v1/schedules/{name}/resume"),
         ("POST", "/v1/schedules/{name}/delete"),
+        ("POST", "/v1/schedules/{name}/backfill"),
     } <= paths
 
 

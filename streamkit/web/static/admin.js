@@ -611,6 +611,18 @@ async function changeSchedule(name, verb, question) {
   });
 }
 
+async function backfillSchedule(name) {
+  const hourAgo = new Date(Date.now() - 3600 * 1000).toISOString().replace(/\.\d{3}Z$/, "Z");
+  const first = window.prompt("Backfill " + name + ": fire the slots that did not fire, from (ISO 8601, UTC)", hourAgo);
+  if (!first) return;
+  const last = window.prompt("... to (ISO 8601, UTC)", new Date().toISOString().replace(/\.\d{3}Z$/, "Z"));
+  if (!last) return;
+  await api(schedulesUrl("/" + encodeURIComponent(name) + "/backfill"), {
+    method: "POST", headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ from: first, to: last, by: "admin page" }),
+  });
+}
+
 async function refreshSchedules() {
   const listing = await fillSection("schedules", found.schedules, () => api(schedulesUrl()));
   if (listing === null) return;
@@ -619,7 +631,8 @@ async function refreshSchedules() {
     tr.dataset.schedule = s.name;
     const d = s.definition || {};
     const reasons = Object.entries(s.missed_by || {}).map(([r, n]) => r + " " + n).join(", ");
-    const state = s.paused ? "paused"
+    const state = s.backfill ? "backfilling"
+      : s.paused ? "paused"
       : (s.running || []).length ? (s.running.length + " running" + ((s.buffered || []).length ? ", " + s.buffered.length + " waiting" : ""))
       : "active";
     tr.append(
@@ -633,6 +646,7 @@ async function refreshSchedules() {
     actions.append(s.paused
       ? button("resume", () => changeSchedule(s.name, "resume"))
       : button("pause", () => changeSchedule(s.name, "pause", "Pause schedule " + s.name + "? Its slots are recorded as missed until it is resumed.")));
+    actions.append(button("backfill", () => backfillSchedule(s.name)));
     actions.append(button("delete", () => changeSchedule(s.name, "delete", "Delete schedule " + s.name + "? It fires no more; its history stays on the log.")));
     tr.append(actions);
     return tr;
