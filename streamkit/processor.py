@@ -371,6 +371,15 @@ class StreamProcessor(Generic[State]):
         """The view live-state clients see; by default the reduced state itself."""
         return state
 
+    def status_summary(self, state: State) -> Mapping[str, Any] | None:
+        """A few facts an operator reads beside the processor's row (``status``, the admin
+        page), from the reduced state, e.g. ``{"missed": 3}``; None (the default) for none.
+
+        Keep it small and cheap: it runs at every ``status``. Values must be JSON;
+        one that raises is reported and shown as missing.
+        """
+        return None
+
     def idempotency_key(self, key: str, event: StreamEvent | None = None) -> str:
         """A key namespaced by slug: ``"slug/key"``, or ``"slug/key@offset"`` for one event."""
         slug = self.contract.slug

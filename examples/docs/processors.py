@@ -310,7 +310,33 @@ async def main() -> None:
             held = apply_delta(held, event.payload["patch"])
             rev = event.payload["to"]
     assert held == (await upgraded.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:645
+    # --- docs/processors.md:629
+    from streamkit.testing import memory_storage as summary_storage
+    from streamkit.testing import memory_stream as summary_stream
+
+
+    class Ticks(BaseModel):
+        count: int = 0
+
+
+    class Summarized(StreamProcessor[Ticks]):
+        contract = define_processor_contract(
+            slug="summarized", version="1", state_schema=Ticks, consumes=["tick"]
+        )
+
+        def reduce(self, event, state):
+            return Ticks(count=state.count + 1)
+
+        def status_summary(self, state):
+            return {"ticks": state.count}
+
+
+    ticking = summary_stream()
+    summarized = ProcessorEngine(Summarized(), stream=ticking.stream, storage=summary_storage())
+    await ticking.stream.append({"type": "tick"}, {"type": "tick"})
+    await summarized.catch_up_from_log()
+    assert summarized.status_summary() == {"ticks": 2}
+    # --- docs/processors.md:683
     from streamkit.testing import ManualClock
 
 
@@ -335,7 +361,7 @@ async def main() -> None:
     await reminders.append({"type": "task.closed", "payload": {"task_id": "t9"}})
     await settle()
     assert reminders.claims[-1] is None  # nothing open: no wakeup asked, the claim is released
-    # --- docs/processors.md:685
+    # --- docs/processors.md:723
     for built in (engine, upgraded, reminder):
         await built.aclose()
     storage.close()

@@ -230,6 +230,8 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
             parts.append(
                 f"malformed[{kind['type']} v{kind['version']}]={kind['count']} (first at {offsets})"
             )
+        for key, value in (row.get("summary") or {}).items():
+            parts.append(f"{key}={value}")
         if row.get("dropped_events"):
             parts.append(f"dropped={row['dropped_events']} (an upcaster returned DROP)")
         for problem in (row.get("schema_check") or {}).get("problems") or ():

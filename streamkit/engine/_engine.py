@@ -655,6 +655,20 @@ class ProcessorEngine(Generic[S]):
 
     # -- live state -----------------------------------------------------------------
 
+    def status_summary(self) -> Mapping[str, Any] | None:
+        """The processor's :meth:`~StreamProcessor.status_summary` of the state now (no I/O).
+
+        None before the checkpoint is loaded, while a version builds in the
+        shadow (its state is partial), or when the hook raised (reported).
+        """
+        if not self._loaded or self._shadow.in_shadow:
+            return None
+        try:
+            return self._processor.status_summary(self._state)
+        except Exception as exc:
+            report("processor.status_summary_failed", exc, slug=self._slug, offset=self._cursor)
+            return None
+
     def publish_live_state(self) -> None:
         """Re-project the state and send a live-state delta if the projection changed.
 

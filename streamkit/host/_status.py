@@ -12,8 +12,9 @@ head and lag are unknown.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from streamkit.checkpoint import shown_cursor
@@ -87,6 +88,7 @@ def runner_status(
         "shadow_lease": row.get("shadow_lease"),
         "retired": runner.role.retired,
         "lease_held_here": runner.lease is not None,
+        "summary": None if engine is None else _jsonable_summary(engine.status_summary()),
         "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
         "phase": phase,
         "progress": progress,
@@ -135,3 +137,17 @@ def _phase(
         "events_per_second": rate,
         "eta_seconds": eta,
     }
+
+
+def _jsonable_summary(summary: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A processor's summary as JSON values (one that is not is shown by its repr)."""
+    if summary is None:
+        return None
+    shown: dict[str, Any] = {}
+    for key, value in summary.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            value = repr(value)
+        shown[str(key)] = value
+    return shown

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import takewhile
 from typing import Any
 
 import pytest
@@ -447,3 +448,74 @@ async def test_a_backfill_of_too_many_slots_is_refused_before_and_by_the_process
     (done,) = rig.of_type("schedule.backfilled")
     assert done["slots"] == 0
     assert "more than 1000 slots" in done["refused"]
+
+
+TRANSITIONS = {
+    # zone: (spring-forward day, fall-back day), 2026
+    "Europe/Berlin": (datetime(2026, 3, 29, tzinfo=UTC), datetime(2026, 10, 25, tzinfo=UTC)),
+    "America/New_York": (datetime(2026, 3, 8, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)),
+}
+
+
+@pytest.mark.parametrize("zone", sorted(TRANSITIONS))
+@pytest.mark.parametrize("which", ["spring", "fall"])
+@pytest.mark.parametrize(("expr", "label"), [("30 2 * * *", "daily"), ("0 * * * *", "hourly")])
+async def test_a_cron_schedule_across_a_transition_fires_each_wall_slot_once(
+    zone: str, which: str, expr: str, label: str
+) -> None:
+    """The processor, woken at each wakeup it asks for over two days around the change."""
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo(zone)
+    day = TRANSITIONS[zone][0 if which == "spring" else 1]
+    local_day = day.date()
+    start = datetime.combine(local_day - timedelta(days=1), datetime.min.time(), tz).timestamp()
+    end = datetime.combine(local_day + timedelta(days=2), datetime.min.time(), tz).timestamp()
+    rig = Rig()
+    try:
+        rig.clock.now = start
+        engine = rig.start()
+        schedule = Schedule("s", Cron(expr, tz=zone), action=RunTask("ping"), overlap="allow_all")
+        await rig.stream.append(defined_event(schedule, at=start))
+        await settle()
+        woken: list[float] = []
+        while (wake := engine.statistics().claimed_at) is not None and wake <= end:
+            assert wake not in woken, f"woken twice for {wake}"
+            woken.append(wake)
+            rig.clock.now = wake
+            await engine.revive()
+            await settle()
+        slots = [p["slot"] for p in rig.of_type(SCHEDULE_FIRED)]
+        assert rig.of_type(SCHEDULE_MISSED) == []  # every wakeup on time: nothing missed
+        assert slots == sorted(set(slots))  # ascending, none twice
+        expected = [
+            s.timestamp()
+            for s in takewhile(
+                lambda s: s.timestamp() <= end,
+                schedule.timing.forward(datetime.fromtimestamp(start, UTC)),
+            )
+        ]
+        assert slots == expected
+        walls = [datetime.fromtimestamp(s, tz) for s in slots]
+        if label == "daily":
+            # One run each local day; on the spring day at the gap's end (03:00), else 02:30.
+            assert len({w.date() for w in walls}) == len(walls)
+            on_day = [w for w in walls if w.date() == day.date()]
+            wanted = "03:00" if which == "spring" and zone == "Europe/Berlin" else "02:30"
+            if which == "spring" and zone == "America/New_York":
+                wanted = "03:00"
+            assert [w.strftime("%H:%M") for w in on_day] == [wanted]
+            if which == "fall" and zone == "Europe/Berlin":
+                # 02:30 happened twice that night: it fired at the first, in summer time.
+                assert on_day[0].utcoffset() == timedelta(hours=2)
+        else:
+            # Hourly: each wall hour once; the skipped hour shifts onto the next, the
+            # repeated one fires at its first occurrence only.
+            hours = [w.strftime("%m-%d %H") for w in walls]
+            assert len(hours) == len(set(hours))
+            # That local day has 23 wall hours in spring (one skipped) and 24 in fall (one
+            # repeated, fired once), 25 real hours notwithstanding.
+            on_day = [w for w in walls if w.date() == day.date()]
+            assert len(on_day) == (23 if which == "spring" else 24)
+    finally:
+        rig.storage.close()

@@ -96,6 +96,13 @@ async def test_a_schedule_defined_over_http_fires_shows_its_record_and_pauses(
     await eventually(lambda: asyncio.sleep(0, result=len(ran) >= 2))
     assert all(task_id.startswith("sched/beat/") for task_id in ran)
 
+    # The processor's row in the status says it too (its status_summary).
+    listed = (await client.get("/v1/processors")).json()
+    rows = listed["processors"] if isinstance(listed, dict) else listed
+    (summary,) = [row["summary"] for row in rows if row["slug"] == "schedules"]
+    assert summary["schedules"] == 1
+    assert summary["paused"] == 0
+    assert summary["fired"] >= 2
     metrics = (await client.get("/metrics")).text
     slots = samples(metrics, "streamkit_schedule_slots")
     assert slots[(("outcome", "fired"), ("path", "/"), ("schedule", "beat"))] >= 2

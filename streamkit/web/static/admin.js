@@ -255,6 +255,8 @@ function problemOf(p) {
   if (p.stalled) notes.push(["problem", "STALLED at offset " + p.stalled_at + (error ? ": " + error : "")]);
   else if (p.failures) notes.push(["problem", "failing: " + p.failures + " failed batch" + (p.failures > 1 ? "es" : "") + " in a row, retrying" + (error ? "; last: " + error : "")]);
   else if (error && (p.last_error || {}).code === "LEASE_LOST") notes.push(["warn", "lease lost: " + error]);
+  const summary = Object.entries(p.summary || {}).map(([k, v]) => k + " " + (typeof v === "object" ? JSON.stringify(v) : v));
+  if (summary.length) notes.push(["note", summary.join(", ")]);
   if (p.malformed_payloads) {
     const last = p.last_malformed || {};
     notes.push(["warn", p.malformed_payloads + " malformed payload(s) skipped (last at offset " + last.offset + ", " + last.type + ")"]);
