@@ -401,11 +401,32 @@ def test_the_admin_page_shows_schedules_and_pauses_resumes_and_deletes_them(
         )
         base = f"http://127.0.0.1:{port}"
         wait_for_http(base)
+        # One defined from the command line, one from the page's form.
         add = [sys.executable, "-m", "streamkit", "schedules", "add", "beat", "--every", "1s"]
         add += ["--task", "ping", "--overlap", "allow_all", "--db", str(tmp_path / "sched.db")]
         subprocess.run(add, check=True, capture_output=True, cwd=tmp_path)
         browser.get(admin_address(tmp_path / "sched.db"))
         wait = WebDriverWait(browser, 15, ignored_exceptions=STALE)
+        wait.until(lambda d: not d.find_element(By.ID, "schedules-section").get_attribute("hidden"))
+
+        def submit(name: str, timing: str, zone: str) -> None:
+            for field, value in (
+                ("schedule-name", name),
+                ("schedule-timing", timing),
+                ("schedule-tz", zone),
+                ("schedule-task", "ping"),
+            ):
+                box = browser.find_element(By.ID, field)
+                box.clear()
+                box.send_keys(value)
+            click(browser, "#schedule-add button")
+
+        submit("nightly", "0 3 * * *", "Europe/Berlin")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-schedule="nightly"]'))
+        assert "cron 0 3 * * * Europe/Berlin" in text_of(browser, 'tr[data-schedule="nightly"]')
+        submit("broken", "61 * * * *", "UTC")  # refused: the page says why, nothing is added
+        wait.until(lambda d: "no schedule was made" in text_of(d, "#schedule-add-note"))
+        assert not browser.find_elements(By.CSS_SELECTOR, 'tr[data-schedule="broken"]')
         row = 'tr[data-schedule="beat"]'
 
         def fired(d: WebDriver) -> bool:
@@ -446,6 +467,6 @@ def test_the_admin_page_shows_schedules_and_pauses_resumes_and_deletes_them(
         wait.until(lambda d: backfilled())
         click(browser, f"{row} button:nth-of-type(3)")  # delete
         wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, row))
-        assert "no schedules" in text_of(browser, "#schedules tbody")
+        assert [r.split()[0] for r in rows(browser, "#schedules tbody tr")] == ["nightly"]
     finally:
         rig.close()

@@ -625,6 +625,27 @@ async function backfillSchedule(name) {
   });
 }
 
+// A timing with spaces or an @alias is a cron expression; anything else an interval ("5m").
+async function addSchedule() {
+  const value = (id) => document.getElementById(id).value.trim();
+  const timing = value("schedule-timing");
+  const request = { name: value("schedule-name"), task: value("schedule-task"), by: "admin page" };
+  if (timing.includes(" ") || timing.startsWith("@")) Object.assign(request, { cron: timing, tz: value("schedule-tz") || "UTC" });
+  else request.every = timing;
+  const note = document.getElementById("schedule-add-note");
+  try {
+    await api(schedulesUrl(), {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request),
+    });
+    note.textContent = "schedule " + request.name + " defined";
+    note.className = "muted";
+  } catch (error) {
+    note.textContent = String(error.message || error);
+    note.className = "problem";
+  }
+  await refreshSchedules();
+}
+
 async function refreshSchedules() {
   const listing = await fillSection("schedules", found.schedules, () => api(schedulesUrl()));
   if (listing === null) return;
@@ -780,6 +801,10 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("events-newest").addEventListener("click", () => browseFrom("newest", null));
   document.getElementById("events-older").addEventListener("click", () => browseFrom("range", Math.max(0, (browse.first || 1) - 1 - PAGE)));
   document.getElementById("events-newer").addEventListener("click", () => browseFrom("range", browse.last || 0));
+  document.getElementById("schedule-add").addEventListener("submit", (e) => {
+    e.preventDefault();
+    addSchedule();
+  });
   document.getElementById("task-search").addEventListener("submit", (e) => {
     e.preventDefault();
     const id = document.getElementById("task-id").value.trim();
