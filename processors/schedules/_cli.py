@@ -37,6 +37,7 @@ from streamkit.processors.schedules._requests import (
     schedule_from_request,
     sync,
 )
+from streamkit.processors.schedules._rows import schedule_rows
 from streamkit.processors.schedules._schedule import schedule_of
 
 from streamkit import InvalidRequest
@@ -170,19 +171,6 @@ def _timing_text(timing: dict[str, Any]) -> str:
     return f"every {timing['every_seconds']:g}s"
 
 
-def _next_slot(entry: dict[str, Any]) -> float | None:
-    if entry.get("paused"):
-        return None
-    try:
-        schedule = schedule_of(entry["definition"])
-    except InvalidRequest:
-        return None
-    after = datetime.fromtimestamp(entry["through"], UTC)
-    for slot in schedule.timing.forward(after):
-        return slot.timestamp()
-    return None
-
-
 def _list(args: argparse.Namespace, out: TextIO) -> int:
     snapshot = read_snapshot(args, "schedules", SCHEDULES_CONTRACT)
     if snapshot is None:
@@ -191,11 +179,7 @@ def _list(args: argparse.Namespace, out: TextIO) -> int:
             "and it has no checkpoint there); nothing was read; run it in `streamkit host` first",
             details={"db": args.db},
         )
-    entries = (snapshot.get("state") or {}).get("schedules") or {}
-    rows = []
-    for name in sorted(entries):
-        entry = entries[name]
-        rows.append({**entry, "name": name, "next_slot": _next_slot(entry)})
+    rows = schedule_rows(snapshot.get("state"))
     if args.json:
         out.write(json_line({"offset": snapshot["offset"], "schedules": rows}) + "\n")
         return 0

@@ -19,10 +19,8 @@ its entry point.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from streamkit.processors.schedules._requests import (
@@ -34,12 +32,13 @@ from streamkit.processors.schedules._requests import (
     resumed_event,
     schedule_from_request,
 )
+from streamkit.processors.schedules._rows import schedule_rows
 from streamkit.processors.schedules._schedule import schedule_of
 
 from streamkit import InvalidRequest, NotFound
 from streamkit.web import Gauge, HttpAnswer, HttpCall, HttpRoute
 
-__all__ = ["gauges", "routes", "schedule_rows"]
+__all__ = ["gauges", "routes"]
 
 _SLUG = "schedules"
 
@@ -54,45 +53,6 @@ def routes() -> list[HttpRoute]:
         HttpRoute("POST", "/v1/schedules/{name}/delete", _delete),
         HttpRoute("POST", "/v1/schedules/{name}/backfill", _backfill),
     ]
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    """The nearest-rank percentile ``q`` of ``values`` (None for none)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def _next_slot(entry: dict[str, Any]) -> float | None:
-    if entry.get("paused"):
-        return None
-    try:
-        schedule = schedule_of(entry["definition"])
-    except InvalidRequest:
-        return None
-    for slot in schedule.timing.forward(datetime.fromtimestamp(entry["through"], UTC)):
-        return slot.timestamp()
-    return None
-
-
-def schedule_rows(state: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """Each schedule of a schedules state as operators read it, by name."""
-    entries = (state or {}).get("schedules") or {}
-    rows = []
-    for name in sorted(entries):
-        entry = entries[name]
-        lateness = list(entry.get("lateness") or [])
-        rows.append(
-            {
-                **{k: v for k, v in entry.items() if k != "lateness"},
-                "name": name,
-                "next_slot": _next_slot(entry),
-                "lateness_p50": _percentile(lateness, 0.5),
-                "lateness_p99": _percentile(lateness, 0.99),
-            }
-        )
-    return rows
 
 
 async def _state(call: HttpCall, path: str) -> tuple[Any, dict[str, Any]]:
