@@ -41,7 +41,7 @@ from streamkit.processors.schedules._requests import (
     resumed_event,
     sync,
 )
-from streamkit.processors.schedules._schedule import RunTask, Schedule, schedule_of
+from streamkit.processors.schedules._schedule import AppendEvent, RunTask, Schedule, schedule_of
 from streamkit.processors.schedules._timing import (
     Catchup,
     Cron,
@@ -62,6 +62,7 @@ __all__ = [
     "SCHEDULE_MISSED",
     "SCHEDULE_PAUSED",
     "SCHEDULE_RESUMED",
+    "AppendEvent",
     "Catchup",
     "Cron",
     "Due",

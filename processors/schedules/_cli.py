@@ -90,8 +90,11 @@ def add_schedules(sub: Sub) -> None:
         default="first",
         help="a --cron wall time the clocks repeat: fire at its first or last occurrence",
     )
-    q.add_argument("--task", required=True, help="the task each slot requests")
+    action = q.add_mutually_exclusive_group(required=True)
+    action.add_argument("--task", help="the task each slot requests")
+    action.add_argument("--event", help="the type of the event each slot appends instead")
     q.add_argument("--args", default="{}", help="the task's arguments, a JSON object")
+    q.add_argument("--payload", default="{}", help="--event: the event's payload, a JSON object")
     q.add_argument(
         "--catchup",
         choices=["skip", "latest", "all"],
@@ -171,6 +174,13 @@ def _timing_text(timing: dict[str, Any]) -> str:
     return f"every {timing['every_seconds']:g}s"
 
 
+def _action_text(definition: dict[str, Any]) -> str:
+    action = definition["action"]
+    if action.get("kind") == "append_event":
+        return f"event {action.get('type')}"
+    return f"task {action.get('name')}"
+
+
 def _list(args: argparse.Namespace, out: TextIO) -> int:
     snapshot = read_snapshot(args, "schedules", SCHEDULES_CONTRACT)
     if snapshot is None:
@@ -188,8 +198,8 @@ def _list(args: argparse.Namespace, out: TextIO) -> int:
         definition = row["definition"]
         state = "paused" if row.get("paused") else f"next {_instant(row['next_slot'])}"
         line = (
-            f"{row['name']}  {_timing_text(definition['timing'])}  task "
-            f"{definition['action'].get('name')}  {state}  last {_instant(row.get('last_slot'))}"
+            f"{row['name']}  {_timing_text(definition['timing'])}  {_action_text(definition)}"
+            f"  {state}  last {_instant(row.get('last_slot'))}"
             f"  fired {row.get('fired', 0)}  missed {row.get('missed', 0)}"
         )
         if row.get("running"):
@@ -201,22 +211,26 @@ def _list(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _add(args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        task_args = json.loads(args.args)
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(
-            f"--args is not JSON ({exc}); nothing was appended", details={"field": "args"}
-        ) from exc
+    parsed: dict[str, Any] = {}
+    for flag in ("args", "payload"):
+        try:
+            parsed[flag] = json.loads(getattr(args, flag))
+        except json.JSONDecodeError as exc:
+            raise InvalidRequest(
+                f"--{flag} is not JSON ({exc}); nothing was appended", details={"field": flag}
+            ) from exc
     fields: dict[str, Any] = {
         "name": args.name,
-        "task": args.task,
-        "args": task_args,
         "catchup": args.catchup,
         "max_runs": args.max_runs,
         "jitter": args.jitter,
         "overlap": args.overlap,
         "max_buffered": args.max_buffered,
     }
+    if args.task is not None:
+        fields.update(task=args.task, args=parsed["args"])
+    else:
+        fields.update(event=args.event, payload=parsed["payload"])
     if args.window is not None:
         fields["window"] = args.window
     if args.every is not None:
@@ -231,7 +245,9 @@ def _add(args: argparse.Namespace, out: TextIO) -> int:
         body = ScheduleDefined.model_validate(committed.to_dict()["payload"])
         out.write(
             f"schedule {body.name} defined (offset {committed.offset}): "
-            f"{_timing_text(body.timing)}, task {args.task}, catch-up {args.catchup}\n"
+            f"{_timing_text(body.timing)}, "
+            f"{f'task {args.task}' if args.task else f'event {args.event}'}, "
+            f"catch-up {args.catchup}\n"
         )
     return 0
 

@@ -27,7 +27,8 @@ pass does not send them again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,11 +55,25 @@ from streamkit.processors.schedules._events import (
     ScheduleResumed,
     SchedulesState,
 )
-from streamkit.processors.schedules._schedule import Schedule, schedule_of, slot_text
+from streamkit.processors.schedules._schedule import (
+    AppendEvent,
+    RunTask,
+    Schedule,
+    schedule_of,
+    slot_text,
+)
 from streamkit.processors.schedules._timing import Catchup, Missed, MissedReason, due, jitter
 from streamkit.processors.tasks import cancel_requested_event, task_requested_event
 
-from streamkit import ProcessEventArgs, StreamEvent, StreamkitError, StreamProcessor
+from streamkit import (
+    InvalidContract,
+    ProcessEventArgs,
+    ProcessorContract,
+    StreamEvent,
+    StreamkitError,
+    StreamProcessor,
+    define_processor_contract,
+)
 
 __all__ = ["SchedulesProcessor", "fired_events", "missed_event"]
 
@@ -118,28 +133,47 @@ def cancel_event(task_id: str, name: str, slot: datetime) -> dict[str, Any]:
 
 
 def fired_events(schedule: Schedule, slot: datetime) -> list[dict[str, Any]]:
-    """What firing ``slot`` appends: ``schedule.fired`` and the task request, keyed by the slot."""
+    """What firing ``slot`` appends: ``schedule.fired`` and what it does, keyed by the slot.
+
+    A :class:`RunTask` requests the task ``sched/NAME/SLOT``; an
+    :class:`AppendEvent` appends its event with ``metadata.schedule`` and
+    ``metadata.slot``.
+    """
     at = slot_text(slot)
     action = schedule.action
-    task_id = task_id_of(schedule.name, slot)
+    task_id = task_id_of(schedule.name, slot) if isinstance(action, RunTask) else None
     fire_at = slot + jitter(schedule.name, slot, schedule.jitter)
     fired = ScheduleFired(
         name=schedule.name, slot=_seconds(slot), fire_at=_seconds(fire_at), task_id=task_id
     )
-    return [
+    events: list[dict[str, Any]] = [
         {
             "type": SCHEDULE_FIRED,
             "payload": fired.model_dump(mode="json"),
             "idempotency_key": f"schedules/fired/{schedule.name}/{at}",
-        },
-        task_requested_event(
-            task_id=task_id,
-            name=action.name,
-            args=action.args,
-            max_attempts=action.max_attempts,
-            timeout_s=action.timeout_s,
-        ),
+        }
     ]
+    if isinstance(action, RunTask):
+        assert task_id is not None
+        events.append(
+            task_requested_event(
+                task_id=task_id,
+                name=action.name,
+                args=action.args,
+                max_attempts=action.max_attempts,
+                timeout_s=action.timeout_s,
+            )
+        )
+    else:
+        events.append(
+            {
+                "type": action.type,
+                "payload": dict(action.payload),
+                "metadata": {"schedule": schedule.name, "slot": at},
+                "idempotency_key": f"schedules/event/{schedule.name}/{at}",
+            }
+        )
+    return events
 
 
 def missed_event(name: str, missed: Missed, reason: str | None = None) -> dict[str, Any]:
@@ -164,17 +198,65 @@ def missed_event(name: str, missed: Missed, reason: str | None = None) -> dict[s
     }
 
 
+def _contract_of(item: ProcessorContract[Any] | str) -> ProcessorContract[Any]:
+    """A contract, or the one a ``"module:NAME"`` string names (what streamkit.toml can give)."""
+    if isinstance(item, ProcessorContract):
+        return item
+    module, _, attr = str(item).partition(":")
+    try:
+        found = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InvalidContract(
+            f"SchedulesProcessor emits: cannot import {item!r} ({exc}); name a processor "
+            'contract as "module:NAME"; nothing was built',
+            details={"emits": str(item)},
+        ) from exc
+    if not isinstance(found, ProcessorContract):
+        raise InvalidContract(
+            f"SchedulesProcessor emits: {item!r} is a {type(found).__name__}, not a processor "
+            "contract; nothing was built",
+            details={"emits": str(item)},
+        )
+    return found
+
+
 class SchedulesProcessor(StreamProcessor[SchedulesState]):
     """Fires the slots of the schedules defined on its stream (see the module).
 
     ``clock`` gives epoch seconds (the engine's clock when None): the instant
-    every decision is made from.
+    every decision is made from. ``emits`` lists the contracts (or
+    ``"module:NAME"`` strings) whose events :class:`AppendEvent` schedules may
+    append.
     """
 
     contract = SCHEDULES_CONTRACT
 
-    def __init__(self, *, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] | None = None,
+        emits: Sequence[ProcessorContract[Any] | str] = (),
+    ) -> None:
         self._clock = clock
+        if emits:
+            # The events AppendEvent schedules may append: those the given contracts define.
+            base = SCHEDULES_CONTRACT
+            known = {dep.slug for dep in base.processor_deps}
+            given = [_contract_of(item) for item in emits]
+            deps = [d for d in given if d.slug not in known]
+            self.contract = define_processor_contract(
+                slug=base.slug,
+                version=base.version,
+                description=base.description,
+                state_schema=SchedulesState,
+                events=base.events,
+                consumes=list(base.consumes or ()),
+                processor_deps=[*base.processor_deps, *deps],
+                emits=[
+                    *base.emits,
+                    *(t for dep in given for t in (dep.events or {}) if t not in base.emits),
+                ],
+            )
         # Per schedule, the newest instant this incarnation sent a decision
         # through that the state has not reduced yet.
         self._sent: dict[str, float] = {}
@@ -348,7 +430,11 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
                 break
             slots.append(slot)
         refused = None
-        if len(slots) > MAX_BACKFILL:
+        undeclared = self._undeclared(schedule)
+        if undeclared is not None:
+            refused = f"this processor may not append {undeclared!r} events; none was fired"
+            slots = []
+        elif len(slots) > MAX_BACKFILL:
             refused = f"the range holds more than {MAX_BACKFILL} slots; none was fired"
             slots = []
         events: list[dict[str, Any]] = []
@@ -435,6 +521,13 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
             return _seconds(slot + jitter(name, slot, schedule.jitter))
         return None
 
+    def _undeclared(self, schedule: Schedule) -> str | None:
+        """The event type an AppendEvent schedule names that this processor may not emit."""
+        action = schedule.action
+        if isinstance(action, AppendEvent) and action.type not in self.contract.emits:
+            return action.type
+        return None
+
     def _overlap(
         self,
         schedule: Schedule,
@@ -450,6 +543,21 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         run: the next pass decides it.
         """
         name, policy = schedule.name, schedule.overlap
+        undeclared = self._undeclared(schedule)
+        if undeclared is not None:
+            # Appending it would be refused on every pass: every slot is on record instead.
+            decided = [s for s in slots if s + jitter(name, s, schedule.jitter) <= clock]
+            if decided:
+                _log.error(
+                    "schedule.undeclared_event",
+                    name=name,
+                    type=undeclared,
+                    detail="the schedules processor may not append this type: give it the "
+                    "contract that defines it (emits=...); its slots are missed meanwhile",
+                )
+                run = Missed("undeclared", decided[0], decided[-1], len(decided))
+                return [missed_event(name, run)], max(through, decided[-1])
+            return [], through
         running = list(entry.running)
         buffered = list(entry.buffered)
         events: list[dict[str, Any]] = []

@@ -29,7 +29,7 @@ from streamkit.processors.schedules._events import (
     SchedulePaused,
     ScheduleResumed,
 )
-from streamkit.processors.schedules._schedule import RunTask, Schedule
+from streamkit.processors.schedules._schedule import AppendEvent, RunTask, Schedule
 from streamkit.processors.schedules._timing import Catchup, Cron, Every
 
 from streamkit import InvalidRequest
@@ -137,7 +137,8 @@ _NOT_COMPARED = {"defined_at", "by"}
 _REQUEST_FIELDS = frozenset(
     {
         "name", "cron", "every", "tz", "gap", "fold", "task", "args", "max_attempts",
-        "timeout_s", "catchup", "window", "max_runs", "jitter", "overlap", "max_buffered", "by",
+        "timeout_s", "event", "payload", "catchup", "window", "max_runs", "jitter", "overlap",
+        "max_buffered", "by",
     }
 )  # fmt: skip
 
@@ -146,7 +147,8 @@ def schedule_from_request(fields: Mapping[str, Any]) -> Schedule:
     """The schedule a request names (the CLI's ``add``, ``POST /v1/schedules``).
 
     ``name``, one of ``cron`` (with ``tz``, ``gap``, ``fold``) or ``every``,
-    ``task`` (with ``args``, ``max_attempts``, ``timeout_s``), and
+    one of ``task`` (with ``args``, ``max_attempts``, ``timeout_s``) or
+    ``event`` (with ``payload``), and
     optionally ``catchup``, ``window``, ``max_runs``, ``jitter``,
     ``overlap``, ``max_buffered``. InvalidRequest names what is wrong.
     """
@@ -162,17 +164,29 @@ def schedule_from_request(fields: Mapping[str, Any]) -> Schedule:
             'a schedule request names exactly one of "cron" and "every"; no schedule was made',
             details={"field": "timing"},
         )
-    if not isinstance(fields.get("task"), str):
+    if ("task" in fields) == ("event" in fields) or not isinstance(
+        fields.get("task", fields.get("event")), str
+    ):
         raise InvalidRequest(
-            'a schedule request names its "task" (the task each slot requests); no schedule '
-            "was made",
-            details={"field": "task"},
+            'a schedule request names exactly one of "task" (the task each slot requests) and '
+            '"event" (the type of the event each slot appends); no schedule was made',
+            details={"field": "action"},
         )
-    args = fields.get("args", {})
-    if not isinstance(args, Mapping):
-        raise InvalidRequest(
-            '"args" must be an object; no schedule was made', details={"field": "args"}
+    for field in ("args", "payload"):
+        if not isinstance(fields.get(field, {}), Mapping):
+            raise InvalidRequest(
+                f'"{field}" must be an object; no schedule was made', details={"field": field}
+            )
+    action: RunTask | AppendEvent = (
+        RunTask(
+            fields["task"],
+            dict(fields.get("args", {})),
+            max_attempts=fields.get("max_attempts", 5),
+            timeout_s=fields.get("timeout_s", 60.0),
         )
+        if "task" in fields
+        else AppendEvent(fields["event"], dict(fields.get("payload", {})))
+    )
     timing: Every | Cron = (
         Every(fields["every"])
         if "every" in fields
@@ -186,12 +200,7 @@ def schedule_from_request(fields: Mapping[str, Any]) -> Schedule:
     return Schedule(
         fields.get("name", ""),
         timing,
-        action=RunTask(
-            fields["task"],
-            dict(args),
-            max_attempts=fields.get("max_attempts", 5),
-            timeout_s=fields.get("timeout_s", 60.0),
-        ),
+        action=action,
         catchup=Catchup(
             fields.get("catchup", "skip"),
             window=fields.get("window"),

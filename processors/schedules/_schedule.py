@@ -20,7 +20,7 @@ from streamkit.processors.schedules._timing import Catchup, Cron, Every, parse_d
 
 from streamkit.errors import InvalidRequest
 
-__all__ = ["Action", "Overlap", "RunTask", "Schedule", "schedule_of", "slot_text"]
+__all__ = ["Action", "AppendEvent", "Overlap", "RunTask", "Schedule", "schedule_of", "slot_text"]
 
 Overlap = Literal["skip", "buffer_one", "buffer_all", "allow_all", "cancel_other"]
 """What a slot does while the task of an earlier slot still runs (see :class:`Schedule`)."""
@@ -52,8 +52,25 @@ class RunTask:
         }
 
 
-Action = RunTask
-"""What a slot does (a task run; more kinds may come)."""
+@dataclass(frozen=True)
+class AppendEvent:
+    """A slot appends one event of ``type`` with ``payload``, keyed by the slot.
+
+    The event carries ``metadata.schedule`` and ``metadata.slot``. Its type
+    must be one the processor may emit: defined by a contract given to
+    :class:`~._processor.SchedulesProcessor` (``emits``); a slot of a type
+    it may not emit is missed, reason ``undeclared``.
+    """
+
+    type: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+    def spec(self) -> dict[str, Any]:
+        return {"kind": "append_event", "type": self.type, "payload": dict(self.payload)}
+
+
+Action = RunTask | AppendEvent
+"""What a slot does: request a task run, or append an event."""
 
 
 @dataclass(frozen=True, init=False)
@@ -103,9 +120,10 @@ class Schedule:
                 f"{type(timing).__name__}; no schedule was made",
                 details={"field": "timing", "name": name},
             )
-        if not isinstance(action, RunTask):
+        if not isinstance(action, RunTask | AppendEvent):
             raise InvalidRequest(
-                f"schedule {name!r}: its action must be a RunTask, got {type(action).__name__}; no schedule was made",
+                f"schedule {name!r}: its action must be a RunTask or an AppendEvent, got "
+                f"{type(action).__name__}; no schedule was made",
                 details={"field": "action", "name": name},
             )
         catchup = catchup or Catchup()
@@ -177,14 +195,18 @@ def schedule_of(spec: Mapping[str, Any]) -> Schedule:
                 anchor=None if anchor is None else datetime.fromisoformat(anchor),
             )
         action_spec = spec["action"]
-        if action_spec["kind"] != "run_task":
+        action: Action
+        if action_spec["kind"] == "run_task":
+            action = RunTask(
+                action_spec["name"],
+                action_spec.get("args", {}),
+                int(action_spec.get("max_attempts", 5)),
+                float(action_spec.get("timeout_s", 60.0)),
+            )
+        elif action_spec["kind"] == "append_event":
+            action = AppendEvent(action_spec["type"], action_spec.get("payload", {}))
+        else:
             raise ValueError(f"unknown action kind {action_spec['kind']!r}")
-        action = RunTask(
-            action_spec["name"],
-            action_spec.get("args", {}),
-            int(action_spec.get("max_attempts", 5)),
-            float(action_spec.get("timeout_s", 60.0)),
-        )
         catchup_spec = spec["catchup"]
         return Schedule(
             spec["name"],

@@ -383,7 +383,7 @@ class Catchup:
 
 
 MissedReason = Literal[
-    "window", "coalesced", "max_runs", "paused", "overlap", "buffer_full", "deleted"
+    "window", "coalesced", "max_runs", "paused", "overlap", "buffer_full", "deleted", "undeclared"
 ]
 """Why slots did not fire: :func:`due` gives the first three; the processor the others."""
 

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 import structlog
+from pydantic import BaseModel
 from streamkit.processors.schedules import (
     SCHEDULE_FIRED,
     SCHEDULE_MISSED,
+    AppendEvent,
     Catchup,
     Cron,
     Every,
@@ -38,7 +40,13 @@ from streamkit.testing import (
     settle,
 )
 
-from streamkit import InvalidRequest, ProcessorEngine
+from streamkit import (
+    EventDefinition,
+    InvalidContract,
+    InvalidRequest,
+    ProcessorEngine,
+    define_processor_contract,
+)
 
 # A minute boundary: 2023-11-14T22:14:00Z.
 T0 = 1_700_000_040.0
@@ -519,3 +527,75 @@ async def test_a_cron_schedule_across_a_transition_fires_each_wall_slot_once(
             assert len(on_day) == (23 if which == "spring" else 24)
     finally:
         rig.storage.close()
+
+
+class ReportDue(BaseModel):
+    kind: str = "daily"
+
+
+REPORTS = define_processor_contract(
+    slug="reports",
+    version="1",
+    state_schema=SchedulesState,
+    events={
+        "report.due": EventDefinition(
+            description="a report is due", payload_schema=ReportDue, version=1, upcasters={}
+        )
+    },
+    consumes=["report.due"],
+)
+
+
+async def test_an_append_event_schedule_appends_its_event_once_per_slot() -> None:
+    rig = Rig()
+    try:
+        rig.stream.engines.clear()
+        engine = ProcessorEngine(
+            SchedulesProcessor(clock=rig.clock, emits=[REPORTS]),
+            stream=rig.stream,
+            storage=rig.storage,
+            clock=rig.clock,
+        )
+        rig.stream.engines.append(engine)
+        rig.engine = engine
+        due = Schedule("reports", Every("1m"), action=AppendEvent("report.due", {"kind": "daily"}))
+        await rig.stream.append(defined_event(due, at=T0))
+        await settle()
+        await rig.at(60)
+        await rig.at(61)
+        (event,) = [e for e in rig.stream.events if e.type == "report.due"]
+        assert event.payload == {"kind": "daily"}
+        assert event.metadata == {"schedule": "reports", "slot": iso(T0 + 60)}
+        (fired,) = rig.of_type(SCHEDULE_FIRED)
+        assert fired["task_id"] is None
+        assert rig.of_type(TASK_REQUESTED) == []
+    finally:
+        rig.storage.close()
+
+
+async def test_an_event_the_processor_may_not_append_misses_its_slots_on_record(rig: Rig) -> None:
+    rig.start()  # no emits: it may append no report.due
+    due = Schedule("reports", Every("1m"), action=AppendEvent("report.due"))
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(defined_event(due, at=T0))
+        await settle()
+        await rig.at(60)
+        await rig.at(120)
+    assert [e for e in rig.stream.events if e.type == "report.due"] == []
+    assert [(p["reason"], p["count"]) for p in rig.of_type(SCHEDULE_MISSED)] == [
+        ("undeclared", 1),
+        ("undeclared", 1),
+    ]
+    assert any(e["event"] == "schedule.undeclared_event" for e in logs)
+    assert rig.engine is not None
+    assert rig.engine.statistics().batch_failures == 0  # refused before any append: no wedge
+
+
+def test_emits_takes_a_contract_or_its_import_path_and_refuses_anything_else() -> None:
+    assert "report.due" in SchedulesProcessor(emits=[REPORTS]).contract.emits
+    named = SchedulesProcessor(emits=["streamkit.processors.tasks:TASKS_CONTRACT"])
+    assert "task.succeeded" in named.contract.emits
+    with pytest.raises(InvalidContract, match="cannot import"):
+        SchedulesProcessor(emits=["nowhere:THING"])
+    with pytest.raises(InvalidContract, match="not a processor contract"):
+        SchedulesProcessor(emits=["streamkit.processors.tasks:TASK_REQUESTED"])

@@ -160,6 +160,11 @@ async def test_bad_schedule_requests_are_refused_and_nothing_is_written(
     )
     assert extra.status_code == 400
     assert "'when'" in extra.json()["detail"]
+    two_actions = await client.post(
+        "/v1/schedules", json={"name": "x", "every": "1m", "task": "ping", "event": "report.due"}
+    )
+    assert two_actions.status_code == 400
+    assert '"task"' in two_actions.json()["detail"]
     missing = await client.post("/v1/schedules/nobody/pause", json={})
     assert (missing.status_code, missing.json()["code"]) == (404, "NOT_FOUND")
     events = (await client.get("/v1/events")).json()

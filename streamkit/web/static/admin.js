@@ -659,7 +659,8 @@ async function refreshSchedules() {
       : (s.running || []).length ? (s.running.length + " running" + ((s.buffered || []).length ? ", " + s.buffered.length + " waiting" : ""))
       : "active";
     tr.append(
-      cell(s.name), cell(timingText(d.timing || {})), cell((d.action || {}).name),
+      cell(s.name), cell(timingText(d.timing || {})),
+      cell((d.action || {}).kind === "append_event" ? "event " + d.action.type : (d.action || {}).name),
       cell(epochText(s.next_slot)), cell(epochText(s.last_fired_at)), cell(s.fired || 0, "num"),
       cell((s.missed || 0) + (reasons ? " (" + reasons + ")" : ""), "missed"),
       cell(s.lateness_p99 === null ? null : s.lateness_p99.toFixed(3) + " s", "num"),
