@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
@@ -37,10 +37,7 @@ from streamkit.processors.schedules._events import (
     LATENESS_KEPT,
     MAX_BACKFILL,
     SCHEDULE_BACKFILLED,
-    SCHEDULE_BUFFERED,
     SCHEDULE_DELETED,
-    SCHEDULE_FIRED,
-    SCHEDULE_MISSED,
     SCHEDULES_CONTRACT,
     TASK_SETTLED,
     ScheduleBackfilled,
@@ -57,13 +54,20 @@ from streamkit.processors.schedules._events import (
 )
 from streamkit.processors.schedules._schedule import (
     AppendEvent,
-    RunTask,
     Schedule,
     schedule_of,
-    slot_text,
+)
+from streamkit.processors.schedules._slot_events import (
+    buffered_event,
+    cancel_event,
+    fired_events,
+    instant,
+    missed_event,
+    missed_runs,
+    seconds,
+    task_id_of,
 )
 from streamkit.processors.schedules._timing import Catchup, Missed, MissedReason, due, jitter
-from streamkit.processors.tasks import cancel_requested_event, task_requested_event
 
 from streamkit import (
     InvalidContract,
@@ -75,17 +79,9 @@ from streamkit import (
     define_processor_contract,
 )
 
-__all__ = ["SchedulesProcessor", "fired_events", "missed_event"]
+__all__ = ["SchedulesProcessor"]
 
 _log = structlog.get_logger("streamkit.schedules")
-
-
-def _instant(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
-
-
-def _seconds(instant: datetime) -> float:
-    return instant.timestamp()
 
 
 def _created_seconds(event: StreamEvent) -> float | None:
@@ -93,109 +89,6 @@ def _created_seconds(event: StreamEvent) -> float | None:
         return datetime.fromisoformat(event.created_at).timestamp() if event.created_at else None
     except ValueError:
         return None
-
-
-def task_id_of(name: str, slot: datetime) -> str:
-    """The id of the task slot ``slot`` of schedule ``name`` requests."""
-    return f"sched/{name}/{slot_text(slot)}"
-
-
-def _runs(missed: list[tuple[MissedReason, datetime]]) -> list[Missed]:
-    """Consecutive slots missed for the same reason, as one record each."""
-    runs: list[Missed] = []
-    for reason, slot in missed:
-        last = runs[-1] if runs else None
-        if last is not None and last.reason == reason:
-            runs[-1] = Missed(reason, last.first, slot, last.count + 1)
-        else:
-            runs.append(Missed(reason, slot, slot, 1))
-    return runs
-
-
-def buffered_event(name: str, slot: datetime) -> dict[str, Any]:
-    """``schedule.buffered``: the slot waits for the schedule's running task."""
-    body = ScheduleBuffered(name=name, slot=_seconds(slot))
-    return {
-        "type": SCHEDULE_BUFFERED,
-        "payload": body.model_dump(mode="json"),
-        "idempotency_key": f"schedules/buffered/{name}/{slot_text(slot)}",
-    }
-
-
-def cancel_event(task_id: str, name: str, slot: datetime) -> dict[str, Any]:
-    """The cancel request of overlap ``cancel_other``, once per task."""
-    event = cancel_requested_event(
-        task_id,
-        reason=f"schedule {name}: slot {slot_text(slot)} replaces it (overlap cancel_other)",
-        requested_by="schedules",
-    )
-    return {**event, "idempotency_key": f"schedules/cancel/{task_id}"}
-
-
-def fired_events(schedule: Schedule, slot: datetime) -> list[dict[str, Any]]:
-    """What firing ``slot`` appends: ``schedule.fired`` and what it does, keyed by the slot.
-
-    A :class:`RunTask` requests the task ``sched/NAME/SLOT``; an
-    :class:`AppendEvent` appends its event with ``metadata.schedule`` and
-    ``metadata.slot``.
-    """
-    at = slot_text(slot)
-    action = schedule.action
-    task_id = task_id_of(schedule.name, slot) if isinstance(action, RunTask) else None
-    fire_at = slot + jitter(schedule.name, slot, schedule.jitter)
-    fired = ScheduleFired(
-        name=schedule.name, slot=_seconds(slot), fire_at=_seconds(fire_at), task_id=task_id
-    )
-    events: list[dict[str, Any]] = [
-        {
-            "type": SCHEDULE_FIRED,
-            "payload": fired.model_dump(mode="json"),
-            "idempotency_key": f"schedules/fired/{schedule.name}/{at}",
-        }
-    ]
-    if isinstance(action, RunTask):
-        assert task_id is not None
-        events.append(
-            task_requested_event(
-                task_id=task_id,
-                name=action.name,
-                args=action.args,
-                max_attempts=action.max_attempts,
-                timeout_s=action.timeout_s,
-            )
-        )
-    else:
-        events.append(
-            {
-                "type": action.type,
-                "payload": dict(action.payload),
-                "metadata": {"schedule": schedule.name, "slot": at},
-                "idempotency_key": f"schedules/event/{schedule.name}/{at}",
-            }
-        )
-    return events
-
-
-def missed_event(name: str, missed: Missed, reason: str | None = None) -> dict[str, Any]:
-    """``schedule.missed`` for one run of slots, keyed by the run (a decision made again appends none)."""
-    why = reason or missed.reason
-    body = ScheduleMissed.model_validate(
-        {
-            "name": name,
-            "reason": why,
-            "first": _seconds(missed.first),
-            "last": _seconds(missed.last),
-            "count": missed.count,
-            "exact": missed.exact,
-        }
-    )
-    return {
-        "type": SCHEDULE_MISSED,
-        "payload": body.model_dump(mode="json"),
-        "idempotency_key": (
-            f"schedules/missed/{name}/{why}/{slot_text(missed.first)}/{slot_text(missed.last)}"
-        ),
-    }
 
 
 def _contract_of(item: ProcessorContract[Any] | str) -> ProcessorContract[Any]:
@@ -403,8 +296,8 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         if schedule is None:
             return
         at = _created_seconds(event) or self._now(args)
-        after = _instant(max(old.through, sent or old.through))
-        decided = due(schedule.timing, Catchup("all", window=timedelta(0)), after, _instant(at))
+        after = instant(max(old.through, sent or old.through))
+        decided = due(schedule.timing, Catchup("all", window=timedelta(0)), after, instant(at))
         reason: MissedReason = "paused" if old.paused else "deleted"
         if decided.missed:
             args.append(*(missed_event(name, m, reason) for m in decided.missed))
@@ -423,9 +316,9 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         request = int(at)
         if self._backfilling.get(schedule.name) == request:
             return  # sent by this incarnation; its done event is on the way
-        end = _instant(min(last, entry.through))
+        end = instant(min(last, entry.through))
         slots: list[datetime] = []
-        for slot in schedule.timing.forward(_instant(first) - timedelta(seconds=1)):
+        for slot in schedule.timing.forward(instant(first) - timedelta(seconds=1)):
             if slot > end or len(slots) > MAX_BACKFILL:
                 break
             slots.append(slot)
@@ -479,8 +372,8 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         if sent is not None and sent <= entry.through:
             del self._sent[name]
             sent = None
-        after = _instant(max(entry.through, sent or entry.through))
-        clock = _instant(now)
+        after = instant(max(entry.through, sent or entry.through))
+        clock = instant(now)
         events: list[dict[str, Any]] = []
         through = after
         if entry.paused:
@@ -491,12 +384,12 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
             through = clock
         else:
             resumed = entry.resumed_at
-            if resumed is not None and _instant(resumed) > after:
+            if resumed is not None and instant(resumed) > after:
                 paused = due(
-                    schedule.timing, Catchup("all", window=timedelta(0)), after, _instant(resumed)
+                    schedule.timing, Catchup("all", window=timedelta(0)), after, instant(resumed)
                 )
                 events += [missed_event(name, m, "paused") for m in paused.missed]
-                after = through = _instant(resumed)
+                after = through = instant(resumed)
             decided = due(schedule.timing, schedule.catchup, after, clock)
             events += [missed_event(name, m) for m in decided.missed]
             for missed in decided.missed:
@@ -504,7 +397,7 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
             fired, through = self._overlap(schedule, entry, decided.fire, clock, through)
             events += fired
         if events:
-            marked = self._sent[name] = _seconds(through)
+            marked = self._sent[name] = seconds(through)
             appended = args.append(*events)
 
             def unsent(done: Any) -> None:
@@ -518,7 +411,7 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         if entry.paused:
             return None
         for slot in schedule.timing.forward(through):
-            return _seconds(slot + jitter(name, slot, schedule.jitter))
+            return seconds(slot + jitter(name, slot, schedule.jitter))
         return None
 
     def _undeclared(self, schedule: Schedule) -> str | None:
@@ -562,7 +455,7 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         buffered = list(entry.buffered)
         events: list[dict[str, Any]] = []
         if buffered and not running:
-            slot = _instant(buffered.pop(0))
+            slot = instant(buffered.pop(0))
             events += fired_events(schedule, slot)
             running.append(task_id_of(name, slot))
         missed: list[tuple[MissedReason, datetime]] = []
@@ -581,10 +474,10 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
                 missed.append(("overlap", slot))
             elif len(buffered) < (1 if policy == "buffer_one" else schedule.max_buffered):
                 events.append(buffered_event(name, slot))
-                buffered.append(_seconds(slot))
+                buffered.append(seconds(slot))
             else:
                 missed.append(("buffer_full", slot))
-        events += [missed_event(name, run) for run in _runs(missed)]
+        events += [missed_event(name, run) for run in missed_runs(missed)]
         return events, through
 
     def _schedule(self, entry: ScheduleEntry) -> Schedule | None:

@@ -93,6 +93,7 @@ LOCAL_IMPORTS_ALLOWED = {
 STRING_IMPORTS_ALLOWED = {
     "streamkit.config._processors",  # processor classes named in streamkit.toml or --processor
     "streamkit.processors._handlers",  # task and replay handlers named by "module:attr"
+    "streamkit.processors.schedules._processor",  # the contracts its emits names "module:NAME"
 }
 
 

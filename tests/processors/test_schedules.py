@@ -29,7 +29,7 @@ from streamkit.processors.schedules import (
     resumed_event,
     sync,
 )
-from streamkit.processors.schedules._processor import fired_events
+from streamkit.processors.schedules._slot_events import fired_events
 from streamkit.processors.tasks import TASK_CANCEL_REQUESTED, TASK_REQUESTED, TASK_SUCCEEDED
 from streamkit.testing import (
     ManualClock,
