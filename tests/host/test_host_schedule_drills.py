@@ -27,6 +27,7 @@ import pytest
 from streamkit.processors.schedules import Catchup, Every, RunTask, Schedule, definitions, sync
 from support.backends import BACKENDS
 from support.daemon import eventually
+from test_host_cutover_drills import read_all
 from test_host_daemon import Rig
 from test_host_fencing import freeze, holder_pid
 
@@ -62,21 +63,6 @@ def define(rig: Rig, schedule: Schedule) -> float:
             stream = log.stream("/")
             await sync(stream, [schedule])
             return (await definitions(stream))[schedule.name].defined_at
-
-    return asyncio.run(run())
-
-
-def read_all(db: str) -> list[Any]:
-    async def run() -> list[Any]:
-        async with open_log(db) as log:
-            events: list[Any] = []
-            after = 0
-            while True:
-                page = await log.stream("/").read(after, 5000)
-                events.extend(page.events)
-                if page.at_head or page.scanned_through_offset <= after:
-                    return events
-                after = page.scanned_through_offset
 
     return asyncio.run(run())
 
