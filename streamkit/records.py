@@ -28,6 +28,9 @@ class LogStats:
     """Writes that reserved a block of offsets for ephemerals."""
     refused: int
     """Append and claim calls refused (their effects rolled back)."""
+    frozen_sessions_ended: int = 0
+    """Sessions of frozen processes this log's writer ended because they held locks it
+    waited for past its lock timeout (PostgreSQL; see docs/postgres.md)."""
 
 
 RELEASED = -math.inf

@@ -191,7 +191,7 @@ async def main() -> None:
             )
             assert [s[0].offset for s in singles] == [1, 2, 3]
             assert sorted(t[0].offset for t in together) == list(range(4, 12))
-    # --- docs/log.md:661
+    # --- docs/log.md:664
     stats = log.stats
     assert (stats.appended, stats.ephemeral, stats.refused) == (9, 3, 3)
     await log.aclose()

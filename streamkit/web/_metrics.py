@@ -304,6 +304,12 @@ def _host_families(
         "streamkit_host_refused_appends", "Append calls this host's log refused (nothing written)."
     )
     refused.add_metric([], float(log_stats.refused))
+    frozen = CounterMetricFamily(
+        "streamkit_host_frozen_sessions_ended",
+        "Sessions of frozen processes this host's log writer ended: they held locks it waited "
+        "for past its lock timeout (PostgreSQL).",
+    )
+    frozen.add_metric([], float(log_stats.frozen_sessions_ended))
     first = (status.get("host") or {}).get("clients_first") or {}
     clients_first = []
     for name, key, text in _CLIENTS_FIRST:
@@ -332,6 +338,7 @@ def _host_families(
         appended,
         commits,
         refused,
+        frozen,
         *clients_first,
         build,
         scraped,

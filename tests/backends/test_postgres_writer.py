@@ -183,3 +183,73 @@ async def test_an_append_behind_a_frozen_writer_waits_for_it_to_be_ended_and_lan
             await asyncio.wait_for(held, 30)
         (event,) = await frozen.stream("/").append(durable(3))
         assert event.offset == 3
+
+
+def _stopped_session(url: str, heads: str, application: str) -> psycopg.Connection[Any]:
+    """A session that wrote the heads row of ``/`` and then waits for its client, as if its
+    process were stopped, with no server timer to end it (as one was seen on PostgreSQL 15)."""
+    conn = psycopg.connect(
+        url,
+        autocommit=True,
+        application_name=application,
+        options="-c idle_in_transaction_session_timeout=0",
+    )
+    conn.execute("BEGIN")
+    conn.execute(f"UPDATE {heads} SET head = head WHERE path = '/'")
+    return conn
+
+
+@pytest.mark.parametrize("how", ["append", "write_transaction"])
+async def test_a_frozen_session_the_server_did_not_end_is_ended_by_the_writer_behind_it(
+    pg: Target, how: str
+) -> None:
+    """A streamkit session stopped mid-write holds the head row past the writer's lock timeout:
+    the writer ends it, counts it, and its append (or transaction) lands instead of failing."""
+    assert pg.schema is not None
+    url, schema = pg.schema
+    heads = f'"{schema}".streamkit_heads'
+    async with pg.open(busy_timeout=0.5) as log:
+        await log.stream("/").append(durable(1))
+        stopped = _stopped_session(url, heads, "streamkit writer")
+        try:
+            await asyncio.sleep(2.1)  # past frozen_after(0.5) == 2 s of waiting for its client
+            if how == "append":
+                (event,) = await log.stream("/").append(durable(2))
+                assert event.offset == 2
+            else:
+                touched = await log.write_transaction(
+                    lambda conn: (
+                        conn.execute(
+                            f"UPDATE {heads} SET stamped = stamped WHERE path = '/'"
+                        ).rowcount
+                    )
+                )
+                assert touched == 1
+            assert log.stats.frozen_sessions_ended == 1
+            with pytest.raises(psycopg.OperationalError):
+                stopped.execute("SELECT 1")
+        finally:
+            stopped.close()
+
+
+async def test_a_session_that_is_not_a_stopped_streamkit_one_is_never_ended(pg: Target) -> None:
+    """Another program's transaction, or a streamkit one waiting less than 2 s, is waited for
+    as before: the writer's StorageBusy stands and the session lives on."""
+    assert pg.schema is not None
+    url, schema = pg.schema
+    heads = f'"{schema}".streamkit_heads'
+    async with pg.open(busy_timeout=0.5) as log:
+        await log.stream("/").append(durable(1))
+        for application, waited in (("psql", 2.1), ("streamkit writer", 0.0)):
+            other = _stopped_session(url, heads, application)
+            try:
+                await asyncio.sleep(waited)
+                with pytest.raises(StorageBusy):
+                    await log.stream("/").append(durable(2))
+                assert other.execute("SELECT 1").fetchone() == (1,)
+                other.execute("ROLLBACK")
+            finally:
+                other.close()
+        assert log.stats.frozen_sessions_ended == 0
+        (event,) = await log.stream("/").append(durable(2))
+        assert event.offset == 2

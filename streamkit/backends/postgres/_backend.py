@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
 import threading
 from collections.abc import Callable
@@ -177,7 +178,9 @@ class PostgresLogBackend:
 
     def stats(self) -> LogStats:
         """The writer's counters since the log was opened."""
-        return self.writer.counters.stats()
+        return dataclasses.replace(
+            self.writer.counters.stats(), frozen_sessions_ended=self.writer.frozen_ended
+        )
 
     # -- reads: the reader threads --------------------------------------------------------
 

@@ -18,7 +18,9 @@ calls through on PostgreSQL:
   and keeps its coded error; the commit carries a ``NOTIFY`` per path.
 
 A deadlock or serialization failure reported by the server runs the group
-again (nothing was written); a connection that breaks fails the group with
+again (nothing was written), and so does a lock wait that timed out behind a
+session a frozen process left in its transaction, once that session is
+ended (:mod:`streamkit.backends.postgres._frozen`); a connection that breaks fails the group with
 :class:`~streamkit.errors.StorageUnavailable`. A connection that broke while
 the commit was in flight leaves the outcome unknown, and the error says so.
 """
@@ -39,6 +41,7 @@ from streamkit.backends._stamps import Stamps
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends._stored_types import summary_rows
 from streamkit.backends.postgres._connect import is_disconnect, is_retryable, storage_error
+from streamkit.backends.postgres._frozen import FrozenSessions
 from streamkit.backends.postgres._notify import Fed, notify_channel
 from streamkit.backends.postgres._offsets import (
     TAKE,
@@ -138,8 +141,10 @@ class PostgresStatements:
         counters: WriteCounters,
         feed: Feed,
         fed: Fed,
+        frozen: FrozenSessions,
     ) -> None:
         self._schema = schema
+        self.frozen = frozen
         self._token = token
         self._connection = connection
         self._stamps = stamps
@@ -185,8 +190,13 @@ class PostgresStatements:
             self._in_transaction(group, paths)
 
     def again(self, exc: Exception, attempt: int, group: Group) -> bool:
-        # Nothing was written: the server asks for the group again (deadlock, serialization).
-        return is_retryable(exc) and attempt < RETRIES
+        # Nothing was written: the server asks for the group again (deadlock, serialization),
+        # or a frozen process's session held a lock it needed, and is gone now.
+        if attempt >= RETRIES:
+            return False
+        if isinstance(exc, psycopg.errors.LockNotAvailable):
+            return self.frozen.end(self._connection()) > 0
+        return is_retryable(exc)
 
     def call_error(self, exc: Exception, call: WriteCall, group: Group) -> BaseException:
         if not isinstance(exc, psycopg.Error):

@@ -30,6 +30,7 @@ from streamkit.backends._settling import Settling
 from streamkit.backends._stamps import Stamps
 from streamkit.backends._writer_thread import WriterThread
 from streamkit.backends.postgres._connect import connect, session_options
+from streamkit.backends.postgres._frozen import FrozenSessions
 from streamkit.backends.postgres._group_commit import PostgresStatements
 from streamkit.backends.postgres._notify import Fed
 from streamkit.errors import StorageError
@@ -85,6 +86,7 @@ class Writer:
             counters=self.counters,
             feed=feed,
             fed=fed,
+            frozen=FrozenSessions(target.schema, busy_timeout),
         )
         self._group_commit = GroupCommit(self._statements, feed, self.counters, self._settling)
         self.thread = WriterThread(self._run, "streamkit-pg-writer")
@@ -156,9 +158,14 @@ class Writer:
     def _run_transaction(self, job: TransactionJob) -> None:
         self._settling.add(job)
         try:
-            conn = self._connection()
-            with conn.transaction():
-                result = job.fn(conn)
+            try:
+                result = self._transaction(job)
+            except psycopg.errors.LockNotAvailable:
+                # Once more if a frozen process's session held the lock and is gone now.
+                if not self._statements.frozen.end(self._connection()):
+                    raise
+                self._statements.forget()
+                result = self._transaction(job)
             job.result = result
             self.counters.transactions += 1
         except BaseException as exc:  # whatever fn raises goes back to its caller
@@ -166,6 +173,16 @@ class Writer:
         finally:
             # The function may have touched any table: trust nothing cached.
             self._statements.forget()
+
+    @property
+    def frozen_ended(self) -> int:
+        """Sessions of frozen processes this writer ended (see ``_frozen``)."""
+        return self._statements.frozen.ended
+
+    def _transaction(self, job: TransactionJob) -> Any:
+        conn = self._connection()
+        with conn.transaction():
+            return job.fn(conn)
 
     def _release_reservations(self) -> None:
         """Give back the unused rest of own blocks so a clean restart leaves no hole."""
