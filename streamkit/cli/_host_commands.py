@@ -138,7 +138,9 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     if not hosts:
         out.write("host: not running (from the database)\n")
     for host in hosts:
-        out.write(f"host: {host['owner']} (pid {host['pid']}), up {host['uptime']:.0f} s\n")
+        ended = host.get("frozen_sessions_ended") or 0
+        frozen = f", ended {ended} frozen database session(s)" if ended else ""
+        out.write(f"host: {host['owner']} (pid {host['pid']}), up {host['uptime']:.0f} s{frozen}\n")
     database = status.get("database") or {}
     if not database.get("reachable", True):
         out.write(f"database: UNREACHABLE ({database.get('error')})\n")

@@ -765,6 +765,10 @@ class ProcessorHost:
                 "uptime": None if started is None else round(self.clock() - started, 3),
                 "clients_first": self._clients_first(),
                 "serving_first": self._serving_first(),
+                # Sessions of frozen hosts its writer ended (PostgreSQL, docs/postgres.md).
+                "frozen_sessions_ended": (
+                    0 if self.log is None else self.log.stats.frozen_sessions_ended
+                ),
             },
             "processors": processors,
         }

@@ -330,7 +330,8 @@ async function versionAction(p, question, path, body, said) {
 function renderProcessors(status) {
   const host = status.host || {};
   const uptime = host.uptime === null || host.uptime === undefined ? "" : ", up " + ago(host.uptime).replace(" ago", "");
-  document.getElementById("host").textContent = (host.db || "") + " · this host: " + (ownerLabel(host.owner) || "?") + uptime;
+  const frozen = host.frozen_sessions_ended ? " · ended " + host.frozen_sessions_ended + " frozen database session(s)" : "";
+  document.getElementById("host").textContent = (host.db || "") + " · this host: " + (ownerLabel(host.owner) || "?") + uptime + frozen;
   found.tasks = found.dlq = found.schedules = null;
   const rows = (status.processors || []).map((p) => {
     if (p.slug === "tasks" && p.lease_held_here) found.tasks = p.path;
