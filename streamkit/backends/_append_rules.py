@@ -7,9 +7,11 @@ the path (its :class:`~streamkit.backends._blocks.PathState`, read under the
 backend's write lock) and what ``find_key`` finds in its rows. Every backend
 uses this one function, so the rules hold alike everywhere:
 
-- an idempotency key matches the call itself first, then the log; a match
-  of the same body (type, payload and metadata as JSON) returns the earlier
-  event, another body is an :class:`~streamkit.errors.IdempotencyConflict`;
+- an idempotency key matches the call itself first, then the path's keys; a
+  match of the same body (type, payload and metadata as JSON) returns the
+  earlier event, another body is an :class:`~streamkit.errors.IdempotencyConflict`
+  (a key whose event is no longer stored is judged by its recorded hash,
+  :mod:`streamkit.backends._keys`);
 - ``expect_head`` is judged at the first NEW durable event, so a retry whose
   events all landed already returns them whatever the head is now;
 - an ``offset`` precondition is checked where the event lands or landed;
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from streamkit._requests import AppendCall
 from streamkit.backends._blocks import PathState, next_ephemeral, next_offset
+from streamkit.backends._keys import KeptKey, kept_event
 from streamkit.backends._stored import decode_prepared
 from streamkit.errors import IdempotencyConflict, OffsetConflict
 from streamkit.events import Appended, PreparedEvent, StreamEvent, same_body
@@ -86,13 +89,14 @@ def place_events(
     call: AppendCall,
     state: PathState,
     now: str,
-    find_key: Callable[[str], StreamEvent | None],
+    find_key: Callable[[str], StreamEvent | KeptKey | None],
     reserve: Callable[[str, int], None] | None,
 ) -> Placed:
     """Place the events of ``call`` on ``state`` (moved forward as they land); raise to refuse.
 
     ``find_key(key)`` returns the committed event of the path under an
-    idempotency key, if any; ``reserve(path, through)`` records a new block
+    idempotency key, if any, or what the key's row kept of an event no longer
+    stored (:mod:`streamkit.backends._keys`); ``reserve(path, through)`` records a new block
     of ephemeral offsets (``None`` where the backend may not reserve, outside
     a write transaction).
     """
@@ -141,7 +145,9 @@ def place_events(
                 continue
             existing = find_key(key)
             if existing is not None:
-                if not same_body(event, existing):
+                if isinstance(existing, KeptKey):
+                    existing = kept_event(path, key, event, existing)
+                elif not same_body(event, existing):
                     raise key_conflict(path, key, existing.offset)
                 if event.offset is not None and event.offset != existing.offset:
                     raise offset_conflict(path, event, existing.offset)

@@ -138,6 +138,7 @@ def test_the_schema_is_created_once_and_opened_again_unchanged() -> None:
             "streamkit_events",
             "streamkit_heads",
             "streamkit_claims",
+            "streamkit_keys",
             "streamkit_stored_types",
             "streamkit_leases",
             "streamkit_checkpoints",

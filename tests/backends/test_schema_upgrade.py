@@ -1,9 +1,12 @@
-"""Logs of schemas 1 to 4 are upgraded in place when opened for writing, in both backends.
+"""Logs of schemas 1 to 5 are upgraded in place when opened for writing, in both backends.
 
 Schema 2 gave a checkpoint's state an offset of its own (``state_offset``);
 schema 3 gave an event row the version of its payload (``payload_version``);
 schema 4 added the summary of stored types, counted from the rows at upgrade;
-schema 5 keys checkpoints by slug and version, each old row serving.
+schema 5 keys checkpoints by slug and version, each old row serving;
+schema 6 keeps idempotency keys in a table of their own, copied from the
+index over the events, and on SQLite each path's durable head in its heads
+row, set from the rows (PostgreSQL always kept it there).
 A row an older schema wrote reads as current (NULL: the state is the
 cursor's; the payload is version 1), the version moves in the same
 transaction as the columns, and a reader that may not write says how to
@@ -25,9 +28,16 @@ import pytest
 from psycopg import sql
 from support.postgres import dropped_after, fresh_schema_name, postgres_url
 
-from streamkit import LogOpenError, ReduceCheckpoint, ReduceCheckpointTable, open_log
+from streamkit import (
+    IdempotencyConflict,
+    LogOpenError,
+    ReduceCheckpoint,
+    ReduceCheckpointTable,
+    open_log,
+)
 from streamkit.backends import host_store
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
+from streamkit.backends.sqlite._schema import SCHEMA_VERSION as SQLITE_VERSION
 from streamkit.cli import main
 from streamkit.records import StoredType
 
@@ -39,6 +49,13 @@ def old_checkpoint_table(schema: int, name: str = "streamkit_checkpoints") -> st
         f"CREATE TABLE {name} (slug TEXT PRIMARY KEY, reducer_version TEXT NOT NULL,"
         f" reduced_through_offset INTEGER NOT NULL, state TEXT{state_offset})"
     )
+
+
+OLD_KEY_INDEX = (
+    "CREATE UNIQUE INDEX streamkit_events_idempotency ON {schema}streamkit_events "
+    "(path, idempotency_key) WHERE idempotency_key IS NOT NULL"
+)
+"""Where schemas 1 to 5 kept idempotency keys: an index over the events."""
 
 
 def downgrade_sqlite(path: Path, to: int = 1) -> None:
@@ -58,6 +75,10 @@ def downgrade_sqlite(path: Path, to: int = 1) -> None:
             conn.execute("ALTER TABLE streamkit_events DROP COLUMN payload_version")
         if to < 4:
             conn.execute("DROP TABLE streamkit_stored_types")
+        if to < 6:
+            conn.execute("ALTER TABLE streamkit_heads DROP COLUMN head")
+            conn.execute("DROP TABLE streamkit_keys")
+            conn.execute(OLD_KEY_INDEX.format(schema=""))
         conn.execute("UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'", (str(to),))
         conn.commit()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -102,7 +123,7 @@ async def test_a_sqlite_log_of_schema_1_is_upgraded_when_opened_for_writing(
         assert [e.offset for e in (await log.stream("/").read()).events] == [1]
     assert "state_offset" in columns(path)
     assert "payload_version" in columns(path, "streamkit_events")
-    assert version(path) == str(SCHEMA_VERSION)
+    assert version(path) == str(SQLITE_VERSION)
 
 
 async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
@@ -112,7 +133,7 @@ async def test_a_sqlite_log_of_schema_1_opened_read_only_says_how_to_upgrade(
     path = tmp_path / "old.db"
     await make_schema_1_log(path)
     before = path.read_bytes()
-    with pytest.raises(LogOpenError, match=f"upgraded to {SCHEMA_VERSION} when a host"):
+    with pytest.raises(LogOpenError, match=f"upgraded to {SQLITE_VERSION} when a host"):
         open_log(path, read_only=True)
     assert path.read_bytes() == before
 
@@ -171,7 +192,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         assert stored_version(conn, schema) == 1
 
         ensure_schema(conn, schema, "test")
-        assert stored_version(conn, schema) == SCHEMA_VERSION == 5
+        assert stored_version(conn, schema) == SCHEMA_VERSION == 6
         row = conn.execute(
             sql.SQL(
                 "SELECT reduced_through_offset, state, state_offset FROM {}.streamkit_checkpoints"
@@ -227,14 +248,14 @@ async def test_a_sqlite_log_of_schema_2_reads_its_events_as_version_1_and_keeps_
         await log.stream("/").append({"type": "item", "payload": {"n": 1}})
     downgrade_sqlite(path, to=2)
     assert "payload_version" not in columns(path, "streamkit_events")
-    with pytest.raises(LogOpenError, match=f"upgraded to {SCHEMA_VERSION} when a host"):
+    with pytest.raises(LogOpenError, match=f"upgraded to {SQLITE_VERSION} when a host"):
         open_log(path, read_only=True)
     async with open_log(path) as log:
         stream = log.stream("/")
         await stream.append({"type": "item", "payload": {"n": 2}, "payload_version": 4})
         events = (await stream.read()).events
     assert [(e.offset, e.payload_version) for e in events] == [(1, 1), (2, 4)]
-    assert version(path) == str(SCHEMA_VERSION)
+    assert version(path) == str(SQLITE_VERSION)
     with closing(sqlite3.connect(path)) as conn:
         stored = conn.execute('SELECT payload_version FROM streamkit_events ORDER BY "offset"')
         assert [row[0] for row in stored] == [None, 4]  # the old row is not rewritten
@@ -300,13 +321,13 @@ async def test_a_sqlite_log_of_schema_3_gets_its_summary_counted_from_the_rows(
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("UPDATE streamkit_events SET payload_version = NULL WHERE type = 'y'")
         conn.commit()
-    with pytest.raises(LogOpenError, match=f"upgraded to {SCHEMA_VERSION} when a host"):
+    with pytest.raises(LogOpenError, match=f"upgraded to {SQLITE_VERSION} when a host"):
         open_log(path, read_only=True)
     async with open_log(path) as log:
         assert await log.stored_types() == COUNTED
         await log.stream("/a").append({"type": "y", "payload": {}})
         assert (await log.stored_types("/a"))[-1] == StoredType("/a", "y", 1, 2, 3, 5)
-    assert version(path) == str(SCHEMA_VERSION)
+    assert version(path) == str(SQLITE_VERSION)
     async with open_log(path, read_only=True) as log:
         assert len(await log.stored_types()) == 4
 
@@ -390,10 +411,10 @@ async def test_a_sqlite_log_of_schema_4_keeps_each_checkpoint_as_its_slug_s_serv
         conn.execute("INSERT INTO streamkit_checkpoints VALUES ('tally', '1', 4, '[1]', NULL)")
         conn.execute("UPDATE streamkit_meta SET value = '4' WHERE key = 'schema_version'")
         conn.commit()
-    with pytest.raises(LogOpenError, match=f"upgraded to {SCHEMA_VERSION} when a host"):
+    with pytest.raises(LogOpenError, match=f"upgraded to {SQLITE_VERSION} when a host"):
         open_log(path, read_only=True)
     await check_versions_after_upgrade(str(path))
-    assert version(path) == str(SCHEMA_VERSION)
+    assert version(path) == str(SQLITE_VERSION)
 
 
 async def test_a_postgres_log_of_schema_4_keeps_each_checkpoint_as_its_slug_s_serving_version() -> (
@@ -417,3 +438,98 @@ async def test_a_postgres_log_of_schema_4_keeps_each_checkpoint_as_its_slug_s_se
         await check_versions_after_upgrade(target)
         with _connect() as conn:
             assert stored_version(conn, schema) == SCHEMA_VERSION
+
+
+async def test_a_sqlite_log_of_schema_5_gets_each_path_s_head_from_its_rows(
+    tmp_path: Path,
+) -> None:
+    """The upgrade sets every path's head row from its last offset (ephemeral reservations
+    kept); from then on deleting the newest rows never hands their offsets out again."""
+    path = tmp_path / "v5.db"
+    async with open_log(path) as log:
+        await log.stream("/a").append(*[{"type": "x"}] * 3)
+        await log.stream("/b").append({"type": "x"})
+        await log.stream("/b").append({"type": "delta", "ephemeral": True})
+        await log.stream("/b").append({"type": "x"})
+    downgrade_sqlite(path, 5)
+    assert "head" not in columns(path, "streamkit_heads")
+    with closing(sqlite3.connect(path)) as conn:
+        reserved = conn.execute(
+            "SELECT reserved_through FROM streamkit_heads WHERE path = '/b'"
+        ).fetchone()
+    with pytest.raises(LogOpenError, match=f"upgraded to {SQLITE_VERSION} when a host"):
+        open_log(path, read_only=True)
+    async with open_log(path) as log:
+        assert await log.paths() == ["/a", "/b"]
+        assert version(path) == str(SQLITE_VERSION) == "6"
+    with closing(sqlite3.connect(path)) as conn, conn:
+        heads = conn.execute(
+            "SELECT path, head, reserved_through FROM streamkit_heads ORDER BY path"
+        ).fetchall()
+        assert heads == [("/a", 3, 0), ("/b", reserved[0] + 1, reserved[0])]
+        conn.execute("DELETE FROM streamkit_events WHERE path = '/a' AND \"offset\" > 1")
+    async with open_log(path) as log:
+        (fourth,) = await log.stream("/a").append({"type": "x"})
+        assert fourth.offset == 4
+
+
+# -- schema 5 to 6: idempotency keys in a table of their own ------------------------------
+
+
+async def keyed_log(target: str) -> None:
+    async with open_log(target) as log:
+        await log.stream("/a").append({"type": "x"}, {"type": "paid", "idempotency_key": "k1"})
+        await log.stream("/b").append({"type": "paid", "idempotency_key": "k1"})
+
+
+async def check_keys_after_upgrade(target: str) -> None:
+    """Every key answers as before: a retry returns its event, another body conflicts."""
+    async with open_log(target) as log:
+        (again,) = await log.stream("/a").append({"type": "paid", "idempotency_key": "k1"})
+        assert again.offset == 2
+        with pytest.raises(IdempotencyConflict):
+            await log.stream("/b").append({"type": "other", "idempotency_key": "k1"})
+        (fresh,) = await log.stream("/b").append({"type": "paid", "idempotency_key": "k2"})
+        assert fresh.offset == 2
+        assert log.stats.appended == 1
+
+
+async def test_a_sqlite_log_of_schema_5_moves_its_keys_to_their_own_table(tmp_path: Path) -> None:
+    path = tmp_path / "v5.db"
+    await keyed_log(str(path))
+    downgrade_sqlite(path, 5)
+    await check_keys_after_upgrade(str(path))
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute(
+            'SELECT path, key, "offset" FROM streamkit_keys ORDER BY path, key'
+        ).fetchall() == [("/a", "k1", 2), ("/b", "k1", 1), ("/b", "k2", 2)]
+        indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert "streamkit_events_idempotency" not in indexes
+
+
+async def test_a_postgres_log_of_schema_5_moves_its_keys_to_their_own_table() -> None:
+    schema = fresh_schema_name()
+    url = postgres_url()
+    target = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    with dropped_after(url, schema):
+        await keyed_log(target)
+        name = sql.Identifier(schema)
+        with _connect() as conn:
+            conn.execute(sql.SQL("DROP TABLE {}.streamkit_keys").format(name))
+            conn.execute(sql.SQL(OLD_KEY_INDEX.format(schema="{}.")).format(name))
+            conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 5").format(name))
+        await check_keys_after_upgrade(target)
+        with _connect() as conn:
+            assert stored_version(conn, schema) == SCHEMA_VERSION == 6
+            rows = conn.execute(
+                sql.SQL(
+                    'SELECT path, key, "offset" FROM {}.streamkit_keys ORDER BY path, key'
+                ).format(name)
+            ).fetchall()
+            assert rows == [("/a", "k1", 2), ("/b", "k1", 1), ("/b", "k2", 2)]
+            index = conn.execute(
+                "SELECT 1 FROM pg_indexes WHERE schemaname = %s "
+                "AND indexname = 'streamkit_events_idempotency'",
+                (schema,),
+            ).fetchone()
+            assert index is None

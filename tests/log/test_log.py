@@ -52,8 +52,8 @@ def tables(path: Path) -> set[str]:
 # -- opening ------------------------------------------------------------------------------
 
 
-async def test_open_creates_a_wal_log_with_schema_version_5(log_file: Path) -> None:
-    """A new file becomes a WAL-mode log whose streamkit_meta says schema_version 5."""
+async def test_open_creates_a_wal_log_with_schema_version_6(log_file: Path) -> None:
+    """A new file becomes a WAL-mode log whose streamkit_meta says schema_version 6."""
     async with open_log(log_file) as log:
         assert log.path == str(log_file)
         mode = await log.query(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
@@ -63,7 +63,7 @@ async def test_open_creates_a_wal_log_with_schema_version_5(log_file: Path) -> N
                 "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
             ).fetchone()[0]
         )
-        assert version == "5"
+        assert version == "6"
     assert {"streamkit_meta", "streamkit_events", "streamkit_heads", "streamkit_claims"} <= (
         tables(log_file)
     )
@@ -434,7 +434,7 @@ async def test_an_inline_commit_never_blocks_the_loop_on_a_foreign_lock(log_file
 
 async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
     """One plain event on an idle loop: BEGIN, a look for others' commits, the row, its summary,
-    COMMIT."""
+    its path's head, COMMIT."""
     stream = log.stream()
     await stream.append(order(1))
     statements: list[str] = []
@@ -455,6 +455,7 @@ async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
         "PRAGMA",
         "INSERT INTO streamkit_events",
         "INSERT INTO streamkit_stored_types",
+        "INSERT INTO streamkit_heads",
         "COMMIT",
     ]
     assert (log.stats.transactions, log.stats.appended) == (

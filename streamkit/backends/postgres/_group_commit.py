@@ -37,6 +37,7 @@ from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.backends._append_rules import event_row, place_events
 from streamkit.backends._blocks import BLOCK_MIN, PathState, Snapshot, ephemeral_needs
 from streamkit.backends._group_commit import Group, WriteCounters, fresh_by_path, refuse
+from streamkit.backends._keys import key_rows
 from streamkit.backends._stamps import Stamps
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends._stored_types import summary_rows
@@ -68,6 +69,8 @@ _INSERT = (
     "idempotency_key, created_at, payload_version) "
     "VALUES (%s, %s, %s, %s, %s, NULLIF(%s, ''), NULLIF(%s, ''), %s, %s)"
 )
+_KEEP_KEY = 'INSERT INTO {s}.streamkit_keys (path, key, "offset") VALUES (%s, %s, %s)'
+"""A keyed event's key, in its own table so it outlives the row (:mod:`streamkit.backends._keys`)."""
 _CLAIM = (
     "INSERT INTO {s}.streamkit_claims (path, slug, due_at) VALUES (%s, %s, %s) "
     "ON CONFLICT (path, slug) DO UPDATE SET due_at = excluded.due_at"
@@ -154,6 +157,7 @@ class PostgresStatements:
         self.states: dict[str, PathState] = {}
         quoted = f'"{schema}"'
         self._insert = _INSERT.replace("{s}", quoted)
+        self._keep_key = _KEEP_KEY.replace("{s}", quoted)
         self._claim = _CLAIM.replace("{s}", quoted)
         self._unclaim = _UNCLAIM.replace("{s}", quoted)
         self._ensure_heads = _ENSURE_HEADS.replace("{s}", quoted)
@@ -472,6 +476,9 @@ class PostgresStatements:
         if placed.rows:
             with conn.cursor() as cur:
                 cur.executemany(self._insert, placed.rows)
+                keys = key_rows(placed.rows)
+                if keys:
+                    cur.executemany(self._keep_key, keys)
         if placed.rows or reserved:
             assert state.head is not None
             assert state.reserved_through is not None

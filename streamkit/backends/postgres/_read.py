@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 
+from streamkit.backends._keys import KeptKey
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent
@@ -48,9 +49,18 @@ class Reads:
                 ORDER BY "offset" LIMIT %(limit)s
             ) page WHERE before <= %(budget)s ORDER BY "offset"
         """
-        self._head = f'SELECT max("offset") FROM {s}.streamkit_events WHERE path = %s'
+        # The heads row, which no deletion moves back (as on SQLite, a row written by
+        # hand past it counts too).
+        self._head = (
+            f"SELECT greatest((SELECT head FROM {s}.streamkit_heads WHERE path = %(path)s), "
+            f'(SELECT max("offset") FROM {s}.streamkit_events WHERE path = %(path)s))'
+        )
         self._key = (
-            f"SELECT {_COLUMNS} FROM {s}.streamkit_events WHERE path = %s AND idempotency_key = %s"
+            'SELECT k."offset", k.body_sha256, k.created_at, e."offset", e.type, e.payload, '
+            "e.metadata, e.source, e.idempotency_key, e.created_at, "
+            f"coalesce(e.payload_version, 1) FROM {s}.streamkit_keys AS k "
+            f"LEFT JOIN {s}.streamkit_events AS e "
+            'ON e.path = k.path AND e."offset" = k."offset" WHERE k.path = %s AND k.key = %s'
         )
         # One heads row per path, its committed head above 0 once a durable event
         # is; sorted by bytes, as the SQLite backend sorts.
@@ -99,14 +109,21 @@ class Reads:
         return page_of(path, rows, after, upto, full, types), size
 
     def head(self, conn: psycopg.Connection[Any], path: str) -> int:
-        """The highest durable offset of ``path`` (0 if it holds no event)."""
-        row = conn.execute(self._head, (path,)).fetchone()
+        """The highest offset a durable event of ``path`` ever took (0 if none was stored)."""
+        row = conn.execute(self._head, {"path": path}).fetchone()
         return 0 if row is None or row[0] is None else int(row[0])
 
-    def key(self, conn: psycopg.Connection[Any], path: str, key: str) -> StreamEvent | None:
-        """The committed event of ``path`` that an idempotency key names, if any."""
+    def key(
+        self, conn: psycopg.Connection[Any], path: str, key: str
+    ) -> StreamEvent | KeptKey | None:
+        """The committed event of ``path`` an idempotency key names, what its row kept if the
+        event is no longer stored (:mod:`streamkit.backends._keys`), or None for a new key."""
         row = conn.execute(self._key, (path, key)).fetchone()
-        return None if row is None else decode_rows(path, [row])[0]
+        if row is None:
+            return None
+        if row[3] is None:
+            return KeptKey(int(row[0]), row[1], row[2])
+        return decode_rows(path, [row[3:]])[0]
 
     def paths(self, conn: psycopg.Connection[Any]) -> list[str]:
         """Every path holding at least one durable event, sorted."""

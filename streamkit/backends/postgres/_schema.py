@@ -7,7 +7,10 @@ A log lives in one PostgreSQL schema (see :mod:`._target`). Its tables:
 - ``streamkit_events``: one row per durable event, keyed ``(path, "offset")``;
   the payload, metadata and source are the JSON texts streamkit validated and
   encoded (``text``, so a read gives back exactly what was written; cast to
-  ``jsonb`` to query them), an idempotency key is unique within its path;
+  ``jsonb`` to query them);
+- ``streamkit_keys``: every idempotency key used, unique within its path,
+  with its event's offset; it outlives the event's row
+  (:mod:`streamkit.backends._keys`);
 - ``streamkit_heads``: one row per path, its last durable offset and the
   block of offsets reserved for ephemerals. An append takes the row with
   ``UPDATE ... RETURNING`` inside its transaction, so appends to one path
@@ -44,13 +47,15 @@ from streamkit.errors import LogOpenError
 
 __all__ = ["SCHEMA_VERSION", "ensure_schema", "recount_stored_types", "stored_version"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The layout this release writes and reads. 2: a checkpoint's state has an offset of its own.
 3: an event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
 row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`).
+6: idempotency keys in ``streamkit_keys`` (:mod:`streamkit.backends._keys`) instead of an
+index over the events.
 
-A log of version 1 to 4 is upgraded in place when opened; any other is refused.
+A log of version 1 to 5 is upgraded in place when opened; any other is refused.
 """
 
 _STATE_OFFSET = (
@@ -90,11 +95,36 @@ _CHECKPOINT_VERSIONS = (
     "ALTER TABLE {schema}.streamkit_checkpoints ADD PRIMARY KEY (slug, reducer_version)",
     _SERVING_INDEX,
 )
+# One row per idempotency key ever used, which outlives its event's row (see
+# streamkit.backends._keys); the hash and time are recorded when the row goes.
+_KEYS = """CREATE TABLE IF NOT EXISTS {schema}.streamkit_keys (
+        path text NOT NULL,
+        key text NOT NULL,
+        "offset" bigint NOT NULL,
+        body_sha256 text,
+        created_at text,
+        PRIMARY KEY (path, key)
+    )"""
+_KEY_TABLE = (
+    _KEYS,
+    'INSERT INTO {schema}.streamkit_keys (path, key, "offset") '
+    'SELECT path, idempotency_key, "offset" FROM {schema}.streamkit_events '
+    "WHERE idempotency_key IS NOT NULL",
+    "DROP INDEX IF EXISTS {schema}.streamkit_events_idempotency",
+)
 _UPGRADES = {
-    1: (_STATE_OFFSET, _PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS),
-    2: (_PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS),
-    3: (_STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS),
-    4: _CHECKPOINT_VERSIONS,
+    1: (
+        _STATE_OFFSET,
+        _PAYLOAD_VERSION,
+        _STORED_TYPES,
+        _COUNT_STORED_TYPES,
+        *_CHECKPOINT_VERSIONS,
+        *_KEY_TABLE,
+    ),
+    2: (_PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS, *_KEY_TABLE),
+    3: (_STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS, *_KEY_TABLE),
+    4: (*_CHECKPOINT_VERSIONS, *_KEY_TABLE),
+    5: _KEY_TABLE,
 }
 """The statements that bring a log of an older version to :data:`SCHEMA_VERSION`.
 
@@ -104,7 +134,9 @@ every row version 1 wrote (it wrote the state every batch). 2 to 3: NULL in
 adding a column without a default rewrites no row. 3 to 4: the summary of
 stored types is made and counted from the events, the one time it reads the
 whole log. 4 to 5: checkpoints are keyed by slug and version; each old row
-serves (a constant default rewrites no row either).
+serves (a constant default rewrites no row either). 5 to 6: the idempotency
+keys are copied from the index over the events to ``streamkit_keys`` and the
+index is dropped.
 """
 
 _ATTEMPTS = 20
@@ -128,9 +160,7 @@ _TABLES = (
         payload_version smallint,
         PRIMARY KEY (path, "offset")
     )""",
-    """CREATE UNIQUE INDEX IF NOT EXISTS streamkit_events_idempotency
-        ON {schema}.streamkit_events (path, idempotency_key)
-        WHERE idempotency_key IS NOT NULL""",
+    _KEYS,
     _STORED_TYPES,
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_heads (
         path text PRIMARY KEY,

@@ -112,7 +112,10 @@ class _Tables:
         )
         self.lease_exists = f"SELECT 1 FROM {s}.streamkit_leases WHERE path = %s AND slug = %s"
         self.claims = f"SELECT path, slug, due_at FROM {s}.streamkit_claims"
-        self.head = f'SELECT coalesce(max("offset"), 0) FROM {s}.streamkit_events WHERE path = %s'
+        self.head = (
+            f"SELECT coalesce(greatest((SELECT head FROM {s}.streamkit_heads WHERE path = %(path)s), "
+            f'(SELECT max("offset") FROM {s}.streamkit_events WHERE path = %(path)s)), 0)'
+        )
         self.lag = f'SELECT count(*) FROM {s}.streamkit_events WHERE path = %s AND "offset" > %s'
         self.unregister_socket = (
             f"DELETE FROM {s}.streamkit_hosts WHERE machine = %s AND socket = %s AND owner != %s"
@@ -239,7 +242,7 @@ class _Tables:
         ]
 
         def head_and_lag(path: str, cursor: int) -> tuple[int, int]:
-            head = conn.execute(self.head, (path,)).fetchone()
+            head = conn.execute(self.head, {"path": path}).fetchone()
             lag = conn.execute(self.lag, (path, cursor)).fetchone()
             return int(head[0]) if head else 0, int(lag[0]) if lag else 0
 

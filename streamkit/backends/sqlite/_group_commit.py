@@ -7,11 +7,13 @@ back alone and keeps its error), each short transaction riding the group in
 a savepoint of its own; a group of ephemerals that fits this writer's
 reserved blocks runs with no transaction at all. Before the commit, the
 summary of stored types moves by what the group added, one upsert per
-(path, type, version) (:mod:`streamkit.backends._stored_types`). Another connection's write
-lock is waited out on the writer thread (sleeping 1, 2, 4 ... ms, at most
-50 ms at a time, up to the busy timeout; the sleep releases the GIL) and
-never on the loop: an inline group that meets it raises
-:class:`TakenElsewhere` and the thread takes the group instead.
+(path, type, version) (:mod:`streamkit.backends._stored_types`), and each
+path's heads row takes its new durable head, so no deletion of rows can
+hand an offset out twice. Another connection's write lock is waited out on
+the writer thread (sleeping 1, 2, 4 ... ms, at most 50 ms at a time, up to
+the busy timeout; the sleep releases the GIL) and never on the loop: an
+inline group that meets it raises :class:`TakenElsewhere` and the thread
+takes the group instead.
 
 How each call's events are placed (the plain fast path, keys, offsets,
 claims) is :mod:`._placement`; the offset rule and the reservation of blocks
@@ -31,7 +33,7 @@ from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.backends._blocks import ephemeral_needs
 from streamkit.backends._group_commit import Group, WriteCounters
 from streamkit.backends._stamps import Stamps
-from streamkit.backends._stored_types import summary_rows
+from streamkit.backends._stored_types import SummaryRow, summary_rows
 from streamkit.backends.sqlite._foreign import ForeignCommits
 from streamkit.backends.sqlite._offsets import RELEASE, PathState, Snapshot
 from streamkit.backends.sqlite._placement import INSERT, Placement
@@ -52,6 +54,20 @@ SUMMARIZE = (
     "last_offset = max(last_offset, excluded.last_offset)"
 )
 """One summary row moved by what a group adds (see :mod:`streamkit.backends._stored_types`)."""
+HEAD = (
+    "INSERT INTO streamkit_heads (path, reserved_through, reserved_by, head) VALUES (?, 0, '', ?) "
+    "ON CONFLICT (path) DO UPDATE SET head = max(head, excluded.head)"
+)
+"""A path's durable head moved to the last offset a group stored there (see :mod:`._offsets`)."""
+
+
+def _heads(summary: Sequence[SummaryRow]) -> list[tuple[str, int]]:
+    """Each path's last stored offset among a group's summary rows."""
+    heads: dict[str, int] = {}
+    for path, _, _, _, _, last in summary:
+        if last > heads.get(path, 0):
+            heads[path] = last
+    return list(heads.items())
 
 
 class TakenElsewhere(Exception):
@@ -177,9 +193,12 @@ class SqliteStatements:
             if wrote:
                 summary = summary_rows(calls)
                 if len(summary) == 1:
-                    cur.execute(SUMMARIZE, summary[0])
+                    row = summary[0]
+                    cur.execute(SUMMARIZE, row)
+                    cur.execute(HEAD, (row[0], row[5]))
                 elif summary:
                     self._conn.executemany(SUMMARIZE, summary)
+                    self._conn.executemany(HEAD, _heads(summary))
                 if group.following:
                     self._feed.set_inflight(group.starts)
                     inflight = True

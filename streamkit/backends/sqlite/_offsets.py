@@ -1,12 +1,14 @@
 """The SQLite statements of the offset rule: the heads row that records ephemeral blocks.
 
 The rule itself is :mod:`streamkit.backends._blocks` (re-exported here for
-the SQLite modules). In SQLite the durable head is ``max(offset)`` of the
-path, read inside the transaction (cached while ``PRAGMA data_version`` says
-no other connection committed). A block is reserved with one write to
-``streamkit_heads(path, reserved_through, reserved_by)``, ``reserved_by``
-being the writer's random token; the row is written only to reserve (and,
-on a clean close, to give back the unused rest).
+the SQLite modules). In SQLite the durable head is the ``head`` of the
+path's ``streamkit_heads`` row, which every commit that stores an event moves
+in its own transaction (``_group_commit.HEAD``), read inside the transaction
+(cached while ``PRAGMA data_version`` says no other connection committed).
+It is never taken from the rows alone: deleting the newest rows must not
+hand their offsets out again. A block is reserved with one write to the same
+row's ``reserved_through`` and ``reserved_by`` (the writer's random token),
+and on a clean close the unused rest is given back.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from streamkit._requests import AppendCall, ClaimCall, WriteCall
 from streamkit.backends._append_rules import event_row, place_events
 from streamkit.backends._group_commit import Group, WriteCounters, refuse
+from streamkit.backends._keys import key_rows
 from streamkit.backends._stored import decode_prepared
 from streamkit.backends.sqlite._offsets import (
     BLOCK_MIN,
@@ -31,7 +32,7 @@ from streamkit.backends.sqlite._read import durable_head, select_key
 from streamkit.errors import StreamkitError
 from streamkit.events import StreamEvent
 
-__all__ = ["INSERT", "Placement"]
+__all__ = ["INSERT", "KEEP_KEY", "Placement"]
 
 INSERT = (
     'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, source, '
@@ -41,6 +42,8 @@ INSERT = (
 """Source and key go in as ``''`` for NULL: neither can be empty (a source is a JSON object,
 a key is refused if empty), and ``sqlite3`` binds ``None`` only after a failed adapter
 lookup that formats an AttributeError: two per event, some 3% of an append's instructions."""
+KEEP_KEY = 'INSERT INTO streamkit_keys (path, key, "offset") VALUES (?, ?, ?)'
+"""A keyed event's key, in its own table so it outlives the row (:mod:`streamkit.backends._keys`)."""
 _CLAIM = (
     "INSERT INTO streamkit_claims (path, slug, due_at) VALUES (?, ?, ?) "
     "ON CONFLICT (path, slug) DO UPDATE SET due_at = excluded.due_at"
@@ -189,6 +192,11 @@ class Placement:
             self._cur.execute(INSERT, rows[0])
         elif rows:
             conn.executemany(INSERT, rows)
+        keys = key_rows(rows)
+        if len(keys) == 1:
+            self._cur.execute(KEEP_KEY, keys[0])
+        elif keys:
+            conn.executemany(KEEP_KEY, keys)
         call.fresh, result = placed.committed(path, now)
         if call.seal is not None:
             # Same transaction as the rows: a control record and its event land together.

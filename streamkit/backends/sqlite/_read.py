@@ -16,6 +16,7 @@ import operator
 import sqlite3
 from typing import Any
 
+from streamkit.backends._keys import KeptKey
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent
@@ -43,17 +44,20 @@ _PAGE_BOUNDED = (
     f"SELECT {_COLUMNS} FROM streamkit_events "
     'WHERE path = ? AND "offset" > ? AND "offset" <= ? ORDER BY "offset" LIMIT ?'
 )
-_HEAD = 'SELECT max("offset") FROM streamkit_events WHERE path = ?'
-_KEY = f"SELECT {_COLUMNS} FROM streamkit_events WHERE path = ? AND idempotency_key = ?"
-# Walks the primary key from one distinct path to the next instead of scanning every row.
-_PATHS = """
-WITH RECURSIVE p(x) AS (
-    SELECT min(path) FROM streamkit_events
-    UNION ALL
-    SELECT (SELECT min(path) FROM streamkit_events WHERE path > x) FROM p WHERE x IS NOT NULL
+# The heads row, which no deletion moves back; the last row too, so that a row
+# written by hand past it can never be handed its offset again either.
+_HEAD = (
+    "SELECT max(coalesce((SELECT head FROM streamkit_heads WHERE path = ?1), 0), "
+    'coalesce((SELECT max("offset") FROM streamkit_events WHERE path = ?1), 0))'
 )
-SELECT x FROM p WHERE x IS NOT NULL
-"""
+_KEY = (
+    'SELECT k."offset", k.body_sha256, k.created_at, e."offset", e.type, e.payload, '
+    "e.metadata, e.source, e.idempotency_key, e.created_at, coalesce(e.payload_version, 1) "
+    'FROM streamkit_keys AS k LEFT JOIN streamkit_events AS e ON e.path = k.path AND e."offset" = '
+    'k."offset" WHERE k.path = ? AND k.key = ?'
+)
+# A path is a stream once a durable event was stored in it (its head moved past 0).
+_PATHS = "SELECT path FROM streamkit_heads WHERE head > 0 ORDER BY path"
 _STORED_TYPES = (
     "SELECT path, type, version, events, first_offset, last_offset FROM streamkit_stored_types"
 )
@@ -133,19 +137,28 @@ def read_page_sized(
 
 
 def durable_head(conn: sqlite3.Connection, path: str) -> int:
-    """The highest durable offset of ``path`` (0 if it holds no event)."""
+    """The highest offset a durable event of ``path`` ever took (0 if none was stored).
+
+    Kept in the path's heads row by every commit, so rows deleted since (by
+    hand, or one day by retention) never bring it back down.
+    """
     row = conn.execute(_HEAD, (path,)).fetchone()
-    return 0 if row is None or row[0] is None else int(row[0])
+    return int(row[0])
 
 
-def select_key(conn: sqlite3.Connection, path: str, key: str) -> StreamEvent | None:
-    """The committed event of ``path`` that an idempotency key names, if any."""
+def select_key(conn: sqlite3.Connection, path: str, key: str) -> StreamEvent | KeptKey | None:
+    """The committed event of ``path`` an idempotency key names, what its row kept if the
+    event is no longer stored (:mod:`streamkit.backends._keys`), or None for a new key."""
     row = conn.execute(_KEY, (path, key)).fetchone()
-    return None if row is None else decode_rows(path, [row])[0]
+    if row is None:
+        return None
+    if row[3] is None:
+        return KeptKey(int(row[0]), row[1], row[2])
+    return decode_rows(path, [row[3:]])[0]
 
 
 def stream_paths(conn: sqlite3.Connection) -> list[str]:
-    """Every stream path that holds at least one durable event, sorted."""
+    """Every stream path that ever stored a durable event, sorted."""
     return [row[0] for row in conn.execute(_PATHS).fetchall()]
 
 

@@ -33,16 +33,19 @@ __all__ = [
 ]
 
 MEMORY = ":memory:"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
 event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
-row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`)."""
+row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`).
+6: a path's durable head is kept in its ``streamkit_heads`` row, written in each commit, and
+idempotency keys in ``streamkit_keys`` (:mod:`streamkit.backends._keys`) instead of an index
+over the events."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
 
-_UPGRADABLE = frozenset({"1", "2", "3", "4"})
+_UPGRADABLE = frozenset({"1", "2", "3", "4", "5"})
 """Older layouts the writer upgrades in place when it opens the file."""
 
 # One row per stored (path, type, payload version), moved in each commit's transaction
@@ -59,11 +62,26 @@ CREATE TABLE IF NOT EXISTS streamkit_stored_types (
 ) WITHOUT ROWID
 """
 
+# One row per idempotency key ever used, which outlives its event's row (see
+# streamkit.backends._keys); the hash and time are recorded when the row goes.
+_KEYS_TABLE = """
+CREATE TABLE IF NOT EXISTS streamkit_keys (
+    path TEXT NOT NULL,
+    key TEXT NOT NULL,
+    "offset" INTEGER NOT NULL,
+    body_sha256 TEXT,
+    created_at TEXT,
+    PRIMARY KEY (path, key)
+) WITHOUT ROWID
+"""
+
 # Events are keyed by (path, offset) in a WITHOUT ROWID table: a read of a
-# path's range is one ordered b-tree walk and an append writes one b-tree plus
-# the small partial key index (bench/bench_log.py measured it against a rowid
-# table with a unique index). The heads table holds only ephemeral offset
-# reservations; the durable head is always ``max(offset)`` of the path.
+# path's range is one ordered b-tree walk and an append writes one b-tree (and
+# a keyed one a row of streamkit_keys; bench/bench_log.py measured the layout
+# against a rowid table with a unique index). The heads table holds each path's durable head,
+# moved in the transaction of every commit that stores an event, and the block
+# of offsets reserved for ephemerals: the head never goes back, whatever rows
+# are deleted, so an offset is never handed out twice (see ._offsets).
 _SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS streamkit_meta (
@@ -82,12 +100,11 @@ CREATE TABLE IF NOT EXISTS streamkit_events (
     payload_version INTEGER,
     PRIMARY KEY (path, "offset")
 ) WITHOUT ROWID;
-CREATE UNIQUE INDEX IF NOT EXISTS streamkit_events_idempotency
-    ON streamkit_events (path, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE TABLE IF NOT EXISTS streamkit_heads (
     path TEXT PRIMARY KEY,
     reserved_through INTEGER NOT NULL,
-    reserved_by TEXT NOT NULL
+    reserved_by TEXT NOT NULL,
+    head INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS streamkit_claims (
     path TEXT NOT NULL,
@@ -97,6 +114,8 @@ CREATE TABLE IF NOT EXISTS streamkit_claims (
 ) WITHOUT ROWID;
 """
     + _STORED_TYPES_TABLE
+    + ";"
+    + _KEYS_TABLE
 )
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
@@ -314,6 +333,42 @@ FROM streamkit_events GROUP BY path, type, coalesce(payload_version, 1)
 """
 
 
+# Each path found by walking the primary key from one path to the next (no scan of
+# the rows between), with its last offset: a few index probes per path.
+_COUNT_HEADS = """
+INSERT INTO streamkit_heads (path, reserved_through, reserved_by, head)
+WITH RECURSIVE p(x) AS (
+    SELECT min(path) FROM streamkit_events
+    UNION ALL
+    SELECT (SELECT min(path) FROM streamkit_events WHERE path > x) FROM p WHERE x IS NOT NULL
+)
+SELECT x, 0, '', (SELECT max("offset") FROM streamkit_events WHERE path = x)
+FROM p WHERE x IS NOT NULL
+ON CONFLICT (path) DO UPDATE SET head = max(head, excluded.head)
+"""
+
+
+def add_durable_heads(conn: sqlite3.Connection) -> None:
+    """Give a log made before heads were kept its ``head`` column, set from the rows once."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_heads)")}
+    if "head" not in columns:
+        conn.execute("ALTER TABLE streamkit_heads ADD COLUMN head INTEGER NOT NULL DEFAULT 0")
+    conn.execute(_COUNT_HEADS)
+
+
+_COPY_KEYS = """
+INSERT INTO streamkit_keys (path, key, "offset")
+SELECT path, idempotency_key, "offset" FROM streamkit_events WHERE idempotency_key IS NOT NULL
+"""
+
+
+def add_key_table(conn: sqlite3.Connection) -> None:
+    """Move a log's idempotency keys from the index over its events to their own table."""
+    conn.execute(_KEYS_TABLE)
+    conn.execute(_COPY_KEYS)
+    conn.execute("DROP INDEX IF EXISTS streamkit_events_idempotency")
+
+
 def add_stored_types(conn: sqlite3.Connection) -> None:
     """Give a log made before the summary of stored types its table, counted from the rows."""
     conn.execute(_STORED_TYPES_TABLE)
@@ -337,7 +392,11 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     counted from the events, the one time it reads the whole log (0.17 s
     for 300,000 events, measured). 4 to 5: the checkpoint table (when a host
     made one) becomes one row per slug and version, each old row serving
-    (:func:`create_checkpoint_table`). The version moves in the same transaction,
+    (:func:`create_checkpoint_table`). 5 to 6: the heads table gains ``head``,
+    set to each path's last offset (an index probe or two per path), and the
+    idempotency keys are copied from the index over the events (read in
+    that index's order) to ``streamkit_keys``, and the index dropped. The
+    version moves in the same transaction,
     so a release that does not know a table refuses the file instead of
     misreading it.
     """
@@ -348,10 +407,13 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
         ).fetchone()
         version = None if row is None else str(row[0])
         if version in _UPGRADABLE:
-            add_payload_version(conn)
-            add_stored_types(conn)
-            if CHECKPOINT_TABLE in _table_names(conn):
-                create_checkpoint_table(conn)
+            if version != "5":
+                add_payload_version(conn)
+                add_stored_types(conn)
+                if CHECKPOINT_TABLE in _table_names(conn):
+                    create_checkpoint_table(conn)
+            add_durable_heads(conn)
+            add_key_table(conn)
             conn.execute(
                 "UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),
@@ -418,6 +480,11 @@ def connect_writer(
         raise _refuse(path, f"SQLite could not open it ({exc})") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        if fresh:
+            # Only possible before the first table (and before WAL writes the header):
+            # pages freed by deleting rows can then be handed back to the file system
+            # with PRAGMA incremental_vacuum, with no whole-file VACUUM.
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         if path != MEMORY:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":

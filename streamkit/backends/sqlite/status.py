@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
+from streamkit.backends.sqlite._read import durable_head
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, leases
 from streamkit.log import Log
@@ -35,10 +36,7 @@ def _read(conn: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
         stored = [(slug, table.read(slug)) for slug in table.slugs()]
 
     def head_and_lag(path: str, cursor: int) -> tuple[int, int]:
-        head = conn.execute(
-            'SELECT COALESCE(MAX("offset"), 0) FROM streamkit_events WHERE path = ?', (path,)
-        ).fetchone()[0]
-        return int(head), durable_lag(conn, path, cursor)
+        return durable_head(conn, path), durable_lag(conn, path, cursor)
 
     return status_rows(
         [(lease, lease.held_at(now)) for lease in leases(conn)] if LEASE_TABLE in tables else [],
@@ -85,19 +83,9 @@ async def checkpoint_snapshot(log: Log, slug: str) -> dict[str, Any]:
     return checkpoint_snapshot_of(slug, await log.query(read))
 
 
-# Each distinct path found by walking the primary key from one path to the next (no scan
-# of the rows between), then its last offset: a few index probes per path.
-_STREAM_HEADS = """
-WITH RECURSIVE p(x) AS (
-    SELECT min(path) FROM streamkit_events
-    UNION ALL
-    SELECT (SELECT min(path) FROM streamkit_events WHERE path > x) FROM p WHERE x IS NOT NULL
-)
-SELECT x, (SELECT max("offset") FROM streamkit_events WHERE path = x)
-FROM p WHERE x IS NOT NULL ORDER BY x
-"""
+_STREAM_HEADS = "SELECT path, head FROM streamkit_heads WHERE head > 0 ORDER BY path"
 
 
 def stream_heads(conn: sqlite3.Connection) -> list[tuple[str, int]]:
-    """Every path with a durable event and its durable head, sorted by path."""
+    """Every path that ever stored a durable event and its durable head, sorted by path."""
     return [(str(path), int(head)) for path, head in conn.execute(_STREAM_HEADS).fetchall()]
