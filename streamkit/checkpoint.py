@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamkit.errors import CheckpointTooLarge, CutoverRaced, InvalidRequest, VersionRetired
 
@@ -47,6 +47,7 @@ __all__ = [
     "CUTOVER_EVENT",
     "MAX_CHECKPOINT_STATE_BYTES",
     "SHADOW_MARK",
+    "CheckpointRow",
     "ReduceCheckpoint",
     "check_checkpoint",
     "check_cutover",
@@ -110,15 +111,36 @@ class ReduceCheckpoint:
     until an operator's rollback lifts it (:func:`check_not_retired`).
     """
 
+    retain_from: int | None = None
+    """What the stored state still needs from the log (its processor's ``retain_from``)."""
+
     @property
     def state_through_offset(self) -> int:
         """The offset the stored state was reduced through."""
         return self.reduced_through_offset if self.state_offset is None else self.state_offset
 
 
+class CheckpointRow(NamedTuple):
+    """A checkpoint write as a store takes it (checked already by :func:`check_checkpoint`).
+
+    ``path`` is the stream the processor reads (None: a store that was not
+    told; such a row holds back retention on every path). ``retain_from`` is
+    what the processor's state still needs
+    (:meth:`~streamkit.StreamProcessor.retain_from`; None: nothing beyond the cursor).
+    """
+
+    slug: str
+    reducer_version: str
+    reduced_through_offset: int
+    state_json: str | None
+    state_offset: int | None = None
+    path: str | None = None
+    retain_from: int | None = None
+
+
 def checkpoint_of(row: Sequence[Any]) -> ReduceCheckpoint:
     """The checkpoint of a stored row, its columns in the order the table has them."""
-    version, offset, state, state_offset, serving, cutover, retired = row
+    version, offset, state, state_offset, serving, cutover, retired, retain_from = row
     return ReduceCheckpoint(
         reducer_version=str(version),
         reduced_through_offset=int(offset),
@@ -127,6 +149,7 @@ def checkpoint_of(row: Sequence[Any]) -> ReduceCheckpoint:
         serving=bool(serving),
         cutover_offset=int(cutover),
         retired_at=None if retired is None else int(retired),
+        retain_from=None if retain_from is None else int(retain_from),
     )
 
 
@@ -193,6 +216,7 @@ def check_checkpoint(
     reduced_through_offset: object,
     state_json: object,
     state_offset: object = None,
+    retain_from: object = None,
 ) -> None:
     """Refuse a checkpoint write no store may take, before any storage is touched.
 
@@ -202,7 +226,9 @@ def check_checkpoint(
     :data:`MAX_CHECKPOINT_STATE_BYTES` is :class:`~streamkit.errors.CheckpointTooLarge`
     (not retryable). Nothing is written in any of these cases.
     """
-    _check_arguments(slug, reducer_version, reduced_through_offset, state_json, state_offset)
+    _check_arguments(
+        slug, reducer_version, reduced_through_offset, state_json, state_offset, retain_from
+    )
     if isinstance(state_json, str):
         try:
             size = len(state_json.encode("utf-8"))
@@ -265,6 +291,7 @@ def _check_arguments(
     reduced_through_offset: object,
     state_json: object,
     state_offset: object,
+    retain_from: object,
 ) -> None:
     problem: str | None = None
     if not isinstance(slug, str) or not slug:
@@ -288,6 +315,10 @@ def _check_arguments(
             f"state_offset must be None or an integer from 0 to reduced_through_offset "
             f"({reduced_through_offset}), got {state_offset!r}"
         )
+    elif retain_from is not None and (
+        isinstance(retain_from, bool) or not isinstance(retain_from, int) or retain_from < 0
+    ):
+        problem = f"retain_from must be None or an integer >= 0, got {retain_from!r}"
     if problem is not None:
         raise InvalidRequest(
             f"checkpoint write refused: {problem}; nothing was written",

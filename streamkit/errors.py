@@ -40,6 +40,7 @@ __all__ = [
     "RemoteError",
     "RequestTimeout",
     "RequestTooLarge",
+    "RetainFromInvalid",
     "SchemaAhead",
     "SchemaCheckFailed",
     "SlowConsumer",
@@ -207,6 +208,12 @@ class StateNotSerializable(StreamkitError, TypeError):
     """A reduced state cannot be written as JSON, so it cannot be checkpointed; nothing was written."""
 
     code = "REDUCE_STATE_NOT_SERIALIZABLE"
+
+
+class RetainFromInvalid(StreamkitError, ValueError):
+    """A processor's ``retain_from(state)`` raised or gave no offset; the checkpoint was not written."""
+
+    code = "RETAIN_FROM_INVALID"
 
 
 class LeaseLost(StreamkitError, RuntimeError):

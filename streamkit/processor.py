@@ -42,6 +42,7 @@ __all__ = [
     "check_work",
     "consumes_event",
     "consumes_predicate",
+    "retain_of",
 ]
 
 State = TypeVar("State")
@@ -380,7 +381,33 @@ class StreamProcessor(Generic[State]):
         """
         return None
 
+    def retain_from(self, state: State) -> int | None:
+        """The first offset of this processor's path that ``state`` still needs from the log.
+
+        Retention never deletes an event at or after it, nor after the cursor
+        (:mod:`streamkit.horizon`). None (the default): nothing before the
+        cursor, the state holds all it needs. Override it when the state
+        points back into the log, e.g. a queue whose records are read from
+        their events later: return the offset of the oldest one still
+        pending. Pure and cheap: it runs at every checkpoint write, on the
+        state being written, and is stored with it. A value that is not None
+        or an integer >= 0, or an exception, fails the batch and latches the
+        engine (nothing is written): a wrong answer could let history go that
+        the state needs.
+        """
+        return None
+
     def idempotency_key(self, key: str, event: StreamEvent | None = None) -> str:
         """A key namespaced by slug: ``"slug/key"``, or ``"slug/key@offset"`` for one event."""
         slug = self.contract.slug
         return f"{slug}/{key}" if event is None else f"{slug}/{key}@{event.offset}"
+
+
+def retain_of(processor: StreamProcessor[State]) -> Callable[[State], int | None] | None:
+    """``processor.retain_from`` if its class says something of its own, else None.
+
+    The default keeps nothing back; not calling it spares every checkpoint a call.
+    """
+    if type(processor).retain_from is StreamProcessor.retain_from:
+        return None
+    return processor.retain_from

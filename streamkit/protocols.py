@@ -32,6 +32,7 @@ from streamkit._event_builders import PayloadTypes, payload_validators
 from streamkit._requests import AppendCall, Connection, FollowJob, Job, TransactionJob
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import EventInput, ReadPage, StreamEvent
+from streamkit.horizon import Hold, Horizon
 from streamkit.records import RELEASED, Lease, LogStats, StoredType
 
 __all__ = [
@@ -220,12 +221,16 @@ class CheckpointStorage(Protocol):
         reduced_through_offset: int,
         state_json: str | None,
         state_offset: int | None = None,
+        retain_from: int | None = None,
     ) -> None:
         """Write the checkpoint of ``(slug, reducer_version)`` in one statement.
 
         Whether that version serves does not change. ``state_json=None`` keeps the stored state. ``state_offset`` is stored
         as given: ``None`` when the state (written now or kept) is the
-        cursor's, else the offset the stored state was reduced through. A state over
+        cursor's, else the offset the stored state was reduced through.
+        ``retain_from`` is stored as given: the first offset the processor's
+        state still needs (:meth:`~streamkit.StreamProcessor.retain_from`),
+        which retention keeps (:mod:`streamkit.horizon`). A state over
         :data:`~streamkit.checkpoint.MAX_CHECKPOINT_STATE_BYTES` raises
         :class:`~streamkit.errors.CheckpointTooLarge` and writes nothing.
         """
@@ -249,6 +254,7 @@ class CheckpointStorage(Protocol):
         reduced_through_offset: int,
         state_json: str | None,
         replacing: str | None,
+        retain_from: int | None = None,
     ) -> None:
         """Write this version's checkpoint and make it the serving one, in one transaction.
 
@@ -416,6 +422,27 @@ class HostStore(Protocol):
 
     async def durable_lag(self, path: str, cursor: int) -> int:
         """Durable events of ``path`` after ``cursor``."""
+        ...
+
+    async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
+        """The retention horizon of every path (or of ``path``), with what holds each back."""
+        ...
+
+    async def place_hold(self, hold: Hold) -> StreamEvent:
+        """Place an operator's ``hold`` (checked): its row and its control event, at once."""
+        ...
+
+    async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
+        """Release the hold ``name`` of ``path``: its row goes with its control event."""
+        ...
+
+    async def forget_processor(
+        self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
+    ) -> StreamEvent:
+        """Delete ``slug``'s checkpoint rows (all, or ``version``'s) with their control event.
+
+        Refused while a host that beat within ``ttl`` of ``now`` runs it.
+        """
         ...
 
     async def stream_heads(self) -> list[tuple[str, int]]:

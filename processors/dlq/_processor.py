@@ -116,6 +116,19 @@ class DlqProcessor(StreamProcessor[DlqState]):
 
     # -- reduce ---------------------------------------------------------------------
 
+    def retain_from(self, state: DlqState) -> int | None:
+        """Above the scan floor while any record is pending or replaying, or a replay is queued.
+
+        The records live in the log, and no pending record's body lies at or
+        below the floor: retention keeps everything after it, so every
+        pending record can still be read and replayed. A queue with nothing
+        pending keeps nothing back.
+        """
+        counts = state.counts
+        if counts.pending or counts.replaying or state.replays:
+            return state.floor + 1
+        return None
+
     def reduce(self, event: StreamEvent, state: DlqState) -> DlqState | None:
         p = event.payload
         counts = state.counts

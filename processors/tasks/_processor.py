@@ -186,6 +186,15 @@ class TasksProcessor(StreamProcessor[TasksState]):
         fraction = int.from_bytes(digest[:8], "big") / 2**64
         return float(base * (1.0 + self._jitter * fraction))
 
+    def retain_from(self, state: TasksState) -> int | None:
+        """The request of the oldest task not settled: its history stays readable until it is.
+
+        ``GET /v1/tasks/{id}`` and ``streamkit tasks show`` read a live task's
+        events from its request on; retention keeps them (one pass over the
+        live tasks, at each checkpoint).
+        """
+        return min((task.request_offset for task in state.tasks.values()), default=None)
+
     def reduce(self, event: StreamEvent, state: TasksState) -> TasksState | None:
         p = event.payload
         counts = state.counts

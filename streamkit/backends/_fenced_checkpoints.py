@@ -26,16 +26,13 @@ import time
 from typing import Protocol
 
 from streamkit._requests import Connection
-from streamkit.checkpoint import CUTOVER_EVENT, ReduceCheckpoint, check_checkpoint
+from streamkit.checkpoint import CUTOVER_EVENT, CheckpointRow, ReduceCheckpoint, check_checkpoint
 from streamkit.errors import LeaseLost
 from streamkit.events import StreamEvent
 from streamkit.log import Log
 from streamkit.protocols import Lease, LeaseExchange, LeaseGuard
 
-__all__ = ["CheckpointRow", "CheckpointRows", "FencedCheckpoints"]
-
-CheckpointRow = tuple[str, str, int, str | None, int | None]
-"""``(slug, reducer_version, reduced_through_offset, state_json, state_offset)``, in column order."""
+__all__ = ["CheckpointRows", "FencedCheckpoints"]
 
 
 class CheckpointRows(Protocol):
@@ -108,10 +105,21 @@ class FencedCheckpoints:
         reduced_through_offset: int,
         state_json: str | None,
         state_offset: int | None = None,
+        retain_from: int | None = None,
     ) -> None:
         """Check the fence and write the checkpoint in one transaction (LeaseLost: nothing written)."""
-        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json, state_offset)
-        row = (slug, reducer_version, reduced_through_offset, state_json, state_offset)
+        check_checkpoint(
+            slug, reducer_version, reduced_through_offset, state_json, state_offset, retain_from
+        )
+        row = CheckpointRow(
+            slug,
+            reducer_version,
+            reduced_through_offset,
+            state_json,
+            state_offset,
+            self._path,
+            retain_from,
+        )
         fence = self.held.fence
         upsert = self._rows.upsert_checkpoint
 
@@ -154,6 +162,7 @@ class FencedCheckpoints:
         reduced_through_offset: int,
         state_json: str | None,
         replacing: str | None,
+        retain_from: int | None = None,
     ) -> None:
         """The cutover event, the fence and the serving mark in one transaction.
 
@@ -162,8 +171,12 @@ class FencedCheckpoints:
         must have run), the shadow lease is released in the same
         transaction, and ``taken`` is told the serving lease after it.
         """
-        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
-        row = (slug, reducer_version, reduced_through_offset, state_json, None)
+        check_checkpoint(
+            slug, reducer_version, reduced_through_offset, state_json, None, retain_from
+        )
+        row = CheckpointRow(
+            slug, reducer_version, reduced_through_offset, state_json, None, self._path, retain_from
+        )
         rows, exchange, path = self._rows, self._exchange, self._path
         fence = self.held.fence
         serving = self._serving

@@ -13,6 +13,7 @@ import getpass
 import json
 import os
 import platform
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -33,6 +34,7 @@ from streamkit.cli._common import (
     socket_of,
 )
 from streamkit.cli._heap import freeze_start_up_heap
+from streamkit.cli._retention_commands import retention_lines
 from streamkit.config import HostConfig, add_host_arguments, config_from_namespace, find_config
 from streamkit.control import ControlClient, request_sync
 from streamkit.errors import (
@@ -126,11 +128,17 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         status = _merged_status(answers)
     else:
 
-        async def run() -> list[dict[str, Any]]:
+        async def run() -> dict[str, Any]:
             async with existing_log(args.db) as log:
-                return await host_store(log).durable_status()
+                store = host_store(log)
+                return {
+                    "host": None,
+                    "hosts": [],
+                    "processors": await store.durable_status(),
+                    "retention": [h.to_dict() for h in await store.horizons(time.time())],
+                }
 
-        status = {"host": None, "hosts": [], "processors": asyncio.run(run())}
+        status = asyncio.run(run())
     if args.json:
         out.write(json.dumps(status, separators=(",", ":")) + "\n")
         return 0
@@ -146,6 +154,8 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"database: UNREACHABLE ({database.get('error')})\n")
     for row in status["processors"]:
         out.write(_status_line(row, bool(hosts), several=len(hosts) > 1) + "\n")
+    for line in retention_lines(status.get("retention")):
+        out.write(line + "\n")
     return 0
 
 
@@ -177,7 +187,15 @@ def _merged_status(answers: list[dict[str, Any]]) -> dict[str, Any]:
         a["database"] for a in answers if not a.get("database", {}).get("reachable", True)
     ]
     database = unreachable[0] if unreachable else {"reachable": True, "error": None}
-    return {"host": hosts[0], "hosts": hosts, "database": database, "processors": ordered}
+    # Read from the database, so any host's answer is everyone's (None: it did not answer).
+    retention = next((a["retention"] for a in answers if a.get("retention") is not None), None)
+    return {
+        "host": hosts[0],
+        "hosts": hosts,
+        "database": database,
+        "processors": ordered,
+        "retention": retention,
+    }
 
 
 def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> str:

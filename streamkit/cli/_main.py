@@ -39,6 +39,7 @@ from streamkit.cli._host_commands import add_host, add_skip, add_snapshot, add_s
 from streamkit.cli._log_commands import add_append, add_read
 from streamkit.cli._plugins import add_plugin_commands
 from streamkit.cli._processor_commands import add_processor
+from streamkit.cli._retention_commands import add_retention
 from streamkit.cli._schema_commands import add_schema
 from streamkit.errors import (
     InvalidRequest,
@@ -60,6 +61,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
     add_admin,
     add_schema,
     add_processor,
+    add_retention,
 )
 
 

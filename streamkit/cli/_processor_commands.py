@@ -1,4 +1,4 @@
-"""``streamkit processor versions``, ``cutover`` and ``rollback``: a processor's versions.
+"""``streamkit processor versions``, ``cutover``, ``rollback`` and ``forget``: a processor's versions.
 
 Checkpoints are kept per contract version, one serving (see
 :mod:`streamkit.checkpoint`). ``versions`` lists them from the database,
@@ -10,7 +10,10 @@ of a version a cutover replaced, so that hosts running its code build it
 from its kept checkpoint up to the serving cursor and cut back over (the
 same fenced cutover as any). ``versions`` and ``rollback`` work on the
 database directly, whether or not a host runs; ``cutover`` needs the host
-that holds the built version.
+that holds the built version. ``forget`` deletes the checkpoints of a
+processor removed for good (or of one version), which otherwise hold its
+path's history back from retention forever, with a control event in the log
+saying who and why.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 from typing import Any, TextIO
 
 from streamkit.backends import host_store
 from streamkit.checkpoint import ReduceCheckpoint, check_rollback
 from streamkit.cli._args import existing_log, live_host_sockets
 from streamkit.cli._common import add_db_flag, add_socket_flag, served
+from streamkit.cli._retention_commands import operator
+from streamkit.config import LeaseSettings
 from streamkit.control import request_sync
 from streamkit.errors import InvalidRequest
 
@@ -92,6 +98,22 @@ def add_processor(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_socket_flag(cutover)
     cutover.add_argument("--json", action="store_true", help="print the outcome as JSON")
     cutover.set_defaults(handler=_cmd_cutover)
+    forget = verbs.add_parser(
+        "forget",
+        help="delete the checkpoints of a processor removed for good, so they hold no history",
+        description="A processor's checkpoint rows hold its path's history back from "
+        "retention (its cursor, its state's needs) whether it runs or not: an offline "
+        "processor loses nothing. Once it is removed for good, forget it: its rows (or one "
+        "version's) are deleted with a streamkit.processor-forgotten event on its path (who, "
+        "why, what each version needed). Refused while a live host runs it.",
+    )
+    forget.add_argument("slug", help="the processor's contract slug")
+    add_db_flag(forget, required=True)
+    forget.add_argument("--version", help="forget this version only (default: every version)")
+    forget.add_argument("--reason", required=True, help="why, for the record")
+    forget.add_argument("--by", help="who decided (default: user@hostname)")
+    forget.add_argument("--json", action="store_true", help="print the control event as JSON")
+    forget.set_defaults(handler=_cmd_forget)
 
 
 def _cmd_cutover(args: argparse.Namespace, out: TextIO) -> int:
@@ -218,5 +240,29 @@ def _cmd_rollback(args: argparse.Namespace, out: TextIO) -> int:
         f"version {args.to} of {args.slug} is reinstated: hosts running its code build it from "
         f"its checkpoint up to version {serving.reducer_version}'s cursor and cut over; version "
         f"{serving.reducer_version} serves until then\n"
+    )
+    return 0
+
+
+def _cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
+    async def run() -> Any:
+        async with existing_log(args.db) as log:
+            return await host_store(log).forget_processor(
+                args.slug,
+                args.version,
+                by=operator(args),
+                reason=args.reason,
+                now=time.time(),
+                ttl=LeaseSettings().ttl,
+            )
+
+    event = asyncio.run(run())
+    if args.json:
+        out.write(json.dumps(event.to_dict(), separators=(",", ":")) + "\n")
+        return 0
+    versions = ", ".join(v["version"] for v in event.payload["versions"])
+    out.write(
+        f"forgot {args.slug} (version {versions}): its checkpoints hold no history any more "
+        f"(recorded at offset {event.offset} of {event.path})\n"
     )
     return 0

@@ -47,7 +47,7 @@ from streamkit.checkpoint import (
 )
 from streamkit.contract import ProcessorContract
 from streamkit.engine._fold import report
-from streamkit.errors import StateNotSerializable, StreamkitError
+from streamkit.errors import RetainFromInvalid, StateNotSerializable, StreamkitError
 from streamkit.events import MAX_OFFSET, ReadPage
 from streamkit.protocols import CheckpointStorage
 
@@ -99,8 +99,13 @@ class Checkpointer(Generic[S]):
         contract: ProcessorContract[S],
         storage: CheckpointStorage,
         latch: Callable[[StreamkitError], None],
+        retain: Callable[[S], int | None] | None = None,
     ) -> None:
         self._contract = contract
+        # The processor's retain_from, when it has one of its own (None: it keeps nothing back).
+        self._retain = retain
+        # What the state last written needs, as stored with it.
+        self._retain_from: int | None = None
         self._slug = contract.slug
         self._version = contract.version
         self._storage = storage
@@ -226,13 +231,16 @@ class Checkpointer(Generic[S]):
 
     async def cut_over(self, cursor: int, state: S) -> None:
         """Make this version the serving one at ``cursor`` with ``state`` (the end of a rebuild)."""
+        retain_from = self._needs(state)
         await self._storage.cut_over(
             self._slug,
             reducer_version=self._version,
             reduced_through_offset=cursor,
             state_json=self._encode(state),
             replacing=self._replacing,
+            retain_from=retain_from,
         )
+        self._retain_from = retain_from
         self._replacing = None
         self._persisted = state
         self._state_offset = cursor
@@ -275,11 +283,15 @@ class Checkpointer(Generic[S]):
         state_offset = (
             None if state_json is not None or state is self._persisted else self._state_offset
         )
+        retain_from = self._retain_from if state is self._persisted else self._needs(state)
         ahead: ReadPage | None = None
         if read_ahead is None:
-            await self._write(cursor, state_json, state_offset)
+            await self._write(cursor, state_json, state_offset, retain_from)
         else:
-            ahead = await self._write_reading_ahead(cursor, state_json, state_offset, read_ahead)
+            ahead = await self._write_reading_ahead(
+                cursor, state_json, state_offset, retain_from, read_ahead
+            )
+        self._retain_from = retain_from
         if state_offset is None:
             self._persisted = state
             self._state_offset = cursor
@@ -291,7 +303,9 @@ class Checkpointer(Generic[S]):
 
     async def write_state(self, cursor: int, state: S) -> None:
         """Write ``state`` whole at ``cursor`` (a clean close, a re-reduce): nothing to replay."""
-        await self._write(cursor, self._encode(state), None)
+        retain_from = self._needs(state)
+        await self._write(cursor, self._encode(state), None, retain_from)
+        self._retain_from = retain_from
         self._persisted = state
         self._state_offset = cursor
         self._deferred_events = 0
@@ -316,6 +330,35 @@ class Checkpointer(Generic[S]):
             size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
             return text if size > MAX_CHECKPOINT_STATE_BYTES else None
         return self._encode(state)
+
+    def _needs(self, state: S) -> int | None:
+        """What ``state`` still needs from the log (its processor's ``retain_from``), checked.
+
+        A wrong answer could let history go that the state needs, and it can
+        only repeat for the same state: it latches the engine, nothing written.
+        """
+        retain = self._retain
+        if retain is None:
+            return None
+        try:
+            needs = retain(state)
+        except Exception as exc:
+            problem: str = f"raised {exc!r}"
+        else:
+            if needs is None or (
+                isinstance(needs, int) and not isinstance(needs, bool) and needs >= 0
+            ):
+                return needs
+            problem = f"returned {needs!r}, not None or an integer >= 0"
+        error = RetainFromInvalid(
+            f'processor "{self._slug}": retain_from(state) {problem[:300]}; the checkpoint was '
+            "not written (retention must know what the state needs before it moves on); fix "
+            "retain_from and restart the processor",
+            details={"slug": self._slug, "problem": problem[:500]},
+            retryable=False,
+        )
+        self._latch(error)
+        raise error
 
     def _encode(self, state: S) -> str:
         try:
@@ -342,9 +385,10 @@ class Checkpointer(Generic[S]):
         cursor: int,
         state_json: str | None,
         state_offset: int | None,
+        retain_from: int | None,
         read_ahead: Callable[[], Awaitable[ReadPage]],
     ) -> ReadPage | None:
-        writing = asyncio.ensure_future(self._write(cursor, state_json, state_offset))
+        writing = asyncio.ensure_future(self._write(cursor, state_json, state_offset, retain_from))
         ahead: ReadPage | None = None
         try:
             # Let the write take its first step (hand the row to the storage)
@@ -361,7 +405,13 @@ class Checkpointer(Generic[S]):
         await writing
         return ahead
 
-    async def _write(self, cursor: int, state_json: str | None, state_offset: int | None) -> None:
+    async def _write(
+        self,
+        cursor: int,
+        state_json: str | None,
+        state_offset: int | None,
+        retain_from: int | None,
+    ) -> None:
         try:
             await self._storage.save(
                 self._slug,
@@ -369,6 +419,7 @@ class Checkpointer(Generic[S]):
                 reduced_through_offset=cursor,
                 state_json=state_json,
                 state_offset=state_offset,
+                retain_from=retain_from,
             )
         except StreamkitError as exc:
             # A refusal that can only repeat (the same state, the same size):

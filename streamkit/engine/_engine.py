@@ -72,7 +72,7 @@ from streamkit.errors import (
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
 from streamkit.live_state import LiveSnapshot
-from streamkit.processor import ProcessEventArgs, StreamProcessor, Work
+from streamkit.processor import ProcessEventArgs, StreamProcessor, Work, retain_of
 from streamkit.protocols import (
     CheckpointStorage,
     Clock,
@@ -200,7 +200,9 @@ class ProcessorEngine(Generic[S]):
         # The parts, each owning its own state.
         self._fold: Fold[S] = Fold(processor, on_error=self._note_error, on_malformed=on_malformed)
         self._pages: PageReader[S] = PageReader(stream, self._fold)
-        self._checkpoints: Checkpointer[S] = Checkpointer(contract, storage, self._latch)
+        self._checkpoints: Checkpointer[S] = Checkpointer(
+            contract, storage, self._latch, retain_of(processor)
+        )
         self._live: LiveProjection[S] = LiveProjection(processor, publish_live, self._swallowed)
         self._waiters = CursorWaiters(self._slug, lambda: self._cursor)
         self._strays = Strays(self._slug)

@@ -93,7 +93,7 @@ from streamkit.host._recorded_skips import obey_recorded_skips
 from streamkit.host._runner import ProcessorRunner
 from streamkit.host._schema_check import start_check
 from streamkit.host._signals import StopSignals, exit_past_strays
-from streamkit.host._status import processor_rows
+from streamkit.host._status import processor_rows, retention_rows
 from streamkit.host._versions import compare_versions
 from streamkit.host._watch_feeds import WatchFeeds
 from streamkit.live_state import LiveSnapshot
@@ -771,6 +771,8 @@ class ProcessorHost:
                 ),
             },
             "processors": processors,
+            # What each path's history must keep, and who holds it (docs/retention.md).
+            "retention": await retention_rows(self._require_store(), self.clock()),
         }
 
     def _clients_first(self) -> dict[str, Any]:

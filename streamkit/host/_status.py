@@ -24,7 +24,7 @@ from streamkit.host._runner import ProcessorRunner
 from streamkit.log import Log
 from streamkit.protocols import HostStore
 
-__all__ = ["processor_rows", "runner_status"]
+__all__ = ["processor_rows", "retention_rows", "runner_status"]
 
 
 async def processor_rows(
@@ -54,6 +54,14 @@ async def processor_rows(
                 database = {"reachable": False, "error": exc.message, "code": exc.code}
         rows.append(runner_status(runner, row, cursor, head, lag, now_mono))
     return database, rows
+
+
+async def retention_rows(store: HostStore, now: float) -> list[dict[str, Any]] | None:
+    """Each path's retention horizon and what holds it (None: the database did not answer)."""
+    try:
+        return [horizon.to_dict() for horizon in await store.horizons(now)]
+    except StorageError:
+        return None
 
 
 def runner_status(

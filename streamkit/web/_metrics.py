@@ -77,6 +77,7 @@ def exposition(
     """
     families = _processor_families(status, lag_seconds, histograms)
     families.extend(_host_families(status, follow_age, log_stats))
+    families.extend(_retention_families(status.get("retention") or []))
     for gauge in gauges:
         family = GaugeMetricFamily(gauge.name, gauge.help, labels=list(gauge.labels))
         for labels, value in gauge.samples:
@@ -343,6 +344,36 @@ def _host_families(
         build,
         scraped,
     ]
+
+
+def _retention_families(rows: Sequence[dict[str, Any]]) -> list[Metric]:
+    """Per path: its retention horizon, the offsets it keeps, and who holds it there."""
+    horizon = GaugeMetricFamily(
+        "streamkit_retention_horizon",
+        "The lowest offset of the path retention must keep (docs/retention.md).",
+        labels=["path"],
+    )
+    kept = GaugeMetricFamily(
+        "streamkit_retention_kept_offsets",
+        "Offsets from the path's horizon through its head: what its consumers still hold.",
+        labels=["path"],
+    )
+    holds = GaugeMetricFamily(
+        "streamkit_retention_holds", "Operator holds in force on the path.", labels=["path"]
+    )
+    held_by = GaugeMetricFamily(
+        "streamkit_retention_held_by",
+        "1 for each processor or hold that holds the path's horizon where it is.",
+        labels=["path", "kind", "name", "why"],
+    )
+    for row in rows:
+        path = row["path"]
+        horizon.add_metric([path], float(row["horizon"]))
+        kept.add_metric([path], float(row["head"] + 1 - row["horizon"]))
+        holds.add_metric([path], float(sum(1 for n in row["needs"] if n["kind"] == "hold")))
+        for need in row["held_by"]:
+            held_by.add_metric([path, need["kind"], need["name"], need["why"]], 1.0)
+    return [horizon, kept, holds, held_by]
 
 
 def _le(edge: float) -> str:

@@ -19,6 +19,7 @@ import asyncio
 import io
 import json
 import sqlite3
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from streamkit.backends import host_store
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
 from streamkit.backends.sqlite._schema import SCHEMA_VERSION as SQLITE_VERSION
 from streamkit.cli import main
+from streamkit.host._lease_keeper import HeldLease
 from streamkit.records import StoredType
 
 
@@ -62,7 +64,12 @@ def downgrade_sqlite(path: Path, to: int = 1) -> None:
     """Make ``path`` look as schema ``to`` left it: without what later schemas added."""
     with closing(sqlite3.connect(path)) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-        if "streamkit_checkpoints" in tables:
+        if to < 7:
+            conn.execute("DROP TABLE streamkit_holds")
+            if "streamkit_checkpoints" in tables:
+                conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN path")
+                conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN retain_from")
+        if "streamkit_checkpoints" in tables and to < 5:
             conn.execute(old_checkpoint_table(to, "old_checkpoints"))
             conn.execute(
                 "INSERT INTO old_checkpoints SELECT slug, reducer_version,"
@@ -192,7 +199,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         assert stored_version(conn, schema) == 1
 
         ensure_schema(conn, schema, "test")
-        assert stored_version(conn, schema) == SCHEMA_VERSION == 6
+        assert stored_version(conn, schema) == SCHEMA_VERSION == 7
         row = conn.execute(
             sql.SQL(
                 "SELECT reduced_through_offset, state, state_offset FROM {}.streamkit_checkpoints"
@@ -461,7 +468,7 @@ async def test_a_sqlite_log_of_schema_5_gets_each_path_s_head_from_its_rows(
         open_log(path, read_only=True)
     async with open_log(path) as log:
         assert await log.paths() == ["/a", "/b"]
-        assert version(path) == str(SQLITE_VERSION) == "6"
+        assert version(path) == str(SQLITE_VERSION) == "7"
     with closing(sqlite3.connect(path)) as conn, conn:
         heads = conn.execute(
             "SELECT path, head, reserved_through FROM streamkit_heads ORDER BY path"
@@ -520,7 +527,7 @@ async def test_a_postgres_log_of_schema_5_moves_its_keys_to_their_own_table() ->
             conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 5").format(name))
         await check_keys_after_upgrade(target)
         with _connect() as conn:
-            assert stored_version(conn, schema) == SCHEMA_VERSION == 6
+            assert stored_version(conn, schema) == SCHEMA_VERSION == 7
             rows = conn.execute(
                 sql.SQL(
                     'SELECT path, key, "offset" FROM {}.streamkit_keys ORDER BY path, key'
@@ -533,3 +540,79 @@ async def test_a_postgres_log_of_schema_5_moves_its_keys_to_their_own_table() ->
                 (schema,),
             ).fetchone()
             assert index is None
+
+
+async def leased_checkpoints(target: str) -> None:
+    """Checkpoints of ``board`` (leased on /orders only) and ``audit`` (leased on two paths)."""
+    async with open_log(target) as log:
+        await log.stream("/orders").append(*[{"type": "x"}] * 5)
+        await log.stream("/other").append(*[{"type": "x"}] * 5)
+        store = host_store(log)
+        await store.prepare()
+        for path, slug, cursor in (("/orders", "board", 4), ("/orders", "audit", 2)):
+            lease = await store.try_acquire(path, slug, "a", time.time(), 60.0)
+            assert lease is not None
+            held = HeldLease(
+                lease,
+                store.check_fence,
+                ttl=60.0,
+                renewal_started=time.monotonic(),
+                clock=time.time,
+            )
+            await store.checkpoints(held, path).save(
+                slug, reducer_version="1", reduced_through_offset=cursor, state_json="{}"
+            )
+        assert await store.try_acquire("/other", "audit", "a", time.time(), 60.0) is not None
+
+
+async def check_paths_after_upgrade(target: str) -> None:
+    """A slug leased on one path gets it; one leased on two stays unknown and holds both."""
+    async with open_log(target) as log:
+        horizons = {h.path: h for h in await host_store(log).horizons(time.time())}
+    assert [(n.name, n.from_offset) for n in horizons["/orders"].needs] == [
+        ("audit@1", 3),
+        ("board@1", 5),
+    ]
+    assert [(n.name, n.from_offset) for n in horizons["/other"].needs] == [("audit@1", 3)]
+
+
+async def test_a_sqlite_log_of_schema_6_learns_each_checkpoint_s_path_from_its_leases(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v6.db"
+    await leased_checkpoints(str(path))
+    downgrade_sqlite(path, 6)
+    assert "path" not in columns(path)
+    await check_paths_after_upgrade(str(path))
+    assert {"path", "retain_from"} <= columns(path)
+    assert version(path) == "7"
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT slug, path FROM streamkit_checkpoints ORDER BY slug").fetchall()
+    assert rows == [("audit", None), ("board", "/orders")]
+
+
+async def test_a_postgres_log_of_schema_6_learns_each_checkpoint_s_path_from_its_leases() -> None:
+    schema = fresh_schema_name()
+    url = postgres_url()
+    target = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    with dropped_after(url, schema):
+        await leased_checkpoints(target)
+        name = sql.Identifier(schema)
+        with _connect() as conn:
+            conn.execute(sql.SQL("DROP TABLE {}.streamkit_holds").format(name))
+            for column in ("path", "retain_from"):
+                conn.execute(
+                    sql.SQL("ALTER TABLE {}.streamkit_checkpoints DROP COLUMN {}").format(
+                        name, sql.Identifier(column)
+                    )
+                )
+            conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 6").format(name))
+        await check_paths_after_upgrade(target)
+        with _connect() as conn:
+            assert stored_version(conn, schema) == SCHEMA_VERSION == 7
+            rows = conn.execute(
+                sql.SQL("SELECT slug, path FROM {}.streamkit_checkpoints ORDER BY slug").format(
+                    name
+                )
+            ).fetchall()
+        assert rows == [("audit", None), ("board", "/orders")]

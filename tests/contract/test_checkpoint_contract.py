@@ -138,6 +138,10 @@ async def test_a_state_over_the_ceiling_is_refused_and_nothing_changes(
         ("state_offset", -1),
         ("state_offset", True),
         ("state_offset", "1"),
+        ("retain_from", -1),
+        ("retain_from", True),
+        ("retain_from", "7"),
+        ("retain_from", 2.0),
     ],
 )
 async def test_bad_arguments_are_refused_before_anything_is_written(
@@ -155,6 +159,34 @@ async def test_bad_arguments_are_refused_before_anything_is_written(
     with pytest.raises(InvalidRequest, match="nothing was written"):
         await checkpoints.save(**args)
     assert await checkpoints.load("board") == ReduceCheckpoint("1", 1, '"s"')
+
+
+async def test_what_the_state_needs_is_stored_with_each_write(
+    checkpoints: CheckpointStorage,
+) -> None:
+    """retain_from moves with every write (None too), and a cutover writes its own."""
+    await checkpoints.save(
+        "board", reducer_version="1", reduced_through_offset=8, state_json="[]", retain_from=3
+    )
+    assert await checkpoints.load("board") == ReduceCheckpoint("1", 8, "[]", retain_from=3)
+    await checkpoints.save(
+        "board", reducer_version="1", reduced_through_offset=9, state_json=None, retain_from=5
+    )
+    assert await checkpoints.load("board") == ReduceCheckpoint("1", 9, "[]", retain_from=5)
+    await save(checkpoints, "board", 10, None)
+    assert await checkpoints.load("board") == ReduceCheckpoint("1", 10, "[]")
+    await checkpoints.save("board", reducer_version="2", reduced_through_offset=4, state_json="[]")
+    await checkpoints.cut_over(
+        "board",
+        reducer_version="2",
+        reduced_through_offset=10,
+        state_json="[1]",
+        replacing="1",
+        retain_from=6,
+    )
+    assert await checkpoints.load("board") == ReduceCheckpoint(
+        "2", 10, "[1]", cutover_offset=10, retain_from=6
+    )
 
 
 # -- versions: one serves, another builds in the shadow, a cutover swaps them -------------

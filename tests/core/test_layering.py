@@ -55,6 +55,8 @@ BASE = {
     "streamkit._version",
     "streamkit.skips",
     "streamkit.checkpoint",
+    "streamkit.horizon",
+    "streamkit.holds",
     "streamkit._json",
     "streamkit._json_size",
     "streamkit._event_builders",

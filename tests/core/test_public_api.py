@@ -62,6 +62,7 @@ EXPECTED = {
     "SchemaAhead",
     "SchemaCheckFailed",
     "SharedMap",
+    "RetainFromInvalid",
     "StateNotSerializable",
     "StorageBusy",
     "StorageUnavailable",

@@ -62,8 +62,15 @@ def test_status_snapshot_without_a_host(tmp_path: Path, capsys: pytest.CaptureFi
     """With no host, status and snapshot read the database; a missing checkpoint is refused."""
     db = str(tmp_path / "a.db")
     assert run("append", "--db", db, "item")[0] == 0
-    assert run("status", "--db", db) == (0, "host: not running (from the database)\n")
-    assert run("status", "--db", db, "--json") == (0, '{"host":null,"hosts":[],"processors":[]}\n')
+    assert run("status", "--db", db) == (
+        0,
+        "host: not running (from the database)\nretention:\n  /  horizon 2 of head 1, nothing held\n",
+    )
+    assert run("status", "--db", db, "--json") == (
+        0,
+        '{"host":null,"hosts":[],"processors":[],"retention":'
+        '[{"path":"/","head":1,"horizon":2,"held_by":[],"needs":[]}]}\n',
+    )
     assert run("snapshot", "tally", "--db", db) == (1, "")
     assert "has no checkpoint" in capsys.readouterr().err
 

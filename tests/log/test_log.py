@@ -63,7 +63,7 @@ async def test_open_creates_a_wal_log_with_schema_version_6(log_file: Path) -> N
                 "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
             ).fetchone()[0]
         )
-        assert version == "6"
+        assert version == "7"
     assert {"streamkit_meta", "streamkit_events", "streamkit_heads", "streamkit_claims"} <= (
         tables(log_file)
     )

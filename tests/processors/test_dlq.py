@@ -128,6 +128,20 @@ def test_dead_lettered_helper_validates_and_reduce_counts() -> None:
     assert "rec-" not in state.model_dump_json()
 
 
+def test_retention_keeps_everything_above_the_floor_while_a_record_is_pending() -> None:
+    """retain_from: the floor + 1 while records are pending; nothing with none pending."""
+    dlq = DlqProcessor()
+    pending = reduce_processor(dlq, [record("r1"), record("r2")])
+    assert dlq.retain_from(pending) == pending.floor + 1 == 1
+    raised = pending.model_copy(update={"floor": 40})
+    assert dlq.retain_from(raised) == 41
+    assert dlq.retain_from(reduce_processor(dlq, [])) is None
+    settled = pending.model_copy(
+        update={"counts": pending.counts.model_copy(update={"pending": 0, "succeeded": 2})}
+    )
+    assert dlq.retain_from(settled) is None
+
+
 async def test_replay_report_has_all_four_kinds(rig: Rig) -> None:
     """One replay request reports replayed, retried, abandoned and skipped record ids."""
     handled: list[tuple[str, ReplayContext]] = []

@@ -670,6 +670,21 @@ def test_reduce_keeps_only_live_tasks_and_counters() -> None:
     assert state.counts.attempts == 1
 
 
+def test_retention_keeps_the_request_of_the_oldest_open_task() -> None:
+    """retain_from: the oldest unsettled request's offset; nothing once every task settled."""
+    tasks = TasksProcessor()
+    first = task_requested_event(task_id="a", name="job")
+    second = task_requested_event(task_id="b", name="job")
+    assert tasks.retain_from(reduce_processor(tasks, [first, second])) == 1
+    settled = {
+        "type": TASK_SUCCEEDED,
+        "payload": {"task_id": "a", "request_offset": 1, "attempt": 1, "result": None},
+    }
+    assert tasks.retain_from(reduce_processor(tasks, [first, second, settled])) == 2
+    both = {**settled, "payload": {**settled["payload"], "task_id": "b", "request_offset": 2}}
+    assert tasks.retain_from(reduce_processor(tasks, [first, second, settled, both])) is None
+
+
 def test_bad_requests_are_refused_by_the_helper_and_skipped_by_the_reduce() -> None:
     """Unknown fields or a bad max_attempts are refused at the helper and skipped by the engine."""
     with pytest.raises(InvalidEvent, match="max_attempts"):

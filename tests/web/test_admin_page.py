@@ -296,6 +296,10 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     wait.until(lambda d: ": pending, 0 replay(s)" in text_of(d, "#dlq-title"))
     assert text_of(browser, "#dlq-title").startswith("Record tasks/t-bad@")
     assert json.loads(text_of(browser, "#dlq-body"))["record"]["payload"]
+    # Retention: the pending record's queue holds /ops's history from its scan floor on.
+    held = 'tr[data-path="/ops"] td.held-by'
+    wait.until(lambda d: "processor dlq@1 (serving): retain_from" in text_of(d, held))
+    assert text_of(browser, 'tr[data-path="/ops"] td.horizon') == "1"
     browser.set_window_size(1280, 1500)
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(str(tmp_path / "admin-page.png"))

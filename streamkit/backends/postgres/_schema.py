@@ -24,7 +24,8 @@ A log lives in one PostgreSQL schema (see :mod:`._target`). Its tables:
   transaction (:mod:`streamkit.backends._stored_types`);
 - what hosts keep: ``streamkit_leases`` (:mod:`.leases`),
   ``streamkit_checkpoints``, ``streamkit_skips`` and ``streamkit_hosts``
-  (:mod:`.host_store`).
+  (:mod:`.host_store`), and operators' holds on history, ``streamkit_holds``
+  (:mod:`.retention`).
 
 :func:`ensure_schema` creates whatever is missing in ONE transaction and
 records the version. Hosts starting together may all run it: creating a
@@ -47,15 +48,17 @@ from streamkit.errors import LogOpenError
 
 __all__ = ["SCHEMA_VERSION", "ensure_schema", "recount_stored_types", "stored_version"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The layout this release writes and reads. 2: a checkpoint's state has an offset of its own.
 3: an event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
 row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`).
 6: idempotency keys in ``streamkit_keys`` (:mod:`streamkit.backends._keys`) instead of an
-index over the events.
+index over the events. 7: a checkpoint row names its path and what its state still needs
+(``retain_from``), and operators' holds on history are kept in ``streamkit_holds``
+(:mod:`streamkit.horizon`).
 
-A log of version 1 to 5 is upgraded in place when opened; any other is refused.
+A log of version 1 to 6 is upgraded in place when opened; any other is refused.
 """
 
 _STATE_OFFSET = (
@@ -112,6 +115,27 @@ _KEY_TABLE = (
     "WHERE idempotency_key IS NOT NULL",
     "DROP INDEX IF EXISTS {schema}.streamkit_events_idempotency",
 )
+# An operator's hold on a path's history from an offset on (see streamkit.horizon).
+_HOLDS = """CREATE TABLE IF NOT EXISTS {schema}.streamkit_holds (
+        path text NOT NULL,
+        name text NOT NULL,
+        from_offset bigint NOT NULL,
+        until double precision,
+        placed_by text NOT NULL,
+        reason text NOT NULL,
+        placed_at double precision NOT NULL,
+        PRIMARY KEY (path, name)
+    )"""
+_RETENTION = (
+    "ALTER TABLE {schema}.streamkit_checkpoints ADD COLUMN IF NOT EXISTS path text",
+    "ALTER TABLE {schema}.streamkit_checkpoints ADD COLUMN IF NOT EXISTS retain_from bigint",
+    # An old row's path, where its slug was leased on one path only; else NULL, which
+    # holds every path's history back until its host next writes the row.
+    "UPDATE {schema}.streamkit_checkpoints c SET path = l.path FROM ("
+    "SELECT slug, min(path) AS path FROM {schema}.streamkit_leases GROUP BY slug "
+    "HAVING count(DISTINCT path) = 1) l WHERE l.slug = c.slug AND c.path IS NULL",
+    _HOLDS,
+)
 _UPGRADES = {
     1: (
         _STATE_OFFSET,
@@ -120,11 +144,20 @@ _UPGRADES = {
         _COUNT_STORED_TYPES,
         *_CHECKPOINT_VERSIONS,
         *_KEY_TABLE,
+        *_RETENTION,
     ),
-    2: (_PAYLOAD_VERSION, _STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS, *_KEY_TABLE),
-    3: (_STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS, *_KEY_TABLE),
-    4: (*_CHECKPOINT_VERSIONS, *_KEY_TABLE),
-    5: _KEY_TABLE,
+    2: (
+        _PAYLOAD_VERSION,
+        _STORED_TYPES,
+        _COUNT_STORED_TYPES,
+        *_CHECKPOINT_VERSIONS,
+        *_KEY_TABLE,
+        *_RETENTION,
+    ),
+    3: (_STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS, *_KEY_TABLE, *_RETENTION),
+    4: (*_CHECKPOINT_VERSIONS, *_KEY_TABLE, *_RETENTION),
+    5: (*_KEY_TABLE, *_RETENTION),
+    6: _RETENTION,
 }
 """The statements that bring a log of an older version to :data:`SCHEMA_VERSION`.
 
@@ -136,7 +169,8 @@ stored types is made and counted from the events, the one time it reads the
 whole log. 4 to 5: checkpoints are keyed by slug and version; each old row
 serves (a constant default rewrites no row either). 5 to 6: the idempotency
 keys are copied from the index over the events to ``streamkit_keys`` and the
-index is dropped.
+index is dropped. 6 to 7: checkpoints gain ``path`` (from the leases where a
+slug was leased on one path) and ``retain_from``, and the holds table is made.
 """
 
 _ATTEMPTS = 20
@@ -194,9 +228,12 @@ _TABLES = (
         serving boolean NOT NULL DEFAULT false,
         cutover_offset bigint NOT NULL DEFAULT 0,
         retired_at bigint,
+        path text,
+        retain_from bigint,
         PRIMARY KEY (slug, reducer_version)
     )""",
     _SERVING_INDEX,
+    _HOLDS,
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_skips (
         path text NOT NULL,
         slug text NOT NULL,

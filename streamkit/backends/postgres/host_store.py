@@ -29,16 +29,19 @@ from typing import Any
 import psycopg
 
 from streamkit._targets import PostgresTarget
-from streamkit.backends._fenced_checkpoints import CheckpointRow, FencedCheckpoints
+from streamkit.backends import _retention_rules
+from streamkit.backends._fenced_checkpoints import FencedCheckpoints
 from streamkit.backends._skip_rules import record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
 from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.backends.postgres._connect import connect, session_options, storage_error
 from streamkit.backends.postgres.leases import CLOCK as _CLOCK
 from streamkit.backends.postgres.leases import Leases
-from streamkit.checkpoint import ReduceCheckpoint, check_cutover, checkpoint_of
+from streamkit.backends.postgres.retention import PostgresRetentionRows
+from streamkit.checkpoint import CheckpointRow, ReduceCheckpoint, check_cutover, checkpoint_of
 from streamkit.errors import StorageError
 from streamkit.events import StreamEvent
+from streamkit.horizon import Hold, Horizon
 from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
 
@@ -53,7 +56,7 @@ class _Tables:
         self.leases = Leases(schema)
         columns = (
             "reducer_version, reduced_through_offset, state, state_offset, serving, cutover_offset, "
-            "retired_at "
+            "retired_at, retain_from "
         )
         self.serving_row = (
             f"SELECT {columns}FROM {s}.streamkit_checkpoints WHERE slug = %s AND serving"
@@ -70,12 +73,15 @@ class _Tables:
         # The first version written for a slug serves; any other waits for its cutover.
         self.write_checkpoint = (
             f"INSERT INTO {s}.streamkit_checkpoints AS c "
-            "(slug, reducer_version, reduced_through_offset, state, state_offset, serving) "
-            "VALUES (%(slug)s, %(version)s, %(cursor)s, %(state)s, %(state_offset)s, NOT EXISTS "
+            "(slug, reducer_version, reduced_through_offset, state, state_offset, path, "
+            "retain_from, serving) "
+            "VALUES (%(slug)s, %(version)s, %(cursor)s, %(state)s, %(state_offset)s, %(path)s, "
+            "%(retain_from)s, NOT EXISTS "
             f"(SELECT 1 FROM {s}.streamkit_checkpoints WHERE slug = %(slug)s AND serving)) "
             "ON CONFLICT (slug, reducer_version) DO UPDATE SET "
             "reduced_through_offset = excluded.reduced_through_offset, "
-            "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset"
+            "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset, "
+            "path = COALESCE(excluded.path, c.path), retain_from = excluded.retain_from"
         )
         self.versions = (
             f"SELECT {columns}FROM {s}.streamkit_checkpoints WHERE slug = %s "
@@ -91,11 +97,13 @@ class _Tables:
         )
         self.serve_checkpoint_row = (
             f"INSERT INTO {s}.streamkit_checkpoints AS c "
-            "(slug, reducer_version, reduced_through_offset, state, state_offset, serving, "
-            "cutover_offset, retired_at) VALUES (%s, %s, %s, %s, %s, true, %s, NULL) "
+            "(slug, reducer_version, reduced_through_offset, state, state_offset, path, "
+            "retain_from, serving, cutover_offset, retired_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, true, %s, NULL) "
             "ON CONFLICT (slug, reducer_version) DO UPDATE SET "
             "reduced_through_offset = excluded.reduced_through_offset, "
             "state = COALESCE(excluded.state, c.state), state_offset = excluded.state_offset, "
+            "path = COALESCE(excluded.path, c.path), retain_from = excluded.retain_from, "
             "serving = true, cutover_offset = excluded.cutover_offset, retired_at = NULL"
         )
         self.stream_heads = (
@@ -158,22 +166,23 @@ class _Tables:
         return None if row is None else checkpoint_of(row)
 
     def upsert_checkpoint(self, conn: psycopg.Connection[Any], row: CheckpointRow) -> None:
-        slug, version, cursor, state, state_offset = row
         conn.execute(
             self.write_checkpoint,
             {
-                "slug": slug,
-                "version": version,
-                "cursor": cursor,
-                "state": state,
-                "state_offset": state_offset,
+                "slug": row.slug,
+                "version": row.reducer_version,
+                "cursor": row.reduced_through_offset,
+                "state": row.state_json,
+                "state_offset": row.state_offset,
+                "path": row.path,
+                "retain_from": row.retain_from,
             },
         )
 
     def serve_checkpoint(
         self, conn: psycopg.Connection[Any], row: CheckpointRow, replacing: str | None
     ) -> None:
-        slug, version, through = row[0], row[1], row[2]
+        slug, version, through = row.slug, row.reducer_version, row.reduced_through_offset
         # Locked: a writer of the serving row (its checkpoint, another cutover) waits for us.
         serving = conn.execute(self.locked_serving_row, (slug,)).fetchone()
         check_cutover(
@@ -292,6 +301,7 @@ class PostgresHostStore:
         self._log = log
         self._target = backend.target
         self._tables = _Tables(backend.target.schema)
+        self._retention = PostgresRetentionRows(backend.target.schema)
 
     async def prepare(self) -> None:
         """Nothing to do: opening the log created every table a host keeps."""
@@ -437,6 +447,34 @@ class PostgresHostStore:
         statement = self._tables.lag
         row = await self._log.query(lambda conn: conn.execute(statement, (path, cursor)).fetchone())
         return int(row[0]) if row else 0
+
+    async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
+        """Every path's retention horizon (see ``_retention_rules.horizons``)."""
+        return await _retention_rules.horizons(self._log, self._retention, now, path)
+
+    async def place_hold(self, hold: Hold) -> StreamEvent:
+        """Place ``hold``: its row and ``streamkit.hold-placed`` in one transaction."""
+        return await _retention_rules.place_hold(self._log, hold, self._retention)
+
+    async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
+        """Release a hold: its row goes with ``streamkit.hold-released``."""
+        return await _retention_rules.release_hold(
+            self._log, path, name, by, reason, self._retention
+        )
+
+    async def forget_processor(
+        self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
+    ) -> StreamEvent:
+        """Delete ``slug``'s checkpoint rows with ``streamkit.processor-forgotten``."""
+        return await _retention_rules.forget_processor(
+            self._log,
+            slug,
+            version,
+            by=by,
+            reason=reason,
+            running=await self.live_hosts(now, ttl),
+            rows=self._retention,
+        )
 
 
 def registered_sockets(target: PostgresTarget, slug: str | None = None) -> list[str]:

@@ -21,8 +21,10 @@ from streamkit.errors import LogOpenError, StorageBusy, StorageError
 
 __all__ = [
     "CHECKPOINT_TABLE",
+    "HOLDS_TABLE",
     "MEMORY",
     "SCHEMA_VERSION",
+    "add_retention_columns",
     "add_state_offset",
     "connect_reader",
     "connect_writer",
@@ -33,19 +35,21 @@ __all__ = [
 ]
 
 MEMORY = ":memory:"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
 event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
 row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`).
 6: a path's durable head is kept in its ``streamkit_heads`` row, written in each commit, and
 idempotency keys in ``streamkit_keys`` (:mod:`streamkit.backends._keys`) instead of an index
-over the events."""
+over the events. 7: a checkpoint row names its path and what its state still needs
+(``retain_from``), and operators' holds on history are kept in ``streamkit_holds``
+(:mod:`streamkit.horizon`)."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
 
-_UPGRADABLE = frozenset({"1", "2", "3", "4", "5"})
+_UPGRADABLE = frozenset({"1", "2", "3", "4", "5", "6"})
 """Older layouts the writer upgrades in place when it opens the file."""
 
 # One row per stored (path, type, payload version), moved in each commit's transaction
@@ -72,6 +76,21 @@ CREATE TABLE IF NOT EXISTS streamkit_keys (
     body_sha256 TEXT,
     created_at TEXT,
     PRIMARY KEY (path, key)
+) WITHOUT ROWID
+"""
+
+# An operator's hold on a path's history from an offset on (see streamkit.horizon):
+# retention keeps every event at or after it until the hold is released or expires.
+HOLDS_TABLE = """
+CREATE TABLE IF NOT EXISTS streamkit_holds (
+    path TEXT NOT NULL,
+    name TEXT NOT NULL,
+    from_offset INTEGER NOT NULL,
+    until REAL,
+    placed_by TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    placed_at REAL NOT NULL,
+    PRIMARY KEY (path, name)
 ) WITHOUT ROWID
 """
 
@@ -116,6 +135,8 @@ CREATE TABLE IF NOT EXISTS streamkit_claims (
     + _STORED_TYPES_TABLE
     + ";"
     + _KEYS_TABLE
+    + ";"
+    + HOLDS_TABLE
 )
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
@@ -291,6 +312,7 @@ def create_checkpoint_table(conn: sqlite3.Connection, table: str = CHECKPOINT_TA
     quoted = f'"{table}"'
     columns = {row[1] for row in conn.execute(f"PRAGMA table_info({quoted})")}
     if columns and "serving" in columns:
+        add_retention_columns(conn, table)
         return
     if columns:
         add_state_offset(conn, table)
@@ -305,6 +327,8 @@ def create_checkpoint_table(conn: sqlite3.Connection, table: str = CHECKPOINT_TA
         " serving INTEGER NOT NULL DEFAULT 0,"
         " cutover_offset INTEGER NOT NULL DEFAULT 0,"
         " retired_at INTEGER,"
+        " path TEXT,"
+        " retain_from INTEGER,"
         " PRIMARY KEY (slug, reducer_version)"
         ")"
     )
@@ -317,6 +341,29 @@ def create_checkpoint_table(conn: sqlite3.Connection, table: str = CHECKPOINT_TA
             f' FROM "{table}_before_versions"'
         )
         conn.execute(f'DROP TABLE "{table}_before_versions"')
+
+
+def add_retention_columns(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) -> None:
+    """Give a checkpoint table made before retention its ``path`` and ``retain_from`` columns.
+
+    An old row's path is taken from the leases when its slug was leased on
+    one path only; else it stays NULL, which holds every path's history back
+    (safe: nothing it may need can go) until its host next writes the row.
+    NULL in ``retain_from`` reads as "nothing before the cursor", true of
+    every row written before processors could say otherwise.
+    """
+    quoted = f'"{table}"'
+    columns = {row[1] for row in conn.execute(f"PRAGMA table_info({quoted})")}
+    if "path" in columns:
+        return
+    conn.execute(f"ALTER TABLE {quoted} ADD COLUMN path TEXT")
+    conn.execute(f"ALTER TABLE {quoted} ADD COLUMN retain_from INTEGER")
+    if "streamkit_leases" in _table_names(conn):
+        conn.execute(
+            f"UPDATE {quoted} SET path = (SELECT min(l.path) FROM streamkit_leases l"
+            f" WHERE l.slug = {quoted}.slug) WHERE (SELECT count(DISTINCT l.path)"
+            f" FROM streamkit_leases l WHERE l.slug = {quoted}.slug) = 1"
+        )
 
 
 def add_payload_version(conn: sqlite3.Connection) -> None:
@@ -395,7 +442,9 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     (:func:`create_checkpoint_table`). 5 to 6: the heads table gains ``head``,
     set to each path's last offset (an index probe or two per path), and the
     idempotency keys are copied from the index over the events (read in
-    that index's order) to ``streamkit_keys``, and the index dropped. The
+    that index's order) to ``streamkit_keys``, and the index dropped. 6 to
+    7: the checkpoint table gains ``path`` and ``retain_from``
+    (:func:`add_retention_columns`) and the holds table is made. The
     version moves in the same transaction,
     so a release that does not know a table refuses the file instead of
     misreading it.
@@ -407,13 +456,15 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
         ).fetchone()
         version = None if row is None else str(row[0])
         if version in _UPGRADABLE:
-            if version != "5":
+            if version not in ("5", "6"):
                 add_payload_version(conn)
                 add_stored_types(conn)
-                if CHECKPOINT_TABLE in _table_names(conn):
-                    create_checkpoint_table(conn)
-            add_durable_heads(conn)
-            add_key_table(conn)
+            if version != "6":
+                add_durable_heads(conn)
+                add_key_table(conn)
+            if CHECKPOINT_TABLE in _table_names(conn):
+                create_checkpoint_table(conn)
+            conn.execute(HOLDS_TABLE)
             conn.execute(
                 "UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),

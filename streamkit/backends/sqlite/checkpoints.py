@@ -26,7 +26,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from streamkit.backends.sqlite._schema import create_checkpoint_table, storage_error
-from streamkit.checkpoint import ReduceCheckpoint, check_checkpoint, check_cutover, checkpoint_of
+from streamkit.checkpoint import (
+    CheckpointRow,
+    ReduceCheckpoint,
+    check_checkpoint,
+    check_cutover,
+    checkpoint_of,
+)
 from streamkit.errors import InvalidRequest, StorageError
 
 __all__ = ["DEFAULT_CHECKPOINT_TABLE", "ReduceCheckpointTable"]
@@ -43,10 +49,12 @@ class ReduceCheckpointTable:
 
     The caller opens and closes ``conn``; this class never closes it. With
     ``create_table=False`` the table must already exist (a host that created it
-    once skips the DDL on every later start).
+    once skips the DDL on every later start). ``path`` is the stream its
+    processors read, stored on each row it writes: retention reads it to know
+    whose history a row holds (None: every path's; see :mod:`streamkit.horizon`).
     """
 
-    __slots__ = ("_conn", "_quoted", "table", "writes")
+    __slots__ = ("_conn", "_quoted", "path", "table", "writes")
 
     def __init__(
         self,
@@ -54,6 +62,7 @@ class ReduceCheckpointTable:
         *,
         table: str = DEFAULT_CHECKPOINT_TABLE,
         create_table: bool = True,
+        path: str | None = None,
     ) -> None:
         if not isinstance(table, str) or not _IDENTIFIER.match(table):
             raise InvalidRequest(
@@ -64,6 +73,7 @@ class ReduceCheckpointTable:
             )
         self._conn = conn
         self.table = table
+        self.path = path
         self._quoted = f'"{table}"'
         # Checkpoint rows written so far, one statement each; the DDL is not counted.
         self.writes = 0
@@ -78,7 +88,7 @@ class ReduceCheckpointTable:
         with self._statement(f'read the checkpoint of "{slug}"'):
             row = self._conn.execute(
                 "SELECT reducer_version, reduced_through_offset, state, state_offset, serving,"
-                f" cutover_offset, retired_at FROM {self._quoted} WHERE slug = ? AND {where}",
+                f" cutover_offset, retired_at, retain_from FROM {self._quoted} WHERE slug = ? AND {where}",
                 arguments,
             ).fetchone()
         return None if row is None else checkpoint_of(row)
@@ -91,6 +101,7 @@ class ReduceCheckpointTable:
         reduced_through_offset: int,
         state_json: str | None,
         state_offset: int | None = None,
+        retain_from: int | None = None,
     ) -> None:
         """Write the checkpoint of ``slug`` in exactly one statement.
 
@@ -101,31 +112,49 @@ class ReduceCheckpointTable:
         arguments, a state over the ceiling) happen before any SQL, so the
         stored row is untouched.
         """
-        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json, state_offset)
-        self.upsert((slug, reducer_version, reduced_through_offset, state_json, state_offset))
+        check_checkpoint(
+            slug, reducer_version, reduced_through_offset, state_json, state_offset, retain_from
+        )
+        self.upsert(
+            CheckpointRow(
+                slug,
+                reducer_version,
+                reduced_through_offset,
+                state_json,
+                state_offset,
+                self.path,
+                retain_from,
+            )
+        )
 
-    def upsert(self, row: tuple[str, str, int, str | None, int | None]) -> None:
-        """:meth:`write` of ``(slug, version, cursor, state, state_offset)``, already checked."""
-        with self._statement(f'write the checkpoint of "{row[0]}"'):
+    def upsert(self, row: CheckpointRow) -> None:
+        """:meth:`write` of ``row``, already checked (its path, if None, is this table's)."""
+        if row.path is None and self.path is not None:
+            row = row._replace(path=self.path)
+        with self._statement(f'write the checkpoint of "{row.slug}"'):
             # The first version written for a slug serves; any other waits for its cutover.
+            # A row's path is kept once known: a writer that was not told leaves it.
             self._conn.execute(
                 f"INSERT INTO {self._quoted}"
-                " (slug, reducer_version, reduced_through_offset, state, state_offset, serving)"
-                " VALUES (?1, ?2, ?3, ?4, ?5,"
+                " (slug, reducer_version, reduced_through_offset, state, state_offset, path,"
+                " retain_from, serving)"
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
                 f" NOT EXISTS (SELECT 1 FROM {self._quoted} WHERE slug = ?1 AND serving))"
                 " ON CONFLICT(slug, reducer_version) DO UPDATE SET"
                 " reduced_through_offset = excluded.reduced_through_offset,"
                 f" state = COALESCE(excluded.state, {self._quoted}.state),"
-                " state_offset = excluded.state_offset",
+                " state_offset = excluded.state_offset,"
+                f" path = COALESCE(excluded.path, {self._quoted}.path),"
+                " retain_from = excluded.retain_from",
                 row,
             )
         self.writes += 1
 
-    def serve_row(
-        self, row: tuple[str, str, int, str | None, int | None], replacing: str | None
-    ) -> None:
-        """:meth:`serve` of ``(slug, version, cursor, state, None)``, already checked."""
-        slug, version, through = row[0], row[1], row[2]
+    def serve_row(self, row: CheckpointRow, replacing: str | None) -> None:
+        """:meth:`serve` of ``row`` (its state whole), already checked."""
+        if row.path is None and self.path is not None:
+            row = row._replace(path=self.path)
+        slug, version, through = row.slug, row.reducer_version, row.reduced_through_offset
         with self._statement(f'cut "{slug}" over to version {version!r}'):
             conn = self._conn
             conn.execute('SAVEPOINT "streamkit_cutover"')
@@ -137,12 +166,14 @@ class ReduceCheckpointTable:
                 )
                 conn.execute(
                     f"INSERT INTO {self._quoted} (slug, reducer_version, reduced_through_offset,"
-                    " state, state_offset, serving, cutover_offset, retired_at)"
-                    " VALUES (?, ?, ?, ?, ?, 1, ?, NULL)"
+                    " state, state_offset, path, retain_from, serving, cutover_offset, retired_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?, NULL)"
                     " ON CONFLICT(slug, reducer_version) DO UPDATE SET"
                     " reduced_through_offset = excluded.reduced_through_offset,"
                     f" state = COALESCE(excluded.state, {self._quoted}.state),"
-                    " state_offset = excluded.state_offset, serving = 1,"
+                    " state_offset = excluded.state_offset,"
+                    f" path = COALESCE(excluded.path, {self._quoted}.path),"
+                    " retain_from = excluded.retain_from, serving = 1,"
                     " cutover_offset = excluded.cutover_offset, retired_at = NULL",
                     (*row, through),
                 )
@@ -161,6 +192,7 @@ class ReduceCheckpointTable:
         reduced_through_offset: int,
         state_json: str | None,
         replacing: str | None,
+        retain_from: int | None = None,
     ) -> None:
         """The cutover: write this version's checkpoint and make it the serving one, at once.
 
@@ -169,8 +201,21 @@ class ReduceCheckpointTable:
         None: none served) still serves at or below ``reduced_through_offset``
         (:func:`~streamkit.checkpoint.check_cutover`). The replaced row is kept.
         """
-        check_checkpoint(slug, reducer_version, reduced_through_offset, state_json)
-        self.serve_row((slug, reducer_version, reduced_through_offset, state_json, None), replacing)
+        check_checkpoint(
+            slug, reducer_version, reduced_through_offset, state_json, None, retain_from
+        )
+        self.serve_row(
+            CheckpointRow(
+                slug,
+                reducer_version,
+                reduced_through_offset,
+                state_json,
+                None,
+                self.path,
+                retain_from,
+            ),
+            replacing,
+        )
 
     async def load(self, slug: str, version: str | None = None) -> ReduceCheckpoint | None:
         """Async twin of :meth:`read` (runs it directly; SQLite reads here are short)."""
@@ -184,6 +229,7 @@ class ReduceCheckpointTable:
         reduced_through_offset: int,
         state_json: str | None,
         state_offset: int | None = None,
+        retain_from: int | None = None,
     ) -> None:
         """Async twin of :meth:`write` (runs it directly, on the calling thread)."""
         self.write(
@@ -192,6 +238,7 @@ class ReduceCheckpointTable:
             reduced_through_offset=reduced_through_offset,
             state_json=state_json,
             state_offset=state_offset,
+            retain_from=retain_from,
         )
 
     async def fence_serving(self, slug: str) -> None:
@@ -205,6 +252,7 @@ class ReduceCheckpointTable:
         reduced_through_offset: int,
         state_json: str | None,
         replacing: str | None,
+        retain_from: int | None = None,
     ) -> None:
         """Async twin of :meth:`serve` (the protocol's ``cut_over``)."""
         self.serve(
@@ -213,6 +261,7 @@ class ReduceCheckpointTable:
             reduced_through_offset=reduced_through_offset,
             state_json=state_json,
             replacing=replacing,
+            retain_from=retain_from,
         )
 
     def reinstate(self, slug: str, version: str) -> bool:
@@ -242,7 +291,7 @@ class ReduceCheckpointTable:
         with self._statement(f'list the checkpoints of "{slug}"'):
             rows = self._conn.execute(
                 "SELECT reducer_version, reduced_through_offset, state, state_offset, serving,"
-                f" cutover_offset, retired_at FROM {self._quoted} WHERE slug = ?"
+                f" cutover_offset, retired_at, retain_from FROM {self._quoted} WHERE slug = ?"
                 " ORDER BY serving DESC, reducer_version",
                 (slug,),
             ).fetchall()

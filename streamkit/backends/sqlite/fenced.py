@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from streamkit.backends._fenced_checkpoints import CheckpointRow, FencedCheckpoints
+from streamkit.backends._fenced_checkpoints import FencedCheckpoints
 from streamkit.backends.sqlite import leases
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
-from streamkit.checkpoint import ReduceCheckpoint
+from streamkit.checkpoint import CheckpointRow, ReduceCheckpoint
 from streamkit.log import Log
 from streamkit.protocols import Lease, LeaseExchange, LeaseGuard
 

@@ -17,11 +17,14 @@ import sqlite3
 import time
 from typing import Any
 
+from streamkit.backends import _retention_rules
 from streamkit.backends.sqlite import leases, registry, skips, status
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.backends.sqlite.fenced import FencedCheckpointStorage
+from streamkit.backends.sqlite.retention import ROWS as _RETENTION_ROWS
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import StreamEvent
+from streamkit.horizon import Hold, Horizon
 from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
 
@@ -206,4 +209,32 @@ class SqliteHostStore:
         """Durable events of ``path`` past ``cursor``."""
         return await self._log.query(
             functools.partial(status.durable_lag, path=path, cursor=cursor)
+        )
+
+    async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
+        """Every path's retention horizon (see ``_retention_rules.horizons``)."""
+        return await _retention_rules.horizons(self._log, _RETENTION_ROWS, now, path)
+
+    async def place_hold(self, hold: Hold) -> StreamEvent:
+        """Place ``hold``: its row and ``streamkit.hold-placed`` in one transaction."""
+        return await _retention_rules.place_hold(self._log, hold, _RETENTION_ROWS)
+
+    async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
+        """Release a hold: its row goes with ``streamkit.hold-released``."""
+        return await _retention_rules.release_hold(
+            self._log, path, name, by, reason, _RETENTION_ROWS
+        )
+
+    async def forget_processor(
+        self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
+    ) -> StreamEvent:
+        """Delete ``slug``'s checkpoint rows with ``streamkit.processor-forgotten``."""
+        return await _retention_rules.forget_processor(
+            self._log,
+            slug,
+            version,
+            by=by,
+            reason=reason,
+            running=await self.live_hosts(now, ttl),
+            rows=_RETENTION_ROWS,
         )

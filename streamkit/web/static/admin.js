@@ -327,6 +327,26 @@ async function versionAction(p, question, path, body, said) {
   }
 }
 
+function renderRetention(rows) {
+  // What each path's history must keep (docs/retention.md): the horizon and who holds it there.
+  const body = document.querySelector("#retention tbody");
+  const note = document.getElementById("retention-note");
+  body.replaceChildren();
+  if (rows === null || rows === undefined) {
+    note.textContent = "unknown: the database did not answer";
+    return;
+  }
+  note.textContent = rows.length ? "" : "no path holds events yet";
+  for (const r of rows) {
+    const tr = el("tr");
+    tr.dataset.path = r.path;
+    const held = r.held_by.map((n) => n.kind + " " + n.name + (n.state ? " (" + n.state + ")" : "") + ": " + n.why).join("; ");
+    tr.append(cell(r.path), cell(r.head, "num"), cell(r.horizon, "num horizon"),
+      cell(r.head + 1 - r.horizon, "num kept"), cell(held || "nothing", "held-by"));
+    body.append(tr);
+  }
+}
+
 function renderProcessors(status) {
   const host = status.host || {};
   const uptime = host.uptime === null || host.uptime === undefined ? "" : ", up " + ago(host.uptime).replace(" ago", "");
@@ -771,7 +791,9 @@ let ticks = 0;
 async function refresh() {
   const connection = document.getElementById("connection");
   try {
-    renderProcessors(await api("/v1/processors"));
+    const status = await api("/v1/processors");
+    renderProcessors(status);
+    renderRetention(status.retention);
     const work = [refreshDlq(), refreshTasks(), refreshSchedules()];
     if (ticks % 5 === 0) work.push(refreshHosts());
     if (browse.mode === "newest" && ticks % 2 === 0) work.push(loadEvents());
