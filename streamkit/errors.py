@@ -21,6 +21,7 @@ __all__ = [
     "ControlUnavailable",
     "CutoverRaced",
     "Forbidden",
+    "HistoryTruncated",
     "HostBusy",
     "IdempotencyConflict",
     "InternalError",
@@ -208,6 +209,17 @@ class StateNotSerializable(StreamkitError, TypeError):
     """A reduced state cannot be written as JSON, so it cannot be checkpointed; nothing was written."""
 
     code = "REDUCE_STATE_NOT_SERIALIZABLE"
+
+
+class HistoryTruncated(StreamkitError, LookupError):
+    """A read began below the first offset a path still holds: its history before was taken.
+
+    ``details``: ``path``, ``requested`` (the offset the read began after),
+    ``start`` (the first offset still held) and ``archive`` (the segment files
+    of what was archived; empty when it was deleted). Never a silent jump.
+    """
+
+    code = "HISTORY_TRUNCATED"
 
 
 class RetainFromInvalid(StreamkitError, ValueError):

@@ -100,6 +100,10 @@ class Horizon:
     offset: int
     needs: tuple[Need, ...]
     """Every need on the path, lowest first."""
+    start: int = 1
+    """The first offset the path still holds (after what retention took)."""
+    archived_segments: int = 0
+    archived_bytes: int = 0
 
     @property
     def held_by(self) -> tuple[Need, ...]:
@@ -120,7 +124,10 @@ class Horizon:
         return {
             "path": self.path,
             "head": self.head,
+            "start": self.start,
             "horizon": self.offset,
+            "archived_segments": self.archived_segments,
+            "archived_bytes": self.archived_bytes,
             "held_by": [need.to_dict() for need in self.held_by],
             "needs": [need.to_dict() for need in self.needs],
         }

@@ -33,7 +33,7 @@ from streamkit._requests import AppendCall, Connection, FollowJob, Job, Transact
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.horizon import Hold, Horizon
-from streamkit.records import RELEASED, Lease, LogStats, StoredType
+from streamkit.records import RELEASED, Lease, LogStats, RetentionRun, Segment, StoredType
 
 __all__ = [
     "RELEASED",
@@ -162,8 +162,13 @@ class LogBackend(Protocol):
         limit: int,
         upto: int | None,
         types: PayloadTypes | None = None,
+        archive: bool = False,
     ) -> tuple[ReadPage, int]:
         """Durable events of ``path`` after ``after`` (at most ``limit``, at most ``upto``).
+
+        Below the path's start (:mod:`streamkit.history`) the read is refused
+        with HISTORY_TRUNCATED, or with ``archive`` served from the archive's
+        segment files (refused still where a range was deleted).
 
         The page (with the range it proves scanned) and the size in bytes of
         its stored JSON, which followers count against their budget.
@@ -443,6 +448,28 @@ class HostStore(Protocol):
 
         Refused while a host that beat within ``ttl`` of ``now`` runs it.
         """
+        ...
+
+    async def run_retention(
+        self,
+        path: str,
+        *,
+        through: int | None = None,
+        archive: str | None = None,
+        chunk: int = 10_000,
+    ) -> RetentionRun:
+        """Take ``path``'s history below its horizon (through ``through``), archived or deleted.
+
+        ``archive``: an absolute directory for the segment files; None deletes.
+        """
+        ...
+
+    async def archive_segments(self, path: str | None = None) -> list[Segment]:
+        """The recorded archive segments (of ``path`` only), by path and range."""
+        ...
+
+    async def verify_archive(self, path: str | None = None) -> list[str]:
+        """Every problem of the recorded archive segments and their chain (empty: proven)."""
         ...
 
     async def stream_heads(self) -> list[tuple[str, int]]:

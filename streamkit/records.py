@@ -1,5 +1,5 @@
 """The plain records that cross the backend boundary: a stored lease, a log's counters,
-what a log stores of each event type.
+what a log stores of each event type, an archived segment, what a retention run did.
 
 Values, not protocols: a backend builds them, the layers above read them.
 :mod:`streamkit.protocols` names them in its protocols and re-exports them.
@@ -8,10 +8,10 @@ Values, not protocols: a backend builds them, the layers above read them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RELEASED", "Lease", "LogStats", "StoredType"]
+__all__ = ["RELEASED", "Lease", "LogStats", "RetentionRun", "Segment", "StoredType"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,4 +110,52 @@ class StoredType:
             "count": self.count,
             "first_offset": self.first_offset,
             "last_offset": self.last_offset,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One archived range of a path, as the log records it (and :func:`check_segment` proves)."""
+
+    path: str
+    first: int
+    last: int
+    count: int
+    bytes: int
+    file: str
+    """Where the segment lives: a file path."""
+    sha256: str
+    prev_sha256: str | None
+    """The previous segment's hash on the path (None: the first segment of the path)."""
+
+
+@dataclass(slots=True)
+class RetentionRun:
+    """What one run of one path did."""
+
+    path: str
+    mode: str
+    horizon: int
+    start_before: int
+    start_after: int
+    events: int = 0
+    chunks: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    segments: list[Segment] = field(default_factory=list)
+    orphans_removed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "mode": self.mode,
+            "horizon": self.horizon,
+            "start_before": self.start_before,
+            "start_after": self.start_after,
+            "events": self.events,
+            "chunks": self.chunks,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "segments": [s.file for s in self.segments],
+            "orphans_removed": self.orphans_removed,
         }

@@ -12,6 +12,7 @@ backend supplies the table operations (:class:`RetentionRows`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple, Protocol
 
 from streamkit._requests import Connection
@@ -28,6 +29,7 @@ __all__ = [
     "RetentionRows",
     "forget_processor",
     "hold_of",
+    "horizon_in",
     "horizons",
     "need_of",
     "place_hold",
@@ -81,6 +83,10 @@ class RetentionFacts(NamedTuple):
     holds: list[Hold]
     running: list[str]
     """``slug@path`` of every processor a registered host (alive or not) said it runs."""
+    starts: dict[str, int]
+    """Each path's first offset still held, where retention took some."""
+    archived: dict[str, tuple[int, int]]
+    """Each path's archive: its recorded segments and their bytes."""
 
 
 class RetentionRows(Protocol):
@@ -105,25 +111,32 @@ class RetentionRows(Protocol):
         ...
 
 
+def horizon_in(facts: RetentionFacts, path: str, now: float) -> Horizon:
+    """The horizon of ``path`` as ``facts`` (read in one transaction) say."""
+    running = [key.rpartition("@")[0] for key in facts.running if key.rpartition("@")[2] == path]
+    horizon = horizon_of(
+        path, dict(facts.heads).get(path, 0), facts.rows, facts.holds, running, now
+    )
+    segments, size = facts.archived.get(path, (0, 0))
+    return replace(
+        horizon,
+        start=facts.starts.get(path, 1),
+        archived_segments=segments,
+        archived_bytes=size,
+    )
+
+
 async def horizons(
     log: Log, rows: RetentionRows, now: float, path: str | None = None
 ) -> list[Horizon]:
     """The horizon of every path with events or a checkpoint (or of ``path`` only)."""
     facts = await log.query(rows.facts)
-    heads = dict(facts.heads)
-    paths = set(heads)
+    paths = {p for p, _ in facts.heads}
     paths.update(row.path for row in facts.rows if row.path is not None)
     paths.update(hold.path for hold in facts.holds)
     if path is not None:
         paths = {validate_path(path)}
-    running: dict[str, list[str]] = {}
-    for key in facts.running:
-        slug, _, on = key.rpartition("@")
-        running.setdefault(on, []).append(slug)
-    return [
-        horizon_of(p, heads.get(p, 0), facts.rows, facts.holds, running.get(p, []), now)
-        for p in sorted(paths)
-    ]
+    return [horizon_in(facts, p, now) for p in sorted(paths)]
 
 
 async def place_hold(log: Log, hold: Hold, rows: RetentionRows) -> StreamEvent:

@@ -200,6 +200,12 @@ def add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--follow", action="store_true", help="keep following new events")
     p.add_argument(
+        "--include-archive",
+        action="store_true",
+        help="below the path's start (history retention took), read its archive instead of "
+        "refusing with HISTORY_TRUNCATED",
+    )
+    p.add_argument(
         "--type",
         dest="types",
         action="append",
@@ -273,12 +279,13 @@ def _cmd_read(args: argparse.Namespace, out: TextIO) -> int:
                             return
                 return
             after = args.after
+            read = functools.partial(stream.read, include_archive=args.include_archive)
             while limit is None or printed < limit:
                 page_size = 500 if limit is None else min(500, limit - printed)
                 if matches is None:
-                    page = await stream.read(after, page_size)
+                    page = await read(after, page_size)
                 else:
-                    page = await read_matching(stream.read, after, page_size, matches)
+                    page = await read_matching(read, after, page_size, matches)
                 for event in page.events:
                     emit(event, args, out, timestamp=True)
                 printed += len(page.events)

@@ -39,7 +39,7 @@ from streamkit.cli._host_commands import add_host, add_skip, add_snapshot, add_s
 from streamkit.cli._log_commands import add_append, add_read
 from streamkit.cli._plugins import add_plugin_commands
 from streamkit.cli._processor_commands import add_processor
-from streamkit.cli._retention_commands import add_retention
+from streamkit.cli._retention_commands import add_retention, add_verify
 from streamkit.cli._schema_commands import add_schema
 from streamkit.errors import (
     InvalidRequest,
@@ -62,6 +62,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
     add_schema,
     add_processor,
     add_retention,
+    add_verify,
 )
 
 

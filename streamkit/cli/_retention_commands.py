@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import os
 import platform
 import time
 from datetime import UTC, datetime
@@ -24,10 +25,12 @@ from streamkit.cli._args import existing_log, positive_int
 from streamkit.cli._common import add_db_flag
 from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent
+from streamkit.history import RETENTION_CHUNK
 from streamkit.holds import check_hold
 from streamkit.horizon import Horizon, Need
+from streamkit.records import RetentionRun
 
-__all__ = ["add_retention", "operator", "retention_lines", "shown_need"]
+__all__ = ["add_retention", "add_verify", "operator", "retention_lines", "shown_need"]
 
 
 def operator(args: argparse.Namespace) -> str:
@@ -85,6 +88,63 @@ def add_retention(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     release.add_argument("--by", help="who decided (default: user@hostname)")
     release.add_argument("--json", action="store_true", help="print the control event as JSON")
     release.set_defaults(handler=_cmd_release)
+    run = verbs.add_parser(
+        "run",
+        help="take a path's history below its horizon: archived to segment files, or deleted",
+        description="Take PATH's oldest events, through --through (default: all below the "
+        "horizon), never at or past the horizon, in chunks that let appends go on between "
+        "them. With --archive each chunk is written to a segment file in DIR (synced, read "
+        "back and hashed, chained to the one before) before one transaction records it, "
+        "deletes the rows and appends streamkit.truncated; with --delete the rows go with "
+        "no archive. A read below the path's new start is refused with HISTORY_TRUNCATED.",
+    )
+    run.add_argument("path", help="the stream path")
+    add_db_flag(run)
+    mode = run.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--archive", metavar="DIR", help="the directory of the segment files")
+    mode.add_argument("--delete", action="store_true", help="delete, keeping no archive")
+    run.add_argument("--through", type=positive_int, help="take at most through this offset")
+    run.add_argument(
+        "--chunk", type=positive_int, default=RETENTION_CHUNK, help="events per transaction"
+    )
+    run.add_argument("--json", action="store_true", help="print what the run did as JSON")
+    run.set_defaults(handler=_cmd_run)
+
+
+def add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="prove the archive: every segment file against its record, and the hash chain",
+        description="With --archive: each path's recorded segments must follow on and name "
+        "the one before by its SHA-256, and each file must be there, of its recorded size and "
+        "hash (every byte is read) and say in its manifest what its record says. Prints each "
+        "problem and exits 1 if there is one.",
+    )
+    add_db_flag(p)
+    p.add_argument("--archive", action="store_true", required=True, help="verify the archive")
+    p.add_argument("--path", help="one path's segments only")
+    p.add_argument("--json", action="store_true", help='print {"segments": N, "problems": [...]}')
+    p.set_defaults(handler=_cmd_verify)
+
+
+def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
+    async def run() -> tuple[int, list[str]]:
+        async with existing_log(args.db, read_only=True) as log:
+            store = host_store(log)
+            segments = await store.archive_segments(args.path)
+            return len(segments), await store.verify_archive(args.path)
+
+    count, problems = asyncio.run(run())
+    if args.json:
+        out.write(json.dumps({"segments": count, "problems": problems}) + "\n")
+    else:
+        for problem in problems:
+            out.write(f"DAMAGED: {problem}\n")
+        out.write(
+            f"{count} segment(s) checked: "
+            + (f"{len(problems)} problem(s)\n" if problems else "every byte as recorded\n")
+        )
+    return 1 if problems else 0
 
 
 def shown_need(need: Need) -> str:
@@ -106,20 +166,32 @@ def retention_lines(rows: list[dict[str, Any]] | None) -> list[str]:
             for n in row["held_by"]
         )
         behind = row["head"] + 1 - row["horizon"]
+        start = f"start {row['start']}, " if row.get("start", 1) > 1 else ""
+        archived = (
+            f"; archived {row['archived_segments']} segment(s), {row['archived_bytes']} bytes"
+            if row.get("archived_segments")
+            else ""
+        )
         lines.append(
-            f"  {row['path']}  horizon {row['horizon']} of head {row['head']}"
+            f"  {row['path']}  {start}horizon {row['horizon']} of head {row['head']}"
             + (f", {behind} offsets kept, held by {held}" if held else ", nothing held")
+            + archived
         )
     return lines
 
 
 def _block(horizon: Horizon) -> str:
+    taken = horizon.start > 1
+    below = horizon.offset - horizon.start
     lines = [
-        f"{horizon.path}  head {horizon.head}  horizon {horizon.offset}"
+        f"{horizon.path}  head {horizon.head}"
+        + (f"  start {horizon.start}" if taken else "")
+        + f"  horizon {horizon.offset}"
+        + (f"  ({below} offsets below it may go)" if below > 0 else "  (nothing may go)")
         + (
-            f"  ({horizon.releasable} offsets below it may go)"
-            if horizon.releasable
-            else "  (nothing may go)"
+            f"  archived {horizon.archived_segments} segment(s), {horizon.archived_bytes} bytes"
+            if horizon.archived_segments
+            else ""
         )
     ]
     holding = set(horizon.held_by)
@@ -199,3 +271,28 @@ def _cmd_release(args: argparse.Namespace, out: TextIO) -> int:
 
     event = asyncio.run(run())
     return _said(event, args, out, f"hold {args.name!r} on {args.path} is released")
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    archive = None if args.archive is None else os.path.abspath(args.archive)
+
+    async def run() -> RetentionRun:
+        async with existing_log(args.db) as log:
+            return await host_store(log).run_retention(
+                args.path, through=args.through, archive=archive, chunk=args.chunk
+            )
+
+    done = asyncio.run(run())
+    if args.json:
+        out.write(json.dumps(done.to_dict(), separators=(",", ":")) + "\n")
+        return 0
+    taken = "archived" if done.mode == "archive" else "deleted"
+    out.write(
+        f"{done.path}: {taken} {done.events} events in {done.chunks} chunk(s); it starts at "
+        f"offset {done.start_after} (horizon {done.horizon})"
+        + (f", {len(done.segments)} segment(s), {done.bytes} bytes" if done.segments else "")
+        + "\n"
+    )
+    for orphan in done.orphans_removed:
+        out.write(f"removed {orphan}: a segment no row recorded (an interrupted run's)\n")
+    return 0

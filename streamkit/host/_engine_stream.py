@@ -62,7 +62,9 @@ class EngineStream:
         *,
         types: Mapping[str, type[BaseModel]] | None = None,
     ) -> ReadPage:
-        page = await self._view.read(after_offset, limit, types=types)
+        # A processor that needs history retention archived (a rebuild, a new
+        # processor) reads it from the archive, through the same fold.
+        page = await self._view.read(after_offset, limit, types=types, include_archive=True)
         return filter_page(page, self._skipped)
 
     async def claim(self, at: float | None) -> None:

@@ -333,8 +333,12 @@ class Log:
         limit: int,
         upto: int | None,
         types: PayloadTypes | None = None,
+        archive: bool = False,
     ) -> tuple[ReadPage, int]:
         self._check_open()
+        if archive:
+            # Pages of the archive are read by few (rebuilds, new processors): not shared.
+            return await self._backend.read_sized(path, after, limit, upto, types, archive=True)
         if not SPEED_TRICKS:
             return await self._backend.read_sized(path, after, limit, upto, types)
         pages = self.shared_pages
@@ -352,9 +356,15 @@ class Log:
         return pages.keep(key, page, size), size
 
     async def _read(
-        self, path: str, after: int, limit: int, upto: int | None, types: PayloadTypes | None = None
+        self,
+        path: str,
+        after: int,
+        limit: int,
+        upto: int | None,
+        types: PayloadTypes | None = None,
+        archive: bool = False,
     ) -> ReadPage:
-        page, _ = await self._read_sized(path, after, limit, upto, types)
+        page, _ = await self._read_sized(path, after, limit, upto, types, archive)
         return page
 
     async def append_control(self, path: str, event: Mapping[str, Any], seal: Seal) -> StreamEvent:
@@ -502,8 +512,13 @@ class Stream:
         limit: int = 500,
         *,
         types: Mapping[str, type[BaseModel]] | None = None,
+        include_archive: bool = False,
     ) -> ReadPage:
         """Durable events after ``after_offset`` (at most ``limit``) with the scanned-range proof.
+
+        A read that begins below the path's start (history retention took)
+        is refused with HISTORY_TRUNCATED; with ``include_archive`` it reads
+        the archive's segments there instead, through the same decoding.
 
         ``types`` maps event types to pydantic models: each payload of such a
         type stored at version 1 comes validated into its model (one that does
@@ -516,7 +531,9 @@ class Stream:
         _check_int("after_offset", after_offset, 0, MAX_OFFSET)
         _check_int("limit", limit, 1, MAX_READ_LIMIT)
         validators = None if types is None else payload_validators(types)
-        return await self.log._read(self.path, after_offset, limit, None, validators)
+        return await self.log._read(
+            self.path, after_offset, limit, None, validators, include_archive
+        )
 
     async def head(self) -> int:
         """The durable head: the highest committed offset of this path (0 if it is empty)."""
@@ -604,9 +621,12 @@ class ProcessorStreamView:
         limit: int = 500,
         *,
         types: Mapping[str, type[BaseModel]] | None = None,
+        include_archive: bool = False,
     ) -> ReadPage:
         """Same as :meth:`Stream.read`."""
-        return await self.stream.read(after_offset, limit, types=types)
+        return await self.stream.read(
+            after_offset, limit, types=types, include_archive=include_archive
+        )
 
     async def head(self) -> int:
         """Same as :meth:`Stream.head`."""

@@ -366,14 +366,32 @@ def _retention_families(rows: Sequence[dict[str, Any]]) -> list[Metric]:
         "1 for each processor or hold that holds the path's horizon where it is.",
         labels=["path", "kind", "name", "why"],
     )
+    start = GaugeMetricFamily(
+        "streamkit_retention_start",
+        "The first offset the path still holds (1 until retention took some of it).",
+        labels=["path"],
+    )
+    segments = GaugeMetricFamily(
+        "streamkit_retention_archived_segments",
+        "Archive segments recorded for the path.",
+        labels=["path"],
+    )
+    archived = GaugeMetricFamily(
+        "streamkit_retention_archived_bytes",
+        "Bytes of the path's recorded archive segments.",
+        labels=["path"],
+    )
     for row in rows:
         path = row["path"]
+        start.add_metric([path], float(row["start"]))
+        segments.add_metric([path], float(row["archived_segments"]))
+        archived.add_metric([path], float(row["archived_bytes"]))
         horizon.add_metric([path], float(row["horizon"]))
         kept.add_metric([path], float(row["head"] + 1 - row["horizon"]))
         holds.add_metric([path], float(sum(1 for n in row["needs"] if n["kind"] == "hold")))
         for need in row["held_by"]:
             held_by.add_metric([path, need["kind"], need["name"], need["why"]], 1.0)
-    return [horizon, kept, holds, held_by]
+    return [horizon, kept, holds, held_by, start, segments, archived]
 
 
 def _le(edge: float) -> str:

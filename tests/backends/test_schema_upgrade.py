@@ -66,6 +66,8 @@ def downgrade_sqlite(path: Path, to: int = 1) -> None:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
         if to < 7:
             conn.execute("DROP TABLE streamkit_holds")
+            conn.execute("DROP TABLE streamkit_segments")
+            conn.execute("ALTER TABLE streamkit_heads DROP COLUMN truncated_through")
             if "streamkit_checkpoints" in tables:
                 conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN path")
                 conn.execute("ALTER TABLE streamkit_checkpoints DROP COLUMN retain_from")
@@ -600,6 +602,10 @@ async def test_a_postgres_log_of_schema_6_learns_each_checkpoint_s_path_from_its
         name = sql.Identifier(schema)
         with _connect() as conn:
             conn.execute(sql.SQL("DROP TABLE {}.streamkit_holds").format(name))
+            conn.execute(sql.SQL("DROP TABLE {}.streamkit_segments").format(name))
+            conn.execute(
+                sql.SQL("ALTER TABLE {}.streamkit_heads DROP COLUMN truncated_through").format(name)
+            )
             for column in ("path", "retain_from"):
                 conn.execute(
                     sql.SQL("ALTER TABLE {}.streamkit_checkpoints DROP COLUMN {}").format(

@@ -57,6 +57,7 @@ BASE = {
     "streamkit.checkpoint",
     "streamkit.horizon",
     "streamkit.holds",
+    "streamkit.history",
     "streamkit._json",
     "streamkit._json_size",
     "streamkit._event_builders",

@@ -62,6 +62,7 @@ EXPECTED = {
     "SchemaAhead",
     "SchemaCheckFailed",
     "SharedMap",
+    "HistoryTruncated",
     "RetainFromInvalid",
     "StateNotSerializable",
     "StorageBusy",

@@ -69,7 +69,8 @@ def test_status_snapshot_without_a_host(tmp_path: Path, capsys: pytest.CaptureFi
     assert run("status", "--db", db, "--json") == (
         0,
         '{"host":null,"hosts":[],"processors":[],"retention":'
-        '[{"path":"/","head":1,"horizon":2,"held_by":[],"needs":[]}]}\n',
+        '[{"path":"/","head":1,"start":1,"horizon":2,"archived_segments":0,"archived_bytes":0,'
+        '"held_by":[],"needs":[]}]}\n',
     )
     assert run("snapshot", "tally", "--db", db) == (1, "")
     assert "has no checkpoint" in capsys.readouterr().err

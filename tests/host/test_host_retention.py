@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +156,61 @@ async def test_the_horizon_is_shown_held_released_and_let_go_only_when_forgotten
     assert types == [HOLD_PLACED, HOLD_RELEASED, PROCESSOR_FORGOTTEN]
     code, shown = await asyncio.to_thread(cli, "retention", "horizon", "--json", "--db", db)
     assert f'"horizon":{head + 1}' in shown
+
+
+async def test_an_archived_path_is_read_whole_by_a_new_processor_and_proven_by_verify(
+    target: Target, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`retention run --archive` takes what nobody needs; a processor that starts afterwards
+    builds its state from the archive and the log together; `verify --archive` names damage."""
+    config = HostConfig.model_validate(
+        {"db": target.target, "lease": {"ttl": 1.0, "heartbeat": 0.1}, "shutdown_grace": 1.0}
+    )
+    db, archive = target.target, str(tmp_path / "archive")
+    async with open_log(db) as log:
+        await log.stream("/").append(*({"type": "item", "payload": {"n": n}} for n in range(1, 31)))
+    code, said = await asyncio.to_thread(
+        cli, "retention", "run", "/", "--archive", archive, "--chunk", "8", "--db", db
+    )
+    assert code == 0, said
+    assert said.startswith("/: archived 30 events in 4 chunk(s); it starts at offset 31")
+    code, said = await asyncio.to_thread(cli, "verify", "--archive", "--db", db)
+    assert (code, said) == (0, "4 segment(s) checked: every byte as recorded\n")
+    capsys.readouterr()
+    code, _ = await asyncio.to_thread(cli, "read", "--db", db)
+    assert code == 1
+    assert "[HISTORY_TRUNCATED]" in capsys.readouterr().err
+    code, shown = await asyncio.to_thread(
+        cli, "read", "--db", db, "--include-archive", "--limit", "2", "--json"
+    )
+    assert code == 0
+    assert [json.loads(line)["payload"]["n"] for line in shown.splitlines()] == [1, 2]
+    code, text = await asyncio.to_thread(cli, "status", "--db", db)
+    assert "  /  start 31, horizon " in text
+    assert "; archived 4 segment(s), " in text
+
+    host = ProcessorHost(config, processors=[Effector()], serve_control=False, owner="late")
+    try:
+        await host.start()
+        async with open_log(db) as log:
+            (last,) = await log.stream("/").append({"type": "item", "payload": {"n": 100}})
+        await host.wait_until_processed("effector", last.offset, timeout=30)
+        snapshot = await host.snapshot("effector")
+        assert snapshot["state"] == {"total": sum(range(1, 31)) + 100, "items": 31}
+    finally:
+        await host.stop(grace=0.0)
+
+    segment = await asyncio.to_thread(flip_a_byte, Path(archive), 1)
+    code, said = await asyncio.to_thread(cli, "verify", "--archive", "--db", db)
+    assert code == 1
+    assert f"DAMAGED: segment {segment} of / (9..16) has SHA-256 " in said
+    assert said.endswith("4 segment(s) checked: 1 problem(s)\n")
+
+
+def flip_a_byte(archive: Path, index: int) -> Path:
+    """Flip a byte in the middle of the ``index``-th segment file of ``archive``; that file."""
+    file = sorted(archive.iterdir())[index]
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    file.write_bytes(bytes(data))
+    return file

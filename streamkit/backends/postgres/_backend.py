@@ -235,11 +235,14 @@ class PostgresLogBackend:
         limit: int,
         upto: int | None,
         types: PayloadTypes | None = None,
+        archive: bool = False,
     ) -> tuple[ReadPage, int]:
         """A page of ``path`` in ``(after, upto]`` (proof included) and its stored JSON bytes."""
         reads = self._reads
         return await self.query(
-            lambda conn: reads.page_sized(conn, path, after, limit, upto, types=types),
+            lambda conn: reads.page_sized(
+                conn, path, after, limit, upto, types=types, archive=archive
+            ),
             f"reading {path!r}",
         )
 

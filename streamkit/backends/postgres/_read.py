@@ -17,9 +17,11 @@ from typing import Any
 import psycopg
 
 from streamkit.backends._keys import KeptKey
+from streamkit.backends._segments import archive_page, segment_of
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent
+from streamkit.history import history_truncated
 from streamkit.protocols import PayloadTypes
 from streamkit.records import StoredType
 
@@ -55,6 +57,11 @@ class Reads:
             f"SELECT greatest((SELECT head FROM {s}.streamkit_heads WHERE path = %(path)s), "
             f'(SELECT max("offset") FROM {s}.streamkit_events WHERE path = %(path)s))'
         )
+        self._truncated = f"SELECT truncated_through FROM {s}.streamkit_heads WHERE path = %s"
+        self._segments = (
+            "SELECT path, first_offset, last_offset, count, bytes, file, sha256, prev_sha256 "
+            f"FROM {s}.streamkit_segments WHERE path = %s ORDER BY first_offset"
+        )
         self._key = (
             'SELECT k."offset", k.body_sha256, k.created_at, e."offset", e.type, e.payload, '
             "e.metadata, e.source, e.idempotency_key, e.created_at, "
@@ -84,8 +91,13 @@ class Reads:
         upto: int | None = None,
         max_bytes: int = MAX_PAGE_BYTES,
         types: PayloadTypes | None = None,
+        archive: bool = False,
     ) -> tuple[ReadPage, int]:
-        """A page of ``path`` in ``(after, upto]`` (at most ``limit``), and its stored JSON bytes."""
+        """A page of ``path`` in ``(after, upto]`` (at most ``limit``), and its stored JSON bytes.
+
+        Below the path's start: the archive's page with ``archive``, else
+        HistoryTruncated (:mod:`streamkit.history`).
+        """
         found = conn.execute(
             self._page,
             {
@@ -106,6 +118,16 @@ class Reads:
                 break
             rows.append(row[:8])
             size += row_size
+        if not rows or rows[0][0] != after + 1:
+            # Only a page that does not begin right after ``after`` can have stepped over a cut.
+            row = conn.execute(self._truncated, (path,)).fetchone()
+            through = 0 if row is None else int(row[0])
+            if after < through:
+                segments = [segment_of(r) for r in conn.execute(self._segments, (path,))]
+                page = archive_page(segments, path, after, limit, upto, types) if archive else None
+                if page is None:
+                    raise history_truncated(path, after, through, [s.file for s in segments])
+                return page, 0
         return page_of(path, rows, after, upto, full, types), size
 
     def head(self, conn: psycopg.Connection[Any], path: str) -> int:

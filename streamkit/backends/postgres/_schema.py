@@ -55,8 +55,9 @@ SCHEMA_VERSION = 7
 row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`).
 6: idempotency keys in ``streamkit_keys`` (:mod:`streamkit.backends._keys`) instead of an
 index over the events. 7: a checkpoint row names its path and what its state still needs
-(``retain_from``), and operators' holds on history are kept in ``streamkit_holds``
-(:mod:`streamkit.horizon`).
+(``retain_from``), operators' holds on history are kept in ``streamkit_holds``
+(:mod:`streamkit.horizon`), a path's heads row says through which offset its history was
+taken (``truncated_through``) and the archived ranges are recorded in ``streamkit_segments``.
 
 A log of version 1 to 6 is upgraded in place when opened; any other is refused.
 """
@@ -126,6 +127,20 @@ _HOLDS = """CREATE TABLE IF NOT EXISTS {schema}.streamkit_holds (
         placed_at double precision NOT NULL,
         PRIMARY KEY (path, name)
     )"""
+# Each archived range of a path, in a segment file of its own, chained by hash (see
+# streamkit.backends._segments); a range deleted without an archive has none.
+_SEGMENTS = """CREATE TABLE IF NOT EXISTS {schema}.streamkit_segments (
+        path text NOT NULL,
+        first_offset bigint NOT NULL,
+        last_offset bigint NOT NULL,
+        count bigint NOT NULL,
+        bytes bigint NOT NULL,
+        file text NOT NULL,
+        sha256 text NOT NULL,
+        prev_sha256 text,
+        created_at text NOT NULL,
+        PRIMARY KEY (path, first_offset)
+    )"""
 _RETENTION = (
     "ALTER TABLE {schema}.streamkit_checkpoints ADD COLUMN IF NOT EXISTS path text",
     "ALTER TABLE {schema}.streamkit_checkpoints ADD COLUMN IF NOT EXISTS retain_from bigint",
@@ -135,6 +150,9 @@ _RETENTION = (
     "SELECT slug, min(path) AS path FROM {schema}.streamkit_leases GROUP BY slug "
     "HAVING count(DISTINCT path) = 1) l WHERE l.slug = c.slug AND c.path IS NULL",
     _HOLDS,
+    _SEGMENTS,
+    "ALTER TABLE {schema}.streamkit_heads "
+    "ADD COLUMN IF NOT EXISTS truncated_through bigint NOT NULL DEFAULT 0",
 )
 _UPGRADES = {
     1: (
@@ -170,7 +188,8 @@ whole log. 4 to 5: checkpoints are keyed by slug and version; each old row
 serves (a constant default rewrites no row either). 5 to 6: the idempotency
 keys are copied from the index over the events to ``streamkit_keys`` and the
 index is dropped. 6 to 7: checkpoints gain ``path`` (from the leases where a
-slug was leased on one path) and ``retain_from``, and the holds table is made.
+slug was leased on one path) and ``retain_from``, the holds and segments tables
+are made, and the heads gain ``truncated_through`` (0: nothing taken).
 """
 
 _ATTEMPTS = 20
@@ -201,7 +220,8 @@ _TABLES = (
         head bigint NOT NULL DEFAULT 0 CHECK (head >= 0),
         reserved_through bigint NOT NULL DEFAULT 0,
         reserved_by text NOT NULL DEFAULT '',
-        stamped text NOT NULL DEFAULT ''
+        stamped text NOT NULL DEFAULT '',
+        truncated_through bigint NOT NULL DEFAULT 0
     )""",
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_claims (
         path text NOT NULL,
@@ -234,6 +254,7 @@ _TABLES = (
     )""",
     _SERVING_INDEX,
     _HOLDS,
+    _SEGMENTS,
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_skips (
         path text NOT NULL,
         slug text NOT NULL,

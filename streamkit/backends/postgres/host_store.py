@@ -33,6 +33,7 @@ from streamkit.backends import _retention_rules
 from streamkit.backends._fenced_checkpoints import FencedCheckpoints
 from streamkit.backends._skip_rules import record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
+from streamkit.backends._truncation import DEFAULT_CHUNK, run_retention, verify_archive
 from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.backends.postgres._connect import connect, session_options, storage_error
 from streamkit.backends.postgres.leases import CLOCK as _CLOCK
@@ -44,6 +45,7 @@ from streamkit.events import StreamEvent
 from streamkit.horizon import Hold, Horizon
 from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
+from streamkit.records import RetentionRun, Segment
 
 __all__ = ["PostgresHostStore", "PostgresLeaseRenewer", "registered_sockets"]
 
@@ -475,6 +477,27 @@ class PostgresHostStore:
             running=await self.live_hosts(now, ttl),
             rows=self._retention,
         )
+
+    async def run_retention(
+        self,
+        path: str,
+        *,
+        through: int | None = None,
+        archive: str | None = None,
+        chunk: int = DEFAULT_CHUNK,
+    ) -> RetentionRun:
+        """Take ``path``'s history below its horizon (see ``_truncation.run_retention``)."""
+        return await run_retention(
+            self._log, self._retention, path, through=through, archive=archive, chunk=chunk
+        )
+
+    async def archive_segments(self, path: str | None = None) -> list[Segment]:
+        """The recorded archive segments (of ``path`` only)."""
+        return await self._log.query(lambda conn: self._retention.segments(conn, path))
+
+    async def verify_archive(self, path: str | None = None) -> list[str]:
+        """Every problem of the recorded archive (see ``_truncation.verify_archive``)."""
+        return await verify_archive(self._log, self._retention, path)
 
 
 def registered_sockets(target: PostgresTarget, slug: str | None = None) -> list[str]:

@@ -1,4 +1,4 @@
-"""Retention's rows in a PostgreSQL log: checkpoint needs, holds and what hosts run.
+"""Retention's rows in a PostgreSQL log: checkpoint needs, holds, what hosts run, and cuts.
 
 The table operations :mod:`streamkit.backends._retention_rules` needs, over
 the tables of the log's schema (all made when the log is opened). Reads run
@@ -20,7 +20,12 @@ from streamkit.backends._retention_rules import (
     hold_of,
     need_of,
 )
+from streamkit.backends._segments import segment_of
+from streamkit.backends._stored import Row
+from streamkit.backends._truncation import Cut
+from streamkit.errors import InvalidRequest
 from streamkit.horizon import CheckpointNeed, Hold
+from streamkit.records import Segment
 
 __all__ = ["PostgresRetentionRows"]
 
@@ -47,6 +52,45 @@ class PostgresRetentionRows:
             f"DELETE FROM {s}.streamkit_holds WHERE path = %s AND name = %s "
             f"RETURNING {HOLD_COLUMNS}"
         )
+        segment_columns = "path, first_offset, last_offset, count, bytes, file, sha256, prev_sha256"
+        self._truncated = f"SELECT truncated_through FROM {s}.streamkit_heads WHERE path = %s"
+        self._starts = (
+            f"SELECT path, truncated_through FROM {s}.streamkit_heads WHERE truncated_through > 0"
+        )
+        self._archived = (
+            f"SELECT path, count(*), sum(bytes) FROM {s}.streamkit_segments GROUP BY path"
+        )
+        self._segments = (
+            f"SELECT {segment_columns} FROM {s}.streamkit_segments "
+            "WHERE %(path)s::text IS NULL OR path = %(path)s "
+            'ORDER BY path COLLATE "C", first_offset'
+        )
+        self._rows = (
+            'SELECT "offset", type, payload, metadata, source, idempotency_key, created_at, '
+            f"coalesce(payload_version, 1) FROM {s}.streamkit_events "
+            'WHERE path = %s AND "offset" > %s AND "offset" <= %s ORDER BY "offset" LIMIT %s'
+        )
+        self._locked_start = (
+            f"SELECT truncated_through FROM {s}.streamkit_heads WHERE path = %s FOR UPDATE"
+        )
+        self._insert_segment = (
+            f"INSERT INTO {s}.streamkit_segments ({segment_columns}, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
+            """to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))"""
+        )
+        self._record_key = (
+            f"UPDATE {s}.streamkit_keys SET body_sha256 = %s, created_at = %s "
+            'WHERE path = %s AND key = %s AND "offset" = %s'
+        )
+        self._take_types = (
+            f"UPDATE {s}.streamkit_stored_types SET events = events - %s, "
+            "first_offset = greatest(first_offset, %s) WHERE path = %s AND type = %s AND version = %s"
+        )
+        self._drop_types = f"DELETE FROM {s}.streamkit_stored_types WHERE path = %s AND events <= 0"
+        self._delete = (
+            f'DELETE FROM {s}.streamkit_events WHERE path = %s AND "offset" > %s AND "offset" <= %s'
+        )
+        self._move_start = f"UPDATE {s}.streamkit_heads SET truncated_through = %s WHERE path = %s"
         self._forget = (
             f"DELETE FROM {s}.streamkit_checkpoints WHERE slug = %(slug)s "
             f"AND (%(version)s::text IS NULL OR reducer_version = %(version)s) "
@@ -58,7 +102,11 @@ class PostgresRetentionRows:
         rows = [need_of(row) for row in conn.execute(self._needs)]
         holds = [hold_of(row) for row in conn.execute(self._holds)]
         running = [str(key) for (keys,) in conn.execute(self._running) for key in json.loads(keys)]
-        return RetentionFacts(heads, rows, holds, running)
+        starts = {str(path): int(through) + 1 for path, through in conn.execute(self._starts)}
+        archived = {
+            str(path): (int(count), int(size)) for path, count, size in conn.execute(self._archived)
+        }
+        return RetentionFacts(heads, rows, holds, running, starts, archived)
 
     def insert_hold(self, conn: psycopg.Connection[Any], hold: Hold) -> Hold | None:
         inserted = conn.execute(
@@ -89,3 +137,57 @@ class PostgresRetentionRows:
     ) -> list[CheckpointNeed]:
         found = conn.execute(self._forget, {"slug": slug, "version": version}).fetchall()
         return [need_of(row) for row in found]
+
+    def truncated_through(self, conn: psycopg.Connection[Any], path: str) -> int:
+        row = conn.execute(self._truncated, (path,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def segments(self, conn: psycopg.Connection[Any], path: str | None) -> list[Segment]:
+        return [segment_of(row) for row in conn.execute(self._segments, {"path": path})]
+
+    def stored_rows(
+        self, conn: psycopg.Connection[Any], path: str, after: int, through: int, limit: int
+    ) -> list[Row]:
+        found = conn.execute(self._rows, (path, after, through, limit)).fetchall()
+        return [
+            (int(o), str(t), str(p), str(m), s, k, str(c), int(v))
+            for o, t, p, m, s, k, c, v in found
+        ]
+
+    def cut(self, conn: psycopg.Connection[Any], cut: Cut) -> int:
+        row = conn.execute(self._locked_start, (cut.path,)).fetchone()
+        now = 0 if row is None else int(row[0])
+        if now != cut.after:
+            raise InvalidRequest(
+                f"{cut.path!r} was cut through {now} by another run meanwhile (this one began "
+                f"at {cut.after}); nothing was written",
+                details={"path": cut.path, "through": now},
+            )
+        segment = cut.segment
+        if segment is not None:
+            conn.execute(
+                self._insert_segment,
+                (
+                    segment.path,
+                    segment.first,
+                    segment.last,
+                    segment.count,
+                    segment.bytes,
+                    segment.file,
+                    segment.sha256,
+                    segment.prev_sha256,
+                ),
+            )
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                self._record_key,
+                [(sha, at, cut.path, key, offset) for key, offset, sha, at in cut.keys],
+            )
+            cursor.executemany(
+                self._take_types,
+                [(n, cut.through + 1, cut.path, t, v) for (t, v), n in cut.types.items()],
+            )
+        conn.execute(self._drop_types, (cut.path,))
+        deleted = conn.execute(self._delete, (cut.path, cut.after, cut.through)).rowcount
+        conn.execute(self._move_start, (cut.through, cut.path))
+        return int(deleted)

@@ -163,10 +163,13 @@ class SqliteLogBackend:
         limit: int,
         upto: int | None,
         types: PayloadTypes | None = None,
+        archive: bool = False,
     ) -> tuple[ReadPage, int]:
         """A page of ``path`` in ``(after, upto]`` (proof included) and its stored JSON bytes."""
         return await self.query(
-            lambda conn: read_page_sized(conn, path, after, limit, upto, types=types),
+            lambda conn: read_page_sized(
+                conn, path, after, limit, upto, types=types, archive=archive
+            ),
             f"reading {path!r}",
         )
 

@@ -17,14 +17,17 @@ import sqlite3
 from typing import Any
 
 from streamkit.backends._keys import KeptKey
+from streamkit.backends._segments import archive_page, segment_of
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent
+from streamkit.history import history_truncated
 from streamkit.protocols import PayloadTypes
 from streamkit.records import StoredType
 
 __all__ = [
     "MAX_PAGE_BYTES",
+    "check_start",
     "durable_head",
     "read_page_sized",
     "select_key",
@@ -56,6 +59,11 @@ _KEY = (
     'FROM streamkit_keys AS k LEFT JOIN streamkit_events AS e ON e.path = k.path AND e."offset" = '
     'k."offset" WHERE k.path = ? AND k.key = ?'
 )
+_TRUNCATED = "SELECT truncated_through FROM streamkit_heads WHERE path = ?"
+_SEGMENTS = (
+    "SELECT path, first_offset, last_offset, count, bytes, file, sha256, prev_sha256"
+    " FROM streamkit_segments WHERE path = ? ORDER BY first_offset"
+)
 # A path is a stream once a durable event was stored in it (its head moved past 0).
 _PATHS = "SELECT path FROM streamkit_heads WHERE head > 0 ORDER BY path"
 _STORED_TYPES = (
@@ -79,6 +87,7 @@ def read_page_sized(
     upto: int | None = None,
     max_bytes: int = MAX_PAGE_BYTES,
     types: PayloadTypes | None = None,
+    archive: bool = False,
 ) -> tuple[ReadPage, int]:
     """A page of ``path``, and the bytes of stored JSON (payload and metadata) its events hold.
 
@@ -133,7 +142,36 @@ def read_page_sized(
     if len(rows) > limit:
         del rows[limit:]
         full = True
+    if not rows or rows[0][0] != after + 1:
+        # Only a page that does not begin right after ``after`` can have stepped over a cut.
+        archived = check_start(conn, path, after, limit, upto, types, archive)
+        if archived is not None:
+            return archived, 0
     return page_of(path, rows, after, upto, full, types), size
+
+
+def check_start(
+    conn: sqlite3.Connection,
+    path: str,
+    after: int,
+    limit: int,
+    upto: int | None,
+    types: PayloadTypes | None,
+    archive: bool,
+) -> ReadPage | None:
+    """Below ``path``'s start: the archive's page (``archive``), else HistoryTruncated.
+
+    None when the read begins at or past the start.
+    """
+    row = conn.execute(_TRUNCATED, (path,)).fetchone()
+    through = 0 if row is None else int(row[0])
+    if after >= through:
+        return None
+    segments = [segment_of(r) for r in conn.execute(_SEGMENTS, (path,))]
+    page = archive_page(segments, path, after, limit, upto, types) if archive else None
+    if page is None:
+        raise history_truncated(path, after, through, [s.file for s in segments])
+    return page
 
 
 def durable_head(conn: sqlite3.Connection, path: str) -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "HOLDS_TABLE",
     "MEMORY",
     "SCHEMA_VERSION",
+    "SEGMENTS_TABLE",
     "add_retention_columns",
     "add_state_offset",
     "connect_reader",
@@ -43,8 +44,10 @@ row per slug and contract version, one of them marked serving (:mod:`streamkit.c
 6: a path's durable head is kept in its ``streamkit_heads`` row, written in each commit, and
 idempotency keys in ``streamkit_keys`` (:mod:`streamkit.backends._keys`) instead of an index
 over the events. 7: a checkpoint row names its path and what its state still needs
-(``retain_from``), and operators' holds on history are kept in ``streamkit_holds``
-(:mod:`streamkit.horizon`)."""
+(``retain_from``), operators' holds on history are kept in ``streamkit_holds``
+(:mod:`streamkit.horizon`), a path's heads row says through which offset its history was
+taken (``truncated_through``) and the archived ranges are recorded in
+``streamkit_segments``."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
@@ -94,6 +97,23 @@ CREATE TABLE IF NOT EXISTS streamkit_holds (
 ) WITHOUT ROWID
 """
 
+# Each archived range of a path, in a segment file of its own, chained by hash (see
+# streamkit.backends._segments); a range deleted without an archive has none.
+SEGMENTS_TABLE = """
+CREATE TABLE IF NOT EXISTS streamkit_segments (
+    path TEXT NOT NULL,
+    first_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    file TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    prev_sha256 TEXT,
+    created_at TEXT NOT NULL,
+    PRIMARY KEY (path, first_offset)
+) WITHOUT ROWID
+"""
+
 # Events are keyed by (path, offset) in a WITHOUT ROWID table: a read of a
 # path's range is one ordered b-tree walk and an append writes one b-tree (and
 # a keyed one a row of streamkit_keys; bench/bench_log.py measured the layout
@@ -123,7 +143,8 @@ CREATE TABLE IF NOT EXISTS streamkit_heads (
     path TEXT PRIMARY KEY,
     reserved_through INTEGER NOT NULL,
     reserved_by TEXT NOT NULL,
-    head INTEGER NOT NULL DEFAULT 0
+    head INTEGER NOT NULL DEFAULT 0,
+    truncated_through INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS streamkit_claims (
     path TEXT NOT NULL,
@@ -137,6 +158,8 @@ CREATE TABLE IF NOT EXISTS streamkit_claims (
     + _KEYS_TABLE
     + ";"
     + HOLDS_TABLE
+    + ";"
+    + SEGMENTS_TABLE
 )
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
@@ -444,7 +467,8 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     idempotency keys are copied from the index over the events (read in
     that index's order) to ``streamkit_keys``, and the index dropped. 6 to
     7: the checkpoint table gains ``path`` and ``retain_from``
-    (:func:`add_retention_columns`) and the holds table is made. The
+    (:func:`add_retention_columns`), the holds and segments tables are made
+    and the heads gain ``truncated_through`` (0: nothing taken). The
     version moves in the same transaction,
     so a release that does not know a table refuses the file instead of
     misreading it.
@@ -465,6 +489,13 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
             if CHECKPOINT_TABLE in _table_names(conn):
                 create_checkpoint_table(conn)
             conn.execute(HOLDS_TABLE)
+            conn.execute(SEGMENTS_TABLE)
+            heads = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_heads)")}
+            if "truncated_through" not in heads:
+                conn.execute(
+                    "ALTER TABLE streamkit_heads"
+                    " ADD COLUMN truncated_through INTEGER NOT NULL DEFAULT 0"
+                )
             conn.execute(
                 "UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from streamkit.backends import _retention_rules
+from streamkit.backends._truncation import DEFAULT_CHUNK, run_retention, verify_archive
 from streamkit.backends.sqlite import leases, registry, skips, status
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.backends.sqlite.fenced import FencedCheckpointStorage
@@ -27,6 +28,7 @@ from streamkit.events import StreamEvent
 from streamkit.horizon import Hold, Horizon
 from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
+from streamkit.records import RetentionRun, Segment
 
 __all__ = ["SqliteHostStore", "SqliteLeaseRenewer"]
 
@@ -238,3 +240,24 @@ class SqliteHostStore:
             running=await self.live_hosts(now, ttl),
             rows=_RETENTION_ROWS,
         )
+
+    async def run_retention(
+        self,
+        path: str,
+        *,
+        through: int | None = None,
+        archive: str | None = None,
+        chunk: int = DEFAULT_CHUNK,
+    ) -> RetentionRun:
+        """Take ``path``'s history below its horizon (see ``_truncation.run_retention``)."""
+        return await run_retention(
+            self._log, _RETENTION_ROWS, path, through=through, archive=archive, chunk=chunk
+        )
+
+    async def archive_segments(self, path: str | None = None) -> list[Segment]:
+        """The recorded archive segments (of ``path`` only)."""
+        return await self._log.query(lambda conn: _RETENTION_ROWS.segments(conn, path))
+
+    async def verify_archive(self, path: str | None = None) -> list[str]:
+        """Every problem of the recorded archive (see ``_truncation.verify_archive``)."""
+        return await verify_archive(self._log, _RETENTION_ROWS, path)

@@ -1,4 +1,4 @@
-"""Retention's rows in a SQLite log: checkpoint needs, holds and what hosts run.
+"""Retention's rows in a SQLite log: checkpoint needs, holds, what hosts run, and cuts.
 
 The table operations :mod:`streamkit.backends._retention_rules` needs, over
 the log's own file: the checkpoint table a host made (none yet: no rows),
@@ -19,14 +19,25 @@ from streamkit.backends._retention_rules import (
     hold_of,
     need_of,
 )
+from streamkit.backends._segments import segment_of
+from streamkit.backends._stored import Row
+from streamkit.backends._truncation import Cut
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE
 from streamkit.backends.sqlite.registry import HOSTS_TABLE
 from streamkit.backends.sqlite.status import stream_heads
+from streamkit.errors import InvalidRequest
 from streamkit.horizon import CheckpointNeed, Hold
+from streamkit.records import Segment
 
 __all__ = ["ROWS", "SqliteRetentionRows"]
 
 _NEEDS = f"SELECT {NEED_COLUMNS} FROM {DEFAULT_CHECKPOINT_TABLE}"
+_SEGMENT_COLUMNS = "path, first_offset, last_offset, count, bytes, file, sha256, prev_sha256"
+_ROWS = (
+    'SELECT "offset", type, payload, metadata, source, idempotency_key, created_at,'
+    " coalesce(payload_version, 1) FROM streamkit_events"
+    ' WHERE path = ? AND "offset" > ? AND "offset" <= ? ORDER BY "offset" LIMIT ?'
+)
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -56,7 +67,19 @@ class SqliteRetentionRows:
         if HOSTS_TABLE in tables:
             for (keys,) in conn.execute(f"SELECT processors FROM {HOSTS_TABLE}"):
                 running.extend(str(key) for key in json.loads(keys))
-        return RetentionFacts(stream_heads(conn), rows, holds, running)
+        starts = {
+            str(path): int(through) + 1
+            for path, through in conn.execute(
+                "SELECT path, truncated_through FROM streamkit_heads WHERE truncated_through > 0"
+            )
+        }
+        archived = {
+            str(path): (int(count), int(size))
+            for path, count, size in conn.execute(
+                "SELECT path, count(*), sum(bytes) FROM streamkit_segments GROUP BY path"
+            )
+        }
+        return RetentionFacts(stream_heads(conn), rows, holds, running, starts, archived)
 
     @staticmethod
     def insert_hold(conn: sqlite3.Connection, hold: Hold) -> Hold | None:
@@ -106,6 +129,76 @@ class SqliteRetentionRows:
                 (slug, version),
             ).fetchall()
         return [need_of(row) for row in found]
+
+    @staticmethod
+    def truncated_through(conn: sqlite3.Connection, path: str) -> int:
+        row = conn.execute(
+            "SELECT truncated_through FROM streamkit_heads WHERE path = ?", (path,)
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    @staticmethod
+    def segments(conn: sqlite3.Connection, path: str | None) -> list[Segment]:
+        where, args = ("", ()) if path is None else (" WHERE path = ?", (path,))
+        found = conn.execute(
+            f"SELECT {_SEGMENT_COLUMNS} FROM streamkit_segments{where} ORDER BY path, first_offset",
+            args,
+        )
+        return [segment_of(row) for row in found]
+
+    @staticmethod
+    def stored_rows(
+        conn: sqlite3.Connection, path: str, after: int, through: int, limit: int
+    ) -> list[Row]:
+        return [tuple(row) for row in conn.execute(_ROWS, (path, after, through, limit))]
+
+    @classmethod
+    def cut(cls, conn: sqlite3.Connection, cut: Cut) -> int:
+        now = cls.truncated_through(conn, cut.path)
+        if now != cut.after:
+            raise InvalidRequest(
+                f"{cut.path!r} was cut through {now} by another run meanwhile (this one began "
+                f"at {cut.after}); nothing was written",
+                details={"path": cut.path, "through": now},
+            )
+        segment = cut.segment
+        if segment is not None:
+            conn.execute(
+                f"INSERT INTO streamkit_segments ({_SEGMENT_COLUMNS}, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
+                (
+                    segment.path,
+                    segment.first,
+                    segment.last,
+                    segment.count,
+                    segment.bytes,
+                    segment.file,
+                    segment.sha256,
+                    segment.prev_sha256,
+                ),
+            )
+        conn.executemany(
+            "UPDATE streamkit_keys SET body_sha256 = ?, created_at = ? WHERE path = ? AND key = ?"
+            ' AND "offset" = ?',
+            [(sha, at, cut.path, key, offset) for key, offset, sha, at in cut.keys],
+        )
+        conn.executemany(
+            "UPDATE streamkit_stored_types SET events = events - ?,"
+            " first_offset = max(first_offset, ?) WHERE path = ? AND type = ? AND version = ?",
+            [(n, cut.through + 1, cut.path, t, v) for (t, v), n in cut.types.items()],
+        )
+        conn.execute(
+            "DELETE FROM streamkit_stored_types WHERE path = ? AND events <= 0", (cut.path,)
+        )
+        deleted = conn.execute(
+            'DELETE FROM streamkit_events WHERE path = ? AND "offset" > ? AND "offset" <= ?',
+            (cut.path, cut.after, cut.through),
+        ).rowcount
+        conn.execute(
+            "UPDATE streamkit_heads SET truncated_through = ? WHERE path = ?",
+            (cut.through, cut.path),
+        )
+        return int(deleted)
 
 
 ROWS = SqliteRetentionRows()

@@ -341,8 +341,9 @@ function renderRetention(rows) {
     const tr = el("tr");
     tr.dataset.path = r.path;
     const held = r.held_by.map((n) => n.kind + " " + n.name + (n.state ? " (" + n.state + ")" : "") + ": " + n.why).join("; ");
-    tr.append(cell(r.path), cell(r.head, "num"), cell(r.horizon, "num horizon"),
-      cell(r.head + 1 - r.horizon, "num kept"), cell(held || "nothing", "held-by"));
+    const archived = r.archived_segments ? r.archived_segments + " segment(s), " + r.archived_bytes + " bytes" : "–";
+    tr.append(cell(r.path), cell(r.start, "num start"), cell(r.head, "num"), cell(r.horizon, "num horizon"),
+      cell(r.head + 1 - r.horizon, "num kept"), cell(held || "nothing", "held-by"), cell(archived, "archived"));
     body.append(tr);
   }
 }

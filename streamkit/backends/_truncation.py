@@ -1,0 +1,276 @@
+"""A retention run, whatever the backend: a path's history below its horizon, cut in chunks.
+
+:func:`run_retention` takes a path's oldest events, archived (``archive``, a
+directory) or deleted, up to ``through`` but never at or past the path's
+horizon (:mod:`streamkit.horizon`), in chunks of at most ``chunk`` events so
+appends keep flowing between them. Each chunk:
+
+1. reads the stored rows after the path's start;
+2. archive mode: writes them to a segment file, synced, read back and
+   hashed (:func:`~streamkit.backends._segments.write_segment`), chained to
+   the path's last segment;
+3. then ONE transaction, the :data:`~streamkit.history.TRUNCATED_EVENT`
+   control event's: it reads the horizon again and refuses if the chunk
+   reaches it (a hold placed meanwhile, a processor registered), checks the
+   start did not move, records the segment, records each idempotency key's
+   body hash (so a retry still answers, :mod:`streamkit.backends._keys`),
+   takes deleted events out of the summary of stored types (archived ones
+   are still read by rebuilds, so schema checks still count them), deletes
+   the rows and moves the start.
+
+A crash anywhere leaves at worst a segment file that no row records; the
+next run of the path removes such files before it writes. Rows are never
+deleted without their segment recorded in the same transaction (archive
+mode). A backend supplies the table operations (:class:`TruncationRows`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from streamkit._requests import Connection
+from streamkit._timestamps import format_timestamp
+from streamkit.backends._keys import body_sha256
+from streamkit.backends._retention_rules import RetentionRows, horizon_in
+from streamkit.backends._segments import check_chain, check_segment, segment_name, write_segment
+from streamkit.backends._stored import Row
+from streamkit.errors import InvalidRequest
+from streamkit.events import StreamEvent, validate_path
+from streamkit.history import RETENTION_CHUNK, TRUNCATED_EVENT
+from streamkit.log import Log
+from streamkit.records import RetentionRun, Segment
+
+__all__ = ["DEFAULT_CHUNK", "Cut", "TruncationRows", "run_retention", "verify_archive"]
+
+DEFAULT_CHUNK = RETENTION_CHUNK
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """One chunk's change, as its transaction writes it."""
+
+    path: str
+    after: int
+    """The path's start before the cut, minus one (what it must still be)."""
+    through: int
+    segment: Segment | None
+    keys: list[tuple[str, int, str, str]]
+    """``(key, offset, body_sha256, created_at)`` of each keyed event taken."""
+    types: dict[tuple[str, int], int]
+    """Events deleted per stored ``(type, payload version)`` (none when archived)."""
+
+
+class TruncationRows(RetentionRows, Protocol):
+    """A backend's start, segments and rows, and the one write of a cut."""
+
+    def truncated_through(self, conn: Connection, path: str) -> int:
+        """The offset ``path``'s history was taken through (0: none was)."""
+        ...
+
+    def segments(self, conn: Connection, path: str | None) -> list[Segment]:
+        """The recorded segments (of ``path`` only, if given), by path and range."""
+        ...
+
+    def stored_rows(
+        self, conn: Connection, path: str, after: int, through: int, limit: int
+    ) -> list[Row]:
+        """The stored rows of ``path`` in ``(after, through]``, ascending, at most ``limit``."""
+        ...
+
+    def cut(self, conn: Connection, cut: Cut) -> int:
+        """Inside the control event's transaction: write ``cut``; the rows it deleted.
+
+        InvalidRequest (nothing written) if the path's start is no longer
+        ``cut.after`` + 1 (another run cut meanwhile).
+        """
+        ...
+
+
+def _remove_orphans(folder: Path, path: str, recorded: set[str]) -> list[str]:
+    """Segment files of ``path`` in ``folder`` that no row records (a crashed run's), removed."""
+    if not folder.is_dir():
+        return []
+    prefix = segment_name(path, 0, 0).split(".", 1)[0] + "."
+    removed = []
+    for file in sorted(folder.iterdir()):
+        if not file.name.startswith(prefix) or not file.name.endswith((".segment", ".partial")):
+            continue
+        if str(file) not in recorded:
+            with contextlib.suppress(FileNotFoundError):
+                file.unlink()
+            removed.append(str(file))
+    return removed
+
+
+async def run_retention(
+    log: Log,
+    rows: TruncationRows,
+    path: str,
+    *,
+    through: int | None = None,
+    archive: str | Path | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    clock: Callable[[], float] = time.time,
+) -> RetentionRun:
+    """Take ``path``'s history through ``through`` (default: all below its horizon).
+
+    Archived into segment files in ``archive`` (an absolute directory), or
+    deleted when it is None.
+    Never at or past the horizon: a ``through`` beyond it stops at it.
+    """
+    path = validate_path(path)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InvalidRequest(
+            f"a retention chunk must be an integer >= 1, got {chunk!r}; nothing was written",
+            details={"chunk": repr(chunk)},
+        )
+    folder = None if archive is None else Path(archive)
+    if folder is not None and not folder.is_absolute():
+        # Segments are recorded by where they are: a relative name would move with the cwd.
+        raise InvalidRequest(
+            f"the archive directory must be an absolute path, got {str(archive)!r}; nothing "
+            "was written",
+            details={"archive": str(archive)},
+        )
+    started = time.monotonic()
+    horizon = horizon_in(await log.query(rows.facts), path, clock())
+    limit = horizon.offset - 1 if through is None else min(through, horizon.offset - 1)
+    start = await log.query(lambda conn: rows.truncated_through(conn, path))
+    run = RetentionRun(
+        path=path,
+        mode="delete" if folder is None else "archive",
+        horizon=horizon.offset,
+        start_before=start + 1,
+        start_after=start + 1,
+    )
+    if folder is not None:
+        recorded = await log.query(lambda conn: rows.segments(conn, path))
+        run.orphans_removed = await asyncio.to_thread(
+            _remove_orphans, folder, path, {s.file for s in recorded}
+        )
+    while start < limit:
+        after = start
+        taken = await log.query(
+            functools.partial(rows.stored_rows, path=path, after=after, through=limit, limit=chunk)
+        )
+        cut_through = taken[-1][0] if len(taken) == chunk else limit
+        segment = None
+        if folder is not None:
+            chain = await log.query(lambda conn: rows.segments(conn, path))
+            prev = chain[-1].sha256 if chain else None
+            # Written, synced and read back off the loop: appends go on meanwhile. The
+            # segment covers the whole range, so a read of the archive knows it whole.
+            segment = await asyncio.to_thread(
+                write_segment,
+                folder,
+                path,
+                after + 1,
+                cut_through,
+                taken,
+                prev,
+                format_timestamp(clock()),
+            )
+        cut = Cut(
+            path=path,
+            after=after,
+            through=cut_through,
+            segment=segment,
+            keys=[
+                (str(row[5]), row[0], body_sha256(row[1], row[2], row[3]), row[6])
+                for row in taken
+                if row[5] is not None
+            ],
+            # An archived event is still read (by rebuilds, through the same fold), so the
+            # summary of stored types, which schema checks read, keeps counting it.
+            types={} if folder is not None else dict(Counter((row[1], row[7]) for row in taken)),
+        )
+        try:
+            await log.append_control(
+                path, _truncated_event(cut, run.mode, len(taken)), _sealed(rows, cut, clock)
+            )
+        except BaseException:
+            if segment is not None:  # not recorded: it must not stay (or the next run removes it)
+                await asyncio.to_thread(_discard, segment.file)
+            raise
+        run.events += len(taken)
+        run.chunks += 1
+        if segment is not None:
+            run.segments.append(segment)
+            run.bytes += segment.bytes
+        start = cut_through
+        run.start_after = start + 1
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def _discard(file: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(file)
+
+
+def _truncated_event(cut: Cut, mode: str, count: int) -> dict[str, Any]:
+    segment = cut.segment
+    payload: dict[str, Any] = {
+        "through": cut.through,
+        "mode": mode,
+        "count": count,
+        "segment": None
+        if segment is None
+        else {
+            "file": segment.file,
+            "first": segment.first,
+            "last": segment.last,
+            "sha256": segment.sha256,
+            "prev_sha256": segment.prev_sha256,
+            "bytes": segment.bytes,
+        },
+    }
+    return {"type": TRUNCATED_EVENT, "payload": payload}
+
+
+def _sealed(
+    rows: TruncationRows, cut: Cut, clock: Callable[[], float]
+) -> Callable[[Connection, list[StreamEvent]], None]:
+    def seal(conn: Connection, events: list[StreamEvent]) -> None:
+        # The horizon again, inside the cut's transaction: a hold or a processor
+        # that appeared since the run began holds here too.
+        horizon = horizon_in(rows.facts(conn), cut.path, clock())
+        if cut.through >= horizon.offset:
+            held = ", ".join(f"{n.kind} {n.name}" for n in horizon.held_by) or "nothing"
+            raise InvalidRequest(
+                f"retention of {cut.path!r} through {cut.through} refused: the horizon is "
+                f"{horizon.offset} now (held by {held}); nothing was written",
+                details={"path": cut.path, "through": cut.through, "horizon": horizon.offset},
+            )
+        rows.cut(conn, cut)
+
+    return seal
+
+
+async def verify_archive(log: Log, rows: TruncationRows, path: str | None = None) -> list[str]:
+    """Every problem of the recorded archive (of ``path`` only), in words; empty: all proven.
+
+    Each path's segments as a chain (:func:`~streamkit.backends._segments.check_chain`)
+    and each file against its record, every byte hashed (off the event loop).
+    """
+    recorded = await log.query(lambda conn: rows.segments(conn, path))
+    by_path: dict[str, list[Segment]] = {}
+    for segment in recorded:
+        by_path.setdefault(segment.path, []).append(segment)
+    problems: list[str] = []
+    for segments in by_path.values():
+        problems += check_chain(segments)
+        for segment in segments:
+            found = await asyncio.to_thread(check_segment, segment)
+            if found is not None:
+                problems.append(found)
+    return problems

@@ -1,0 +1,58 @@
+"""A path's start: history taken by retention is refused loudly, never skipped.
+
+Retention takes a path's oldest events, archived into segment files or
+deleted, only below its horizon (:mod:`streamkit.horizon`). The path then
+*starts* after the offset it was taken through. A read that begins below
+its start gets :class:`~streamkit.errors.HistoryTruncated`, naming the
+start and the archive, instead of the first event still held: a consumer
+never jumps over history without being told (Kafka's ``auto.offset.reset``
+is exactly such a jump).
+
+Each cut is recorded by the reserved control event :data:`TRUNCATED_EVENT`
+on the path, written in the cut's own transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from streamkit.errors import HistoryTruncated
+
+__all__ = ["RETENTION_CHUNK", "TRUNCATED_EVENT", "history_truncated"]
+
+RETENTION_CHUNK = 10_000
+"""Events a retention run takes per transaction unless told otherwise.
+
+One transaction of this many deletions keeps a writer busy some 10 to 50
+ms, so appends go on between chunks.
+"""
+
+TRUNCATED_EVENT = "streamkit.truncated"
+"""The control event of one cut: ``{through, mode, count, segment}``.
+
+``mode`` is ``archive`` or ``delete``; ``count`` the events taken; ``segment``
+(archive only) ``{file, first, last, sha256, prev_sha256, bytes}``.
+"""
+
+
+def history_truncated(
+    path: str, after: int, through: int, archive: Sequence[str]
+) -> HistoryTruncated:
+    """The refusal of a read of ``path`` after ``after``, below its start (``through`` + 1)."""
+    where = (
+        f"its events through {through} are archived in {len(archive)} segment file(s) "
+        f"(first {archive[0]})"
+        if archive
+        else f"its events through {through} were deleted (no archive was kept)"
+    )
+    return HistoryTruncated(
+        f"{path!r} starts at offset {through + 1}: {where}; a read after offset {after} "
+        f"would skip them, so nothing was read; read after offset {through}"
+        + (", or include the archive (streamkit read --include-archive)" if archive else ""),
+        details={
+            "path": path,
+            "requested": after,
+            "start": through + 1,
+            "archive": list(archive),
+        },
+    )

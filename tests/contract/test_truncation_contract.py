@@ -1,0 +1,221 @@
+"""Retention runs, as every backend's HostStore makes them: below the horizon only, with proof.
+
+Over every backend (the ``store`` fixture): a run takes a path's oldest
+events, archived to segment files or deleted, never at or past the horizon;
+a read below the path's start is HISTORY_TRUNCATED, never a jump; no offset
+is reused; a retry of a key whose event went returns its original offset
+and appends nothing; the segments are chained and every byte of them is
+proven; a segment no row records (a crashed run's) is removed by the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import streamkit.backends._truncation as truncation
+from streamkit.backends._segments import check_chain, check_segment, read_segment
+from streamkit.backends._stored import decode_rows
+from streamkit.errors import HistoryTruncated, IdempotencyConflict, InvalidRequest
+from streamkit.history import TRUNCATED_EVENT
+from streamkit.holds import check_hold
+from streamkit.host._lease_keeper import HeldLease
+from streamkit.log import Log
+from streamkit.protocols import HostStore
+
+TTL = 60.0
+
+
+async def fill(log: Log, path: str, count: int, keyed: bool = False) -> None:
+    await log.stream(path).append(
+        *(
+            {"type": "n", "payload": {"i": i}, **({"idempotency_key": f"k{i}"} if keyed else {})}
+            for i in range(count)
+        )
+    )
+
+
+def damage(changed: str, removed: str) -> None:
+    """Flip a byte near the end of ``changed``; remove ``removed``."""
+    data = bytearray(Path(changed).read_bytes())
+    data[-100] ^= 0xFF
+    Path(changed).write_bytes(bytes(data))
+    Path(removed).unlink()
+
+
+async def cursor_at(store: HostStore, path: str, slug: str, cursor: int) -> None:
+    lease = await store.try_acquire(path, slug, "owner", time.time(), TTL)
+    assert lease is not None
+    held = HeldLease(
+        lease, store.check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=time.time
+    )
+    await store.checkpoints(held, path).save(
+        slug, reducer_version="1", reduced_through_offset=cursor, state_json="{}"
+    )
+
+
+async def test_a_run_stops_at_the_horizon_and_the_path_then_starts_after_it(
+    log: Log, store: HostStore
+) -> None:
+    """Deleted below the horizon only; a read below the start is refused, naming it."""
+    await fill(log, "/orders", 30, keyed=True)
+    await cursor_at(store, "/orders", "board", 20)
+    run = await store.run_retention("/orders", through=25, chunk=8)
+    assert (run.mode, run.horizon, run.start_before, run.start_after) == ("delete", 21, 1, 21)
+    assert (run.events, run.chunks) == (20, 3)
+    stream = log.stream("/orders")
+    with pytest.raises(HistoryTruncated) as refused:
+        await stream.read(0, 10)
+    assert refused.value.details == {
+        "path": "/orders",
+        "requested": 0,
+        "start": 21,
+        "archive": [],
+    }
+    assert "starts at offset 21" in refused.value.message
+    page = await stream.read(20, 5)
+    assert [e.offset for e in page.events] == [21, 22, 23, 24, 25]
+    truncations = [e for e in (await stream.read(30, 10)).events if e.type == TRUNCATED_EVENT]
+    assert [t.payload["through"] for t in truncations] == [8, 16, 20]
+    # No offset is reused, and a key of a deleted event still answers, appending nothing.
+    head = await stream.head()
+    (again,) = await stream.append({"type": "n", "payload": {"i": 3}, "idempotency_key": "k3"})
+    assert again.offset == 4
+    with pytest.raises(IdempotencyConflict):
+        await stream.append({"type": "n", "payload": {"i": 99}, "idempotency_key": "k3"})
+    (fresh,) = await stream.append({"type": "n"})
+    assert (fresh.offset, await stream.head()) == (head + 1, head + 1)
+    # The summary of stored types counts what is left.
+    (summary,) = [t for t in await log.stored_types("/orders") if t.type == "n"]
+    assert (summary.count, summary.first_offset) == (11, 21)
+
+
+async def test_nothing_goes_while_a_hold_or_an_unstarted_processor_keeps_it(
+    log: Log, store: HostStore
+) -> None:
+    await fill(log, "/", 10)
+    now = time.time()
+    await store.place_hold(check_hold("/", "audit", 4, None, "ops", "audit", now))
+    run = await store.run_retention("/")
+    assert (run.events, run.start_after) == (3, 4)
+    await store.host_beat("host-a", ["mailer@/"], now)
+    run = await store.run_retention("/")
+    assert run.events == 0
+    assert [e.offset for e in (await log.stream("/").read(3, 2)).events] == [4, 5]
+
+
+async def test_an_archive_keeps_every_event_in_a_proven_chain(
+    log: Log, store: HostStore, tmp_path: Path
+) -> None:
+    """Segments hold exactly the events the log held; the chain links; verify names damage."""
+    await fill(log, "/orders", 25, keyed=True)
+    before = (await log.stream("/orders").read(0, 100)).events
+    archive = tmp_path / "archive"
+    summary = await log.stored_types("/orders")
+    run = await store.run_retention("/orders", through=22, archive=str(archive), chunk=10)
+    kept = [t for t in await log.stored_types("/orders") if t.type != TRUNCATED_EVENT]
+    assert kept == summary  # archived events are still read, by rebuilds: still counted
+    assert (run.mode, run.events, [(s.first, s.last) for s in run.segments]) == (
+        "archive",
+        22,
+        [(1, 10), (11, 20), (21, 22)],
+    )
+    recorded = await store.archive_segments("/orders")
+    assert recorded == run.segments
+    assert check_chain(recorded) == []
+    assert all(check_segment(s) is None for s in recorded)
+    archived = [e for s in recorded for e in decode_rows("/orders", read_segment(s.file))]
+    assert archived == before[:22]
+    with pytest.raises(HistoryTruncated) as refused:
+        await log.stream("/orders").read(5, 1)
+    assert refused.value.details["archive"] == [s.file for s in recorded]
+    # A changed byte in the middle segment is named; so is a missing one.
+    damage(recorded[1].file, recorded[2].file)
+    assert "was changed after it was written" in (check_segment(recorded[1]) or "")
+    assert "is missing" in (check_segment(recorded[2]) or "")
+
+
+async def test_a_segment_no_row_records_is_removed_by_the_next_run(
+    log: Log, store: HostStore, tmp_path: Path
+) -> None:
+    """A crash between the segment's write and its transaction leaves a file; it goes."""
+    await fill(log, "/", 6)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    orphan = archive / "_.00000000000000000001-00000000000000000003.segment"
+    orphan.write_bytes(b"left by a crashed run")
+    partial = archive / "_.00000000000000000001-00000000000000000003.segment.partial"
+    partial.write_bytes(b"")
+    other_path = archive / "_other.00000000000000000001-00000000000000000003.segment"
+    other_path.write_bytes(b"not this path's")
+    run = await store.run_retention("/", through=3, archive=str(archive))
+    assert sorted(run.orphans_removed) == sorted([str(orphan), str(partial)])
+    assert other_path.exists()
+    assert [Path(s.file).name for s in run.segments] == [orphan.name]
+    assert check_segment(run.segments[0]) is None
+
+
+async def test_a_cut_the_horizon_moved_under_is_refused_and_its_segment_removed(
+    log: Log, store: HostStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hold placed while the segment is written holds the cut: refused, no file, no row gone."""
+    await fill(log, "/", 6)
+    archive = tmp_path / "archive"
+    loop = asyncio.get_running_loop()
+    real = truncation.write_segment
+
+    def write_then_hold(*args: Any) -> Any:
+        written = real(*args)
+        hold = check_hold("/", "late", 2, None, "ops", "placed meanwhile", time.time())
+        asyncio.run_coroutine_threadsafe(store.place_hold(hold), loop).result(timeout=30)
+        return written
+
+    monkeypatch.setattr(truncation, "write_segment", write_then_hold)
+    with pytest.raises(InvalidRequest, match=r"the horizon is 2 now \(held by hold late\)"):
+        await store.run_retention("/", through=5, archive=str(archive))
+    assert [f.name for f in archive.iterdir()] == []
+    assert [e.offset for e in (await log.stream("/").read(0, 3)).events] == [1, 2, 3]
+    assert await store.archive_segments() == []
+
+
+async def test_a_read_may_include_the_archive_and_goes_on_into_the_log(
+    log: Log, store: HostStore, tmp_path: Path
+) -> None:
+    """Page by page from the first archived event into the live rows: the log's history whole."""
+    await fill(log, "/", 25)
+    await log.stream("/").append({"type": "delta", "ephemeral": True})
+    await fill(log, "/", 5)
+    before = await read_everything(log, "/", include_archive=False)
+    await store.run_retention("/", through=28, archive=str(tmp_path / "archive"), chunk=7)
+    after = await read_everything(log, "/", include_archive=True)
+    assert [e for e in after if e.type != TRUNCATED_EVENT] == before
+
+
+async def test_a_range_deleted_after_an_archive_is_refused_even_with_the_archive(
+    log: Log, store: HostStore, tmp_path: Path
+) -> None:
+    await fill(log, "/", 10)
+    await store.run_retention("/", through=4, archive=str(tmp_path / "archive"))
+    await store.run_retention("/", through=7)  # deleted, no archive
+    stream = log.stream("/")
+    page = await stream.read(0, 10, include_archive=True)
+    assert ([e.offset for e in page.events], page.scanned_through_offset) == ([1, 2, 3, 4], 4)
+    with pytest.raises(HistoryTruncated) as refused:
+        await stream.read(4, 10, include_archive=True)
+    assert refused.value.details["start"] == 8
+    assert [e.offset for e in (await stream.read(7, 3)).events] == [8, 9, 10]
+
+
+async def read_everything(log: Log, path: str, *, include_archive: bool) -> list[Any]:
+    events: list[Any] = []
+    after = 0
+    while True:
+        page = await log.stream(path).read(after, 4, include_archive=include_archive)
+        events += page.events
+        if page.at_head:
+            return events
+        after = page.scanned_through_offset
