@@ -46,7 +46,7 @@ from streamkit._requests import (
 )
 from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit.catalog import EventCatalog
-from streamkit.errors import InvalidRequest, LogClosed
+from streamkit.errors import HistoryTruncated, InvalidRequest, LogClosed
 from streamkit.events import (
     MAX_OFFSET,
     EventInput,
@@ -337,8 +337,12 @@ class Log:
     ) -> tuple[ReadPage, int]:
         self._check_open()
         if archive:
-            # Pages of the archive are read by few (rebuilds, new processors): not shared.
-            return await self._backend.read_sized(path, after, limit, upto, types, archive=True)
+            # Only a read below the path's start differs (it is served from the archive, for
+            # the few that need it: rebuilds, new processors): every other is the plain read.
+            try:
+                return await self._read_sized(path, after, limit, upto, types)
+            except HistoryTruncated:
+                return await self._backend.read_sized(path, after, limit, upto, types, archive=True)
         if not SPEED_TRICKS:
             return await self._backend.read_sized(path, after, limit, upto, types)
         pages = self.shared_pages
