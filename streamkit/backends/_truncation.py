@@ -49,7 +49,15 @@ from streamkit.history import RETENTION_CHUNK, TRUNCATED_EVENT
 from streamkit.log import Log
 from streamkit.records import RetentionRun, Segment
 
-__all__ = ["DEFAULT_CHUNK", "Cut", "TruncationRows", "run_retention", "verify_archive"]
+__all__ = [
+    "DEFAULT_CHUNK",
+    "Cut",
+    "TruncationRows",
+    "check_start_unmoved",
+    "run_retention",
+    "segment_values",
+    "verify_archive",
+]
 
 DEFAULT_CHUNK = RETENTION_CHUNK
 
@@ -67,6 +75,30 @@ class Cut:
     """``(key, offset, body_sha256, created_at)`` of each keyed event taken."""
     types: dict[tuple[str, int], int]
     """Events deleted per stored ``(type, payload version)`` (none when archived)."""
+
+
+def check_start_unmoved(cut: Cut, through: int) -> None:
+    """Inside a cut's transaction: InvalidRequest unless the path was cut through ``cut.after``."""
+    if through != cut.after:
+        raise InvalidRequest(
+            f"{cut.path!r} was cut through {through} by another run meanwhile (this one began "
+            f"at {cut.after}); nothing was written",
+            details={"path": cut.path, "through": through},
+        )
+
+
+def segment_values(segment: Segment) -> tuple[str, int, int, int, int, str, str, str | None]:
+    """A segment's row, in the order of its columns (path .. prev_sha256)."""
+    return (
+        segment.path,
+        segment.first,
+        segment.last,
+        segment.count,
+        segment.bytes,
+        segment.file,
+        segment.sha256,
+        segment.prev_sha256,
+    )
 
 
 class TruncationRows(RetentionRows, Protocol):

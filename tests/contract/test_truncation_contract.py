@@ -219,3 +219,26 @@ async def read_everything(log: Log, path: str, *, include_archive: bool) -> list
         if page.at_head:
             return events
         after = page.scanned_through_offset
+
+
+async def test_two_runs_at_once_never_cut_one_range_twice(log: Log, store: HostStore) -> None:
+    """A chunk whose start another run moved is refused, nothing written; together they cut all."""
+    await fill(log, "/", 12)
+    outcomes = await asyncio.gather(
+        store.run_retention("/", through=12, chunk=1),
+        store.run_retention("/", through=12, chunk=1),
+        return_exceptions=True,
+    )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            assert isinstance(outcome, InvalidRequest), outcome
+            assert "by another run meanwhile" in outcome.message
+    cuts = [
+        e.payload["through"]
+        for e in (await log.stream("/").read(12, 100)).events
+        if e.type == TRUNCATED_EVENT
+    ]
+    assert len(cuts) == len(set(cuts))
+    assert max(cuts) == 12
+    with pytest.raises(HistoryTruncated):
+        await log.stream("/").read(11, 1)

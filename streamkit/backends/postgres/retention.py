@@ -22,8 +22,7 @@ from streamkit.backends._retention_rules import (
 )
 from streamkit.backends._segments import segment_of
 from streamkit.backends._stored import Row
-from streamkit.backends._truncation import Cut
-from streamkit.errors import InvalidRequest
+from streamkit.backends._truncation import Cut, check_start_unmoved, segment_values
 from streamkit.horizon import CheckpointNeed, Hold
 from streamkit.records import Segment
 
@@ -157,26 +156,12 @@ class PostgresRetentionRows:
     def cut(self, conn: psycopg.Connection[Any], cut: Cut) -> int:
         row = conn.execute(self._locked_start, (cut.path,)).fetchone()
         now = 0 if row is None else int(row[0])
-        if now != cut.after:
-            raise InvalidRequest(
-                f"{cut.path!r} was cut through {now} by another run meanwhile (this one began "
-                f"at {cut.after}); nothing was written",
-                details={"path": cut.path, "through": now},
-            )
+        check_start_unmoved(cut, now)
         segment = cut.segment
         if segment is not None:
             conn.execute(
                 self._insert_segment,
-                (
-                    segment.path,
-                    segment.first,
-                    segment.last,
-                    segment.count,
-                    segment.bytes,
-                    segment.file,
-                    segment.sha256,
-                    segment.prev_sha256,
-                ),
+                segment_values(segment),
             )
         with conn.cursor() as cursor:
             cursor.executemany(

@@ -21,11 +21,10 @@ from streamkit.backends._retention_rules import (
 )
 from streamkit.backends._segments import segment_of
 from streamkit.backends._stored import Row
-from streamkit.backends._truncation import Cut
+from streamkit.backends._truncation import Cut, check_start_unmoved, segment_values
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE
 from streamkit.backends.sqlite.registry import HOSTS_TABLE
 from streamkit.backends.sqlite.status import stream_heads
-from streamkit.errors import InvalidRequest
 from streamkit.horizon import CheckpointNeed, Hold
 from streamkit.records import Segment
 
@@ -155,27 +154,13 @@ class SqliteRetentionRows:
     @classmethod
     def cut(cls, conn: sqlite3.Connection, cut: Cut) -> int:
         now = cls.truncated_through(conn, cut.path)
-        if now != cut.after:
-            raise InvalidRequest(
-                f"{cut.path!r} was cut through {now} by another run meanwhile (this one began "
-                f"at {cut.after}); nothing was written",
-                details={"path": cut.path, "through": now},
-            )
+        check_start_unmoved(cut, now)
         segment = cut.segment
         if segment is not None:
             conn.execute(
                 f"INSERT INTO streamkit_segments ({_SEGMENT_COLUMNS}, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",
-                (
-                    segment.path,
-                    segment.first,
-                    segment.last,
-                    segment.count,
-                    segment.bytes,
-                    segment.file,
-                    segment.sha256,
-                    segment.prev_sha256,
-                ),
+                segment_values(segment),
             )
         conn.executemany(
             "UPDATE streamkit_keys SET body_sha256 = ?, created_at = ? WHERE path = ? AND key = ?"
