@@ -144,6 +144,9 @@ class RetentionRun:
     seconds: float = 0.0
     segments: list[Segment] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
+    pages_reclaimed: int = 0
+    """Database pages the run gave back to the file system (SQLite files made with
+    incremental vacuum; 0 where the server reuses the space itself)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -158,4 +161,5 @@ class RetentionRun:
             "seconds": round(self.seconds, 3),
             "segments": [s.file for s in self.segments],
             "orphans_removed": self.orphans_removed,
+            "pages_reclaimed": self.pages_reclaimed,
         }

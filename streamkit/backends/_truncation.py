@@ -118,6 +118,13 @@ class TruncationRows(RetentionRows, Protocol):
         """The stored rows of ``path`` in ``(after, through]``, ascending, at most ``limit``."""
         ...
 
+    def reclaim_space(self, log: Log) -> int:
+        """After the cuts (off the event loop): give freed space back; the pages given.
+
+        In short steps of their own, so appends go on between them.
+        """
+        ...
+
     def cut(self, conn: Connection, cut: Cut) -> int:
         """Inside the control event's transaction: write ``cut``; the rows it deleted.
 
@@ -240,6 +247,8 @@ async def run_retention(
             run.bytes += segment.bytes
         start = cut_through
         run.start_after = start + 1
+    if run.chunks:
+        run.pages_reclaimed = await asyncio.to_thread(rows.reclaim_space, log)
     run.seconds = time.monotonic() - started
     return run
 

@@ -291,6 +291,11 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         f"{done.path}: {taken} {done.events} events in {done.chunks} chunk(s); it starts at "
         f"offset {done.start_after} (horizon {done.horizon})"
         + (f", {len(done.segments)} segment(s), {done.bytes} bytes" if done.segments else "")
+        + (
+            f"; gave {done.pages_reclaimed} page(s) back to the file system"
+            if done.pages_reclaimed
+            else ""
+        )
         + "\n"
     )
     for orphan in done.orphans_removed:

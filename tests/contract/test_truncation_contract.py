@@ -11,11 +11,13 @@ proven; a segment no row records (a crashed run's) is removed by the next.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.backends import Target
 
 import streamkit.backends._truncation as truncation
 from streamkit.backends._segments import check_chain, check_segment, read_segment
@@ -242,3 +244,33 @@ async def test_two_runs_at_once_never_cut_one_range_twice(log: Log, store: HostS
     assert max(cuts) == 12
     with pytest.raises(HistoryTruncated):
         await log.stream("/").read(11, 1)
+
+
+async def test_a_run_gives_the_space_back_on_sqlite(
+    log: Log, store: HostStore, log_target: Target
+) -> None:
+    """A new SQLite file shrinks once its history is taken; PostgreSQL's autovacuum reuses it."""
+    big = {"blob": "x" * 2000}
+    for _ in range(10):
+        await log.stream("/").append(*({"type": "n", "payload": big} for _ in range(100)))
+    file = log.path if log_target.backend.name == "sqlite" else None
+    before = await asyncio.to_thread(size_after_checkpoint, file)
+    run = await store.run_retention("/", chunk=400)
+    assert run.events == 1000
+    if file is None:
+        assert run.pages_reclaimed == 0
+        return
+    after = await asyncio.to_thread(size_after_checkpoint, file)
+    assert run.pages_reclaimed > 400
+    assert after < before / 4, (before, after)
+
+
+def size_after_checkpoint(file: str | None) -> int:
+    if file is None:
+        return 0
+    conn = sqlite3.connect(file, timeout=30)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    return Path(file).stat().st_size

@@ -24,6 +24,7 @@ from streamkit.backends._segments import segment_of
 from streamkit.backends._stored import Row
 from streamkit.backends._truncation import Cut, check_start_unmoved, segment_values
 from streamkit.horizon import CheckpointNeed, Hold
+from streamkit.log import Log
 from streamkit.records import Segment
 
 __all__ = ["PostgresRetentionRows"]
@@ -152,6 +153,11 @@ class PostgresRetentionRows:
             (int(o), str(t), str(p), str(m), s, k, str(c), int(v))
             for o, t, p, m, s, k, c, v in found
         ]
+
+    def reclaim_space(self, log: Log) -> int:
+        """Nothing to do: autovacuum makes the deleted rows' space reusable (docs/retention.md)."""
+        del log
+        return 0
 
     def cut(self, conn: psycopg.Connection[Any], cut: Cut) -> int:
         row = conn.execute(self._locked_start, (cut.path,)).fetchone()
