@@ -29,6 +29,7 @@ __all__ = [
     "RetentionRows",
     "forget_processor",
     "hold_of",
+    "hold_values",
     "horizon_in",
     "horizons",
     "need_of",
@@ -58,6 +59,19 @@ def need_of(row: Any) -> CheckpointNeed:
         None if retain_from is None else int(retain_from),
         bool(serving),
         None if retired_at is None else int(retired_at),
+    )
+
+
+def hold_values(hold: Hold) -> tuple[str, str, int, float | None, str, str, float]:
+    """A hold's row, in the order of :data:`HOLD_COLUMNS`."""
+    return (
+        hold.path,
+        hold.name,
+        hold.from_offset,
+        hold.until,
+        hold.placed_by,
+        hold.reason,
+        hold.placed_at,
     )
 
 

@@ -191,8 +191,11 @@ async def run_retention(
         start_before=start + 1,
         start_after=start + 1,
     )
+    prev: str | None = None
     if folder is not None:
         recorded = await log.query(lambda conn: rows.segments(conn, path))
+        # The chain's last link; each chunk this run records becomes the next one.
+        prev = recorded[-1].sha256 if recorded else None
         run.orphans_removed = await asyncio.to_thread(
             _remove_orphans, folder, path, {s.file for s in recorded}
         )
@@ -204,8 +207,6 @@ async def run_retention(
         cut_through = taken[-1][0] if len(taken) == chunk else limit
         segment = None
         if folder is not None:
-            chain = await log.query(lambda conn: rows.segments(conn, path))
-            prev = chain[-1].sha256 if chain else None
             # Written, synced and read back off the loop: appends go on meanwhile. The
             # segment covers the whole range, so a read of the archive knows it whole.
             segment = await asyncio.to_thread(
@@ -243,6 +244,7 @@ async def run_retention(
         run.events += len(taken)
         run.chunks += 1
         if segment is not None:
+            prev = segment.sha256
             run.segments.append(segment)
             run.bytes += segment.bytes
         start = cut_through

@@ -18,6 +18,7 @@ from streamkit.backends._retention_rules import (
     NEED_COLUMNS,
     RetentionFacts,
     hold_of,
+    hold_values,
     need_of,
 )
 from streamkit.backends._segments import segment_of
@@ -111,15 +112,7 @@ class PostgresRetentionRows:
     def insert_hold(self, conn: psycopg.Connection[Any], hold: Hold) -> Hold | None:
         inserted = conn.execute(
             self._insert_hold,
-            (
-                hold.path,
-                hold.name,
-                hold.from_offset,
-                hold.until,
-                hold.placed_by,
-                hold.reason,
-                hold.placed_at,
-            ),
+            hold_values(hold),
         )
         if inserted.rowcount == 1:
             return None

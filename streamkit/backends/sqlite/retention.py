@@ -17,6 +17,7 @@ from streamkit.backends._retention_rules import (
     NEED_COLUMNS,
     RetentionFacts,
     hold_of,
+    hold_values,
     need_of,
 )
 from streamkit.backends._segments import segment_of
@@ -92,15 +93,7 @@ class SqliteRetentionRows:
             return hold_of(found)
         conn.execute(
             f"INSERT INTO streamkit_holds ({HOLD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                hold.path,
-                hold.name,
-                hold.from_offset,
-                hold.until,
-                hold.placed_by,
-                hold.reason,
-                hold.placed_at,
-            ),
+            hold_values(hold),
         )
         return None
 
