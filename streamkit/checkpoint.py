@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 from streamkit.errors import CheckpointTooLarge, CutoverRaced, InvalidRequest, VersionRetired
 
 __all__ = [
+    "BEGAN_EVENT",
     "CUTOVER_EVENT",
     "MAX_CHECKPOINT_STATE_BYTES",
     "SHADOW_MARK",
@@ -65,6 +66,15 @@ CUTOVER_EVENT = "streamkit.cutover"
 Its payload is ``{slug, from_version, to_version, offset}``: ``offset`` is
 where the new version's effects begin (after it). Written only by the cutover;
 it is a record for people and tools, and no processor consumes it.
+"""
+
+BEGAN_EVENT = "streamkit.processor-began"
+"""The control event of a processor's first checkpoint on its path, when it declared it starts
+past offset 1 (``start = "start"`` or ``"head"``): ``{slug, version, start, from, skipped, by}``.
+
+``from`` is the first offset it reduces; ``skipped`` how many offsets below
+it (taken by retention or not) it never reduces. Written in the transaction
+of that first checkpoint, so no processor starts past history unrecorded.
 """
 
 SHADOW_MARK = "~"

@@ -53,8 +53,10 @@ __all__ = [
     "EventDefinition",
     "OnMalformed",
     "ProcessorContract",
+    "StartFrom",
     "check_cutover_mode",
     "check_on_malformed",
+    "check_start_from",
     "define_processor_contract",
 ]
 
@@ -73,6 +75,25 @@ CutoverMode = Literal["auto", "manual"]
 """When a new version built in the shadow takes over: as soon as it reaches the
 serving version's cursor (``auto``), or when an operator says so (``manual``:
 it follows the serving version meanwhile)."""
+
+
+StartFrom = Literal["beginning", "start", "head"]
+"""Where a processor that never ran on its path starts: at offset 1 (reading
+the archive below a path's start), at the path's start (the history retention
+took is not reduced), or at the head (nothing before it is). Undeclared, a
+host refuses a new processor on a path whose history was taken
+(docs/retention.md, "A new processor on a path with history taken")."""
+
+
+def check_start_from(where: str, value: object) -> StartFrom | None:
+    """``value`` if it is None or a :data:`StartFrom` choice, else :class:`InvalidContract`."""
+    if value is None or value == "beginning" or value == "start" or value == "head":
+        return value
+    raise InvalidContract(
+        f'{where}: start must be "beginning", "start" or "head" (or None: undeclared), got '
+        f"{value!r}",
+        details={"field": "start", "value": repr(value)[:200]},
+    )
 
 
 def check_cutover_mode(where: str, value: object) -> CutoverMode:
@@ -159,7 +180,9 @@ class ProcessorContract(Generic[S]):
     or ``"stall"`` before it with :class:`~streamkit.errors.PayloadMalformed`.
     ``cutover`` says when this version, built in the shadow beside another
     serving version, takes over: ``"auto"`` (once caught up) or ``"manual"``
-    (when an operator runs ``streamkit processor cutover``).
+    (when an operator runs ``streamkit processor cutover``). ``start`` says
+    where it starts on a path the first time it runs there (see
+    :data:`StartFrom`).
     """
 
     slug: str
@@ -174,6 +197,7 @@ class ProcessorContract(Generic[S]):
     compact_state: bool = False
     on_malformed: OnMalformed = "skip"
     cutover: CutoverMode = "auto"
+    start: StartFrom | None = None
     _schemas: dict[str, type[BaseModel]] = field(init=False, repr=False)
     _renames: dict[str, str] = field(init=False, repr=False)
     _definitions: dict[str, EventDefinition] = field(init=False, repr=False)
@@ -214,6 +238,7 @@ class ProcessorContract(Generic[S]):
             )
         check_on_malformed(f'contract "{slug}"', self.on_malformed)
         check_cutover_mode(f'contract "{slug}"', self.cutover)
+        check_start_from(f'contract "{slug}"', self.start)
         events = _check_catalog(slug, self.events)
         deps = _check_deps(slug, self.processor_deps)
         consumes = None if self.consumes is None else _type_list(slug, "consumes", self.consumes)
@@ -371,6 +396,7 @@ def define_processor_contract(
     compact_state: bool = False,
     on_malformed: OnMalformed = "skip",
     cutover: CutoverMode = "auto",
+    start: StartFrom | None = None,
 ) -> ProcessorContract[M]:
     """Define a processor contract whose state is the pydantic model ``state_schema``.
 
@@ -379,8 +405,9 @@ def define_processor_contract(
     checkpoint (a state of many similar entries, such as a queue, stays small
     under the checkpoint ceiling); such a field restores as the schema's
     default, so changing a default then needs a version bump.
-    ``on_malformed`` is ``"skip"`` or ``"stall"`` and ``cutover`` is
-    ``"auto"`` or ``"manual"`` (see :class:`ProcessorContract`).
+    ``on_malformed`` is ``"skip"`` or ``"stall"``, ``cutover`` is
+    ``"auto"`` or ``"manual"``, and ``start`` is where the processor starts
+    on a path the first time (see :class:`ProcessorContract`).
     ``events`` maps each type this processor owns to its
     :class:`EventDefinition`; omit it (``None``) for a processor that reduces
     raw dict payloads. ``processor_deps`` are other contracts whose events this
@@ -407,6 +434,7 @@ def define_processor_contract(
         compact_state=bool(compact_state),
         on_malformed=on_malformed,
         cutover=cutover,
+        start=start,
     )
 
 

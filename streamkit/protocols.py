@@ -369,6 +369,22 @@ class HostStore(Protocol):
         """
         ...
 
+    async def begin_processor(
+        self,
+        guard: LeaseGuard,
+        path: str,
+        slug: str,
+        *,
+        version: str,
+        state_json: str,
+        start: str,
+        after: int,
+        by: str,
+    ) -> StreamEvent:
+        """A new processor's first checkpoint at ``after`` with its ``streamkit.processor-began``
+        record, in one transaction fenced by ``guard``; refused if it has a checkpoint."""
+        ...
+
     async def version_rows(
         self, slug: str, version: str
     ) -> tuple[ReduceCheckpoint | None, ReduceCheckpoint | None]:
@@ -457,10 +473,15 @@ class HostStore(Protocol):
         through: int | None = None,
         archive: str | None = None,
         chunk: int = 10_000,
+        keep_for: float | None = None,
+        keep_last: int | None = None,
+        fence: Callable[[Connection], None] | None = None,
     ) -> RetentionRun:
         """Take ``path``'s history below its horizon (through ``through``), archived or deleted.
 
         ``archive``: an absolute directory for the segment files; None deletes.
+        ``keep_for`` seconds of the newest events and the ``keep_last`` newest
+        offsets stay; ``fence`` runs first in every cut's transaction.
         """
         ...
 

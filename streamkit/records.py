@@ -147,6 +147,9 @@ class RetentionRun:
     pages_reclaimed: int = 0
     """Database pages the run gave back to the file system (SQLite files made with
     incremental vacuum; 0 where the server reuses the space itself)."""
+    stopped_by: str = "horizon"
+    """What the run stopped at: ``horizon``, ``through``, ``keep_for``, ``keep_last``, or
+    ``own_records`` (what was left to take was only earlier runs' records, or no event)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -162,4 +165,5 @@ class RetentionRun:
             "segments": [s.file for s in self.segments],
             "orphans_removed": self.orphans_removed,
             "pages_reclaimed": self.pages_reclaimed,
+            "stopped_by": self.stopped_by,
         }

@@ -336,7 +336,7 @@ async def main() -> None:
     await ticking.stream.append({"type": "tick"}, {"type": "tick"})
     await summarized.catch_up_from_log()
     assert summarized.status_summary() == {"ticks": 2}
-    # --- docs/processors.md:697
+    # --- docs/processors.md:704
     from streamkit.testing import ManualClock
 
 
@@ -361,7 +361,7 @@ async def main() -> None:
     await reminders.append({"type": "task.closed", "payload": {"task_id": "t9"}})
     await settle()
     assert reminders.claims[-1] is None  # nothing open: no wakeup asked, the claim is released
-    # --- docs/processors.md:737
+    # --- docs/processors.md:744
     for built in (engine, upgraded, reminder):
         await built.aclose()
     storage.close()

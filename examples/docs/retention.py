@@ -56,6 +56,59 @@ async def main() -> None:
         {"kind": "processor", "name": "shipping@1", "from": 2, "why": "retain_from", "state": "serving"}
     ]
     await host.stop()
+    # --- docs/retention.md:237
+    import asyncio
+    from pathlib import Path
+
+    from streamkit.config import load_config
+
+    policy = ["[[retention]]", 'path = "/clicks"', "keep_last = 3", "delete = true"]
+    Path("streamkit.toml").write_text(
+        "\n".join(['db = "kept.db"', "retention_interval = 0.2", *policy]) + "\n"
+    )
+    clicks = ProcessorHost(load_config("streamkit.toml"))
+    await clicks.start()
+    await clicks.append("/clicks", [{"type": "click", "payload": {"n": n}} for n in range(10)])
+    while (await clicks.status())["retention_job"]["policies"][0]["events_taken"] < 7:
+        await asyncio.sleep(0.05)
+    status = await clicks.status()
+    (ran,) = status["retention_job"]["policies"]
+    assert (ran["runs"] >= 1, ran["failures"], ran["last_error"]) == (True, 0, None)
+    assert ran["last_run"]["stopped_by"] == "keep_last"
+    (kept,) = status["retention"]
+    assert (kept["path"], kept["start"]) == ("/clicks", 8)
+    await clicks.stop()
+    # --- docs/retention.md:319
+    from streamkit import StreamEvent, StreamProcessor, define_processor_contract
+
+
+    class Recent(BaseModel):
+        orders: list[int] = []
+
+
+    class RecentOrders(StreamProcessor[Recent]):
+        contract = define_processor_contract(
+            slug="recent-orders",
+            version="1",
+            state_schema=Recent,
+            consumes=["order.placed"],
+            start="head",  # the newest orders only: what came before is not its business
+        )
+
+        def reduce(self, event: StreamEvent, state: Recent) -> Recent:
+            return Recent(orders=[*state.orders[-9:], int(event.payload["order"])])
+
+
+    recent = ProcessorHost(HostConfig(db="shop.db"), processors=[RecentOrders()])
+    await recent.start()
+    while (await recent.status())["processors"][0]["began"] is None:
+        await asyncio.sleep(0.05)
+    (placed,) = await recent.append("/", [{"type": "order.placed", "payload": {"order": 4}}])
+    await recent.wait_until_processed("recent-orders", placed.offset)
+    assert (await recent.snapshot("recent-orders"))["state"] == {"orders": [4]}
+    (row,) = (await recent.status())["processors"]
+    assert (row["began"]["start"], row["began"]["skipped"]) == ("head", placed.offset - 2)
+    await recent.stop()
 
 
 if __name__ == "__main__":

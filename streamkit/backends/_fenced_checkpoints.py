@@ -26,8 +26,14 @@ import time
 from typing import Protocol
 
 from streamkit._requests import Connection
-from streamkit.checkpoint import CUTOVER_EVENT, CheckpointRow, ReduceCheckpoint, check_checkpoint
-from streamkit.errors import LeaseLost
+from streamkit.checkpoint import (
+    BEGAN_EVENT,
+    CUTOVER_EVENT,
+    CheckpointRow,
+    ReduceCheckpoint,
+    check_checkpoint,
+)
+from streamkit.errors import InvalidRequest, LeaseLost
 from streamkit.events import StreamEvent
 from streamkit.log import Log
 from streamkit.protocols import Lease, LeaseExchange, LeaseGuard
@@ -130,6 +136,48 @@ class FencedCheckpoints:
         # Short (a fence read and one upsert): it may commit on the loop when nothing waits
         # (a log that commits inline), else it rides the writer's next group commit.
         await self._log.write_transaction(fenced_write, inline=True, processor=True)
+
+    async def begin(
+        self,
+        slug: str,
+        *,
+        reducer_version: str,
+        state_json: str,
+        start: str,
+        after: int,
+        by: str,
+    ) -> StreamEvent:
+        """A new processor's first checkpoint at ``after``, with its record, in one transaction.
+
+        The record (:data:`~streamkit.checkpoint.BEGAN_EVENT`) and the row
+        commit together, fenced; refused (InvalidRequest, nothing written) if
+        the slug has a checkpoint by then.
+        """
+        check_checkpoint(slug, reducer_version, after, state_json, None, None)
+        row = CheckpointRow(slug, reducer_version, after, state_json, None, self._path, None)
+        rows, fence = self._rows, self.held.fence
+
+        def seal(conn: Connection, events: list[StreamEvent]) -> None:
+            fence(conn)
+            if rows.read_checkpoint(conn, slug, None) is not None:
+                raise InvalidRequest(
+                    f"processor {slug!r} has a checkpoint already: it began meanwhile; nothing "
+                    "was written",
+                    details={"slug": slug, "path": self._path},
+                )
+            rows.upsert_checkpoint(conn, row)
+
+        payload = {
+            "slug": slug,
+            "version": reducer_version,
+            "start": start,
+            "from": after + 1,
+            "skipped": after,
+            "by": by,
+        }
+        return await self._log.append_control(
+            self._path, {"type": BEGAN_EVENT, "payload": payload}, seal
+        )
 
     async def fence_serving(self, slug: str) -> None:
         """Before a cutover: the serving version moves no more (see ``CheckpointStorage``).

@@ -18,6 +18,16 @@ appends keep flowing between them. Each chunk:
    are still read by rebuilds, so schema checks still count them), deletes
    the rows and moves the start.
 
+A policy narrows what a run takes: ``keep_for`` seconds keeps every event
+younger than that (the run stops at the first such event, so a path's
+history stays one contiguous range) and ``keep_last`` keeps that many of the
+newest offsets. A last chunk of nothing but earlier runs' own
+:data:`~streamkit.history.TRUNCATED_EVENT` records (or of no event at all)
+is left where it is: cutting it would write one more such record, which the
+next run would take, forever. A run under a host's retention lease passes its ``fence``,
+which every cut's transaction runs first: a host that lost the lease writes
+nothing.
+
 A crash anywhere leaves at worst a segment file that no row records; the
 next run of the path removes such files before it writes. Rows are never
 deleted without their segment recorded in the same transaction (archive
@@ -29,7 +39,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import os
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -43,7 +55,7 @@ from streamkit.backends._keys import body_sha256
 from streamkit.backends._retention_rules import RetentionRows, horizon_in
 from streamkit.backends._segments import check_chain, check_segment, segment_name, write_segment
 from streamkit.backends._stored import Row
-from streamkit.errors import InvalidRequest
+from streamkit.errors import InvalidRequest, StorageError
 from streamkit.events import StreamEvent, validate_path
 from streamkit.history import RETENTION_CHUNK, TRUNCATED_EVENT
 from streamkit.log import Log
@@ -158,19 +170,33 @@ async def run_retention(
     through: int | None = None,
     archive: str | Path | None = None,
     chunk: int = DEFAULT_CHUNK,
+    keep_for: float | None = None,
+    keep_last: int | None = None,
+    fence: Callable[[Connection], None] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> RetentionRun:
     """Take ``path``'s history through ``through`` (default: all below its horizon).
 
     Archived into segment files in ``archive`` (an absolute directory), or
     deleted when it is None.
-    Never at or past the horizon: a ``through`` beyond it stops at it.
+    Never at or past the horizon: a ``through`` beyond it stops at it. Nor
+    an event younger than ``keep_for`` seconds, nor one of the newest
+    ``keep_last`` offsets. ``fence`` runs first in every cut's transaction.
     """
     path = validate_path(path)
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+    _check_count("chunk", chunk, 1)
+    if keep_last is not None:
+        _check_count("keep_last", keep_last, 0)
+    if keep_for is not None and (
+        isinstance(keep_for, bool)
+        or not isinstance(keep_for, int | float)
+        or not math.isfinite(keep_for)
+        or keep_for < 0
+    ):
         raise InvalidRequest(
-            f"a retention chunk must be an integer >= 1, got {chunk!r}; nothing was written",
-            details={"chunk": repr(chunk)},
+            f"retention keep_for must be a number of seconds >= 0, got {keep_for!r}; nothing "
+            "was written",
+            details={"keep_for": repr(keep_for)},
         )
     folder = None if archive is None else Path(archive)
     if folder is not None and not folder.is_absolute():
@@ -181,8 +207,15 @@ async def run_retention(
             details={"archive": str(archive)},
         )
     started = time.monotonic()
-    horizon = horizon_in(await log.query(rows.facts), path, clock())
-    limit = horizon.offset - 1 if through is None else min(through, horizon.offset - 1)
+    now = clock()
+    horizon = horizon_in(await log.query(rows.facts), path, now)
+    limit, stopped_by = horizon.offset - 1, "horizon"
+    if through is not None and through < limit:
+        limit, stopped_by = through, "through"
+    if keep_last is not None and horizon.head - keep_last < limit:
+        limit, stopped_by = horizon.head - keep_last, "keep_last"
+    # Timestamps are fixed-width UTC text: compared as text, they compare as instants.
+    young = None if keep_for is None else format_timestamp(max(0.0, now - keep_for))
     start = await log.query(lambda conn: rows.truncated_through(conn, path))
     run = RetentionRun(
         path=path,
@@ -190,6 +223,7 @@ async def run_retention(
         horizon=horizon.offset,
         start_before=start + 1,
         start_after=start + 1,
+        stopped_by=stopped_by,
     )
     prev: str | None = None
     if folder is not None:
@@ -205,20 +239,40 @@ async def run_retention(
             functools.partial(rows.stored_rows, path=path, after=after, through=limit, limit=chunk)
         )
         cut_through = taken[-1][0] if len(taken) == chunk else limit
+        kept = None if young is None else next((r for r in taken if r[6] >= young), None)
+        if kept is not None:
+            # The first event too young to go: the run stops before it.
+            taken = taken[: taken.index(kept)]
+            cut_through, limit, run.stopped_by = kept[0] - 1, kept[0] - 1, "keep_for"
+            if cut_through <= after:
+                break
+        if cut_through == limit and all(row[1] == TRUNCATED_EVENT for row in taken):
+            # All that is left is earlier runs' own records (or no event at all): cutting
+            # them would write another record, and the next run would take that, forever.
+            run.stopped_by = "own_records"
+            break
         segment = None
         if folder is not None:
             # Written, synced and read back off the loop: appends go on meanwhile. The
             # segment covers the whole range, so a read of the archive knows it whole.
-            segment = await asyncio.to_thread(
-                write_segment,
-                folder,
-                path,
-                after + 1,
-                cut_through,
-                taken,
-                prev,
-                format_timestamp(clock()),
-            )
+            try:
+                segment = await asyncio.to_thread(
+                    write_segment,
+                    folder,
+                    path,
+                    after + 1,
+                    cut_through,
+                    taken,
+                    prev,
+                    format_timestamp(clock()),
+                )
+            except (OSError, sqlite3.Error, ValueError) as exc:
+                raise StorageError(
+                    f"the archive segment of {path!r} {after + 1}..{cut_through} could not be "
+                    f"written in {str(folder)!r} ({exc}); no event was taken and nothing was "
+                    "written",
+                    details={"path": path, "archive": str(folder), "error": repr(exc)},
+                ) from exc
         cut = Cut(
             path=path,
             after=after,
@@ -235,7 +289,9 @@ async def run_retention(
         )
         try:
             await log.append_control(
-                path, _truncated_event(cut, run.mode, len(taken)), _sealed(rows, cut, clock)
+                path,
+                _truncated_event(cut, run.mode, len(taken)),
+                _sealed(rows, cut, clock, fence),
             )
         except BaseException:
             if segment is not None:  # not recorded: it must not stay (or the next run removes it)
@@ -253,6 +309,14 @@ async def run_retention(
         run.pages_reclaimed = await asyncio.to_thread(rows.reclaim_space, log)
     run.seconds = time.monotonic() - started
     return run
+
+
+def _check_count(name: str, value: object, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidRequest(
+            f"a retention {name} must be an integer >= {least}, got {value!r}; nothing was written",
+            details={name: repr(value)},
+        )
 
 
 def _discard(file: str) -> None:
@@ -281,9 +345,14 @@ def _truncated_event(cut: Cut, mode: str, count: int) -> dict[str, Any]:
 
 
 def _sealed(
-    rows: TruncationRows, cut: Cut, clock: Callable[[], float]
+    rows: TruncationRows,
+    cut: Cut,
+    clock: Callable[[], float],
+    fence: Callable[[Connection], None] | None,
 ) -> Callable[[Connection, list[StreamEvent]], None]:
     def seal(conn: Connection, events: list[StreamEvent]) -> None:
+        if fence is not None:
+            fence(conn)  # a host's run: its lease, first, or nothing is written
         # The horizon again, inside the cut's transaction: a hold or a processor
         # that appeared since the run began holds here too.
         horizon = horizon_in(rows.facts(conn), cut.path, clock())

@@ -34,7 +34,7 @@ from streamkit.cli._common import (
     socket_of,
 )
 from streamkit.cli._heap import freeze_start_up_heap
-from streamkit.cli._retention_commands import retention_lines
+from streamkit.cli._retention_commands import policy_lines, retention_lines
 from streamkit.config import HostConfig, add_host_arguments, config_from_namespace, find_config
 from streamkit.control import ControlClient, request_sync
 from streamkit.errors import (
@@ -156,6 +156,8 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
         out.write(_status_line(row, bool(hosts), several=len(hosts) > 1) + "\n")
     for line in retention_lines(status.get("retention")):
         out.write(line + "\n")
+    for line in policy_lines(status.get("retention_job")):
+        out.write(line + "\n")
     return 0
 
 
@@ -189,12 +191,16 @@ def _merged_status(answers: list[dict[str, Any]]) -> dict[str, Any]:
     database = unreachable[0] if unreachable else {"reachable": True, "error": None}
     # Read from the database, so any host's answer is everyone's (None: it did not answer).
     retention = next((a["retention"] for a in answers if a.get("retention") is not None), None)
+    # The policies' runs are known to the host holding the retention lease.
+    jobs = [a["retention_job"] for a in answers if a.get("retention_job") is not None]
+    job = next((j for j in jobs if j["holds_lease"]), jobs[0] if jobs else None)
     return {
         "host": hosts[0],
         "hosts": hosts,
         "database": database,
         "processors": ordered,
         "retention": retention,
+        "retention_job": job,
     }
 
 

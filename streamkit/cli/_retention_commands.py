@@ -18,11 +18,13 @@ import os
 import platform
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 from streamkit.backends import host_store
-from streamkit.cli._args import existing_log, positive_int
-from streamkit.cli._common import add_db_flag
+from streamkit.cli._args import existing_log, non_negative_int, positive_int
+from streamkit.cli._common import add_db_flag, db_from_config
+from streamkit.config import RetentionPolicy, config_from_args, find_config, seconds_of
 from streamkit.errors import InvalidRequest
 from streamkit.events import StreamEvent
 from streamkit.history import RETENTION_CHUNK
@@ -30,7 +32,14 @@ from streamkit.holds import check_hold
 from streamkit.horizon import Horizon, Need
 from streamkit.records import RetentionRun
 
-__all__ = ["add_retention", "add_verify", "operator", "retention_lines", "shown_need"]
+__all__ = [
+    "add_retention",
+    "add_verify",
+    "operator",
+    "policy_lines",
+    "retention_lines",
+    "shown_need",
+]
 
 
 def operator(args: argparse.Namespace) -> str:
@@ -92,18 +101,31 @@ def add_retention(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "run",
         help="take a path's history below its horizon: archived to segment files, or deleted",
         description="Take PATH's oldest events, through --through (default: all below the "
-        "horizon), never at or past the horizon, in chunks that let appends go on between "
-        "them. With --archive each chunk is written to a segment file in DIR (synced, read "
-        "back and hashed, chained to the one before) before one transaction records it, "
-        "deletes the rows and appends streamkit.truncated; with --delete the rows go with "
-        "no archive. A read below the path's new start is refused with HISTORY_TRUNCATED.",
+        "horizon), never at or past the horizon, and keeping what --keep-for and --keep-last "
+        "say, in chunks that let appends go on between them. With --archive each chunk is "
+        "written to a segment file in DIR (synced, read back and hashed, chained to the one "
+        "before) before one transaction records it, deletes the rows and appends "
+        "streamkit.truncated; with --delete the rows go with no archive. A read below the "
+        "path's new start is refused with HISTORY_TRUNCATED. Without PATH, every "
+        "[[retention]] policy of the config (./streamkit.toml, or --config) runs once.",
     )
-    run.add_argument("path", help="the stream path")
-    add_db_flag(run)
-    mode = run.add_mutually_exclusive_group(required=True)
+    run.add_argument("path", nargs="?", help="the stream path (default: the config's policies)")
+    run.add_argument(
+        "--db", help="the log: a SQLite file or a postgresql:// URL; default: the db of the config"
+    )
+    run.add_argument("--config", metavar="FILE", help="the streamkit.toml of the policies")
+    mode = run.add_mutually_exclusive_group()
     mode.add_argument("--archive", metavar="DIR", help="the directory of the segment files")
     mode.add_argument("--delete", action="store_true", help="delete, keeping no archive")
     run.add_argument("--through", type=positive_int, help="take at most through this offset")
+    run.add_argument(
+        "--keep-for",
+        metavar="DURATION",
+        help='keep the events younger than this ("90d", "12h", "30m", or seconds)',
+    )
+    run.add_argument(
+        "--keep-last", type=non_negative_int, metavar="N", help="keep the newest N offsets"
+    )
     run.add_argument(
         "--chunk", type=positive_int, default=RETENTION_CHUNK, help="events per transaction"
     )
@@ -176,6 +198,41 @@ def retention_lines(rows: list[dict[str, Any]] | None) -> list[str]:
             f"  {row['path']}  {start}horizon {row['horizon']} of head {row['head']}"
             + (f", {behind} offsets kept, held by {held}" if held else ", nothing held")
             + archived
+        )
+    return lines
+
+
+def policy_lines(job: dict[str, Any] | None) -> list[str]:
+    """``status``'s lines of the ``[[retention]]`` policies: who runs them, each one's last run."""
+    if job is None:
+        return []
+    holder = job["holder"]
+    lines = [
+        f"retention policies: run every {job['interval']:g} s by "
+        + (holder if holder is not None else "nobody yet (no host holds the retention lease)")
+    ]
+    for record in job["policies"]:
+        keep = []
+        if record["keep_for"] is not None:
+            keep.append(f"keep {record['keep_for']:g} s")
+        if record["keep_last"] is not None:
+            keep.append(f"keep last {record['keep_last']}")
+        where = f"archive to {record['archive']}" if record["mode"] == "archive" else "delete"
+        run = record["last_run"]
+        last = (
+            "not run yet"
+            if run is None
+            else f"last run took {run['events']} (stopped by {run['stopped_by']})"
+        )
+        error = record["last_error"]
+        failed = (
+            f"; FAILING ({record['failures']} failure(s)): {error['message']} [{error['code']}]"
+            if error is not None
+            else ""
+        )
+        lines.append(
+            f"  {record['path']}  {', '.join(keep)}, {where}; {record['runs']} run(s), "
+            f"{record['events_taken']} events taken; {last}{failed}"
         )
     return lines
 
@@ -273,23 +330,92 @@ def _cmd_release(args: argparse.Namespace, out: TextIO) -> int:
     return _said(event, args, out, f"hold {args.name!r} on {args.path} is released")
 
 
-def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    archive = None if args.archive is None else os.path.abspath(args.archive)
-
-    async def run() -> RetentionRun:
-        async with existing_log(args.db) as log:
-            return await host_store(log).run_retention(
-                args.path, through=args.through, archive=archive, chunk=args.chunk
+def _policies(args: argparse.Namespace) -> tuple[str, list[RetentionPolicy]]:
+    """The log and the policies a run takes: PATH's from the flags, or the config's."""
+    if args.path is not None:
+        if not args.archive and not args.delete:
+            raise InvalidRequest(
+                "retention run PATH needs --archive DIR or --delete; nothing was written"
             )
+        try:
+            keep_for = None if args.keep_for is None else seconds_of(args.keep_for)
+        except ValueError as exc:  # pydantic's refusal of the text, in words
+            raise InvalidRequest(
+                f"--keep-for {args.keep_for!r} is not a duration: write a number of seconds or "
+                'one with a unit ("45s", "30m", "12h", "90d", "2w"); nothing was written'
+            ) from exc
+        policy = RetentionPolicy.model_construct(
+            path=args.path,
+            keep_for=keep_for,
+            keep_last=args.keep_last,
+            archive=None if args.archive is None else Path(os.path.abspath(args.archive)),
+            delete=bool(args.delete),
+            chunk=args.chunk,
+        )
+        return args.db or db_from_config(args.config), [policy]
+    flags = [
+        flag
+        for flag, given in (
+            ("--archive", args.archive),
+            ("--delete", args.delete),
+            ("--through", args.through),
+            ("--keep-for", args.keep_for),
+            ("--keep-last", args.keep_last),
+        )
+        if given
+    ]
+    if flags:
+        raise InvalidRequest(
+            f"{', '.join(flags)} need a PATH: without one the config's [[retention]] policies "
+            "run as written; nothing was written"
+        )
+    found = Path(args.config) if args.config is not None else find_config(Path.cwd())
+    if found is None:
+        raise InvalidRequest(
+            "retention run without PATH runs the config's [[retention]] policies, and there is "
+            "no streamkit.toml here; pass PATH with --archive or --delete, or --config FILE; "
+            "nothing was written"
+        )
+    config = config_from_args(config=found, db=args.db)
+    if not config.retention:
+        raise InvalidRequest(
+            f"{str(found)!r} has no [[retention]] policy; nothing was written",
+            details={"config": str(found)},
+        )
+    return str(config.db), list(config.retention)
 
-    done = asyncio.run(run())
+
+def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
+    db, policies = _policies(args)
+
+    async def run() -> list[RetentionRun]:
+        async with existing_log(db) as log:
+            store = host_store(log)
+            return [
+                await store.run_retention(
+                    policy.path,
+                    through=args.through,
+                    archive=None if policy.archive is None else str(policy.archive),
+                    chunk=policy.chunk,
+                    keep_for=policy.keep_for,
+                    keep_last=policy.keep_last,
+                )
+                for policy in policies
+            ]
+
+    for done in asyncio.run(run()):
+        _said_run(done, args, out)
+    return 0
+
+
+def _said_run(done: RetentionRun, args: argparse.Namespace, out: TextIO) -> None:
     if args.json:
         out.write(json.dumps(done.to_dict(), separators=(",", ":")) + "\n")
-        return 0
+        return
     taken = "archived" if done.mode == "archive" else "deleted"
     out.write(
         f"{done.path}: {taken} {done.events} events in {done.chunks} chunk(s); it starts at "
-        f"offset {done.start_after} (horizon {done.horizon})"
+        f"offset {done.start_after} (horizon {done.horizon}, stopped by {done.stopped_by})"
         + (f", {len(done.segments)} segment(s), {done.bytes} bytes" if done.segments else "")
         + (
             f"; gave {done.pages_reclaimed} page(s) back to the file system"
@@ -300,4 +426,3 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     )
     for orphan in done.orphans_removed:
         out.write(f"removed {orphan}: a segment no row recorded (an interrupted run's)\n")
-    return 0

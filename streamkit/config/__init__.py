@@ -34,8 +34,18 @@ paths are resolved against the directory holding the file)::
     class = "myapp.board:Board"    # "module:Class", a StreamProcessor subclass
     path = "/orders"               # the stream path it runs on (default "/")
     name = "orders-board"          # optional label for logs and status
+    start = "beginning"            # where it starts the first time: "beginning", "start", "head"
     [processors.kwargs]            # keyword arguments for the class (default none)
     limit = 50
+
+    retention_interval = 600       # seconds between two runs of the retention policies
+
+    [[retention]]                  # run by the host holding the retention lease (docs/retention.md)
+    path = "/orders"
+    keep_for = "90d"               # events younger than this stay ("45s", "30m", "12h", "2w", or seconds)
+    keep_last = 1000000            # so do the newest offsets (a policy sets one or both)
+    archive = "archive/orders"     # segment files here (relative: next to this file), or delete = true
+    chunk = 10000                  # events per transaction
 
     [[schedules]]                  # read by `streamkit schedules sync` at deploy, not by the host
     name = "nightly-report"
@@ -65,7 +75,9 @@ from streamkit.config._settings import (
     LimitSettings,
     ProcessorSpec,
     ResolvedProcessor,
+    RetentionPolicy,
     RetrySettings,
+    seconds_of,
 )
 from streamkit.config._sources import (
     add_host_arguments,
@@ -85,6 +97,7 @@ __all__ = [
     "LimitSettings",
     "ProcessorSpec",
     "ResolvedProcessor",
+    "RetentionPolicy",
     "RetrySettings",
     "add_host_arguments",
     "config_from_args",
@@ -92,5 +105,6 @@ __all__ = [
     "find_config",
     "load_config",
     "resolve_processors",
+    "seconds_of",
     "shared_slug",
 ]

@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from streamkit._targets import default_socket, is_postgres_target, postgres_target, sqlite_target
-from streamkit.contract import CutoverMode, OnMalformed
+from streamkit.contract import CutoverMode, OnMalformed, StartFrom
 from streamkit.control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
@@ -122,7 +122,9 @@ class ProcessorSpec(_Section):
     ``on_malformed`` (``"skip"`` or ``"stall"``), when set, overrides the
     contract's choice for a stored payload that does not validate;
     ``cutover`` (``"auto"`` or ``"manual"``) the contract's choice of when a
-    new version built in the shadow takes over.
+    new version built in the shadow takes over; ``start`` (``"beginning"``,
+    ``"start"`` or ``"head"``) the contract's word on where the processor
+    starts on its path the first time it runs there.
     """
 
     # "class" is a keyword in Python, so the field is class_path and the file's
@@ -138,6 +140,7 @@ class ProcessorSpec(_Section):
     name: str | None = Field(default=None, min_length=1)
     on_malformed: OnMalformed | None = None
     cutover: CutoverMode | None = None
+    start: StartFrom | None = None
 
     @field_validator("class_path")
     @classmethod
@@ -153,19 +156,93 @@ class ProcessorSpec(_Section):
     @field_validator("path")
     @classmethod
     def _stream_path(cls, value: str) -> str:
-        try:
-            return validate_path(value)
-        except InvalidRequest:
-            raise _refusal(
-                f"{value!r} is not a stream path",
-                "use '/' or '/a/b': segments of letters, digits, '-', '_' and '.', "
-                "each not '.' or '..' alone",
-            ) from None
+        return _stream_path_of(value)
 
     @property
     def label(self) -> str:
         """How logs and errors name this processor: its ``name``, else its class path."""
         return self.name or self.class_path
+
+
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*\Z")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def seconds_of(value: object) -> float:
+    """A duration as streamkit.toml writes it (``"90d"``, ``"12h"``, or seconds) in seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    match = _DURATION_RE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise _refusal(
+            f"{value!r} is not a duration",
+            'write a number of seconds or a number with a unit: "45s", "30m", "12h", "90d", "2w"',
+        )
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+class RetentionPolicy(_Section):
+    """One ``[[retention]]`` table: how much of a path's history to keep, and where the rest goes.
+
+    Events go only below the path's horizon (what every processor and hold
+    still needs, docs/retention.md), and of those only the ones older than
+    ``keep_for`` and outside the newest ``keep_last`` offsets: a policy
+    names at least one. ``archive`` (a directory for the segment files,
+    relative to the file) or ``delete = true`` says where they go.
+    """
+
+    path: str
+    keep_for: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Seconds (or ``"90d"``-style text): events younger than this stay."""
+    keep_last: int | None = Field(default=None, ge=0)
+    """The newest offsets that stay."""
+    archive: Path | None = None
+    delete: bool = False
+    chunk: int = Field(default=10_000, ge=1, le=1_000_000)
+    """Events per transaction (appends go on between chunks)."""
+
+    @field_validator("keep_for", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        return value if value is None else seconds_of(value)
+
+    @field_validator("path")
+    @classmethod
+    def _stream_path(cls, value: str) -> str:
+        return _stream_path_of(value)
+
+    @model_validator(mode="after")
+    def _complete(self) -> RetentionPolicy:
+        if self.keep_for is None and self.keep_last is None:
+            raise _refusal(
+                f"the policy of {self.path!r} says neither how long nor how much to keep",
+                'set keep_for = "90d" (by age) and/or keep_last = 1000000 (by count)',
+                key="keep_for",
+            )
+        if (self.archive is None) == (not self.delete):
+            raise _refusal(
+                f"the policy of {self.path!r} must either archive or delete, and not both",
+                'set archive = "archive/orders" (a directory for the segment files) or '
+                "delete = true (no archive is kept)",
+                key="archive",
+            )
+        return self
+
+    @property
+    def mode(self) -> Literal["archive", "delete"]:
+        """Where the events go."""
+        return "delete" if self.archive is None else "archive"
+
+
+def _stream_path_of(value: str) -> str:
+    try:
+        return validate_path(value)
+    except InvalidRequest:
+        raise _refusal(
+            f"{value!r} is not a stream path",
+            "use '/' or '/a/b': segments of letters, digits, '-', '_' and '.', "
+            "each not '.' or '..' alone",
+        ) from None
 
 
 class LimitSettings(_Section):
@@ -303,6 +380,10 @@ class HostConfig(_Section):
     """Start even though other users may replace files in the socket's directory."""
     http: HttpSettings | None = None
     """The HTTP surface; None serves none (``http = "HOST:PORT"`` is short for its listen)."""
+    retention: tuple[RetentionPolicy, ...] = ()
+    """``[[retention]]`` policies, run by the host holding the retention lease."""
+    retention_interval: float = Field(default=600.0, gt=0, le=7 * 86400, allow_inf_nan=False)
+    """Seconds between two runs of the policies."""
     schedules: tuple[dict[str, Any], ...] = ()
     """``[[schedules]]`` tables: what ``streamkit schedules sync`` defines at deploy (the
     schedules processor's plugin reads and checks them; the host itself does not)."""
@@ -372,6 +453,19 @@ class HostConfig(_Section):
                     key=f"processors[{index}].name",
                 )
             seen[spec.name] = index
+        return self
+
+    @model_validator(mode="after")
+    def _one_policy_per_path(self) -> HostConfig:
+        seen: dict[str, int] = {}
+        for index, policy in enumerate(self.retention):
+            if policy.path in seen:
+                raise _refusal(
+                    f"the path {policy.path!r} already has a policy in retention[{seen[policy.path]}]",
+                    "give each path one [[retention]] table",
+                    key=f"retention[{index}].path",
+                )
+            seen[policy.path] = index
         return self
 
     @property

@@ -237,6 +237,12 @@ def _read_toml(file: Path) -> dict[str, Any]:
         value = data.get(key)
         if isinstance(value, str) and value and value != ":memory:":
             data[key] = _resolve(file.absolute().parent, value)
+    policies = data.get("retention")
+    if isinstance(policies, list):
+        for policy in policies:
+            archive = policy.get("archive") if isinstance(policy, dict) else None
+            if isinstance(archive, str) and archive:
+                policy["archive"] = str(_path_from(file.absolute().parent, archive))
     return data
 
 
@@ -294,7 +300,8 @@ def _describe(error: Mapping[str, Any], origins: Mapping[str, str]) -> tuple[str
     loc = tuple(error["loc"])
     kind = str(error["type"])
     ctx = error.get("ctx") or {}
-    key = str(ctx["key"]) if "key" in ctx else _key(loc)
+    # A model validator names its key within its own table: prefixed by where the table is.
+    key = _key((*loc, ctx["key"])) if "key" in ctx else _key(loc)
     problem = str(error["msg"])
     if kind == _OWN_ERROR:
         fix = str(ctx["fix"])

@@ -129,7 +129,10 @@ class ProcessorEngine(Generic[S]):
     first (``streamkit.host``'s foreground); it returns the seconds it waited.
 
     The checkpoint is loaded by the first piece of work on the chain, so
-    building an engine does no I/O. Everything runs on the event loop of its
+    building an engine does no I/O. ``before_load`` is awaited on the chain
+    before each attempt to load it (the host writes the first checkpoint of
+    a processor declared to start past offset 1 there); a failure fails that
+    piece of work, as a failed load does. Everything runs on the event loop of its
     first call.
     """
 
@@ -148,6 +151,7 @@ class ProcessorEngine(Generic[S]):
         on_malformed: OnMalformed | None = None,
         cutover: CutoverMode | None = None,
         give_way: Callable[[float], Awaitable[float]] | None = None,
+        before_load: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         contract: ProcessorContract[S] | None = getattr(processor, "contract", None)
         if not isinstance(contract, ProcessorContract):
@@ -166,6 +170,7 @@ class ProcessorEngine(Generic[S]):
         self._on_batch = on_batch
         self._guard = guard
         self._clients_first = clients_first
+        self._before_load = before_load
         self._chain_tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
 
@@ -458,6 +463,8 @@ class ProcessorEngine(Generic[S]):
         """Restore the checkpoint once, replaying a deferred state's events (reduce only)."""
         if self._loaded:
             return
+        if self._before_load is not None:
+            await self._before_load()
         restored = await self._checkpoints.restore()
         state = restored.state
         if restored.state_offset < restored.cursor:

@@ -61,7 +61,6 @@ import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -70,12 +69,10 @@ import structlog
 from streamkit._targets import own_socket, served_name, shown_target
 from streamkit.backends import host_store, open_log
 from streamkit.checkpoint import check_rollback, shown_snapshot
-from streamkit.config import HostConfig, resolve_processors, shared_slug
-from streamkit.contract import CutoverMode, OnMalformed
+from streamkit.config import HostConfig
 from streamkit.control import ControlServer, check_private_directory, check_socket_path
 from streamkit.errors import (
     ControlSocketInUse,
-    InvalidConfig,
     InvalidRequest,
     NotFound,
     SlowConsumer,
@@ -84,7 +81,9 @@ from streamkit.errors import (
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.host._alarm import Alarm
 from streamkit.host._control import HostControlHandler
+from streamkit.host._entries import Entry, host_entries
 from streamkit.host._foreground import Foreground
+from streamkit.host._history_check import check_new_processors
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._leasing import HostLeases
 from streamkit.host._live_watch import Subscription, jsonable, watch_messages
@@ -132,15 +131,6 @@ class HostService(Protocol):
 _log = structlog.get_logger("streamkit.host")
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    processor: StreamProcessor[Any]
-    path: str
-    label: str
-    on_malformed: OnMalformed | None = None
-    cutover: CutoverMode | None = None
-
-
 class ProcessorHost:
     """Runs processors over one log file; see the module docstring.
 
@@ -171,21 +161,8 @@ class ProcessorHost:
         self._serve_control = serve_control
         self._services = tuple(services)
         self._services_started: list[HostService] = []
-        entries: list[_Entry] = []
-        if processors is None:
-            for resolved in resolve_processors(config):
-                spec = resolved.spec
-                entries.append(
-                    _Entry(
-                        resolved.processor, spec.path, spec.label, spec.on_malformed, spec.cutover
-                    )
-                )
-        else:
-            for item in processors:
-                path, processor = item if isinstance(item, tuple) else ("/", item)
-                entries.append(_Entry(processor, path, type(processor).__name__))
-        _check_entries(entries)
-        self._entries = entries
+        entries = host_entries(config, processors)
+        self._entries: list[Entry] = entries
         self.log: Log | None = None
         self.store: HostStore | None = None
         self.runners: list[ProcessorRunner] = []
@@ -245,6 +222,11 @@ class ProcessorHost:
                 [(e.processor, e.path, e.on_malformed) for e in self._entries],
                 config.schema_check,
             )
+            await check_new_processors(
+                store,
+                [(e.processor.contract.slug, e.path, e.starts_from) for e in self._entries],
+                self.clock(),
+            )
             skips = await store.load_skips()
             self._alarm = Alarm(self.runners, clock=self.clock)
             pacer = self.pacer = (
@@ -259,6 +241,7 @@ class ProcessorHost:
                         label=entry.label,
                         on_malformed=entry.on_malformed,
                         cutover=entry.cutover,
+                        start=entry.starts_from,
                         log=log,
                         store=store,
                         retry=config.retry,
@@ -773,6 +756,11 @@ class ProcessorHost:
             "processors": processors,
             # What each path's history must keep, and who holds it (docs/retention.md).
             "retention": await retention_rows(self._require_store(), self.clock()),
+            "retention_job": (
+                None
+                if self._leases is None or self._leases.retention is None
+                else self._leases.retention.to_dict()
+            ),
         }
 
     def _clients_first(self) -> dict[str, Any]:
@@ -821,16 +809,3 @@ class ProcessorHost:
         if self.store is None:
             raise InvalidRequest("the host is not started; call start() first")
         return self.store
-
-
-def _check_entries(entries: Sequence[_Entry]) -> None:
-    seen: dict[str, str] = {}
-    for entry in entries:
-        slug = entry.processor.contract.slug
-        if slug in seen:
-            raise InvalidConfig(
-                shared_slug(slug, seen[slug], entry.path)
-                + "; give one of them another slug; nothing was started",
-                details={"slug": slug, "paths": [seen[slug], entry.path]},
-            )
-        seen[slug] = entry.path

@@ -22,6 +22,7 @@ from streamkit.config import HostConfig
 from streamkit.errors import LeaseLost, StreamkitError
 from streamkit.host._acquire import LeaseAcquirer
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
+from streamkit.host._retention_job import RetentionJob
 from streamkit.host._runner import ProcessorRunner
 from streamkit.log import Log
 from streamkit.protocols import Clock, HostStore, Lease, LeaseExchange
@@ -81,6 +82,21 @@ class HostLeases:
             on_hand_off=self._hand_off,
         )
         self._keeper.start()
+        self.retention: RetentionJob | None = None
+        """The retention job, when the configuration has policies."""
+        self._retention_task: asyncio.Task[None] | None = None
+        if config.retention:
+            self.retention = RetentionJob(
+                store=store,
+                owner=owner,
+                clock=clock,
+                ttl=config.lease.ttl,
+                interval=config.retention_interval,
+                policies=config.retention,
+                keep=self._keeper.hold,
+                gone=self._keeper.drop,
+            )
+            self._retention_task = asyncio.get_running_loop().create_task(self.retention.run())
 
     async def beat(self) -> None:
         """Say this host is alive, take the leases placed here, hand off the others."""
@@ -95,13 +111,21 @@ class HostLeases:
 
         After the runners stopped (their last batches needed the leases kept)
         and before the leases are released (a renewal must not race them).
+        A retention run in flight is cancelled: its chunk in flight commits
+        whole or not at all, and the next run goes on from there.
         """
+        task, self._retention_task = self._retention_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.to_thread(self._keeper.stop)
 
     async def release_all(self) -> None:
         """Release every lease still held (the host is stopping); a failure is logged."""
+        if self.retention is not None:
+            await self.retention.release()
         for runner in self._runners:
             lease = runner.lease
             if lease is None:

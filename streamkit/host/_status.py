@@ -98,6 +98,8 @@ def runner_status(
         "lease_held_here": runner.lease is not None,
         "summary": None if engine is None else _jsonable_summary(engine.status_summary()),
         "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
+        # Its first checkpoint past offset 1, as declared (when this host wrote it).
+        "began": runner.began,
         "phase": phase,
         "progress": progress,
         "stalled": failures.stalled,

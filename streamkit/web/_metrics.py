@@ -78,6 +78,7 @@ def exposition(
     families = _processor_families(status, lag_seconds, histograms)
     families.extend(_host_families(status, follow_age, log_stats))
     families.extend(_retention_families(status.get("retention") or []))
+    families.extend(_policy_families(status.get("retention_job")))
     for gauge in gauges:
         family = GaugeMetricFamily(gauge.name, gauge.help, labels=list(gauge.labels))
         for labels, value in gauge.samples:
@@ -392,6 +393,40 @@ def _retention_families(rows: Sequence[dict[str, Any]]) -> list[Metric]:
         for need in row["held_by"]:
             held_by.add_metric([path, need["kind"], need["name"], need["why"]], 1.0)
     return [horizon, kept, holds, held_by, start, segments, archived]
+
+
+def _policy_families(job: dict[str, Any] | None) -> list[Metric]:
+    """The retention job of this host: whether it holds the lease, and each policy's runs."""
+    if job is None:
+        return []
+    holds = GaugeMetricFamily(
+        "streamkit_retention_lease_held",
+        "1 if this host holds the retention lease and runs the [[retention]] policies.",
+    )
+    holds.add_metric([], 1.0 if job["holds_lease"] else 0.0)
+    runs = CounterMetricFamily(
+        "streamkit_retention_policy_runs",
+        "Runs of the path's retention policy on this host, by outcome (ok or failed).",
+        labels=["path", "outcome"],
+    )
+    taken = CounterMetricFamily(
+        "streamkit_retention_policy_events_taken",
+        "Events the path's retention policy archived or deleted on this host.",
+        labels=["path", "mode"],
+    )
+    last = GaugeMetricFamily(
+        "streamkit_retention_policy_last_run_timestamp_seconds",
+        "When the path's policy last ran on this host (epoch seconds; absent before its first run).",
+        labels=["path"],
+    )
+    for record in job["policies"]:
+        path = record["path"]
+        runs.add_metric([path, "ok"], float(record["runs"]))
+        runs.add_metric([path, "failed"], float(record["failures"]))
+        taken.add_metric([path, record["mode"]], float(record["events_taken"]))
+        if record["last_at"] is not None:
+            last.add_metric([path], float(record["last_at"]))
+    return [holds, runs, taken, last]
 
 
 def _le(edge: float) -> str:

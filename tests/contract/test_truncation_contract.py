@@ -20,9 +20,10 @@ import pytest
 from support.backends import Target
 
 import streamkit.backends._truncation as truncation
+from streamkit.backends import host_store
 from streamkit.backends._segments import check_chain, check_segment, read_segment
 from streamkit.backends._stored import decode_rows
-from streamkit.errors import HistoryTruncated, IdempotencyConflict, InvalidRequest
+from streamkit.errors import HistoryTruncated, IdempotencyConflict, InvalidRequest, LeaseLost
 from streamkit.history import TRUNCATED_EVENT
 from streamkit.holds import check_hold
 from streamkit.host._lease_keeper import HeldLease
@@ -274,3 +275,94 @@ def size_after_checkpoint(file: str | None) -> int:
     finally:
         conn.close()
     return Path(file).stat().st_size
+
+
+async def test_keep_last_keeps_the_newest_offsets_whatever_the_horizon_allows(
+    log: Log, store: HostStore
+) -> None:
+    """A policy by count: the newest N offsets stay, and the run says what stopped it."""
+    await fill(log, "/", 30)
+    run = await store.run_retention("/", keep_last=10, chunk=8)
+    assert (run.events, run.start_after, run.stopped_by) == (20, 21, "keep_last")
+    # Each chunk's control event is an offset too: the head is 33, the newest 10 24..33.
+    again = await store.run_retention("/", keep_last=10)
+    assert (again.events, again.start_after, again.stopped_by) == (3, 24, "keep_last")
+    assert (await store.run_retention("/", keep_last=0)).stopped_by == "horizon"
+    # What is left is the runs' own records: a run leaves them and writes nothing, or each
+    # run would take the one before's record and write its own, forever.
+    head = await log.stream("/").head()
+    idle = await store.run_retention("/", keep_last=0)
+    assert (idle.events, idle.chunks, idle.stopped_by) == (0, 0, "own_records")
+    assert await log.stream("/").head() == head
+
+
+async def test_keep_for_stops_at_the_first_event_too_young_to_go(
+    log_target: Target, tmp_path: Path
+) -> None:
+    """A policy by age: events older than keep_for go, in offset order, up to the first young one."""
+    stamp = [time.time() - 7200]
+    log = log_target.open(clock=lambda: stamp[0])
+    try:
+        store = host_store(log)
+        await store.prepare()
+        await fill(log, "/", 12)
+        stamp[0] = time.time() - 60
+        await fill(log, "/", 6)
+        stamp[0] = time.time()  # the runs' own control events
+        run = await store.run_retention(
+            "/", keep_for=3600, chunk=5, archive=str(tmp_path / "archive")
+        )
+        assert (run.events, run.chunks, run.start_after, run.stopped_by) == (12, 3, 13, "keep_for")
+        assert [s.last for s in run.segments] == [5, 10, 12]
+        assert (await store.run_retention("/", keep_for=3600)).events == 0
+        # Younger than an hour, no longer younger than a minute: they go too.
+        run = await store.run_retention("/", keep_for=30)
+        assert (run.events, run.start_after) == (6, 19)
+    finally:
+        await log.aclose()
+
+
+async def test_a_run_under_a_lease_it_no_longer_holds_writes_nothing(
+    log: Log, store: HostStore, tmp_path: Path
+) -> None:
+    """The fence runs first in each cut's transaction: a lost lease refuses the cut whole."""
+    await fill(log, "/", 6)
+    lease = await store.try_acquire("/", "streamkit:retention", "here", time.time(), TTL)
+    assert lease is not None
+    held = HeldLease(
+        lease, store.check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=time.time
+    )
+    assert await store.release(lease)
+    archive = tmp_path / "archive"
+    with pytest.raises(LeaseLost, match="this holder released it; nothing was written"):
+        await store.run_retention("/", archive=str(archive), fence=held.fence)
+    assert list(archive.iterdir()) == []
+    assert [e.offset for e in (await log.stream("/").read(0, 10)).events] == list(range(1, 7))
+    assert await store.archive_segments() == []
+    # Taken again, the same run goes through.
+    taken = await store.try_acquire("/", "streamkit:retention", "here", time.time(), TTL)
+    assert taken is not None
+    held = HeldLease(
+        taken, store.check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=time.time
+    )
+    run = await store.run_retention("/", archive=str(archive), fence=held.fence)
+    assert (run.events, run.start_after) == (6, 7)
+
+
+@pytest.mark.parametrize(
+    ("keep", "refused"),
+    [
+        ({"keep_last": -1}, "keep_last must be an integer >= 0"),
+        ({"keep_last": True}, "keep_last must be an integer >= 0"),
+        ({"keep_for": -5.0}, "keep_for must be a number of seconds >= 0"),
+        ({"keep_for": float("nan")}, "keep_for must be a number of seconds >= 0"),
+        ({"chunk": 0}, "chunk must be an integer >= 1"),
+    ],
+)
+async def test_a_policy_that_cannot_be_kept_is_refused_before_anything_is_read(
+    log: Log, store: HostStore, keep: dict[str, Any], refused: str
+) -> None:
+    await fill(log, "/", 3)
+    with pytest.raises(InvalidRequest, match=refused + ".*nothing was written"):
+        await store.run_retention("/", **keep)
+    assert len((await log.stream("/").read(0, 10)).events) == 3

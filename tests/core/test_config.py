@@ -635,3 +635,92 @@ def test_a_shutdown_grace_past_an_hour_is_refused(tmp_path: Path) -> None:
         text = f'db = "a.db"\nshutdown_grace = {bad}\n'
         error = refusal(lambda text=text: load_config(write_toml(tmp_path, text)))
         assert keys(error) == ["shutdown_grace"], bad
+
+
+# ---------------------------------------------------------------------------
+# Retention policies
+
+
+def test_retention_policies_read_durations_and_archive_next_to_the_file(tmp_path: Path) -> None:
+    """keep_for as text or seconds; a relative archive directory resolves beside the file."""
+    path = write_toml(
+        tmp_path,
+        """
+        db = "app.db"
+        retention_interval = 60
+        [[retention]]
+        path = "/orders"
+        keep_for = "90d"
+        archive = "archive/orders"
+        [[retention]]
+        path = "/audit"
+        keep_for = 45
+        keep_last = 1000
+        delete = true
+        chunk = 500
+        """,
+    )
+    config = load_config(path)
+    orders, audit = config.retention
+    assert (orders.path, orders.keep_for, orders.keep_last) == ("/orders", 90 * 86400.0, None)
+    assert (orders.mode, orders.archive, orders.chunk) == (
+        "archive",
+        tmp_path / "archive" / "orders",
+        10_000,
+    )
+    assert (audit.keep_for, audit.keep_last, audit.mode, audit.chunk) == (45.0, 1000, "delete", 500)
+    assert config.retention_interval == 60.0
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "said"),
+    [
+        ('path = "/"\ndelete = true', "retention[0].keep_for", "neither how long nor how much"),
+        ('path = "/"\nkeep_last = 5', "retention[0].archive", "must either archive or delete"),
+        (
+            'path = "/"\nkeep_last = 5\ndelete = true\narchive = "a"',
+            "retention[0].archive",
+            "must either archive or delete",
+        ),
+        (
+            'path = "/"\nkeep_for = "3 fortnights"\ndelete = true',
+            "retention[0].keep_for",
+            "not a duration",
+        ),
+        (
+            'path = "/"\nkeep_last = -1\ndelete = true',
+            "retention[0].keep_last",
+            "greater than or equal to 0",
+        ),
+        ('path = "orders"\nkeep_last = 1\ndelete = true', "retention[0].path", "not a stream path"),
+        ('path = "/"\nkeep_last = 1\ndelete = true\nevery = 5', "retention[0].every", "every"),
+    ],
+)
+def test_a_retention_policy_that_says_too_little_or_too_much_is_refused(
+    tmp_path: Path, table: str, key: str, said: str
+) -> None:
+    path = write_toml(tmp_path, f'db = "app.db"\n[[retention]]\n{table}\n')
+    error = refusal(lambda: load_config(path))
+    assert keys(error) == [key]
+    assert said in str(error)
+
+
+def test_two_policies_of_one_path_are_refused(tmp_path: Path) -> None:
+    path = write_toml(
+        tmp_path,
+        'db = "app.db"\n[[retention]]\npath = "/"\nkeep_last = 1\ndelete = true\n'
+        '[[retention]]\npath = "/"\nkeep_last = 2\ndelete = true\n',
+    )
+    error = refusal(lambda: load_config(path))
+    assert keys(error) == ["retention[1].path"]
+    assert "already has a policy in retention[0]" in str(error)
+
+
+def test_a_processor_may_declare_where_it_starts_and_nothing_else(tmp_path: Path) -> None:
+    """start = "beginning" | "start" | "head" in a [[processors]] table; anything else refused."""
+    path = write_toml(tmp_path, 'db = "app.db"\n[[processors]]\nclass = "a:B"\nstart = "head"\n')
+    assert load_config(path).processors[0].start == "head"
+    path = write_toml(tmp_path, 'db = "app.db"\n[[processors]]\nclass = "a:B"\nstart = "now"\n')
+    error = refusal(lambda: load_config(path))
+    assert keys(error) == ["processors[0].start"]
+    assert "'beginning', 'start' or 'head'" in str(error)

@@ -234,3 +234,14 @@ def test_a_compact_state_leaves_defaults_out_at_any_depth_and_restores() -> None
         "tries": 0,
         "tags": [],
     }
+
+
+@pytest.mark.parametrize("start", ["beginning", "start", "head", None])
+def test_a_contract_may_declare_where_its_processor_starts(start: Any) -> None:
+    contract = define_processor_contract(slug="s", version="1", state_schema=Board, start=start)
+    assert contract.start == start
+
+
+def test_a_start_that_is_not_one_of_the_three_is_refused() -> None:
+    with pytest.raises(InvalidContract, match='start must be "beginning", "start" or "head"'):
+        define_processor_contract(slug="s", version="1", state_schema=Board, start="now")  # type: ignore[arg-type]

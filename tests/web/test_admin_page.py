@@ -44,6 +44,12 @@ async def broken(args, ctx):
 
 _CONFIG = """
 db = "page.db"
+retention_interval = 0.5
+
+[[retention]]
+path = "/"
+keep_last = 100000
+delete = true
 
 [retry]
 initial_delay = 0.2
@@ -300,6 +306,11 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     held = 'tr[data-path="/ops"] td.held-by'
     wait.until(lambda d: "processor dlq@1 (serving): retain_from" in text_of(d, held))
     assert text_of(browser, 'tr[data-path="/ops"] td.horizon') == "1"
+    # The policy of /: kept by count, run by this host, nothing to take yet.
+    policy = 'tr[data-path="/"] td.policy'
+    wait.until(lambda d: "stopped by keep_last" in text_of(d, policy))
+    assert text_of(browser, policy).startswith("keep last 100000, delete · ")
+    assert "policies run every 0.5 s by this host" in text_of(browser, "#retention-note")
     browser.set_window_size(1280, 1500)
     browser.execute_script("window.scrollTo(0, 0)")
     browser.save_screenshot(str(tmp_path / "admin-page.png"))

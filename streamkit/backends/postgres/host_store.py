@@ -24,10 +24,12 @@ import functools
 import json
 import os
 import socket as _socket
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from streamkit._requests import Connection
 from streamkit._targets import PostgresTarget
 from streamkit.backends import _retention_rules
 from streamkit.backends._fenced_checkpoints import FencedCheckpoints
@@ -357,6 +359,23 @@ class PostgresHostStore:
         """Checkpoints in this schema, each save fenced by ``guard`` in its transaction."""
         return FencedCheckpoints(self._log, guard, self._tables, path, exchange)
 
+    async def begin_processor(
+        self,
+        guard: LeaseGuard,
+        path: str,
+        slug: str,
+        *,
+        version: str,
+        state_json: str,
+        start: str,
+        after: int,
+        by: str,
+    ) -> StreamEvent:
+        """A new processor's first checkpoint where it declared it starts, with its record."""
+        return await FencedCheckpoints(self._log, guard, self._tables, path).begin(
+            slug, reducer_version=version, state_json=state_json, start=start, after=after, by=by
+        )
+
     async def version_rows(
         self, slug: str, version: str
     ) -> tuple[ReduceCheckpoint | None, ReduceCheckpoint | None]:
@@ -485,10 +504,21 @@ class PostgresHostStore:
         through: int | None = None,
         archive: str | None = None,
         chunk: int = DEFAULT_CHUNK,
+        keep_for: float | None = None,
+        keep_last: int | None = None,
+        fence: Callable[[Connection], None] | None = None,
     ) -> RetentionRun:
         """Take ``path``'s history below its horizon (see ``_truncation.run_retention``)."""
         return await run_retention(
-            self._log, self._retention, path, through=through, archive=archive, chunk=chunk
+            self._log,
+            self._retention,
+            path,
+            through=through,
+            archive=archive,
+            chunk=chunk,
+            keep_for=keep_for,
+            keep_last=keep_last,
+            fence=fence,
         )
 
     async def archive_segments(self, path: str | None = None) -> list[Segment]:

@@ -15,8 +15,10 @@ import functools
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
+from streamkit._requests import Connection
 from streamkit.backends import _retention_rules
 from streamkit.backends._truncation import DEFAULT_CHUNK, run_retention, verify_archive
 from streamkit.backends.sqlite import leases, registry, skips, status
@@ -126,6 +128,23 @@ class SqliteHostStore:
     ) -> CheckpointStorage:
         """Checkpoints in this file, each save fenced by ``guard`` in its transaction."""
         return FencedCheckpointStorage(self._log, guard, path, exchange)
+
+    async def begin_processor(
+        self,
+        guard: LeaseGuard,
+        path: str,
+        slug: str,
+        *,
+        version: str,
+        state_json: str,
+        start: str,
+        after: int,
+        by: str,
+    ) -> StreamEvent:
+        """A new processor's first checkpoint where it declared it starts, with its record."""
+        return await FencedCheckpointStorage(self._log, guard, path).begin(
+            slug, reducer_version=version, state_json=state_json, start=start, after=after, by=by
+        )
 
     async def version_rows(
         self, slug: str, version: str
@@ -248,10 +267,21 @@ class SqliteHostStore:
         through: int | None = None,
         archive: str | None = None,
         chunk: int = DEFAULT_CHUNK,
+        keep_for: float | None = None,
+        keep_last: int | None = None,
+        fence: Callable[[Connection], None] | None = None,
     ) -> RetentionRun:
         """Take ``path``'s history below its horizon (see ``_truncation.run_retention``)."""
         return await run_retention(
-            self._log, _RETENTION_ROWS, path, through=through, archive=archive, chunk=chunk
+            self._log,
+            _RETENTION_ROWS,
+            path,
+            through=through,
+            archive=archive,
+            chunk=chunk,
+            keep_for=keep_for,
+            keep_last=keep_last,
+            fence=fence,
         )
 
     async def archive_segments(self, path: str | None = None) -> list[Segment]:

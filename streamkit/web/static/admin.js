@@ -327,7 +327,18 @@ async function versionAction(p, question, path, body, said) {
   }
 }
 
-function renderRetention(rows) {
+function policyText(record) {
+  // One [[retention]] policy as this host's job ran it (docs/retention.md, "Policies").
+  if (!record) return "–";
+  const keep = [];
+  if (record.keep_for !== null) keep.push("keep " + record.keep_for + " s");
+  if (record.keep_last !== null) keep.push("keep last " + record.keep_last);
+  const run = record.last_run ? "last took " + record.last_run.events + " (stopped by " + record.last_run.stopped_by + ")" : "not run yet";
+  const failing = record.last_error ? " · FAILING (" + record.failures + "): " + record.last_error.message : "";
+  return keep.join(", ") + ", " + record.mode + " · " + record.runs + " run(s), " + record.events_taken + " taken · " + run + failing;
+}
+
+function renderRetention(rows, job) {
   // What each path's history must keep (docs/retention.md): the horizon and who holds it there.
   const body = document.querySelector("#retention tbody");
   const note = document.getElementById("retention-note");
@@ -336,14 +347,19 @@ function renderRetention(rows) {
     note.textContent = "unknown: the database did not answer";
     return;
   }
-  note.textContent = rows.length ? "" : "no path holds events yet";
+  const policies = new Map(((job && job.policies) || []).map((p) => [p.path, p]));
+  const runBy = job ? "policies run every " + job.interval + " s by " + (job.holds_lease ? "this host" : (job.holder ? ownerLabel(job.holder) : "no host yet")) : "";
+  note.textContent = [rows.length ? "" : "no path holds events yet", runBy].filter(Boolean).join(" · ");
   for (const r of rows) {
     const tr = el("tr");
     tr.dataset.path = r.path;
     const held = r.held_by.map((n) => n.kind + " " + n.name + (n.state ? " (" + n.state + ")" : "") + ": " + n.why).join("; ");
     const archived = r.archived_segments ? r.archived_segments + " segment(s), " + r.archived_bytes + " bytes" : "–";
+    const policy = policies.get(r.path);
+    if (policy && policy.last_error) tr.className = "failing";
     tr.append(cell(r.path), cell(r.start, "num start"), cell(r.head, "num"), cell(r.horizon, "num horizon"),
-      cell(r.head + 1 - r.horizon, "num kept"), cell(held || "nothing", "held-by"), cell(archived, "archived"));
+      cell(r.head + 1 - r.horizon, "num kept"), cell(held || "nothing", "held-by"), cell(archived, "archived"),
+      cell(policyText(policy), "policy"));
     body.append(tr);
   }
 }
@@ -794,7 +810,7 @@ async function refresh() {
   try {
     const status = await api("/v1/processors");
     renderProcessors(status);
-    renderRetention(status.retention);
+    renderRetention(status.retention, status.retention_job);
     const work = [refreshDlq(), refreshTasks(), refreshSchedules()];
     if (ticks % 5 === 0) work.push(refreshHosts());
     if (browse.mode === "newest" && ticks % 2 === 0) work.push(loadEvents());
