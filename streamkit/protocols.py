@@ -472,7 +472,7 @@ class HostStore(Protocol):
         *,
         through: int | None = None,
         archive: str | None = None,
-        chunk: int = 10_000,
+        chunk: int = 2_000,
         keep_for: float | None = None,
         keep_last: int | None = None,
         fence: Callable[[Connection], None] | None = None,

@@ -130,10 +130,11 @@ class TruncationRows(RetentionRows, Protocol):
         """The stored rows of ``path`` in ``(after, through]``, ascending, at most ``limit``."""
         ...
 
-    def reclaim_space(self, log: Log) -> int:
-        """After the cuts (off the event loop): give freed space back; the pages given.
+    def reclaim_step(self, conn: Connection) -> int:
+        """After the cuts, inside one write transaction of the log's writer: give back at
+        most a short step of freed space; the pages given (0: nothing more now).
 
-        In short steps of their own, so appends go on between them.
+        A run repeats it, so appends go on between the steps.
         """
         ...
 
@@ -306,7 +307,9 @@ async def run_retention(
         start = cut_through
         run.start_after = start + 1
     if run.chunks:
-        run.pages_reclaimed = await asyncio.to_thread(rows.reclaim_space, log)
+        # Each step is a transaction of the log's own writer, in order with appends.
+        while (given := await log.write_transaction(rows.reclaim_step)) > 0:
+            run.pages_reclaimed += given
     run.seconds = time.monotonic() - started
     return run
 

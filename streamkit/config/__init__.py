@@ -45,7 +45,7 @@ paths are resolved against the directory holding the file)::
     keep_for = "90d"               # events younger than this stay ("45s", "30m", "12h", "2w", or seconds)
     keep_last = 1000000            # so do the newest offsets (a policy sets one or both)
     archive = "archive/orders"     # segment files here (relative: next to this file), or delete = true
-    chunk = 10000                  # events per transaction
+    chunk = 2000                   # events per transaction
 
     [[schedules]]                  # read by `streamkit schedules sync` at deploy, not by the host
     name = "nightly-report"

@@ -29,6 +29,7 @@ from streamkit.contract import CutoverMode, OnMalformed, StartFrom
 from streamkit.control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
+from streamkit.history import RETENTION_CHUNK
 
 # The public names of this module are listed once, in streamkit.config's __all__.
 
@@ -198,7 +199,7 @@ class RetentionPolicy(_Section):
     """The newest offsets that stay."""
     archive: Path | None = None
     delete: bool = False
-    chunk: int = Field(default=10_000, ge=1, le=1_000_000)
+    chunk: int = Field(default=RETENTION_CHUNK, ge=1, le=1_000_000)
     """Events per transaction (appends go on between chunks)."""
 
     @field_validator("keep_for", mode="before")

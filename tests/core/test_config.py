@@ -666,7 +666,7 @@ def test_retention_policies_read_durations_and_archive_next_to_the_file(tmp_path
     assert (orders.mode, orders.archive, orders.chunk) == (
         "archive",
         tmp_path / "archive" / "orders",
-        10_000,
+        2_000,
     )
     assert (audit.keep_for, audit.keep_last, audit.mode, audit.chunk) == (45.0, 1000, "delete", 500)
     assert config.retention_interval == 60.0

@@ -58,9 +58,14 @@ class Reads:
             f'(SELECT max("offset") FROM {s}.streamkit_events WHERE path = %(path)s))'
         )
         self._truncated = f"SELECT truncated_through FROM {s}.streamkit_heads WHERE path = %s"
-        self._segments = (
+        self._segment_files = (
+            f"SELECT file FROM {s}.streamkit_segments WHERE path = %s ORDER BY first_offset"
+        )
+        # The segment that may hold ``after + 1`` (segments never overlap): one index probe.
+        self._segment_at = (
             "SELECT path, first_offset, last_offset, count, bytes, file, sha256, prev_sha256 "
-            f"FROM {s}.streamkit_segments WHERE path = %s ORDER BY first_offset"
+            f"FROM {s}.streamkit_segments WHERE path = %s AND first_offset <= %s "
+            "ORDER BY first_offset DESC LIMIT 1"
         )
         self._key = (
             'SELECT k."offset", k.body_sha256, k.created_at, e."offset", e.type, e.payload, '
@@ -123,10 +128,11 @@ class Reads:
             row = conn.execute(self._truncated, (path,)).fetchone()
             through = 0 if row is None else int(row[0])
             if after < through:
-                segments = [segment_of(r) for r in conn.execute(self._segments, (path,))]
-                page = archive_page(segments, path, after, limit, upto, types) if archive else None
+                at = [segment_of(r) for r in conn.execute(self._segment_at, (path, after + 1))]
+                page = archive_page(at, path, after, limit, upto, types) if archive else None
                 if page is None:
-                    raise history_truncated(path, after, through, [s.file for s in segments])
+                    files = [str(r[0]) for r in conn.execute(self._segment_files, (path,))]
+                    raise history_truncated(path, after, through, files)
                 return page, 0
         return page_of(path, rows, after, upto, full, types), size
 

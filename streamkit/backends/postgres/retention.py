@@ -25,7 +25,6 @@ from streamkit.backends._segments import segment_of
 from streamkit.backends._stored import Row
 from streamkit.backends._truncation import Cut, check_start_unmoved, segment_values
 from streamkit.horizon import CheckpointNeed, Hold
-from streamkit.log import Log
 from streamkit.records import Segment
 
 __all__ = ["PostgresRetentionRows"]
@@ -147,9 +146,9 @@ class PostgresRetentionRows:
             for o, t, p, m, s, k, c, v in found
         ]
 
-    def reclaim_space(self, log: Log) -> int:
+    def reclaim_step(self, conn: psycopg.Connection[Any]) -> int:
         """Nothing to do: autovacuum makes the deleted rows' space reusable (docs/retention.md)."""
-        del log
+        del conn
         return 0
 
     def cut(self, conn: psycopg.Connection[Any], cut: Cut) -> int:

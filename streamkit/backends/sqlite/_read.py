@@ -60,9 +60,13 @@ _KEY = (
     'k."offset" WHERE k.path = ? AND k.key = ?'
 )
 _TRUNCATED = "SELECT truncated_through FROM streamkit_heads WHERE path = ?"
-_SEGMENTS = (
+_SEGMENT_FILES = "SELECT file FROM streamkit_segments WHERE path = ? ORDER BY first_offset"
+# The segment that may hold ``after + 1``: the last one starting at or before it (segments
+# never overlap). One index probe per page, however many segments the path has.
+_SEGMENT_AT = (
     "SELECT path, first_offset, last_offset, count, bytes, file, sha256, prev_sha256"
-    " FROM streamkit_segments WHERE path = ? ORDER BY first_offset"
+    " FROM streamkit_segments WHERE path = ? AND first_offset <= ?"
+    " ORDER BY first_offset DESC LIMIT 1"
 )
 # A path is a stream once a durable event was stored in it (its head moved past 0).
 _PATHS = "SELECT path FROM streamkit_heads WHERE head > 0 ORDER BY path"
@@ -167,10 +171,11 @@ def check_start(
     through = 0 if row is None else int(row[0])
     if after >= through:
         return None
-    segments = [segment_of(r) for r in conn.execute(_SEGMENTS, (path,))]
-    page = archive_page(segments, path, after, limit, upto, types) if archive else None
+    at = [segment_of(r) for r in conn.execute(_SEGMENT_AT, (path, after + 1))]
+    page = archive_page(at, path, after, limit, upto, types) if archive else None
     if page is None:
-        raise history_truncated(path, after, through, [s.file for s in segments])
+        files = [str(r[0]) for r in conn.execute(_SEGMENT_FILES, (path,))]
+        raise history_truncated(path, after, through, files)
     return page
 
 

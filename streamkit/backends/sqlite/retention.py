@@ -23,15 +23,13 @@ from streamkit.backends._retention_rules import (
 from streamkit.backends._segments import segment_of
 from streamkit.backends._stored import Row
 from streamkit.backends._truncation import Cut, check_start_unmoved, segment_values
-from streamkit.backends.sqlite._schema import MEMORY
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE
 from streamkit.backends.sqlite.registry import HOSTS_TABLE
 from streamkit.backends.sqlite.status import stream_heads
 from streamkit.horizon import CheckpointNeed, Hold
-from streamkit.log import Log
 from streamkit.records import Segment
 
-__all__ = ["RECLAIM_STEP", "ROWS", "SqliteRetentionRows", "reclaim_space"]
+__all__ = ["RECLAIM_STEP", "ROWS", "SqliteRetentionRows", "reclaim_step"]
 
 _NEEDS = f"SELECT {NEED_COLUMNS} FROM {DEFAULT_CHECKPOINT_TABLE}"
 _SEGMENT_COLUMNS = "path, first_offset, last_offset, count, bytes, file, sha256, prev_sha256"
@@ -147,8 +145,8 @@ class SqliteRetentionRows:
         return [tuple(row) for row in conn.execute(_ROWS, (path, after, through, limit))]
 
     @staticmethod
-    def reclaim_space(log: Log) -> int:
-        return reclaim_space(log.path)
+    def reclaim_step(conn: sqlite3.Connection) -> int:
+        return reclaim_step(conn)
 
     @classmethod
     def cut(cls, conn: sqlite3.Connection, cut: Cut) -> int:
@@ -185,38 +183,31 @@ class SqliteRetentionRows:
         return int(deleted)
 
 
-RECLAIM_STEP = 2_000
-"""Pages one step of :func:`reclaim_space` frees (8 MB of 4 KiB pages: a few ms of writing)."""
+RECLAIM_STEP = 500
+"""Pages one step of :func:`reclaim_step` frees (2 MB of 4 KiB pages: a few ms of writing)."""
 _INCREMENTAL = 2
 
 
-def reclaim_space(file: str, step: int = RECLAIM_STEP) -> int:
-    """Run ``PRAGMA incremental_vacuum`` on ``file`` in steps of ``step`` pages; pages freed.
+def reclaim_step(conn: sqlite3.Connection, step: int = RECLAIM_STEP) -> int:
+    """Inside the log's write transaction: ``PRAGMA incremental_vacuum`` of ``step`` pages.
 
-    Its own connection, one short write transaction per step (the log's
-    writer waits at most one step), until the free list is empty. A file made
-    before incremental vacuum (``auto_vacuum`` not INCREMENTAL) is left alone:
-    it needs the offline ``VACUUM`` of docs/log.md. The pages leave the file
-    at the next checkpoint, which a passive one at the end asks for.
+    The pages it gave back (0: none are free, or none could be now). A run
+    repeats it, each step a transaction of the log's own writer, in order
+    with appends: a connection of its own would wait on the file lock with
+    SQLite's busy backoff and lose every race to a steady append load (it
+    was starved for minutes). A file made before incremental vacuum
+    (``auto_vacuum`` not INCREMENTAL) is left alone: it needs the offline
+    ``VACUUM`` of docs/log.md. The pages leave the file at the writer's next
+    checkpoint.
     """
-    if file == MEMORY:
+    if int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) != _INCREMENTAL:
         return 0
-    conn = sqlite3.connect(file, isolation_level=None, timeout=30.0)
-    try:
-        if int(conn.execute("PRAGMA auto_vacuum").fetchone()[0]) != _INCREMENTAL:
-            return 0
-        freed = 0
-        while (free := int(conn.execute("PRAGMA freelist_count").fetchone()[0])) > 0:
-            # executescript steps the pragma to its end; one execute frees a page.
-            conn.executescript(f"PRAGMA incremental_vacuum({step});")
-            left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-            if left >= free:
-                break  # nothing more could be freed now (a reader holds old pages)
-            freed += free - left
-        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        return freed
-    finally:
-        conn.close()
+    free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    if free == 0:
+        return 0
+    conn.execute(f"PRAGMA incremental_vacuum({int(step)})").fetchall()
+    left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+    return max(0, free - left)
 
 
 ROWS = SqliteRetentionRows()
