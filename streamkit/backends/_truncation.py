@@ -55,7 +55,7 @@ from streamkit.backends._keys import body_sha256
 from streamkit.backends._retention_rules import RetentionRows, horizon_in
 from streamkit.backends._segments import check_chain, check_segment, segment_name, write_segment
 from streamkit.backends._stored import Row
-from streamkit.errors import InvalidRequest, StorageError
+from streamkit.errors import InvalidRequest, LeaseLost, StorageError
 from streamkit.events import StreamEvent, validate_path
 from streamkit.history import RETENTION_CHUNK, TRUNCATED_EVENT
 from streamkit.log import Log
@@ -294,8 +294,12 @@ async def run_retention(
                 _truncated_event(cut, run.mode, len(taken)),
                 _sealed(rows, cut, clock, fence),
             )
-        except BaseException:
-            if segment is not None:  # not recorded: it must not stay (or the next run removes it)
+        except (InvalidRequest, LeaseLost):
+            # Refused inside the transaction, so rolled back: the segment is recorded
+            # nowhere and goes now. On any other way out (a cancelled wait, a broken
+            # connection) the commit may still land: the file stays, and if no row
+            # records it the next run removes it.
+            if segment is not None:
                 await asyncio.to_thread(_discard, segment.file)
             raise
         run.events += len(taken)

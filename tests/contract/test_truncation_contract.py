@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -366,3 +367,44 @@ async def test_a_policy_that_cannot_be_kept_is_refused_before_anything_is_read(
     with pytest.raises(InvalidRequest, match=refused + ".*nothing was written"):
         await store.run_retention("/", **keep)
     assert len((await log.stream("/").read(0, 10)).events) == 3
+
+
+async def test_a_run_cancelled_while_its_cut_commits_keeps_the_segment_the_cut_records(
+    log: Log, store: HostStore, tmp_path: Path
+) -> None:
+    """A host stopping mid-chunk cancels the wait, not the transaction: the commit lands,
+    and the segment it records must still be there (it was deleted: archive lost)."""
+    await fill(log, "/", 6)
+    rows = getattr(store, "_retention", None)
+    if rows is None:
+        from streamkit.backends.sqlite.retention import ROWS as rows
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(rows, name)
+
+        def cut(self, conn: Any, cut: truncation.Cut) -> int:
+            entered.set()
+            # On the writer thread (PostgreSQL) this holds the commit past the cancel. A
+            # SQLite log idle enough commits inline, on the loop: there it only delays.
+            release.wait(2)
+            return int(rows.cut(conn, cut))
+
+    run = asyncio.create_task(
+        truncation.run_retention(log, Slow(), "/", archive=str(tmp_path / "archive"))  # type: ignore[arg-type]
+    )
+    await asyncio.to_thread(entered.wait, 30)
+    run.cancel()
+    await asyncio.sleep(0.05)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    # The writer finished the transaction after the wait was cancelled.
+    for _ in range(200):
+        if await store.archive_segments("/"):
+            break
+        await asyncio.sleep(0.05)
+    (segment,) = await store.archive_segments("/")
+    assert await asyncio.to_thread(Path(segment.file).exists)
+    assert await store.verify_archive("/") == []
