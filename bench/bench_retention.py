@@ -109,7 +109,7 @@ async def run_beside(db: Path, archive: Path, chunk: int, rate: float) -> tuple[
 
     async with open_log(db) as log:
         task = asyncio.create_task(
-            host_store(log).run_retention("/", archive=str(archive), chunk=chunk)
+            host_store(log).retention.run("/", archive=str(archive), chunk=chunk)
         )
         during = await probe(db, rate, task.done, log)
         return (await task).to_dict(), during

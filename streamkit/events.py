@@ -163,16 +163,26 @@ def replayed_offsets(committed: list[StreamEvent]) -> frozenset[int]:
     return committed.replayed if isinstance(committed, Appended) else frozenset()
 
 
-def appended_to_dicts(committed: list[StreamEvent]) -> list[dict[str, Any]]:
+def appended_to_dicts(
+    committed: list[StreamEvent], keys_kept_for: float | None = None
+) -> list[dict[str, Any]]:
     """An append's result as JSON-ready data, each replayed event marked ``"replayed": true``.
 
-    The one wire form of an append's answer (the control socket, HTTP).
+    The one wire form of an append's answer (the control socket, HTTP). Each
+    event with an idempotency key also says how long the key answers retries
+    once retention takes the event: ``"keys_kept_for"``, seconds, or null for
+    forever (the path's key window, :mod:`streamkit.key_window`).
     """
     replayed = replayed_offsets(committed)
-    return [
-        {**event.to_dict(), "replayed": True} if event.offset in replayed else event.to_dict()
-        for event in committed
-    ]
+    out = []
+    for event in committed:
+        data = event.to_dict()
+        if event.offset in replayed:
+            data["replayed"] = True
+        if event.idempotency_key is not None:
+            data["keys_kept_for"] = keys_kept_for
+        out.append(data)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

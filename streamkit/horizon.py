@@ -104,6 +104,9 @@ class Horizon:
     """The first offset the path still holds (after what retention took)."""
     archived_segments: int = 0
     archived_bytes: int = 0
+    keys_kept_for: float | None = None
+    """How long keys of taken events answer, in seconds (None: forever; see
+    :mod:`streamkit.key_window`)."""
 
     @property
     def held_by(self) -> tuple[Need, ...]:
@@ -128,6 +131,7 @@ class Horizon:
             "horizon": self.offset,
             "archived_segments": self.archived_segments,
             "archived_bytes": self.archived_bytes,
+            "keys_kept_for": self.keys_kept_for,
             "held_by": [need.to_dict() for need in self.held_by],
             "needs": [need.to_dict() for need in self.needs],
         }

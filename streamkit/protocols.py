@@ -33,6 +33,7 @@ from streamkit._requests import AppendCall, Connection, FollowJob, Job, Transact
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.horizon import Hold, Horizon
+from streamkit.key_window import KeyWindow
 from streamkit.records import RELEASED, Lease, LogStats, RetentionRun, Segment, StoredType
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "LogStats",
     "PayloadTypes",
     "ProcessorStream",
+    "RetentionVerbs",
     "StoredType",
     "StreamAccess",
     "payload_validators",
@@ -316,6 +318,73 @@ class LeaseRenewer(Protocol):
         ...
 
 
+class RetentionVerbs(Protocol):
+    """Retention's reads and verbs on one log: horizons, holds, key windows, runs, the archive.
+
+    See docs/retention.md; every verb writes its record and a control event in
+    one transaction, or nothing.
+    """
+
+    async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
+        """The retention horizon of every path (or of ``path``), with what holds each back."""
+        ...
+
+    async def place_hold(self, hold: Hold) -> StreamEvent:
+        """Place an operator's ``hold`` (checked): its row and its control event, at once."""
+        ...
+
+    async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
+        """Release the hold ``name`` of ``path``: its row goes with its control event."""
+        ...
+
+    async def forget_processor(
+        self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
+    ) -> StreamEvent:
+        """Delete ``slug``'s checkpoint rows (all, or ``version``'s) with their control event.
+
+        Refused while a host that beat within ``ttl`` of ``now`` runs it.
+        """
+        ...
+
+    async def key_window(self, path: str) -> KeyWindow | None:
+        """``path``'s key window: how long keys of taken events answer (None: forever)."""
+        ...
+
+    async def set_key_window(
+        self, path: str, keep_for: float | None, *, by: str, reason: str, now: float
+    ) -> StreamEvent:
+        """Give ``path`` a key window of ``keep_for`` seconds (None: forever), with its record."""
+        ...
+
+    async def run(
+        self,
+        path: str,
+        *,
+        through: int | None = None,
+        archive: str | None = None,
+        chunk: int = 2_000,
+        keep_for: float | None = None,
+        keep_last: int | None = None,
+        fence: Callable[[Connection], None] | None = None,
+    ) -> RetentionRun:
+        """Take ``path``'s history below its horizon (through ``through``), archived or deleted.
+
+        ``archive``: an absolute directory for the segment files; None deletes.
+        ``keep_for`` seconds of the newest events and the ``keep_last`` newest
+        offsets stay; ``fence`` runs first in every cut's transaction. Then the
+        keys the path's key window lets go are forgotten.
+        """
+        ...
+
+    async def segments(self, path: str | None = None) -> list[Segment]:
+        """The recorded archive segments (of ``path`` only), by path and range."""
+        ...
+
+    async def verify_archive(self, path: str | None = None) -> list[str]:
+        """Every problem of the recorded archive segments and their chain (empty: proven)."""
+        ...
+
+
 class HostStore(Protocol):
     """What a host keeps beside the log, in the log's own storage: the host half of a backend.
 
@@ -445,52 +514,9 @@ class HostStore(Protocol):
         """Durable events of ``path`` after ``cursor``."""
         ...
 
-    async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
-        """The retention horizon of every path (or of ``path``), with what holds each back."""
-        ...
-
-    async def place_hold(self, hold: Hold) -> StreamEvent:
-        """Place an operator's ``hold`` (checked): its row and its control event, at once."""
-        ...
-
-    async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
-        """Release the hold ``name`` of ``path``: its row goes with its control event."""
-        ...
-
-    async def forget_processor(
-        self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
-    ) -> StreamEvent:
-        """Delete ``slug``'s checkpoint rows (all, or ``version``'s) with their control event.
-
-        Refused while a host that beat within ``ttl`` of ``now`` runs it.
-        """
-        ...
-
-    async def run_retention(
-        self,
-        path: str,
-        *,
-        through: int | None = None,
-        archive: str | None = None,
-        chunk: int = 2_000,
-        keep_for: float | None = None,
-        keep_last: int | None = None,
-        fence: Callable[[Connection], None] | None = None,
-    ) -> RetentionRun:
-        """Take ``path``'s history below its horizon (through ``through``), archived or deleted.
-
-        ``archive``: an absolute directory for the segment files; None deletes.
-        ``keep_for`` seconds of the newest events and the ``keep_last`` newest
-        offsets stay; ``fence`` runs first in every cut's transaction.
-        """
-        ...
-
-    async def archive_segments(self, path: str | None = None) -> list[Segment]:
-        """The recorded archive segments (of ``path`` only), by path and range."""
-        ...
-
-    async def verify_archive(self, path: str | None = None) -> list[str]:
-        """Every problem of the recorded archive segments and their chain (empty: proven)."""
+    @property
+    def retention(self) -> RetentionVerbs:
+        """Retention's reads and verbs on this log (one part, whatever the backend)."""
         ...
 
     async def stream_heads(self) -> list[tuple[str, int]]:

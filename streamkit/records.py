@@ -144,6 +144,9 @@ class RetentionRun:
     seconds: float = 0.0
     segments: list[Segment] = field(default_factory=list)
     orphans_removed: list[str] = field(default_factory=list)
+    keys_forgotten: int = 0
+    """Idempotency keys of taken events the path's key window let go (see
+    :mod:`streamkit.key_window`); 0 on a path whose keys are kept forever."""
     pages_reclaimed: int = 0
     """Database pages the run gave back to the file system (SQLite files made with
     incremental vacuum; 0 where the server reuses the space itself)."""
@@ -164,6 +167,7 @@ class RetentionRun:
             "seconds": round(self.seconds, 3),
             "segments": [s.file for s in self.segments],
             "orphans_removed": self.orphans_removed,
+            "keys_forgotten": self.keys_forgotten,
             "pages_reclaimed": self.pages_reclaimed,
             "stopped_by": self.stopped_by,
         }

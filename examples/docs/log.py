@@ -82,7 +82,7 @@ async def main() -> None:
     else:
         raise AssertionError("expected IdempotencyConflict")
     assert await orders.head() == 3
-    # --- docs/log.md:308
+    # --- docs/log.md:310
     from streamkit import OffsetConflict
 
     notes = log.stream("/notes")
@@ -96,7 +96,7 @@ async def main() -> None:
         assert stale.details == {"path": "/notes", "expected_head": head, "actual_head": head + 2}
     else:
         raise AssertionError("expected OffsetConflict")
-    # --- docs/log.md:331
+    # --- docs/log.md:333
     head = await orders.head()
     await orders.append({"type": "order.shipped", "payload": {"order": 7}, "offset": head + 1})
     try:
@@ -105,13 +105,13 @@ async def main() -> None:
         assert refused.details == {"path": "/orders", "index": 0, "expected": 4, "actual": 5}
     else:
         raise AssertionError("expected OffsetConflict")
-    # --- docs/log.md:348
+    # --- docs/log.md:350
     (tick,) = await orders.append({"type": "order.progress", "payload": {"pct": 50}, "ephemeral": True})
     (done,) = await orders.append({"type": "order.delivered", "payload": {"order": 7}})
     assert tick.ephemeral and (tick.offset, done.offset) == (5, 6)
     page = await orders.read(4)
     assert [e.offset for e in page.events] == [6]  # reads return durable events only
-    # --- docs/log.md:371
+    # --- docs/log.md:373
     from streamkit import InvalidEvent
 
     try:
@@ -121,7 +121,7 @@ async def main() -> None:
     else:
         raise AssertionError("expected InvalidEvent")
     assert await orders.head() == 6
-    # --- docs/log.md:401
+    # --- docs/log.md:403
     page = await orders.read(0, limit=2)
     assert [e.offset for e in page.events] == [1, 2]
     assert (page.scanned_through_offset, page.at_head) == (2, False)
@@ -129,7 +129,7 @@ async def main() -> None:
     page = await orders.read(2)
     assert [e.offset for e in page.events] == [3, 4, 6]
     assert (page.scanned_through_offset, page.at_head) == (6, True)
-    # --- docs/log.md:464
+    # --- docs/log.md:466
     from pydantic import BaseModel
 
 
@@ -150,7 +150,7 @@ async def main() -> None:
             {"celsius": "warm"},  # refused by the model: left as stored
             {"room": "hall"},  # a type not named
         ]
-    # --- docs/log.md:492
+    # --- docs/log.md:494
     import asyncio
 
     follower = orders.follow()
@@ -162,7 +162,7 @@ async def main() -> None:
     assert [(e.offset, e.ephemeral) for e in events] == [(7, True), (8, False)]
     assert scanned == (6, 8)
     await follower.aclose()
-    # --- docs/log.md:545
+    # --- docs/log.md:547
     follower = orders.follow()
     follower.skip_to(8)  # offsets 1 to 8 were read another way
     follower.wake()
@@ -171,7 +171,7 @@ async def main() -> None:
     events, scanned = await asyncio.wait_for(follower.next_or_woken(), 5)
     assert events == [opened] and scanned == (8, opened.offset) and follower.at_head
     follower.close()
-    # --- docs/log.md:561
+    # --- docs/log.md:563
     jobs = log.stream("/jobs")
     await jobs.claim(1_900_000_000.0, claimant="mailer")
     view = jobs.for_processor("billing")  # what a processor engine is given
@@ -179,7 +179,7 @@ async def main() -> None:
     assert await jobs.claims() == {"billing": 1_800_000_000.0, "mailer": 1_900_000_000.0}
     await view.claim(None)  # release
     assert await jobs.claims() == {"mailer": 1_900_000_000.0}
-    # --- docs/log.md:579
+    # --- docs/log.md:581
     def create_leases(conn):
         conn.execute("CREATE TABLE IF NOT EXISTS leases (slug TEXT PRIMARY KEY, holder TEXT)")
         conn.execute("INSERT OR REPLACE INTO leases VALUES ('mailer', 'host-1')")
@@ -189,7 +189,7 @@ async def main() -> None:
     assert await log.write_transaction(create_leases) == "ok"
     rows = await log.query(lambda conn: conn.execute("SELECT * FROM leases").fetchall())
     assert rows == [("mailer", "host-1")]
-    # --- docs/log.md:645
+    # --- docs/log.md:647
     async with (
         open_log("inline.db") as quick,
         open_log("threaded.db", inline_commits=False) as threaded,
@@ -203,7 +203,7 @@ async def main() -> None:
             )
             assert [s[0].offset for s in singles] == [1, 2, 3]
             assert sorted(t[0].offset for t in together) == list(range(4, 12))
-    # --- docs/log.md:746
+    # --- docs/log.md:748
     stats = log.stats
     assert (stats.appended, stats.ephemeral, stats.refused) == (9, 3, 3)
     await log.aclose()

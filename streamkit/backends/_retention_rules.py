@@ -101,6 +101,8 @@ class RetentionFacts(NamedTuple):
     """Each path's first offset still held, where retention took some."""
     archived: dict[str, tuple[int, int]]
     """Each path's archive: its recorded segments and their bytes."""
+    windows: dict[str, float]
+    """Each path's key window in seconds, where one is set (elsewhere: forever)."""
 
 
 class RetentionRows(Protocol):
@@ -137,6 +139,7 @@ def horizon_in(facts: RetentionFacts, path: str, now: float) -> Horizon:
         start=facts.starts.get(path, 1),
         archived_segments=segments,
         archived_bytes=size,
+        keys_kept_for=facts.windows.get(path),
     )
 
 

@@ -28,6 +28,9 @@ next run would take, forever. A run under a host's retention lease passes its ``
 which every cut's transaction runs first: a host that lost the lease writes
 nothing.
 
+Last, the keys the path's key window lets go are forgotten
+(:mod:`streamkit.backends._key_windows`), each batch under the same fence.
+
 A crash anywhere leaves at worst a segment file that no row records; the
 next run of the path removes such files before it writes. Rows are never
 deleted without their segment recorded in the same transaction (archive
@@ -51,6 +54,7 @@ from typing import Any, Protocol
 
 from streamkit._requests import Connection
 from streamkit._timestamps import format_timestamp
+from streamkit.backends._key_windows import KeyWindowRows, forget_expired_keys
 from streamkit.backends._keys import body_sha256
 from streamkit.backends._retention_rules import RetentionRows, horizon_in
 from streamkit.backends._segments import check_chain, check_segment, segment_name, write_segment
@@ -113,8 +117,8 @@ def segment_values(segment: Segment) -> tuple[str, int, int, int, int, str, str,
     )
 
 
-class TruncationRows(RetentionRows, Protocol):
-    """A backend's start, segments and rows, and the one write of a cut."""
+class TruncationRows(RetentionRows, KeyWindowRows, Protocol):
+    """A backend's start, segments and rows, key windows, and the one write of a cut."""
 
     def truncated_through(self, conn: Connection, path: str) -> int:
         """The offset ``path``'s history was taken through (0: none was)."""
@@ -310,7 +314,9 @@ async def run_retention(
             run.bytes += segment.bytes
         start = cut_through
         run.start_after = start + 1
-    if run.chunks:
+    # Keys of events taken by this run or an earlier one, older than the path's key window.
+    run.keys_forgotten = await forget_expired_keys(log, rows, path, clock(), fence=fence)
+    if run.chunks or run.keys_forgotten:
         # Each step is a transaction of the log's own writer, in order with appends.
         while (given := await log.write_transaction(rows.reclaim_step)) > 0:
             run.pages_reclaimed += given

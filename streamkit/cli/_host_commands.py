@@ -135,7 +135,7 @@ def _cmd_status(args: argparse.Namespace, out: TextIO) -> int:
                     "host": None,
                     "hosts": [],
                     "processors": await store.durable_status(),
-                    "retention": [h.to_dict() for h in await store.horizons(time.time())],
+                    "retention": [h.to_dict() for h in await store.retention.horizons(time.time())],
                 }
 
         status = asyncio.run(run())

@@ -131,7 +131,9 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
         except ControlUnavailable as exc:
             raise _append_in_doubt(args, event, exc) from exc
         replayed = bool(data.pop("replayed", False))
+        kept_for = data.pop("keys_kept_for", None)
         emit(StreamEvent(**data), args, out, replayed=replayed)
+        _say_key_window(args, kept_for)
         return 0
     if args.ephemeral:
         raise ControlUnavailable(
@@ -149,6 +151,16 @@ def _cmd_append(args: argparse.Namespace, out: TextIO) -> int:
     committed, replayed = asyncio.run(run())
     emit(committed, args, out, replayed=replayed)
     return 0
+
+
+def _say_key_window(args: argparse.Namespace, kept_for: float | None) -> None:
+    """Under a key window, say (on stderr, so --json stays one object) when the key of
+    the user's own ``--idempotency-key`` stops answering retries."""
+    if kept_for is not None and args.idempotency_key is not None:
+        sys.stderr.write(
+            f"note: {args.path} has a key window: this key answers retries for "
+            f"{kept_for:g} s after its event is archived or deleted, then is forgotten\n"
+        )
 
 
 def _append_in_doubt(

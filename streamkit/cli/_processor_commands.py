@@ -247,7 +247,7 @@ def _cmd_rollback(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_forget(args: argparse.Namespace, out: TextIO) -> int:
     async def run() -> Any:
         async with existing_log(args.db) as log:
-            return await host_store(log).forget_processor(
+            return await host_store(log).retention.forget_processor(
                 args.slug,
                 args.version,
                 by=operator(args),

@@ -1,11 +1,13 @@
-"""``streamkit retention horizon``, ``hold`` and ``release``: what a path's history must keep.
+"""``streamkit retention`` and ``verify --archive``: what a path's history must keep, and taking it.
 
 ``horizon`` prints, per path, the lowest offset retention must keep and what
 holds it there (a processor's cursor, its state's offset, its
 ``retain_from``, a hold, a processor with no checkpoint yet). ``hold`` and
-``release`` place and end an operator's hold, each with a control event in
-the log saying who and why. All three work on the database directly,
-whether or not a host runs.
+``release`` place and end an operator's hold, and ``keys`` shows or sets how
+long a path's idempotency keys answer once their events are taken, each
+change with a control event in the log saying who and why. ``run`` takes
+history below the horizon. All work on the database directly, whether or not
+a host runs.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from streamkit.events import StreamEvent
 from streamkit.history import RETENTION_CHUNK
 from streamkit.holds import check_hold
 from streamkit.horizon import Horizon, Need
+from streamkit.key_window import KeyWindow
 from streamkit.records import RetentionRun
 
 __all__ = [
     "add_retention",
     "add_verify",
+    "kept_for_words",
     "operator",
     "policy_lines",
     "retention_lines",
@@ -97,6 +101,29 @@ def add_retention(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     release.add_argument("--by", help="who decided (default: user@hostname)")
     release.add_argument("--json", action="store_true", help="print the control event as JSON")
     release.set_defaults(handler=_cmd_release)
+    keys = verbs.add_parser(
+        "keys",
+        help="show or set how long a path's idempotency keys answer after their events go",
+        description="A key answers retries as long as its event is in the log, and after "
+        "retention takes the event: forever by default. --keep-for gives PATH a key window "
+        "instead: keys of taken events older than it are forgotten by the path's next "
+        "retention run, and a retry after that appends anew. --forever restores the default. "
+        "Recorded as a streamkit.key-window-set event on the path (who, why). Without "
+        "--keep-for or --forever, prints the window.",
+    )
+    keys.add_argument("path", help="the stream path")
+    add_db_flag(keys)
+    window = keys.add_mutually_exclusive_group()
+    window.add_argument(
+        "--keep-for",
+        metavar="DURATION",
+        help='remember keys of taken events this long ("30d", "12h", or seconds; at least 1h)',
+    )
+    window.add_argument("--forever", action="store_true", help="remember them forever")
+    keys.add_argument("--reason", help="why, for the record (required to set)")
+    keys.add_argument("--by", help="who decided (default: user@hostname)")
+    keys.add_argument("--json", action="store_true", help="print JSON")
+    keys.set_defaults(handler=_cmd_keys)
     run = verbs.add_parser(
         "run",
         help="take a path's history below its horizon: archived to segment files, or deleted",
@@ -153,8 +180,8 @@ def _cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
     async def run() -> tuple[int, list[str]]:
         async with existing_log(args.db, read_only=True) as log:
             store = host_store(log)
-            segments = await store.archive_segments(args.path)
-            return len(segments), await store.verify_archive(args.path)
+            segments = await store.retention.segments(args.path)
+            return len(segments), await store.retention.verify_archive(args.path)
 
     count, problems = asyncio.run(run())
     if args.json:
@@ -194,6 +221,8 @@ def retention_lines(rows: list[dict[str, Any]] | None) -> list[str]:
             if row.get("archived_segments")
             else ""
         )
+        if row.get("keys_kept_for") is not None:
+            archived += f"; keys kept {kept_for_words(row['keys_kept_for'])}"
         lines.append(
             f"  {row['path']}  {start}horizon {row['horizon']} of head {row['head']}"
             + (f", {behind} offsets kept, held by {held}" if held else ", nothing held")
@@ -250,6 +279,11 @@ def _block(horizon: Horizon) -> str:
             if horizon.archived_segments
             else ""
         )
+        + (
+            f"  keys kept {kept_for_words(horizon.keys_kept_for)}"
+            if horizon.keys_kept_for is not None
+            else ""
+        )
     ]
     holding = set(horizon.held_by)
     for need in horizon.needs:
@@ -263,7 +297,7 @@ def _block(horizon: Horizon) -> str:
 def _cmd_horizon(args: argparse.Namespace, out: TextIO) -> int:
     async def run() -> list[Horizon]:
         async with existing_log(args.db, read_only=True) as log:
-            return await host_store(log).horizons(time.time(), args.path)
+            return await host_store(log).retention.horizons(time.time(), args.path)
 
     found = asyncio.run(run())
     if args.json:
@@ -307,7 +341,7 @@ def _cmd_hold(args: argparse.Namespace, out: TextIO) -> int:
 
     async def run() -> StreamEvent:
         async with existing_log(args.db) as log:
-            return await host_store(log).place_hold(hold)
+            return await host_store(log).retention.place_hold(hold)
 
     event = asyncio.run(run())
     until = "" if hold.until is None else f" until {args.until}"
@@ -322,12 +356,67 @@ def _cmd_hold(args: argparse.Namespace, out: TextIO) -> int:
 def _cmd_release(args: argparse.Namespace, out: TextIO) -> int:
     async def run() -> StreamEvent:
         async with existing_log(args.db) as log:
-            return await host_store(log).release_hold(
+            return await host_store(log).retention.release_hold(
                 args.path, args.name, by=operator(args), reason=args.reason
             )
 
     event = asyncio.run(run())
     return _said(event, args, out, f"hold {args.name!r} on {args.path} is released")
+
+
+def kept_for_words(keep_for: float | None) -> str:
+    """A key window in words: ``forever`` or ``30d`` / ``12h`` / ``3600 s``."""
+    if keep_for is None:
+        return "forever"
+    for unit, seconds in (("d", 86_400), ("h", 3_600)):
+        if keep_for % seconds == 0:
+            return f"{keep_for / seconds:g}{unit}"
+    return f"{keep_for:g} s"
+
+
+def _duration(flag: str, text: str) -> float:
+    try:
+        return seconds_of(text)
+    except ValueError as exc:  # pydantic's refusal of the text, in words
+        raise InvalidRequest(
+            f"{flag} {text!r} is not a duration: write a number of seconds or one with a unit "
+            '("45s", "30m", "12h", "90d", "2w"); nothing was written'
+        ) from exc
+
+
+def _cmd_keys(args: argparse.Namespace, out: TextIO) -> int:
+    setting = args.forever or args.keep_for is not None
+    if setting and not args.reason:
+        raise InvalidRequest(
+            "setting a key window needs --reason (it goes into the log with who set it); "
+            "nothing was written"
+        )
+    keep_for = None if args.keep_for is None else _duration("--keep-for", args.keep_for)
+
+    async def run() -> StreamEvent | KeyWindow | None:
+        async with existing_log(args.db, read_only=not setting) as log:
+            retention = host_store(log).retention
+            if not setting:
+                return await retention.key_window(args.path)
+            return await retention.set_key_window(
+                args.path, keep_for, by=operator(args), reason=args.reason, now=time.time()
+            )
+
+    found = asyncio.run(run())
+    if isinstance(found, StreamEvent):
+        words = kept_for_words(keep_for)
+        return _said(found, args, out, f"keys of taken events of {args.path} answer {words}")
+    if args.json:
+        shown = {"path": args.path, "keep_for": None} if found is None else found.to_dict()
+        out.write(json.dumps(shown, separators=(",", ":")) + "\n")
+    elif found is None:
+        out.write(f"{args.path}: keys answer forever (no key window set)\n")
+    else:
+        out.write(
+            f"{args.path}: keys of taken events answer {kept_for_words(found.keep_for)}, then "
+            f"a retention run forgets them (set by {found.set_by}: {found.reason!r})\n"
+        )
+    return 0
 
 
 def _policies(args: argparse.Namespace) -> tuple[str, list[RetentionPolicy]]:
@@ -337,13 +426,7 @@ def _policies(args: argparse.Namespace) -> tuple[str, list[RetentionPolicy]]:
             raise InvalidRequest(
                 "retention run PATH needs --archive DIR or --delete; nothing was written"
             )
-        try:
-            keep_for = None if args.keep_for is None else seconds_of(args.keep_for)
-        except ValueError as exc:  # pydantic's refusal of the text, in words
-            raise InvalidRequest(
-                f"--keep-for {args.keep_for!r} is not a duration: write a number of seconds or "
-                'one with a unit ("45s", "30m", "12h", "90d", "2w"); nothing was written'
-            ) from exc
+        keep_for = None if args.keep_for is None else _duration("--keep-for", args.keep_for)
         policy = RetentionPolicy.model_construct(
             path=args.path,
             keep_for=keep_for,
@@ -392,7 +475,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         async with existing_log(db) as log:
             store = host_store(log)
             return [
-                await store.run_retention(
+                await store.retention.run(
                     policy.path,
                     through=args.through,
                     archive=None if policy.archive is None else str(policy.archive),
@@ -417,6 +500,7 @@ def _said_run(done: RetentionRun, args: argparse.Namespace, out: TextIO) -> None
         f"{done.path}: {taken} {done.events} events in {done.chunks} chunk(s); it starts at "
         f"offset {done.start_after} (horizon {done.horizon}, stopped by {done.stopped_by})"
         + (f", {len(done.segments)} segment(s), {done.bytes} bytes" if done.segments else "")
+        + (f"; forgot {done.keys_forgotten} key(s)" if done.keys_forgotten else "")
         + (
             f"; gave {done.pages_reclaimed} page(s) back to the file system"
             if done.pages_reclaimed

@@ -59,6 +59,8 @@ class ServedHost(Protocol):
         expect_head: int | None = None,
     ) -> list[StreamEvent]: ...
 
+    async def keys_kept_for(self, committed: list[StreamEvent]) -> float | None: ...
+
     async def read(
         self,
         path: str,
@@ -186,7 +188,7 @@ class HostControlHandler:
         self._check_db(args)
         if isinstance(args, AppendArgs):
             committed = await host.append(args.path, args.events, expect_head=args.expect_head)
-            return appended_to_dicts(committed)
+            return appended_to_dicts(committed, await host.keys_kept_for(committed))
         if isinstance(args, ReadArgs):
             page = await host.read(args.path, args.after, args.limit, args.types)
             return {

@@ -36,7 +36,7 @@ async def check_new_processors(
     store: HostStore, processors: Sequence[tuple[str, str, StartFrom | None]], now: float
 ) -> None:
     """Refuse the start if a new processor ``(slug, path, start)`` cannot start as declared."""
-    starts = {horizon.path: horizon.start for horizon in await store.horizons(now)}
+    starts = {horizon.path: horizon.start for horizon in await store.retention.horizons(now)}
     problems: list[str] = []
     details: list[dict[str, object]] = []
     for slug, path, start in processors:
@@ -45,7 +45,7 @@ async def check_new_processors(
             continue
         if await store.checkpoint_versions(slug):
             continue  # it ran here before: it resumes from its checkpoint
-        segments = await store.archive_segments(path)
+        segments = await store.retention.segments(path)
         archived = _archived_from_one(segments, first - 1)
         taken = (
             f"its events through {first - 1} are archived in {len(segments)} segment file(s)"

@@ -461,6 +461,18 @@ class ProcessorHost:
         """
         return await self._require_log().stream(path).append(*events, expect_head=expect_head)
 
+    async def keys_kept_for(self, committed: list[StreamEvent]) -> float | None:
+        """How long the keys of ``committed`` (one append's result) answer once their
+        events are taken: their path's key window in seconds, None for forever.
+
+        Read only for a result with a keyed event, so an unkeyed append pays nothing.
+        """
+        keyed = [event.path for event in committed if event.idempotency_key is not None]
+        if not keyed or self.store is None:
+            return None
+        window = await self.store.retention.key_window(keyed[0])
+        return None if window is None else window.keep_for
+
     async def read(
         self,
         path: str,

@@ -49,6 +49,7 @@ class PolicyRecord:
     runs: int = 0
     failures: int = 0
     events_taken: int = 0
+    keys_forgotten: int = 0
     last_at: float | None = None
     last_run: dict[str, Any] | None = None
     last_error: dict[str, Any] | None = None
@@ -65,6 +66,7 @@ class PolicyRecord:
             "runs": self.runs,
             "failures": self.failures,
             "events_taken": self.events_taken,
+            "keys_forgotten": self.keys_forgotten,
             "last_at": self.last_at,
             "last_run": self.last_run,
             "last_error": self.last_error,
@@ -205,7 +207,7 @@ class RetentionJob:
         record.last_at = self._clock()
         try:
             held.check()
-            run = await self._store.run_retention(
+            run = await self._store.retention.run(
                 policy.path,
                 archive=None if policy.archive is None else str(policy.archive),
                 chunk=policy.chunk,
@@ -222,9 +224,10 @@ class RetentionJob:
             return
         record.runs += 1
         record.events_taken += run.events
+        record.keys_forgotten += run.keys_forgotten
         record.last_run = run.to_dict()
         record.last_error = None
-        if run.events or run.orphans_removed:
+        if run.events or run.orphans_removed or run.keys_forgotten:
             _log.info(
                 "retention.ran",
                 path=policy.path,
@@ -234,5 +237,6 @@ class RetentionJob:
                 start=run.start_after,
                 stopped_by=run.stopped_by,
                 orphans_removed=run.orphans_removed,
+                keys_forgotten=run.keys_forgotten,
                 seconds=round(run.seconds, 3),
             )

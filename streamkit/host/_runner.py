@@ -556,7 +556,7 @@ class ProcessorRunner:
         if self._start == "head":
             after = await self._log.stream(self.path).head()
         else:
-            known = await self._store.horizons(self._clock(), self.path)
+            known = await self._store.retention.horizons(self._clock(), self.path)
             after = known[0].start - 1 if known else 0
         contract = self.processor.contract
         try:

@@ -59,7 +59,7 @@ async def processor_rows(
 async def retention_rows(store: HostStore, now: float) -> list[dict[str, Any]] | None:
     """Each path's retention horizon and what holds it (None: the database did not answer)."""
     try:
-        return [horizon.to_dict() for horizon in await store.horizons(now)]
+        return [horizon.to_dict() for horizon in await store.retention.horizons(now)]
     except StorageError:
         return None
 

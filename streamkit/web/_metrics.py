@@ -382,8 +382,15 @@ def _retention_families(rows: Sequence[dict[str, Any]]) -> list[Metric]:
         "Bytes of the path's recorded archive segments.",
         labels=["path"],
     )
+    window = GaugeMetricFamily(
+        "streamkit_retention_key_window_seconds",
+        "How long keys of the path's taken events answer retries (absent: forever).",
+        labels=["path"],
+    )
     for row in rows:
         path = row["path"]
+        if row.get("keys_kept_for") is not None:
+            window.add_metric([path], float(row["keys_kept_for"]))
         start.add_metric([path], float(row["start"]))
         segments.add_metric([path], float(row["archived_segments"]))
         archived.add_metric([path], float(row["archived_bytes"]))
@@ -392,7 +399,7 @@ def _retention_families(rows: Sequence[dict[str, Any]]) -> list[Metric]:
         holds.add_metric([path], float(sum(1 for n in row["needs"] if n["kind"] == "hold")))
         for need in row["held_by"]:
             held_by.add_metric([path, need["kind"], need["name"], need["why"]], 1.0)
-    return [horizon, kept, holds, held_by, start, segments, archived]
+    return [horizon, kept, holds, held_by, start, segments, archived, window]
 
 
 def _policy_families(job: dict[str, Any] | None) -> list[Metric]:
@@ -414,6 +421,11 @@ def _policy_families(job: dict[str, Any] | None) -> list[Metric]:
         "Events the path's retention policy archived or deleted on this host.",
         labels=["path", "mode"],
     )
+    forgotten = CounterMetricFamily(
+        "streamkit_retention_policy_keys_forgotten",
+        "Idempotency keys of taken events the path's key window let go, on this host's runs.",
+        labels=["path"],
+    )
     last = GaugeMetricFamily(
         "streamkit_retention_policy_last_run_timestamp_seconds",
         "When the path's policy last ran on this host (epoch seconds; absent before its first run).",
@@ -424,9 +436,10 @@ def _policy_families(job: dict[str, Any] | None) -> list[Metric]:
         runs.add_metric([path, "ok"], float(record["runs"]))
         runs.add_metric([path, "failed"], float(record["failures"]))
         taken.add_metric([path, record["mode"]], float(record["events_taken"]))
+        forgotten.add_metric([path], float(record["keys_forgotten"]))
         if record["last_at"] is not None:
             last.add_metric([path], float(record["last_at"]))
-    return [holds, runs, taken, last]
+    return [holds, runs, taken, forgotten, last]
 
 
 def _le(edge: float) -> str:

@@ -112,8 +112,9 @@ class Endpoints:
         # hit (a retry of a call that landed), each of those marked "replayed".
         replayed = replayed_offsets(committed)
         fresh = any(event.offset not in replayed for event in committed)
+        kept_for = await self._host.keys_kept_for(committed)
         return JSONResponse(
-            {"events": appended_to_dicts(committed)}, status_code=201 if fresh else 200
+            {"events": appended_to_dicts(committed, kept_for)}, status_code=201 if fresh else 200
         )
 
     async def events(self, request: Request) -> Response:

@@ -145,6 +145,7 @@ def test_the_schema_is_created_once_and_opened_again_unchanged() -> None:
             "streamkit_skips",
             "streamkit_holds",
             "streamkit_segments",
+            "streamkit_key_windows",
             "streamkit_hosts",
         }
         (made,) = conn.execute(

@@ -20,6 +20,7 @@ import io
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from support.postgres import dropped_after, fresh_schema_name, postgres_url
+from support.retention import retention_rows
 
 from streamkit import (
     IdempotencyConflict,
@@ -37,6 +39,7 @@ from streamkit import (
     open_log,
 )
 from streamkit.backends import host_store
+from streamkit.backends._key_windows import forget_expired_keys
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
 from streamkit.backends.sqlite._schema import SCHEMA_VERSION as SQLITE_VERSION
 from streamkit.cli import main
@@ -64,6 +67,9 @@ def downgrade_sqlite(path: Path, to: int = 1) -> None:
     """Make ``path`` look as schema ``to`` left it: without what later schemas added."""
     with closing(sqlite3.connect(path)) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if to < 8:
+            conn.execute("DROP TABLE streamkit_key_windows")
+            conn.execute("DROP INDEX streamkit_keys_recorded")
         if to < 7:
             conn.execute("DROP TABLE streamkit_holds")
             conn.execute("DROP TABLE streamkit_segments")
@@ -201,7 +207,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         assert stored_version(conn, schema) == 1
 
         ensure_schema(conn, schema, "test")
-        assert stored_version(conn, schema) == SCHEMA_VERSION == 7
+        assert stored_version(conn, schema) == SCHEMA_VERSION == 8
         row = conn.execute(
             sql.SQL(
                 "SELECT reduced_through_offset, state, state_offset FROM {}.streamkit_checkpoints"
@@ -470,7 +476,7 @@ async def test_a_sqlite_log_of_schema_5_gets_each_path_s_head_from_its_rows(
         open_log(path, read_only=True)
     async with open_log(path) as log:
         assert await log.paths() == ["/a", "/b"]
-        assert version(path) == str(SQLITE_VERSION) == "7"
+        assert version(path) == str(SQLITE_VERSION) == "8"
     with closing(sqlite3.connect(path)) as conn, conn:
         heads = conn.execute(
             "SELECT path, head, reserved_through FROM streamkit_heads ORDER BY path"
@@ -529,7 +535,7 @@ async def test_a_postgres_log_of_schema_5_moves_its_keys_to_their_own_table() ->
             conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 5").format(name))
         await check_keys_after_upgrade(target)
         with _connect() as conn:
-            assert stored_version(conn, schema) == SCHEMA_VERSION == 7
+            assert stored_version(conn, schema) == SCHEMA_VERSION == 8
             rows = conn.execute(
                 sql.SQL(
                     'SELECT path, key, "offset" FROM {}.streamkit_keys ORDER BY path, key'
@@ -570,7 +576,7 @@ async def leased_checkpoints(target: str) -> None:
 async def check_paths_after_upgrade(target: str) -> None:
     """A slug leased on one path gets it; one leased on two stays unknown and holds both."""
     async with open_log(target) as log:
-        horizons = {h.path: h for h in await host_store(log).horizons(time.time())}
+        horizons = {h.path: h for h in await host_store(log).retention.horizons(time.time())}
     assert [(n.name, n.from_offset) for n in horizons["/orders"].needs] == [
         ("audit@1", 3),
         ("board@1", 5),
@@ -587,7 +593,7 @@ async def test_a_sqlite_log_of_schema_6_learns_each_checkpoint_s_path_from_its_l
     assert "path" not in columns(path)
     await check_paths_after_upgrade(str(path))
     assert {"path", "retain_from"} <= columns(path)
-    assert version(path) == "7"
+    assert version(path) == str(SQLITE_VERSION)
     with closing(sqlite3.connect(path)) as conn:
         rows = conn.execute("SELECT slug, path FROM streamkit_checkpoints ORDER BY slug").fetchall()
     assert rows == [("audit", None), ("board", "/orders")]
@@ -601,6 +607,7 @@ async def test_a_postgres_log_of_schema_6_learns_each_checkpoint_s_path_from_its
         await leased_checkpoints(target)
         name = sql.Identifier(schema)
         with _connect() as conn:
+            drop_key_windows(conn, schema)
             conn.execute(sql.SQL("DROP TABLE {}.streamkit_holds").format(name))
             conn.execute(sql.SQL("DROP TABLE {}.streamkit_segments").format(name))
             conn.execute(
@@ -615,10 +622,61 @@ async def test_a_postgres_log_of_schema_6_learns_each_checkpoint_s_path_from_its
             conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 6").format(name))
         await check_paths_after_upgrade(target)
         with _connect() as conn:
-            assert stored_version(conn, schema) == SCHEMA_VERSION == 7
+            assert stored_version(conn, schema) == SCHEMA_VERSION == 8
             rows = conn.execute(
                 sql.SQL("SELECT slug, path FROM {}.streamkit_checkpoints ORDER BY slug").format(
                     name
                 )
             ).fetchall()
         assert rows == [("audit", None), ("board", "/orders")]
+
+
+# -- schema 7 to 8: key windows ---------------------------------------------------------
+
+
+def drop_key_windows(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Take away what schema 8 added to a PostgreSQL log."""
+    name = sql.Identifier(schema)
+    conn.execute(sql.SQL("DROP TABLE {}.streamkit_key_windows").format(name))
+    conn.execute(sql.SQL("DROP INDEX {}.streamkit_keys_recorded").format(name))
+
+
+async def taken_keys_then_window(target: str, before_upgrade: Callable[[], None]) -> None:
+    """Keys of taken events, a downgrade to 7, then a window set and the keys let go."""
+    async with open_log(target) as log:
+        await log.stream("/").append(*[{"type": "x", "idempotency_key": f"k{n}"} for n in range(3)])
+        run = await host_store(log).retention.run("/")
+        assert run.events == 3
+    before_upgrade()
+    async with open_log(target) as log:
+        store = host_store(log)
+        await store.retention.set_key_window("/", 3600, by="ops", reason="r", now=time.time())
+        # Two hours on, the keys of the taken events are let go by the next run.
+        forgotten = await forget_expired_keys(log, retention_rows(log), "/", time.time() + 7200)
+        assert forgotten == 3
+
+
+async def test_a_sqlite_log_of_schema_7_gets_key_windows(tmp_path: Path) -> None:
+    path = tmp_path / "v7.db"
+    await taken_keys_then_window(str(path), lambda: downgrade_sqlite(path, 7))
+    assert version(path) == str(SQLITE_VERSION)
+
+
+async def test_a_postgres_log_of_schema_7_gets_key_windows() -> None:
+    schema = fresh_schema_name()
+    url = postgres_url()
+    target = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+    def downgrade() -> None:
+        with _connect() as conn:
+            drop_key_windows(conn, schema)
+            conn.execute(
+                sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 7").format(
+                    sql.Identifier(schema)
+                )
+            )
+
+    with dropped_after(url, schema):
+        await taken_keys_then_window(target, downgrade)
+        with _connect() as conn:
+            assert stored_version(conn, schema) == SCHEMA_VERSION

@@ -116,3 +116,31 @@ def test_status_names_who_runs_the_policies_and_a_failing_ones_error() -> None:
     assert policy_lines(idle)[0].endswith("by nobody yet (no host holds the retention lease)")
     assert policy_lines(idle)[1].endswith("0 events taken; not run yet")
     assert policy_lines(None) == []
+
+
+def test_retention_keys_shows_sets_and_restores_a_path_s_key_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Forever by default; --keep-for sets it with a record; --forever restores; bad input refused."""
+    db = tmp_path / "log.db"
+    fill(db, "/", 1)
+    assert run("retention", "keys", "/", "--db", str(db)) == (
+        0,
+        "/: keys answer forever (no key window set)\n",
+    )
+    code, said = run(
+        "retention", "keys", "/", "--db", str(db), "--keep-for", "30d", "--reason", "audit"
+    )
+    assert (code, said) == (0, "keys of taken events of / answer 30d (recorded at offset 2 of /)\n")
+    code, shown = run("retention", "keys", "/", "--db", str(db), "--json")
+    window = json.loads(shown)
+    assert (window["keep_for"], window["reason"]) == (30 * 86400, "audit")
+    code, horizon = run("retention", "horizon", "--db", str(db))
+    assert "keys kept 30d" in horizon
+    capsys.readouterr()
+    assert run("retention", "keys", "/", "--db", str(db), "--keep-for", "10m", "--reason", "x")[0]
+    assert "at least 3600" in capsys.readouterr().err
+    assert run("retention", "keys", "/", "--db", str(db), "--forever")[0]
+    assert "needs --reason" in capsys.readouterr().err
+    assert run("retention", "keys", "/", "--db", str(db), "--forever", "--reason", "back")[0] == 0
+    assert run("retention", "keys", "/", "--db", str(db))[1].endswith("(no key window set)\n")

@@ -44,7 +44,7 @@ def of(horizons: list[Horizon], path: str) -> Horizon:
 async def test_a_path_with_nothing_known_keeps_nothing(log: Log, store: HostStore) -> None:
     """Events no processor and no hold knows of: the horizon is past the head."""
     await fill(log, "/free", 5)
-    horizon = of(await store.horizons(time.time()), "/free")
+    horizon = of(await store.retention.horizons(time.time()), "/free")
     assert (horizon.head, horizon.offset, horizon.needs) == (5, 6, ())
 
 
@@ -56,7 +56,7 @@ async def test_the_horizon_is_the_least_need_of_every_version_and_names_it(
     await fill(log, "/other", 3)
     board = await fenced(store, "/orders", "board")
     await board.save("board", reducer_version="1", reduced_through_offset=30, state_json="{}")
-    horizon = of(await store.horizons(time.time()), "/orders")
+    horizon = of(await store.retention.horizons(time.time()), "/orders")
     assert (horizon.offset, [(n.name, n.why) for n in horizon.held_by]) == (
         31,
         [("board@1", "cursor")],
@@ -64,19 +64,19 @@ async def test_the_horizon_is_the_least_need_of_every_version_and_names_it(
     await board.save(
         "board", reducer_version="1", reduced_through_offset=35, state_json=None, state_offset=20
     )
-    assert of(await store.horizons(time.time()), "/orders").offset == 21
+    assert of(await store.retention.horizons(time.time()), "/orders").offset == 21
     await board.save(
         "board", reducer_version="1", reduced_through_offset=36, state_json="{}", retain_from=7
     )
-    horizon = of(await store.horizons(time.time()), "/orders")
+    horizon = of(await store.retention.horizons(time.time()), "/orders")
     assert (horizon.offset, horizon.held_by[0].why) == (7, "retain_from")
     # A shadow version of another processor on the path holds from its own cursor.
     audit = await fenced(store, "/orders", "audit")
     await audit.save("audit", reducer_version="2", reduced_through_offset=3, state_json="{}")
-    horizon = of(await store.horizons(time.time()), "/orders")
+    horizon = of(await store.retention.horizons(time.time()), "/orders")
     assert (horizon.offset, horizon.held_by[0].name) == (4, "audit@2")
     # Rows of /orders hold nothing on /other.
-    assert of(await store.horizons(time.time()), "/other").offset == 4
+    assert of(await store.retention.horizons(time.time()), "/other").offset == 4
 
 
 async def test_an_offline_processor_holds_its_history(log: Log, store: HostStore) -> None:
@@ -87,7 +87,7 @@ async def test_an_offline_processor_holds_its_history(log: Log, store: HostStore
     lease = await store.read_lease("/", "board")
     assert lease is not None
     await store.release(lease)
-    assert of(await store.horizons(time.time()), "/").offset == 5
+    assert of(await store.retention.horizons(time.time()), "/").offset == 5
 
 
 async def test_a_processor_a_host_runs_without_a_checkpoint_holds_everything(
@@ -96,7 +96,7 @@ async def test_a_processor_a_host_runs_without_a_checkpoint_holds_everything(
     """Registered as run on the path but never checkpointed: it starts at the beginning."""
     await fill(log, "/jobs", 4)
     await store.host_beat("host-a", ["mailer@/jobs"], time.time())
-    horizon = of(await store.horizons(time.time()), "/jobs")
+    horizon = of(await store.retention.horizons(time.time()), "/jobs")
     assert (horizon.offset, [(n.kind, n.name) for n in horizon.held_by]) == (
         1,
         [("unstarted", "mailer")],
@@ -110,7 +110,7 @@ async def test_a_hold_is_placed_and_released_with_its_control_events(
     await fill(log, "/", 20)
     now = time.time()
     hold = check_hold("/", "audit-2026", 3, None, "ops@example", "the auditors read it", now)
-    placed = await store.place_hold(hold)
+    placed = await store.retention.place_hold(hold)
     assert (placed.type, placed.payload) == (
         HOLD_PLACED,
         {
@@ -121,15 +121,17 @@ async def test_a_hold_is_placed_and_released_with_its_control_events(
             "reason": hold.reason,
         },
     )
-    horizon = of(await store.horizons(now), "/")
+    horizon = of(await store.retention.horizons(now), "/")
     assert [(n.kind, n.name, n.from_offset) for n in horizon.held_by] == [("hold", "audit-2026", 3)]
     with pytest.raises(InvalidRequest, match="already on"):
-        await store.place_hold(check_hold("/", "audit-2026", 9, None, "x", "again", now))
-    released = await store.release_hold("/", "audit-2026", by="ops@example", reason="done")
+        await store.retention.place_hold(check_hold("/", "audit-2026", 9, None, "x", "again", now))
+    released = await store.retention.release_hold(
+        "/", "audit-2026", by="ops@example", reason="done"
+    )
     assert (released.type, released.payload["from"]) == (HOLD_RELEASED, 3)
-    assert of(await store.horizons(now), "/").needs == ()
+    assert of(await store.retention.horizons(now), "/").needs == ()
     with pytest.raises(NotFound):
-        await store.release_hold("/", "audit-2026", by="ops@example", reason="twice")
+        await store.retention.release_hold("/", "audit-2026", by="ops@example", reason="twice")
     types = [e.type for e in (await log.stream("/").read(20, 10)).events]
     assert types == [HOLD_PLACED, HOLD_RELEASED]  # the refusals wrote nothing
 
@@ -138,9 +140,9 @@ async def test_an_expired_hold_holds_nothing(log: Log, store: HostStore) -> None
     """A hold with an end holds until then, and not after."""
     await fill(log, "/", 5)
     now = time.time()
-    await store.place_hold(check_hold("/", "week", 2, now + 100, "ops", "a week", now))
-    assert of(await store.horizons(now), "/").offset == 2
-    later = of(await store.horizons(now + 101), "/")
+    await store.retention.place_hold(check_hold("/", "week", 2, now + 100, "ops", "a week", now))
+    assert of(await store.retention.horizons(now), "/").offset == 2
+    later = of(await store.retention.horizons(now + 101), "/")
     assert (later.offset, later.needs) == (later.head + 1, ())
 
 
@@ -174,7 +176,7 @@ async def test_forgetting_a_processor_deletes_its_rows_with_a_record(
         "board", reducer_version="1", reduced_through_offset=6, state_json="{}", retain_from=2
     )
     now = time.time()
-    forgot = await store.forget_processor(
+    forgot = await store.retention.forget_processor(
         "board", None, by="ops", reason="removed in release 9", now=now, ttl=TTL
     )
     assert forgot.type == PROCESSOR_FORGOTTEN
@@ -182,10 +184,12 @@ async def test_forgetting_a_processor_deletes_its_rows_with_a_record(
     assert forgot.payload["versions"] == [
         {"version": "1", "path": "/orders", "cursor": 6, "needed_from": 2, "serving": True}
     ]
-    assert of(await store.horizons(now), "/orders").needs == ()
+    assert of(await store.retention.horizons(now), "/orders").needs == ()
     assert await board.load("board") is None
     with pytest.raises(NotFound):
-        await store.forget_processor("board", None, by="ops", reason="again", now=now, ttl=TTL)
+        await store.retention.forget_processor(
+            "board", None, by="ops", reason="again", now=now, ttl=TTL
+        )
 
 
 async def test_a_processor_a_live_host_runs_is_not_forgotten(log: Log, store: HostStore) -> None:
@@ -196,6 +200,8 @@ async def test_a_processor_a_live_host_runs_is_not_forgotten(log: Log, store: Ho
     now = time.time()
     await store.host_beat("host-a", ["board@/"], now)
     with pytest.raises(InvalidRequest, match="host-a"):
-        await store.forget_processor("board", None, by="ops", reason="r", now=now, ttl=TTL)
+        await store.retention.forget_processor(
+            "board", None, by="ops", reason="r", now=now, ttl=TTL
+        )
     assert await board.load("board") is not None
     assert (await log.stream("/").head()) == 3

@@ -34,6 +34,7 @@ from hypothesis import event as note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from support.backends import BACKENDS, Backend
+from support.retention import retention_rows
 
 import streamkit.backends._truncation as truncation
 from streamkit import StreamEvent
@@ -44,7 +45,6 @@ from streamkit.errors import HistoryTruncated, IdempotencyConflict
 from streamkit.holds import check_hold
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
-from streamkit.protocols import HostStore
 
 PATH = "/"
 SLUGS = ("p1", "p2", "p3")
@@ -54,16 +54,6 @@ CRASHES = (None, None, "mid-write", "after-segment", "in-transaction")
 
 class Crash(Exception):
     """The process dies here (a test stand-in for kill -9)."""
-
-
-def rows_of(store: HostStore) -> TruncationRows:
-    """The backend's retention rows (what a run works through)."""
-    found: TruncationRows | None = getattr(store, "_retention", None)
-    if found is None:
-        from streamkit.backends.sqlite.retention import ROWS
-
-        found = ROWS
-    return found
 
 
 class CrashingRows:
@@ -126,7 +116,7 @@ class RetentionModel(RuleBasedStateMachine):
     # -- what the model knows --------------------------------------------------------
 
     def start(self) -> int:
-        found = self.run(self.store.horizons(time.time(), PATH))
+        found = self.run(self.store.retention.horizons(time.time(), PATH))
         return found[0].start if found else 1
 
     def head(self) -> int:
@@ -211,7 +201,7 @@ class RetentionModel(RuleBasedStateMachine):
     def forget(self, data: st.DataObject) -> None:
         slug = data.draw(st.sampled_from(sorted(self.cursors)))
         event = self.run(
-            self.store.forget_processor(
+            self.store.retention.forget_processor(
                 slug, None, by="model", reason="gone for good", now=time.time(), ttl=TTL
             )
         )
@@ -224,14 +214,14 @@ class RetentionModel(RuleBasedStateMachine):
         name = f"h{self.next_hold}"
         self.next_hold += 1
         hold = check_hold(PATH, name, start, None, "model", "kept for a while", time.time())
-        self.saw([self.run(self.store.place_hold(hold))])
+        self.saw([self.run(self.store.retention.place_hold(hold))])
         self.holds[name] = start
 
     @precondition(lambda self: bool(self.holds))
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(self.holds)))
-        event = self.run(self.store.release_hold(PATH, name, by="model", reason="done"))
+        event = self.run(self.store.retention.release_hold(PATH, name, by="model", reason="done"))
         self.saw([event])
         del self.holds[name]
 
@@ -247,7 +237,7 @@ class RetentionModel(RuleBasedStateMachine):
     ) -> None:
         """A run; one that crashes dies in its chunk number ``crash_at`` (from 0)."""
         horizon, before = self.horizon(), self.start()
-        rows = rows_of(self.store)
+        rows = retention_rows(self.log)
         crashing = CrashingRows(rows, crash_at) if crash == "in-transaction" else None
         real_write = truncation.write_segment
         chunks = [0]
@@ -295,7 +285,7 @@ class RetentionModel(RuleBasedStateMachine):
         if after > before and not archive:
             self.deleted = True
         if done is not None and archive:
-            recorded = {s.file for s in self.run(self.store.archive_segments(PATH))}
+            recorded = {s.file for s in self.run(self.store.retention.segments(PATH))}
             files = {str(f) for f in self.archive.iterdir()}
             assert files == recorded, f"left in the archive: {sorted(files - recorded)}"
 
@@ -344,7 +334,7 @@ class RetentionModel(RuleBasedStateMachine):
 
     @invariant()
     def the_archive_proves_itself(self) -> None:
-        assert self.run(self.store.verify_archive(PATH)) == []
+        assert self.run(self.store.retention.verify_archive(PATH)) == []
 
 
 async def read_all(stream: Any, *, include_archive: bool) -> list[StreamEvent]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from support.backends import Target
+from support.retention import retention_rows
 
 import streamkit.backends._truncation as truncation
 from streamkit.backends import host_store
@@ -68,7 +69,7 @@ async def test_a_run_stops_at_the_horizon_and_the_path_then_starts_after_it(
     """Deleted below the horizon only; a read below the start is refused, naming it."""
     await fill(log, "/orders", 30, keyed=True)
     await cursor_at(store, "/orders", "board", 20)
-    run = await store.run_retention("/orders", through=25, chunk=8)
+    run = await store.retention.run("/orders", through=25, chunk=8)
     assert (run.mode, run.horizon, run.start_before, run.start_after) == ("delete", 21, 1, 21)
     assert (run.events, run.chunks) == (20, 3)
     stream = log.stream("/orders")
@@ -103,11 +104,11 @@ async def test_nothing_goes_while_a_hold_or_an_unstarted_processor_keeps_it(
 ) -> None:
     await fill(log, "/", 10)
     now = time.time()
-    await store.place_hold(check_hold("/", "audit", 4, None, "ops", "audit", now))
-    run = await store.run_retention("/")
+    await store.retention.place_hold(check_hold("/", "audit", 4, None, "ops", "audit", now))
+    run = await store.retention.run("/")
     assert (run.events, run.start_after) == (3, 4)
     await store.host_beat("host-a", ["mailer@/"], now)
-    run = await store.run_retention("/")
+    run = await store.retention.run("/")
     assert run.events == 0
     assert [e.offset for e in (await log.stream("/").read(3, 2)).events] == [4, 5]
 
@@ -120,7 +121,7 @@ async def test_an_archive_keeps_every_event_in_a_proven_chain(
     before = (await log.stream("/orders").read(0, 100)).events
     archive = tmp_path / "archive"
     summary = await log.stored_types("/orders")
-    run = await store.run_retention("/orders", through=22, archive=str(archive), chunk=10)
+    run = await store.retention.run("/orders", through=22, archive=str(archive), chunk=10)
     kept = [t for t in await log.stored_types("/orders") if t.type != TRUNCATED_EVENT]
     assert kept == summary  # archived events are still read, by rebuilds: still counted
     assert (run.mode, run.events, [(s.first, s.last) for s in run.segments]) == (
@@ -128,7 +129,7 @@ async def test_an_archive_keeps_every_event_in_a_proven_chain(
         22,
         [(1, 10), (11, 20), (21, 22)],
     )
-    recorded = await store.archive_segments("/orders")
+    recorded = await store.retention.segments("/orders")
     assert recorded == run.segments
     assert check_chain(recorded) == []
     assert all(check_segment(s) is None for s in recorded)
@@ -156,7 +157,7 @@ async def test_a_segment_no_row_records_is_removed_by_the_next_run(
     partial.write_bytes(b"")
     other_path = archive / "_other.00000000000000000001-00000000000000000003.segment"
     other_path.write_bytes(b"not this path's")
-    run = await store.run_retention("/", through=3, archive=str(archive))
+    run = await store.retention.run("/", through=3, archive=str(archive))
     assert sorted(run.orphans_removed) == sorted([str(orphan), str(partial)])
     assert other_path.exists()
     assert [Path(s.file).name for s in run.segments] == [orphan.name]
@@ -175,15 +176,15 @@ async def test_a_cut_the_horizon_moved_under_is_refused_and_its_segment_removed(
     def write_then_hold(*args: Any) -> Any:
         written = real(*args)
         hold = check_hold("/", "late", 2, None, "ops", "placed meanwhile", time.time())
-        asyncio.run_coroutine_threadsafe(store.place_hold(hold), loop).result(timeout=30)
+        asyncio.run_coroutine_threadsafe(store.retention.place_hold(hold), loop).result(timeout=30)
         return written
 
     monkeypatch.setattr(truncation, "write_segment", write_then_hold)
     with pytest.raises(InvalidRequest, match=r"the horizon is 2 now \(held by hold late\)"):
-        await store.run_retention("/", through=5, archive=str(archive))
+        await store.retention.run("/", through=5, archive=str(archive))
     assert [f.name for f in archive.iterdir()] == []
     assert [e.offset for e in (await log.stream("/").read(0, 3)).events] == [1, 2, 3]
-    assert await store.archive_segments() == []
+    assert await store.retention.segments() == []
 
 
 async def test_a_read_may_include_the_archive_and_goes_on_into_the_log(
@@ -194,7 +195,7 @@ async def test_a_read_may_include_the_archive_and_goes_on_into_the_log(
     await log.stream("/").append({"type": "delta", "ephemeral": True})
     await fill(log, "/", 5)
     before = await read_everything(log, "/", include_archive=False)
-    await store.run_retention("/", through=28, archive=str(tmp_path / "archive"), chunk=7)
+    await store.retention.run("/", through=28, archive=str(tmp_path / "archive"), chunk=7)
     after = await read_everything(log, "/", include_archive=True)
     assert [e for e in after if e.type != TRUNCATED_EVENT] == before
 
@@ -203,8 +204,8 @@ async def test_a_range_deleted_after_an_archive_is_refused_even_with_the_archive
     log: Log, store: HostStore, tmp_path: Path
 ) -> None:
     await fill(log, "/", 10)
-    await store.run_retention("/", through=4, archive=str(tmp_path / "archive"))
-    await store.run_retention("/", through=7)  # deleted, no archive
+    await store.retention.run("/", through=4, archive=str(tmp_path / "archive"))
+    await store.retention.run("/", through=7)  # deleted, no archive
     stream = log.stream("/")
     page = await stream.read(0, 10, include_archive=True)
     assert ([e.offset for e in page.events], page.scanned_through_offset) == ([1, 2, 3, 4], 4)
@@ -229,8 +230,8 @@ async def test_two_runs_at_once_never_cut_one_range_twice(log: Log, store: HostS
     """A chunk whose start another run moved is refused, nothing written; together they cut all."""
     await fill(log, "/", 12)
     outcomes = await asyncio.gather(
-        store.run_retention("/", through=12, chunk=1),
-        store.run_retention("/", through=12, chunk=1),
+        store.retention.run("/", through=12, chunk=1),
+        store.retention.run("/", through=12, chunk=1),
         return_exceptions=True,
     )
     for outcome in outcomes:
@@ -257,7 +258,7 @@ async def test_a_run_gives_the_space_back_on_sqlite(
         await log.stream("/").append(*({"type": "n", "payload": big} for _ in range(100)))
     file = log.path if log_target.backend.name == "sqlite" else None
     before = await asyncio.to_thread(size_after_checkpoint, file)
-    run = await store.run_retention("/", chunk=400)
+    run = await store.retention.run("/", chunk=400)
     assert run.events == 1000
     if file is None:
         assert run.pages_reclaimed == 0
@@ -283,16 +284,16 @@ async def test_keep_last_keeps_the_newest_offsets_whatever_the_horizon_allows(
 ) -> None:
     """A policy by count: the newest N offsets stay, and the run says what stopped it."""
     await fill(log, "/", 30)
-    run = await store.run_retention("/", keep_last=10, chunk=8)
+    run = await store.retention.run("/", keep_last=10, chunk=8)
     assert (run.events, run.start_after, run.stopped_by) == (20, 21, "keep_last")
     # Each chunk's control event is an offset too: the head is 33, the newest 10 24..33.
-    again = await store.run_retention("/", keep_last=10)
+    again = await store.retention.run("/", keep_last=10)
     assert (again.events, again.start_after, again.stopped_by) == (3, 24, "keep_last")
-    assert (await store.run_retention("/", keep_last=0)).stopped_by == "horizon"
+    assert (await store.retention.run("/", keep_last=0)).stopped_by == "horizon"
     # What is left is the runs' own records: a run leaves them and writes nothing, or each
     # run would take the one before's record and write its own, forever.
     head = await log.stream("/").head()
-    idle = await store.run_retention("/", keep_last=0)
+    idle = await store.retention.run("/", keep_last=0)
     assert (idle.events, idle.chunks, idle.stopped_by) == (0, 0, "own_records")
     assert await log.stream("/").head() == head
 
@@ -310,14 +311,14 @@ async def test_keep_for_stops_at_the_first_event_too_young_to_go(
         stamp[0] = time.time() - 60
         await fill(log, "/", 6)
         stamp[0] = time.time()  # the runs' own control events
-        run = await store.run_retention(
+        run = await store.retention.run(
             "/", keep_for=3600, chunk=5, archive=str(tmp_path / "archive")
         )
         assert (run.events, run.chunks, run.start_after, run.stopped_by) == (12, 3, 13, "keep_for")
         assert [s.last for s in run.segments] == [5, 10, 12]
-        assert (await store.run_retention("/", keep_for=3600)).events == 0
+        assert (await store.retention.run("/", keep_for=3600)).events == 0
         # Younger than an hour, no longer younger than a minute: they go too.
-        run = await store.run_retention("/", keep_for=30)
+        run = await store.retention.run("/", keep_for=30)
         assert (run.events, run.start_after) == (6, 19)
     finally:
         await log.aclose()
@@ -336,17 +337,17 @@ async def test_a_run_under_a_lease_it_no_longer_holds_writes_nothing(
     assert await store.release(lease)
     archive = tmp_path / "archive"
     with pytest.raises(LeaseLost, match="this holder released it; nothing was written"):
-        await store.run_retention("/", archive=str(archive), fence=held.fence)
+        await store.retention.run("/", archive=str(archive), fence=held.fence)
     assert list(archive.iterdir()) == []
     assert [e.offset for e in (await log.stream("/").read(0, 10)).events] == list(range(1, 7))
-    assert await store.archive_segments() == []
+    assert await store.retention.segments() == []
     # Taken again, the same run goes through.
     taken = await store.try_acquire("/", "streamkit:retention", "here", time.time(), TTL)
     assert taken is not None
     held = HeldLease(
         taken, store.check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=time.time
     )
-    run = await store.run_retention("/", archive=str(archive), fence=held.fence)
+    run = await store.retention.run("/", archive=str(archive), fence=held.fence)
     assert (run.events, run.start_after) == (6, 7)
 
 
@@ -365,7 +366,7 @@ async def test_a_policy_that_cannot_be_kept_is_refused_before_anything_is_read(
 ) -> None:
     await fill(log, "/", 3)
     with pytest.raises(InvalidRequest, match=refused + ".*nothing was written"):
-        await store.run_retention("/", **keep)
+        await store.retention.run("/", **keep)
     assert len((await log.stream("/").read(0, 10)).events) == 3
 
 
@@ -375,9 +376,7 @@ async def test_a_run_cancelled_while_its_cut_commits_keeps_the_segment_the_cut_r
     """A host stopping mid-chunk cancels the wait, not the transaction: the commit lands,
     and the segment it records must still be there (it was deleted: archive lost)."""
     await fill(log, "/", 6)
-    rows = getattr(store, "_retention", None)
-    if rows is None:
-        from streamkit.backends.sqlite.retention import ROWS as rows
+    rows = retention_rows(log)
     entered, release = threading.Event(), threading.Event()
 
     class Slow:
@@ -402,9 +401,9 @@ async def test_a_run_cancelled_while_its_cut_commits_keeps_the_segment_the_cut_r
         await run
     # The writer finished the transaction after the wait was cancelled.
     for _ in range(200):
-        if await store.archive_segments("/"):
+        if await store.retention.segments("/"):
             break
         await asyncio.sleep(0.05)
-    (segment,) = await store.archive_segments("/")
+    (segment,) = await store.retention.segments("/")
     assert await asyncio.to_thread(Path(segment.file).exists)
-    assert await store.verify_archive("/") == []
+    assert await store.retention.verify_archive("/") == []

@@ -57,6 +57,7 @@ BASE = {
     "streamkit.checkpoint",
     "streamkit.horizon",
     "streamkit.holds",
+    "streamkit.key_window",
     "streamkit.history",
     "streamkit._json",
     "streamkit._json_size",

@@ -8,6 +8,7 @@ import os
 import socket
 import stat
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,20 @@ async def test_socket_is_private(host: ProcessorHost) -> None:
     mode = os.stat(host.config.socket_path).st_mode
     assert stat.S_ISSOCK(mode)
     assert stat.S_IMODE(mode) == 0o600
+
+
+async def test_a_keyed_append_says_how_long_its_key_answers(
+    host: ProcessorHost, client: ControlClient
+) -> None:
+    """Each keyed event of the answer carries the path's key window (null: forever)."""
+    keyed = {"type": "item", "idempotency_key": "a"}
+    (first,) = await client.request("append", path="/", events=[keyed])
+    assert first["keys_kept_for"] is None
+    assert host.store is not None
+    await host.store.retention.set_key_window("/", 7200.0, by="ops", reason="r", now=time.time())
+    (again, unkeyed) = await client.request("append", path="/", events=[keyed, {"type": "item"}])
+    assert (again["replayed"], again["keys_kept_for"]) == (True, 7200.0)
+    assert "keys_kept_for" not in unkeyed
 
 
 async def test_append_read_status_snapshot(host: ProcessorHost, client: ControlClient) -> None:

@@ -109,13 +109,13 @@ def facts(db: str) -> tuple[int, dict[str, int], set[str]]:
     async def run() -> tuple[int, dict[str, int], set[str]]:
         async with open_log(db) as log:
             store = host_store(log)
-            found = await store.horizons(time.time(), "/")
+            found = await store.retention.horizons(time.time(), "/")
             cursors = {
                 row["slug"]: row["cursor"] or 0
                 for row in await store.durable_status()
                 if row["slug"] in ("tally", "second")
             }
-            segments = {s.file for s in await store.archive_segments("/")}
+            segments = {s.file for s in await store.retention.segments("/")}
         return (found[0].start if found else 1), cursors, segments
 
     return asyncio.run(run())

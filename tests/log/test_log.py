@@ -52,8 +52,8 @@ def tables(path: Path) -> set[str]:
 # -- opening ------------------------------------------------------------------------------
 
 
-async def test_open_creates_a_wal_log_with_schema_version_6(log_file: Path) -> None:
-    """A new file becomes a WAL-mode log whose streamkit_meta says schema_version 6."""
+async def test_open_creates_a_wal_log_of_the_current_schema_version(log_file: Path) -> None:
+    """A new file becomes a WAL-mode log whose streamkit_meta says the current schema_version."""
     async with open_log(log_file) as log:
         assert log.path == str(log_file)
         mode = await log.query(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
@@ -63,7 +63,7 @@ async def test_open_creates_a_wal_log_with_schema_version_6(log_file: Path) -> N
                 "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
             ).fetchone()[0]
         )
-        assert version == "7"
+        assert version == "8"
     assert {"streamkit_meta", "streamkit_events", "streamkit_heads", "streamkit_claims"} <= (
         tables(log_file)
     )

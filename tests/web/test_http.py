@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +150,23 @@ async def test_an_idempotent_retry_returns_the_first_commit_and_writes_nothing(
     assert_problem(await served.client.get("/problems/no-such-code"), 404, "NOT_FOUND")
     assert "nothing was appended" in body["detail"] or "nothing was written" in body["detail"]
     assert await durable_offsets(served) == [1]
+
+
+async def test_a_keyed_append_says_how_long_its_key_answers_after_its_event_goes(
+    serve: Serve,
+) -> None:
+    """``keys_kept_for`` on each keyed event: null (forever) until the path gets a key window."""
+    served = await serve()
+    first = await served.client.post("/v1/events", json=item(1), headers={"Idempotency-Key": "a"})
+    assert first.json()["events"][0]["keys_kept_for"] is None
+    unkeyed = await served.client.post("/v1/events", json=item(2))
+    assert "keys_kept_for" not in unkeyed.json()["events"][0]
+    assert served.host.store is not None
+    await served.host.store.retention.set_key_window(
+        "/", 86400.0, by="ops", reason="a day of retries", now=time.time()
+    )
+    later = await served.client.post("/v1/events", json=item(3), headers={"Idempotency-Key": "b"})
+    assert later.json()["events"][0]["keys_kept_for"] == 86400.0
 
 
 async def test_if_match_is_the_expected_head(serve: Serve) -> None:

@@ -48,7 +48,7 @@ from streamkit.errors import LogOpenError
 
 __all__ = ["SCHEMA_VERSION", "ensure_schema", "recount_stored_types", "stored_version"]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The layout this release writes and reads. 2: a checkpoint's state has an offset of its own.
 3: an event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
@@ -58,8 +58,10 @@ index over the events. 7: a checkpoint row names its path and what its state sti
 (``retain_from``), operators' holds on history are kept in ``streamkit_holds``
 (:mod:`streamkit.horizon`), a path's heads row says through which offset its history was
 taken (``truncated_through``) and the archived ranges are recorded in ``streamkit_segments``.
+8: a path's key window is kept in ``streamkit_key_windows`` (:mod:`streamkit.key_window`),
+and the keys of taken events are indexed by when their events were created.
 
-A log of version 1 to 6 is upgraded in place when opened; any other is refused.
+A log of version 1 to 7 is upgraded in place when opened; any other is refused.
 """
 
 _STATE_OFFSET = (
@@ -154,6 +156,19 @@ _RETENTION = (
     "ALTER TABLE {schema}.streamkit_heads "
     "ADD COLUMN IF NOT EXISTS truncated_through bigint NOT NULL DEFAULT 0",
 )
+# A path's key window (see streamkit.key_window); no row: forever. The index finds the
+# keys a window lets go: only a taken event's key has a created_at.
+_KEY_WINDOWS = (
+    """CREATE TABLE IF NOT EXISTS {schema}.streamkit_key_windows (
+        path text PRIMARY KEY,
+        keep_for double precision NOT NULL,
+        set_by text NOT NULL,
+        reason text NOT NULL,
+        set_at double precision NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS streamkit_keys_recorded ON {schema}.streamkit_keys "
+    "(path, created_at) WHERE created_at IS NOT NULL",
+)
 _UPGRADES = {
     1: (
         _STATE_OFFSET,
@@ -163,6 +178,7 @@ _UPGRADES = {
         *_CHECKPOINT_VERSIONS,
         *_KEY_TABLE,
         *_RETENTION,
+        *_KEY_WINDOWS,
     ),
     2: (
         _PAYLOAD_VERSION,
@@ -171,11 +187,20 @@ _UPGRADES = {
         *_CHECKPOINT_VERSIONS,
         *_KEY_TABLE,
         *_RETENTION,
+        *_KEY_WINDOWS,
     ),
-    3: (_STORED_TYPES, _COUNT_STORED_TYPES, *_CHECKPOINT_VERSIONS, *_KEY_TABLE, *_RETENTION),
-    4: (*_CHECKPOINT_VERSIONS, *_KEY_TABLE, *_RETENTION),
-    5: (*_KEY_TABLE, *_RETENTION),
-    6: _RETENTION,
+    3: (
+        _STORED_TYPES,
+        _COUNT_STORED_TYPES,
+        *_CHECKPOINT_VERSIONS,
+        *_KEY_TABLE,
+        *_RETENTION,
+        *_KEY_WINDOWS,
+    ),
+    4: (*_CHECKPOINT_VERSIONS, *_KEY_TABLE, *_RETENTION, *_KEY_WINDOWS),
+    5: (*_KEY_TABLE, *_RETENTION, *_KEY_WINDOWS),
+    6: (*_RETENTION, *_KEY_WINDOWS),
+    7: _KEY_WINDOWS,
 }
 """The statements that bring a log of an older version to :data:`SCHEMA_VERSION`.
 
@@ -189,7 +214,8 @@ serves (a constant default rewrites no row either). 5 to 6: the idempotency
 keys are copied from the index over the events to ``streamkit_keys`` and the
 index is dropped. 6 to 7: checkpoints gain ``path`` (from the leases where a
 slug was leased on one path) and ``retain_from``, the holds and segments tables
-are made, and the heads gain ``truncated_through`` (0: nothing taken).
+are made, and the heads gain ``truncated_through`` (0: nothing taken). 7 to 8:
+the key windows table and the index of recorded keys are made.
 """
 
 _ATTEMPTS = 20
@@ -255,6 +281,7 @@ _TABLES = (
     _SERVING_INDEX,
     _HOLDS,
     _SEGMENTS,
+    *_KEY_WINDOWS,
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_skips (
         path text NOT NULL,
         slug text NOT NULL,

@@ -24,18 +24,15 @@ import functools
 import json
 import os
 import socket as _socket
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from streamkit._requests import Connection
 from streamkit._targets import PostgresTarget
-from streamkit.backends import _retention_rules
 from streamkit.backends._fenced_checkpoints import FencedCheckpoints
+from streamkit.backends._retention import Retention
 from streamkit.backends._skip_rules import record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
-from streamkit.backends._truncation import DEFAULT_CHUNK, run_retention, verify_archive
 from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.backends.postgres._connect import connect, session_options, storage_error
 from streamkit.backends.postgres.leases import CLOCK as _CLOCK
@@ -44,10 +41,8 @@ from streamkit.backends.postgres.retention import PostgresRetentionRows
 from streamkit.checkpoint import CheckpointRow, ReduceCheckpoint, check_cutover, checkpoint_of
 from streamkit.errors import StorageError
 from streamkit.events import StreamEvent
-from streamkit.horizon import Hold, Horizon
 from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
-from streamkit.records import RetentionRun, Segment
 
 __all__ = ["PostgresHostStore", "PostgresLeaseRenewer", "registered_sockets"]
 
@@ -305,7 +300,9 @@ class PostgresHostStore:
         self._log = log
         self._target = backend.target
         self._tables = _Tables(backend.target.schema)
-        self._retention = PostgresRetentionRows(backend.target.schema)
+        self.retention = Retention(
+            log, PostgresRetentionRows(backend.target.schema), self.live_hosts
+        )
 
     async def prepare(self) -> None:
         """Nothing to do: opening the log created every table a host keeps."""
@@ -468,66 +465,6 @@ class PostgresHostStore:
         statement = self._tables.lag
         row = await self._log.query(lambda conn: conn.execute(statement, (path, cursor)).fetchone())
         return int(row[0]) if row else 0
-
-    async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
-        """Every path's retention horizon (see ``_retention_rules.horizons``)."""
-        return await _retention_rules.horizons(self._log, self._retention, now, path)
-
-    async def place_hold(self, hold: Hold) -> StreamEvent:
-        """Place ``hold``: its row and ``streamkit.hold-placed`` in one transaction."""
-        return await _retention_rules.place_hold(self._log, hold, self._retention)
-
-    async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
-        """Release a hold: its row goes with ``streamkit.hold-released``."""
-        return await _retention_rules.release_hold(
-            self._log, path, name, by, reason, self._retention
-        )
-
-    async def forget_processor(
-        self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
-    ) -> StreamEvent:
-        """Delete ``slug``'s checkpoint rows with ``streamkit.processor-forgotten``."""
-        return await _retention_rules.forget_processor(
-            self._log,
-            slug,
-            version,
-            by=by,
-            reason=reason,
-            running=await self.live_hosts(now, ttl),
-            rows=self._retention,
-        )
-
-    async def run_retention(
-        self,
-        path: str,
-        *,
-        through: int | None = None,
-        archive: str | None = None,
-        chunk: int = DEFAULT_CHUNK,
-        keep_for: float | None = None,
-        keep_last: int | None = None,
-        fence: Callable[[Connection], None] | None = None,
-    ) -> RetentionRun:
-        """Take ``path``'s history below its horizon (see ``_truncation.run_retention``)."""
-        return await run_retention(
-            self._log,
-            self._retention,
-            path,
-            through=through,
-            archive=archive,
-            chunk=chunk,
-            keep_for=keep_for,
-            keep_last=keep_last,
-            fence=fence,
-        )
-
-    async def archive_segments(self, path: str | None = None) -> list[Segment]:
-        """The recorded archive segments (of ``path`` only)."""
-        return await self._log.query(lambda conn: self._retention.segments(conn, path))
-
-    async def verify_archive(self, path: str | None = None) -> list[str]:
-        """Every problem of the recorded archive (see ``_truncation.verify_archive``)."""
-        return await verify_archive(self._log, self._retention, path)
 
 
 def registered_sockets(target: PostgresTarget, slug: str | None = None) -> list[str]:

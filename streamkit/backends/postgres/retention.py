@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 
+from streamkit.backends._key_windows import KEY_WINDOW_COLUMNS, key_window_of
 from streamkit.backends._retention_rules import (
     HOLD_COLUMNS,
     NEED_COLUMNS,
@@ -25,6 +26,7 @@ from streamkit.backends._segments import segment_of
 from streamkit.backends._stored import Row
 from streamkit.backends._truncation import Cut, check_start_unmoved, segment_values
 from streamkit.horizon import CheckpointNeed, Hold
+from streamkit.key_window import KeyWindow
 from streamkit.records import Segment
 
 __all__ = ["PostgresRetentionRows"]
@@ -35,6 +37,22 @@ class PostgresRetentionRows:
 
     def __init__(self, schema: str) -> None:
         s = f'"{schema}"'
+        self._windows = f"SELECT path, keep_for FROM {s}.streamkit_key_windows"
+        self._window = f"SELECT {KEY_WINDOW_COLUMNS} FROM {s}.streamkit_key_windows WHERE path = %s"
+        self._drop_window = f"DELETE FROM {s}.streamkit_key_windows WHERE path = %s"
+        self._put_window = (
+            f"INSERT INTO {s}.streamkit_key_windows ({KEY_WINDOW_COLUMNS}) "
+            "VALUES (%s, %s, %s, %s, %s)"
+        )
+        # A key's row records its event's created_at only once retention took the event.
+        self._expired = (
+            f"SELECT key FROM {s}.streamkit_keys WHERE path = %s "
+            "AND created_at IS NOT NULL AND created_at < %s ORDER BY created_at LIMIT %s"
+        )
+        self._forget_keys = (
+            f"DELETE FROM {s}.streamkit_keys WHERE path = %s AND key = ANY(%s) "
+            "AND created_at IS NOT NULL AND created_at < %s"
+        )
         self._needs = f"SELECT {NEED_COLUMNS} FROM {s}.streamkit_checkpoints"
         self._holds = (
             f'SELECT {HOLD_COLUMNS} FROM {s}.streamkit_holds ORDER BY path COLLATE "C", name'
@@ -106,7 +124,32 @@ class PostgresRetentionRows:
         archived = {
             str(path): (int(count), int(size)) for path, count, size in conn.execute(self._archived)
         }
-        return RetentionFacts(heads, rows, holds, running, starts, archived)
+        windows = {str(path): float(keep) for path, keep in conn.execute(self._windows)}
+        return RetentionFacts(heads, rows, holds, running, starts, archived, windows)
+
+    def key_window(self, conn: psycopg.Connection[Any], path: str) -> KeyWindow | None:
+        found = conn.execute(self._window, (path,)).fetchone()
+        return None if found is None else key_window_of(found)
+
+    def put_key_window(
+        self, conn: psycopg.Connection[Any], path: str, window: KeyWindow | None
+    ) -> None:
+        conn.execute(self._drop_window, (path,))
+        if window is not None:
+            conn.execute(
+                self._put_window,
+                (path, window.keep_for, window.set_by, window.reason, window.set_at),
+            )
+
+    def expired_keys(
+        self, conn: psycopg.Connection[Any], path: str, before: str, limit: int
+    ) -> list[str]:
+        return [str(key) for (key,) in conn.execute(self._expired, (path, before, limit))]
+
+    def forget_keys(
+        self, conn: psycopg.Connection[Any], path: str, keys: list[str], before: str
+    ) -> int:
+        return conn.execute(self._forget_keys, (path, keys, before)).rowcount
 
     def insert_hold(self, conn: psycopg.Connection[Any], hold: Hold) -> Hold | None:
         inserted = conn.execute(

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 MEMORY = ":memory:"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 """The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
 event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
@@ -47,12 +47,14 @@ over the events. 7: a checkpoint row names its path and what its state still nee
 (``retain_from``), operators' holds on history are kept in ``streamkit_holds``
 (:mod:`streamkit.horizon`), a path's heads row says through which offset its history was
 taken (``truncated_through``) and the archived ranges are recorded in
-``streamkit_segments``."""
+``streamkit_segments``. 8: a path's key window is kept in ``streamkit_key_windows``
+(:mod:`streamkit.key_window`), and the keys of taken events are indexed by when their
+events were created."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
 
-_UPGRADABLE = frozenset({"1", "2", "3", "4", "5", "6"})
+_UPGRADABLE = frozenset({"1", "2", "3", "4", "5", "6", "7"})
 """Older layouts the writer upgrades in place when it opens the file."""
 
 # One row per stored (path, type, payload version), moved in each commit's transaction
@@ -80,6 +82,23 @@ CREATE TABLE IF NOT EXISTS streamkit_keys (
     created_at TEXT,
     PRIMARY KEY (path, key)
 ) WITHOUT ROWID
+"""
+
+# A path's key window (see streamkit.key_window): how long keys of taken events answer.
+# No row: forever. The index finds the keys a window lets go: only a taken event's key
+# has a created_at.
+KEY_WINDOWS_TABLE = """
+CREATE TABLE IF NOT EXISTS streamkit_key_windows (
+    path TEXT PRIMARY KEY,
+    keep_for REAL NOT NULL,
+    set_by TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    set_at REAL NOT NULL
+) WITHOUT ROWID
+"""
+RECORDED_KEYS_INDEX = """
+CREATE INDEX IF NOT EXISTS streamkit_keys_recorded ON streamkit_keys (path, created_at)
+WHERE created_at IS NOT NULL
 """
 
 # An operator's hold on a path's history from an offset on (see streamkit.horizon):
@@ -160,6 +179,10 @@ CREATE TABLE IF NOT EXISTS streamkit_claims (
     + HOLDS_TABLE
     + ";"
     + SEGMENTS_TABLE
+    + ";"
+    + KEY_WINDOWS_TABLE
+    + ";"
+    + RECORDED_KEYS_INDEX
 )
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
@@ -468,7 +491,8 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     that index's order) to ``streamkit_keys``, and the index dropped. 6 to
     7: the checkpoint table gains ``path`` and ``retain_from``
     (:func:`add_retention_columns`), the holds and segments tables are made
-    and the heads gain ``truncated_through`` (0: nothing taken). The
+    and the heads gain ``truncated_through`` (0: nothing taken). 7 to 8:
+    the key windows table and the index of recorded keys are made. The
     version moves in the same transaction,
     so a release that does not know a table refuses the file instead of
     misreading it.
@@ -490,6 +514,8 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
                 create_checkpoint_table(conn)
             conn.execute(HOLDS_TABLE)
             conn.execute(SEGMENTS_TABLE)
+            conn.execute(KEY_WINDOWS_TABLE)
+            conn.execute(RECORDED_KEYS_INDEX)
             heads = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_heads)")}
             if "truncated_through" not in heads:
                 conn.execute(

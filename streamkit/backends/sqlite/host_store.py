@@ -15,22 +15,17 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import Callable
 from typing import Any
 
-from streamkit._requests import Connection
-from streamkit.backends import _retention_rules
-from streamkit.backends._truncation import DEFAULT_CHUNK, run_retention, verify_archive
+from streamkit.backends._retention import Retention
 from streamkit.backends.sqlite import leases, registry, skips, status
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.backends.sqlite.fenced import FencedCheckpointStorage
 from streamkit.backends.sqlite.retention import ROWS as _RETENTION_ROWS
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import StreamEvent
-from streamkit.horizon import Hold, Horizon
 from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
-from streamkit.records import RetentionRun, Segment
 
 __all__ = ["SqliteHostStore", "SqliteLeaseRenewer"]
 
@@ -85,6 +80,7 @@ class SqliteHostStore:
 
     def __init__(self, log: Log) -> None:
         self._log = log
+        self.retention = Retention(log, _RETENTION_ROWS, self.live_hosts)
 
     async def prepare(self) -> None:
         """Create the checkpoint, lease, skip and host tables if missing, in one transaction."""
@@ -231,63 +227,3 @@ class SqliteHostStore:
         return await self._log.query(
             functools.partial(status.durable_lag, path=path, cursor=cursor)
         )
-
-    async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
-        """Every path's retention horizon (see ``_retention_rules.horizons``)."""
-        return await _retention_rules.horizons(self._log, _RETENTION_ROWS, now, path)
-
-    async def place_hold(self, hold: Hold) -> StreamEvent:
-        """Place ``hold``: its row and ``streamkit.hold-placed`` in one transaction."""
-        return await _retention_rules.place_hold(self._log, hold, _RETENTION_ROWS)
-
-    async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
-        """Release a hold: its row goes with ``streamkit.hold-released``."""
-        return await _retention_rules.release_hold(
-            self._log, path, name, by, reason, _RETENTION_ROWS
-        )
-
-    async def forget_processor(
-        self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
-    ) -> StreamEvent:
-        """Delete ``slug``'s checkpoint rows with ``streamkit.processor-forgotten``."""
-        return await _retention_rules.forget_processor(
-            self._log,
-            slug,
-            version,
-            by=by,
-            reason=reason,
-            running=await self.live_hosts(now, ttl),
-            rows=_RETENTION_ROWS,
-        )
-
-    async def run_retention(
-        self,
-        path: str,
-        *,
-        through: int | None = None,
-        archive: str | None = None,
-        chunk: int = DEFAULT_CHUNK,
-        keep_for: float | None = None,
-        keep_last: int | None = None,
-        fence: Callable[[Connection], None] | None = None,
-    ) -> RetentionRun:
-        """Take ``path``'s history below its horizon (see ``_truncation.run_retention``)."""
-        return await run_retention(
-            self._log,
-            _RETENTION_ROWS,
-            path,
-            through=through,
-            archive=archive,
-            chunk=chunk,
-            keep_for=keep_for,
-            keep_last=keep_last,
-            fence=fence,
-        )
-
-    async def archive_segments(self, path: str | None = None) -> list[Segment]:
-        """The recorded archive segments (of ``path`` only)."""
-        return await self._log.query(lambda conn: _RETENTION_ROWS.segments(conn, path))
-
-    async def verify_archive(self, path: str | None = None) -> list[str]:
-        """Every problem of the recorded archive (see ``_truncation.verify_archive``)."""
-        return await verify_archive(self._log, _RETENTION_ROWS, path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from streamkit.backends._key_windows import KEY_WINDOW_COLUMNS, key_window_of
 from streamkit.backends._retention_rules import (
     HOLD_COLUMNS,
     NEED_COLUMNS,
@@ -27,6 +28,7 @@ from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE
 from streamkit.backends.sqlite.registry import HOSTS_TABLE
 from streamkit.backends.sqlite.status import stream_heads
 from streamkit.horizon import CheckpointNeed, Hold
+from streamkit.key_window import KeyWindow
 from streamkit.records import Segment
 
 __all__ = ["RECLAIM_STEP", "ROWS", "SqliteRetentionRows", "reclaim_step"]
@@ -37,6 +39,17 @@ _ROWS = (
     'SELECT "offset", type, payload, metadata, source, idempotency_key, created_at,'
     " coalesce(payload_version, 1) FROM streamkit_events"
     ' WHERE path = ? AND "offset" > ? AND "offset" <= ? ORDER BY "offset" LIMIT ?'
+)
+
+_WINDOW = f"SELECT {KEY_WINDOW_COLUMNS} FROM streamkit_key_windows WHERE path = ?"
+# A key's row records its event's created_at only once retention took the event.
+_EXPIRED = (
+    "SELECT key FROM streamkit_keys WHERE path = ? AND created_at IS NOT NULL"
+    " AND created_at < ? ORDER BY created_at LIMIT ?"
+)
+_FORGET_KEY = (
+    "DELETE FROM streamkit_keys WHERE path = ? AND key = ? AND created_at IS NOT NULL"
+    " AND created_at < ?"
 )
 
 
@@ -79,7 +92,36 @@ class SqliteRetentionRows:
                 "SELECT path, count(*), sum(bytes) FROM streamkit_segments GROUP BY path"
             )
         }
-        return RetentionFacts(stream_heads(conn), rows, holds, running, starts, archived)
+        windows = {
+            str(path): float(keep)
+            for path, keep in conn.execute("SELECT path, keep_for FROM streamkit_key_windows")
+        }
+        return RetentionFacts(stream_heads(conn), rows, holds, running, starts, archived, windows)
+
+    @staticmethod
+    def key_window(conn: sqlite3.Connection, path: str) -> KeyWindow | None:
+        found = conn.execute(_WINDOW, (path,)).fetchone()
+        return None if found is None else key_window_of(found)
+
+    @staticmethod
+    def put_key_window(conn: sqlite3.Connection, path: str, window: KeyWindow | None) -> None:
+        conn.execute("DELETE FROM streamkit_key_windows WHERE path = ?", (path,))
+        if window is not None:
+            conn.execute(
+                f"INSERT INTO streamkit_key_windows ({KEY_WINDOW_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                (path, window.keep_for, window.set_by, window.reason, window.set_at),
+            )
+
+    @staticmethod
+    def expired_keys(conn: sqlite3.Connection, path: str, before: str, limit: int) -> list[str]:
+        return [str(key) for (key,) in conn.execute(_EXPIRED, (path, before, limit))]
+
+    @staticmethod
+    def forget_keys(conn: sqlite3.Connection, path: str, keys: list[str], before: str) -> int:
+        forgotten = 0
+        for key in keys:
+            forgotten += conn.execute(_FORGET_KEY, (path, key, before)).rowcount
+        return forgotten
 
     @staticmethod
     def insert_hold(conn: sqlite3.Connection, hold: Hold) -> Hold | None:

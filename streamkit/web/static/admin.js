@@ -335,7 +335,7 @@ function policyText(record) {
   if (record.keep_last !== null) keep.push("keep last " + record.keep_last);
   const run = record.last_run ? "last took " + record.last_run.events + " (stopped by " + record.last_run.stopped_by + ")" : "not run yet";
   const failing = record.last_error ? " · FAILING (" + record.failures + "): " + record.last_error.message : "";
-  return keep.join(", ") + ", " + record.mode + " · " + record.runs + " run(s), " + record.events_taken + " taken · " + run + failing;
+  return keep.join(", ") + ", " + record.mode + " · " + record.runs + " run(s), " + record.events_taken + " taken" + (record.keys_forgotten ? ", " + record.keys_forgotten + " key(s) forgotten" : "") + " · " + run + failing;
 }
 
 function renderRetention(rows, job) {
@@ -355,11 +355,13 @@ function renderRetention(rows, job) {
     tr.dataset.path = r.path;
     const held = r.held_by.map((n) => n.kind + " " + n.name + (n.state ? " (" + n.state + ")" : "") + ": " + n.why).join("; ");
     const archived = r.archived_segments ? r.archived_segments + " segment(s), " + r.archived_bytes + " bytes" : "–";
+    // How long keys of taken events answer retries (docs/retention.md, key windows).
+    const keys = r.keys_kept_for === null || r.keys_kept_for === undefined ? "forever" : r.keys_kept_for + " s";
     const policy = policies.get(r.path);
     if (policy && policy.last_error) tr.className = "failing";
     tr.append(cell(r.path), cell(r.start, "num start"), cell(r.head, "num"), cell(r.horizon, "num horizon"),
       cell(r.head + 1 - r.horizon, "num kept"), cell(held || "nothing", "held-by"), cell(archived, "archived"),
-      cell(policyText(policy), "policy"));
+      cell(keys, "keys"), cell(policyText(policy), "policy"));
     body.append(tr);
   }
 }

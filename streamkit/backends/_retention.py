@@ -1,0 +1,96 @@
+"""A log's retention in one part, whatever the backend: its reads, its verbs and its runs.
+
+A host store holds one :class:`Retention` over its log and its backend's rows
+(:class:`~streamkit.backends._truncation.TruncationRows`): horizons, holds,
+forgetting a processor, key windows, retention runs and the archive's proof,
+each the backend-independent rule of its own module. The part owns no state
+beyond what it was built with; every promise is the rule module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+from streamkit._requests import Connection
+from streamkit.backends import _key_windows, _retention_rules, _truncation
+from streamkit.backends._truncation import DEFAULT_CHUNK, TruncationRows
+from streamkit.events import StreamEvent
+from streamkit.horizon import Hold, Horizon
+from streamkit.key_window import KeyWindow
+from streamkit.log import Log
+from streamkit.records import RetentionRun, Segment
+
+__all__ = ["LiveHosts", "Retention"]
+
+LiveHosts = Callable[[float, float], Awaitable[Mapping[str, Sequence[str]]]]
+"""``live_hosts(now, ttl)``: each host that beat within ``ttl`` and the ``slug@path`` it runs."""
+
+
+class Retention:
+    """What retention reads and changes in one log (see :class:`~streamkit.protocols.RetentionVerbs`)."""
+
+    def __init__(self, log: Log, rows: TruncationRows, live_hosts: LiveHosts) -> None:
+        self._log = log
+        self._rows = rows
+        self._live_hosts = live_hosts
+
+    async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
+        return await _retention_rules.horizons(self._log, self._rows, now, path)
+
+    async def place_hold(self, hold: Hold) -> StreamEvent:
+        return await _retention_rules.place_hold(self._log, hold, self._rows)
+
+    async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
+        return await _retention_rules.release_hold(self._log, path, name, by, reason, self._rows)
+
+    async def forget_processor(
+        self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
+    ) -> StreamEvent:
+        return await _retention_rules.forget_processor(
+            self._log,
+            slug,
+            version,
+            by=by,
+            reason=reason,
+            running=await self._live_hosts(now, ttl),
+            rows=self._rows,
+        )
+
+    async def key_window(self, path: str) -> KeyWindow | None:
+        return await _key_windows.key_window(self._log, self._rows, path)
+
+    async def set_key_window(
+        self, path: str, keep_for: float | None, *, by: str, reason: str, now: float
+    ) -> StreamEvent:
+        return await _key_windows.set_key_window(
+            self._log, self._rows, path, keep_for, by=by, reason=reason, now=now
+        )
+
+    async def run(
+        self,
+        path: str,
+        *,
+        through: int | None = None,
+        archive: str | None = None,
+        chunk: int = DEFAULT_CHUNK,
+        keep_for: float | None = None,
+        keep_last: int | None = None,
+        fence: Callable[[Connection], None] | None = None,
+    ) -> RetentionRun:
+        return await _truncation.run_retention(
+            self._log,
+            self._rows,
+            path,
+            through=through,
+            archive=archive,
+            chunk=chunk,
+            keep_for=keep_for,
+            keep_last=keep_last,
+            fence=fence,
+        )
+
+    async def segments(self, path: str | None = None) -> list[Segment]:
+        return await self._log.query(lambda conn: self._rows.segments(conn, path))
+
+    async def verify_archive(self, path: str | None = None) -> list[str]:
+        return await _truncation.verify_archive(self._log, self._rows, path)
