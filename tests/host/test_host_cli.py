@@ -70,7 +70,7 @@ def test_status_snapshot_without_a_host(tmp_path: Path, capsys: pytest.CaptureFi
         0,
         '{"host":null,"hosts":[],"processors":[],"retention":'
         '[{"path":"/","head":1,"start":1,"horizon":2,"archived_segments":0,"archived_bytes":0,'
-        '"held_by":[],"needs":[]}]}\n',
+        '"keys_kept_for":null,"held_by":[],"needs":[]}]}\n',
     )
     assert run("snapshot", "tally", "--db", db) == (1, "")
     assert "has no checkpoint" in capsys.readouterr().err

@@ -204,11 +204,18 @@ async def test_write_transaction_runs_inline_only_on_request_and_on_an_idle_loop
         return threading.get_ident()
 
     here = threading.get_ident()
-    assert await log.write_transaction(where, inline=True) == here
+    ran = [await log.write_transaction(where, inline=True)]
+    while ran[-1] != here and len(ran) < 50:
+        # The writer thread may still hold its connection for a moment after settling the
+        # call before (on a loaded machine): a busy writer is declined, and rightly so.
+        await asyncio.sleep(0.02)
+        ran.append(await log.write_transaction(where, inline=True))
+    assert ran[-1] == here
     assert await log.write_transaction(where) != here
     asyncio.get_running_loop().call_soon(lambda: None)  # something else waits to run
     assert await log.write_transaction(where, inline=True) != here
-    assert await log.query(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0]) == 3
+    count = await log.query(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0])
+    assert count == len(ran) + 2
 
 
 async def test_an_inline_write_transaction_leaves_a_foreign_lock_to_the_thread(
