@@ -278,19 +278,11 @@ async def run_retention(
                     "written",
                     details={"path": path, "archive": str(folder), "error": repr(exc)},
                 ) from exc
+        # Hashing the keyed bodies is CPU work of milliseconds a chunk: off the loop, so the
+        # appends it serves are not held behind it.
+        keys, types = await asyncio.to_thread(_cut_parts, taken, folder is not None)
         cut = Cut(
-            path=path,
-            after=after,
-            through=cut_through,
-            segment=segment,
-            keys=[
-                (str(row[5]), row[0], body_sha256(row[1], row[2], row[3]), row[6])
-                for row in taken
-                if row[5] is not None
-            ],
-            # An archived event is still read (by rebuilds, through the same fold), so the
-            # summary of stored types, which schema checks read, keeps counting it.
-            types={} if folder is not None else dict(Counter((row[1], row[7]) for row in taken)),
+            path=path, after=after, through=cut_through, segment=segment, keys=keys, types=types
         )
         try:
             await log.append_control(
@@ -322,6 +314,21 @@ async def run_retention(
             run.pages_reclaimed += given
     run.seconds = time.monotonic() - started
     return run
+
+
+def _cut_parts(
+    taken: list[Row], archived: bool
+) -> tuple[list[tuple[str, int, str, str]], dict[tuple[str, int], int]]:
+    """A chunk's keys with their bodies' hashes, and its events per stored type and version."""
+    keys = [
+        (str(row[5]), row[0], body_sha256(row[1], row[2], row[3]), row[6])
+        for row in taken
+        if row[5] is not None
+    ]
+    # An archived event is still read (by rebuilds, through the same fold), so the
+    # summary of stored types, which schema checks read, keeps counting it.
+    types = {} if archived else dict(Counter((row[1], row[7]) for row in taken))
+    return keys, types
 
 
 def _check_count(name: str, value: object, least: int) -> None:

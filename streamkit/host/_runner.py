@@ -42,10 +42,11 @@ import structlog
 from streamkit.config import RetrySettings
 from streamkit.contract import CutoverMode, OnMalformed, StartFrom
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
-from streamkit.errors import InvalidRequest, LeaseLost
+from streamkit.errors import LeaseLost
 from streamkit.events import ScannedRange, StreamEvent
 from streamkit.host._engine_stream import EngineStream
 from streamkit.host._failures import Failures
+from streamkit.host._first_start import FirstStart
 from streamkit.host._foreground import Foreground
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._metrics import ProcessorMetrics, parse_created_at
@@ -108,11 +109,9 @@ class ProcessorRunner:
         self.label = label
         self._on_malformed = on_malformed
         self._cutover = cutover
-        # Where it starts on its path the first time it runs there (None: undeclared).
-        self._start = start
-        self._begin_due = False
-        self.began: dict[str, Any] | None = None
-        """The record of its first checkpoint past offset 1, when this host wrote it."""
+        self.first_start = FirstStart(
+            start, processor, path=path, log=log, store=store, clock=clock
+        )
         self.skipped = skipped
         self.engine: ProcessorEngine[Any] | None = None
         self.held: HeldLease | None = None
@@ -192,12 +191,8 @@ class ProcessorRunner:
         self._exchange = exchange
         if self._stopping:
             return  # the host is stopping: it releases this lease without running
-        # A version of a slug that never served, declared to start past offset 1, writes
-        # its first checkpoint there before its engine first loads one (see _begin).
-        self._begin_due = (
-            self._start in ("start", "head")
-            and self.role.serving_version is None
-            and not self.role.shadow
+        self.first_start.arm(
+            held, never_served=self.role.serving_version is None and not self.role.shadow
         )
         self._build_engine()
         if self._task is None:
@@ -221,7 +216,7 @@ class ProcessorRunner:
             on_malformed=self._on_malformed,
             cutover=self._cutover,
             give_way=self._foreground.give_way,
-            before_load=self._begin,
+            before_load=self.first_start.before_load,
         )
         self.caught_up = False
         # Followed from before the revive's catch-up, so that commits made while it
@@ -538,57 +533,6 @@ class ProcessorRunner:
                 await engine.process_event_batch(events, scanned, at_head=at_head)
         finally:
             self._item_is_push = False
-
-    async def _begin(self) -> None:
-        """Its first checkpoint where it declared it starts, with its record (one transaction).
-
-        Awaited by the engine before it loads its checkpoint, while one is
-        due. ``start``: after the history retention took (the path's start,
-        minus one); ``head``: after the path's head as it is now. A failure
-        fails the engine's load (retried with backoff): the engine never
-        starts from offset 0 against the declaration, which could run effects
-        for the whole history.
-        """
-        if not self._begin_due:
-            return
-        held = self.held
-        assert held is not None  # an engine runs under a lease
-        if self._start == "head":
-            after = await self._log.stream(self.path).head()
-        else:
-            known = await self._store.retention.horizons(self._clock(), self.path)
-            after = known[0].start - 1 if known else 0
-        contract = self.processor.contract
-        try:
-            record = await self._store.begin_processor(
-                held,
-                self.path,
-                self.slug,
-                version=self.version,
-                state_json=contract.dump_state(contract.initial_state()),
-                start=str(self._start),
-                after=after,
-                by=held.lease.owner,
-            )
-        except InvalidRequest:
-            began = await self._store.version_rows(self.slug, self.version)
-            if began[0] is None:
-                raise
-            self._begin_due = False  # another host began it meanwhile: restore from it
-            return
-        self._begin_due = False
-        self.began = {**record.payload, "offset": record.offset}
-        _log.warning(
-            "processor.began",
-            slug=self.slug,
-            path=self.path,
-            start=self._start,
-            first_offset=after + 1,
-            skipped=after,
-            record=record.offset,
-            detail="a new processor declared where it starts: the offsets before it are "
-            "never reduced by it",
-        )
 
     def _succeeded(
         self, engine: ProcessorEngine[Any], item: Item, started: float, reduced_before: int

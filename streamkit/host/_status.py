@@ -99,7 +99,7 @@ def runner_status(
         "summary": None if engine is None else _jsonable_summary(engine.status_summary()),
         "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
         # Its first checkpoint past offset 1, as declared (when this host wrote it).
-        "began": runner.began,
+        "began": runner.first_start.began,
         "phase": phase,
         "progress": progress,
         "stalled": failures.stalled,
