@@ -25,8 +25,13 @@ rebuild's read rate from the archive against from the live table (the
 goal: at least 0.5x). Compare against raw sqlite3 in the same run: a
 ``DELETE`` of the same rows in one statement, on a copy.
 
+With ``--postgres URL`` the log is a fresh schema on that server instead (dropped
+at the end): sizes are the schema's tables and indexes (``pg_total_relation_size``,
+after a plain ``VACUUM``, which makes the space reusable but gives none back) and the
+raw baseline is one ``DELETE`` rolled back.
+
 Usage: ``.venv/bin/python bench/bench_retention.py [--events N] [--chunk C] [--rate R]
-[--seconds S] [--in-process] [--dir DIR]``.
+[--seconds S] [--in-process] [--dir DIR] [--postgres URL]``.
 """
 
 from __future__ import annotations
@@ -55,8 +60,9 @@ from streamkit.history import RETENTION_CHUNK
 KEYED_EVERY = 10
 
 
-async def fill(db: Path, events: int) -> None:
-    async with open_log(db, synchronous="NORMAL") as log:
+async def fill(db: Path | str, events: int) -> None:
+    options: dict[str, Any] = {} if isinstance(db, str) else {"synchronous": "NORMAL"}
+    async with open_log(db, **options) as log:
         stream = log.stream("/")
         for start in range(0, events, 5000):
             batch = []
@@ -68,7 +74,7 @@ async def fill(db: Path, events: int) -> None:
             await stream.append(*batch)
 
 
-async def read_rate(db: Path) -> tuple[int, float]:
+async def read_rate(db: Path | str) -> tuple[int, float]:
     """Every event of ``/`` read as a rebuild reads it: (events, events per second)."""
     async with open_log(db) as log:
         stream = log.stream("/")
@@ -83,7 +89,7 @@ async def read_rate(db: Path) -> tuple[int, float]:
         return count, count / (time.perf_counter() - began)
 
 
-async def probe(db: Path, rate: float, until: Any, log: Any = None) -> list[float]:
+async def probe(db: Path | str, rate: float, until: Any, log: Any = None) -> list[float]:
     """Single appends, one per ``1/rate`` s (jittered), until ``until()``; their latencies (ms).
 
     On ``log`` if given (shared with a run in this process), else on a log of their own.
@@ -103,7 +109,9 @@ async def probe(db: Path, rate: float, until: Any, log: Any = None) -> list[floa
     return latencies[20:]  # the first few open the connection and warm the caches
 
 
-async def run_beside(db: Path, archive: Path, chunk: int, rate: float) -> tuple[Any, list[float]]:
+async def run_beside(
+    db: Path | str, archive: Path, chunk: int, rate: float
+) -> tuple[Any, list[float]]:
     """The run in this process, on the log the appends use (as a host's retention job runs)."""
     from streamkit.backends import host_store
 
@@ -115,8 +123,21 @@ async def run_beside(db: Path, archive: Path, chunk: int, rate: float) -> tuple[
         return (await task).to_dict(), during
 
 
-def raw_delete(db: Path, workdir: Path) -> float:
-    """Seconds raw sqlite3 takes to delete the same rows in one statement (on a copy)."""
+def raw_delete(db: Path | str, workdir: Path) -> float:
+    """Seconds raw sqlite3 takes to delete the same rows in one statement (on a copy).
+
+    On PostgreSQL: the same ``DELETE`` by psycopg, rolled back.
+    """
+    if isinstance(db, str):
+        import psycopg
+
+        url, schema = pg_parts(db)
+        with psycopg.connect(url) as conn:
+            began = time.perf_counter()
+            conn.execute(f"DELETE FROM \"{schema}\".streamkit_events WHERE path = '/'")
+            seconds = time.perf_counter() - began
+            conn.rollback()
+        return seconds
     copy = workdir / "raw.db"
     shutil.copy(db, copy)
     for suffix in ("-wal", "-shm"):
@@ -131,7 +152,28 @@ def raw_delete(db: Path, workdir: Path) -> float:
     return seconds
 
 
-def size(path: Path) -> int:
+def pg_parts(target: str) -> tuple[str, str]:
+    """The server URL and the schema of a ``...?schema=NAME`` target."""
+    url, _, schema = target.rpartition("schema=")
+    return url.rstrip("?&"), schema
+
+
+def size(path: Path | str) -> int:
+    if isinstance(path, str):
+        import psycopg
+
+        url, schema = pg_parts(path)
+        with psycopg.connect(url, autocommit=True) as conn:
+            for (table,) in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+            ).fetchall():
+                conn.execute(f'VACUUM "{schema}"."{table}"')
+            row = conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(format('%%I.%%I', schemaname, "
+                "tablename))), 0) FROM pg_tables WHERE schemaname = %s",
+                (schema,),
+            ).fetchone()
+        return int(row[0]) if row else 0
     return sum(
         Path(f"{path}{suffix}").stat().st_size
         for suffix in ("", "-wal")
@@ -151,17 +193,37 @@ def main() -> None:
         help="run it in this process, on the appends' log (as a host's retention job does)",
     )
     parser.add_argument("--dir", help="where the files go (default: a temporary directory)")
+    parser.add_argument("--postgres", metavar="URL", help="a fresh schema on this server")
     args = parser.parse_args()
     workdir = Path(args.dir or tempfile.mkdtemp(prefix="sk-retention-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    db, archive = workdir / "log.db", workdir / "archive"
+    archive = workdir / "archive"
+    db: Path | str = workdir / "log.db"
+    if args.postgres:
+        joiner = "&" if "?" in args.postgres else "?"
+        db = f"{args.postgres}{joiner}schema=bench_retention_{os.getpid()}"
+    try:
+        run_bench(args, db, archive, workdir)
+    finally:
+        if isinstance(db, str):
+            import psycopg
+
+            url, schema = pg_parts(db)
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        if not args.dir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_bench(args: argparse.Namespace, db: Path | str, archive: Path, workdir: Path) -> None:
+    """Steps 1 to 4 of the module's docstring, then the tables."""
     began = time.perf_counter()
     asyncio.run(fill(db, args.events))
     filled = time.perf_counter() - began
     before = size(db)
     print(f"filled {args.events:,} events in {filled:.0f} s; {before / 1e6:,.1f} MB", flush=True)
     raw_seconds = raw_delete(db, workdir)
-    print(f"raw sqlite3 DELETE of them in one statement: {raw_seconds:.1f} s", flush=True)
+    print(f"one raw DELETE of them: {raw_seconds:.1f} s", flush=True)
     live_count, live_rate = asyncio.run(read_rate(db))
     print(f"read from the live table: {live_count:,} at {live_rate:,.0f}/s", flush=True)
 
@@ -203,17 +265,21 @@ def main() -> None:
         f"| the run | {done['events']:,} events in {done['chunks']:,} chunks, "
         f"{done['seconds']:.1f} s: {rate:,.0f} events/s |"
     )
-    print(f"| raw sqlite3, one `DELETE` of the same rows, no archive | {raw_seconds:.1f} s |")
-    print(f"| log file before | {before / 1e6:,.1f} MB |")
+    raw = (
+        "PostgreSQL, one `DELETE` (rolled back)"
+        if isinstance(db, str)
+        else "raw sqlite3, one `DELETE`"
+    )
+    print(f"| {raw} of the same rows, no archive | {raw_seconds:.1f} s |")
+    what = "schema's tables and indexes" if isinstance(db, str) else "log file"
+    print(f"| {what} before | {before / 1e6:,.1f} MB |")
     print(
-        f"| log file after (pages given back: {done['pages_reclaimed']:,}) | {after / 1e6:,.1f} MB |"
+        f"| {what} after (pages given back: {done['pages_reclaimed']:,}) | {after / 1e6:,.1f} MB |"
     )
     print(f"| archive ({len(done['segments']):,} segment files) | {archived / 1e6:,.1f} MB |")
     print(f"| rebuild's read from the live table | {live_rate:,.0f} events/s ({live_count:,}) |")
     print(f"| rebuild's read from the archive | {archive_rate:,.0f} events/s ({archive_count:,}) |")
     print(f"| archive against live (goal: at least 0.5x) | {archive_rate / live_rate:.2f}x |")
-    if not args.dir:
-        shutil.rmtree(workdir, ignore_errors=True)
     os.sync()
 
 
