@@ -41,7 +41,7 @@ from streamkit import (
 from streamkit.backends import host_store
 from streamkit.backends._key_windows import forget_expired_keys
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
-from streamkit.backends.sqlite._schema import SCHEMA_VERSION as SQLITE_VERSION
+from streamkit.backends.sqlite._layout import SCHEMA_VERSION as SQLITE_VERSION
 from streamkit.cli import main
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.records import StoredType
@@ -659,6 +659,24 @@ async def taken_keys_then_window(target: str, before_upgrade: Callable[[], None]
 async def test_a_sqlite_log_of_schema_7_gets_key_windows(tmp_path: Path) -> None:
     path = tmp_path / "v7.db"
     await taken_keys_then_window(str(path), lambda: downgrade_sqlite(path, 7))
+    assert version(path) == str(SQLITE_VERSION)
+
+
+async def test_a_sqlite_log_of_schema_7_upgrades_without_touching_what_7_had(
+    tmp_path: Path,
+) -> None:
+    """7 to 8 only adds: stored keys stay (no second copy refused at open) and the summary
+    of stored types still counts archived events (a recount from the rows would not)."""
+    path = tmp_path / "v7.db"
+    async with open_log(path) as log:
+        await log.stream("/").append(*[{"type": "x", "idempotency_key": f"k{n}"} for n in range(4)])
+        await host_store(log).retention.run("/", through=2, archive=str(tmp_path / "archive"))
+        counted = await log.stored_types("/")
+    downgrade_sqlite(path, 7)
+    async with open_log(path) as log:
+        assert await log.stored_types("/") == counted
+        (again,) = await log.stream("/").append({"type": "x", "idempotency_key": "k3"})
+        assert again.offset == 4
     assert version(path) == str(SQLITE_VERSION)
 
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from streamkit._requests import AppendCall, FollowJob, Job, QueryJob, TransactionJob
 from streamkit.backends._storage import LogOptions
 from streamkit.backends._writer_thread import check_busy_timeout
+from streamkit.backends.sqlite._layout import recount_stored_types
 from streamkit.backends.sqlite._read import (
     durable_head,
     read_page_sized,
@@ -36,7 +37,6 @@ from streamkit.backends.sqlite._schema import (
     connect_read_only,
     connect_reader,
     connect_writer,
-    recount_stored_types,
     storage_error,
 )
 from streamkit.backends.sqlite._wal_guard import WalIdentity

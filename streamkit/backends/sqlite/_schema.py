@@ -3,7 +3,9 @@
 Opening refuses, without modifying a byte, any file that is not a streamkit log
 of a schema this code knows: the file is inspected through a read-only
 connection before any statement that could write (``journal_mode`` included).
-A missing or empty file becomes a new log. Every ``sqlite3`` error that
+A missing or empty file becomes a new log, and a file of an older layout is
+upgraded in place when a writer opens it (the tables and the steps:
+:mod:`streamkit.backends.sqlite._layout`). Every ``sqlite3`` error that
 crosses this boundary is converted to a coded :class:`~streamkit.errors.StorageError`.
 """
 
@@ -16,174 +18,25 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote
 
+from streamkit.backends.sqlite._layout import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    UPGRADABLE,
+    upgrade_tables,
+)
 from streamkit.backends.sqlite._wal_guard import refuse_replaced_wal
 from streamkit.errors import LogOpenError, StorageBusy, StorageError
 
 __all__ = [
-    "CHECKPOINT_TABLE",
-    "HOLDS_TABLE",
     "MEMORY",
-    "SCHEMA_VERSION",
-    "SEGMENTS_TABLE",
-    "add_retention_columns",
-    "add_state_offset",
+    "connect_read_only",
     "connect_reader",
     "connect_writer",
-    "create_checkpoint_table",
     "is_busy",
-    "recount_stored_types",
     "storage_error",
 ]
 
 MEMORY = ":memory:"
-SCHEMA_VERSION = 8
-"""The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
-event row records the version of its payload's shape. 4: the summary of stored types
-(``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
-row per slug and contract version, one of them marked serving (:mod:`streamkit.checkpoint`).
-6: a path's durable head is kept in its ``streamkit_heads`` row, written in each commit, and
-idempotency keys in ``streamkit_keys`` (:mod:`streamkit.backends._keys`) instead of an index
-over the events. 7: a checkpoint row names its path and what its state still needs
-(``retain_from``), operators' holds on history are kept in ``streamkit_holds``
-(:mod:`streamkit.horizon`), a path's heads row says through which offset its history was
-taken (``truncated_through``) and the archived ranges are recorded in
-``streamkit_segments``. 8: a path's key window is kept in ``streamkit_key_windows``
-(:mod:`streamkit.key_window`), and the keys of taken events are indexed by when their
-events were created."""
-
-CHECKPOINT_TABLE = "streamkit_checkpoints"
-"""The table a host keeps its checkpoints in (made by the host store, not at open)."""
-
-_UPGRADABLE = frozenset({"1", "2", "3", "4", "5", "6", "7"})
-"""Older layouts the writer upgrades in place when it opens the file."""
-
-# One row per stored (path, type, payload version), moved in each commit's transaction
-# (see streamkit.backends._stored_types).
-_STORED_TYPES_TABLE = """
-CREATE TABLE IF NOT EXISTS streamkit_stored_types (
-    path TEXT NOT NULL,
-    type TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    events INTEGER NOT NULL,
-    first_offset INTEGER NOT NULL,
-    last_offset INTEGER NOT NULL,
-    PRIMARY KEY (path, type, version)
-) WITHOUT ROWID
-"""
-
-# One row per idempotency key ever used, which outlives its event's row (see
-# streamkit.backends._keys); the hash and time are recorded when the row goes.
-_KEYS_TABLE = """
-CREATE TABLE IF NOT EXISTS streamkit_keys (
-    path TEXT NOT NULL,
-    key TEXT NOT NULL,
-    "offset" INTEGER NOT NULL,
-    body_sha256 TEXT,
-    created_at TEXT,
-    PRIMARY KEY (path, key)
-) WITHOUT ROWID
-"""
-
-# A path's key window (see streamkit.key_window): how long keys of taken events answer.
-# No row: forever. The index finds the keys a window lets go: only a taken event's key
-# has a created_at.
-KEY_WINDOWS_TABLE = """
-CREATE TABLE IF NOT EXISTS streamkit_key_windows (
-    path TEXT PRIMARY KEY,
-    keep_for REAL NOT NULL,
-    set_by TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    set_at REAL NOT NULL
-) WITHOUT ROWID
-"""
-RECORDED_KEYS_INDEX = """
-CREATE INDEX IF NOT EXISTS streamkit_keys_recorded ON streamkit_keys (path, created_at)
-WHERE created_at IS NOT NULL
-"""
-
-# An operator's hold on a path's history from an offset on (see streamkit.horizon):
-# retention keeps every event at or after it until the hold is released or expires.
-HOLDS_TABLE = """
-CREATE TABLE IF NOT EXISTS streamkit_holds (
-    path TEXT NOT NULL,
-    name TEXT NOT NULL,
-    from_offset INTEGER NOT NULL,
-    until REAL,
-    placed_by TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    placed_at REAL NOT NULL,
-    PRIMARY KEY (path, name)
-) WITHOUT ROWID
-"""
-
-# Each archived range of a path, in a segment file of its own, chained by hash (see
-# streamkit.backends._segments); a range deleted without an archive has none.
-SEGMENTS_TABLE = """
-CREATE TABLE IF NOT EXISTS streamkit_segments (
-    path TEXT NOT NULL,
-    first_offset INTEGER NOT NULL,
-    last_offset INTEGER NOT NULL,
-    count INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    file TEXT NOT NULL,
-    sha256 TEXT NOT NULL,
-    prev_sha256 TEXT,
-    created_at TEXT NOT NULL,
-    PRIMARY KEY (path, first_offset)
-) WITHOUT ROWID
-"""
-
-# Events are keyed by (path, offset) in a WITHOUT ROWID table: a read of a
-# path's range is one ordered b-tree walk and an append writes one b-tree (and
-# a keyed one a row of streamkit_keys; bench/bench_log.py measured the layout
-# against a rowid table with a unique index). The heads table holds each path's durable head,
-# moved in the transaction of every commit that stores an event, and the block
-# of offsets reserved for ephemerals: the head never goes back, whatever rows
-# are deleted, so an offset is never handed out twice (see ._offsets).
-_SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS streamkit_meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS streamkit_events (
-    path TEXT NOT NULL,
-    "offset" INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    source TEXT,
-    idempotency_key TEXT,
-    created_at TEXT NOT NULL,
-    payload_version INTEGER,
-    PRIMARY KEY (path, "offset")
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS streamkit_heads (
-    path TEXT PRIMARY KEY,
-    reserved_through INTEGER NOT NULL,
-    reserved_by TEXT NOT NULL,
-    head INTEGER NOT NULL DEFAULT 0,
-    truncated_through INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS streamkit_claims (
-    path TEXT NOT NULL,
-    slug TEXT NOT NULL,
-    due_at REAL NOT NULL,
-    PRIMARY KEY (path, slug)
-) WITHOUT ROWID;
-"""
-    + _STORED_TYPES_TABLE
-    + ";"
-    + _KEYS_TABLE
-    + ";"
-    + HOLDS_TABLE
-    + ";"
-    + SEGMENTS_TABLE
-    + ";"
-    + KEY_WINDOWS_TABLE
-    + ";"
-    + RECORDED_KEYS_INDEX
-)
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -330,172 +183,12 @@ def _inspect(path: str) -> bool:
     return False
 
 
-def add_state_offset(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) -> None:
-    """Give a checkpoint table made before states had their own offset its column.
-
-    Its rows keep NULL there, which reads as "the state is the cursor's": true
-    of every row such a release wrote, since it wrote the state every batch.
-    """
-    columns = {row[1] for row in conn.execute(f'PRAGMA table_info("{table}")')}
-    if columns and "state_offset" not in columns:
-        conn.execute(f'ALTER TABLE "{table}" ADD COLUMN state_offset INTEGER')
-
-
-def _table_names(conn: sqlite3.Connection) -> set[str]:
-    return {
-        str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-    }
-
-
-def create_checkpoint_table(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) -> None:
-    """Make the checkpoint table ``table``, or bring one of an older layout to this one.
-
-    One row per (slug, contract version); a partial unique index lets one row
-    per slug be the serving one. A table of one row per slug (schema 4 and
-    before) is copied into the new shape, each row serving since offset 0
-    (it was the only version), in the caller's transaction.
-    """
-    quoted = f'"{table}"'
-    columns = {row[1] for row in conn.execute(f"PRAGMA table_info({quoted})")}
-    if columns and "serving" in columns:
-        add_retention_columns(conn, table)
-        return
-    if columns:
-        add_state_offset(conn, table)
-        conn.execute(f'ALTER TABLE {quoted} RENAME TO "{table}_before_versions"')
-    conn.execute(
-        f"CREATE TABLE {quoted} ("
-        " slug TEXT NOT NULL,"
-        " reducer_version TEXT NOT NULL,"
-        " reduced_through_offset INTEGER NOT NULL,"
-        " state TEXT,"
-        " state_offset INTEGER,"
-        " serving INTEGER NOT NULL DEFAULT 0,"
-        " cutover_offset INTEGER NOT NULL DEFAULT 0,"
-        " retired_at INTEGER,"
-        " path TEXT,"
-        " retain_from INTEGER,"
-        " PRIMARY KEY (slug, reducer_version)"
-        ")"
-    )
-    conn.execute(f'CREATE UNIQUE INDEX "{table}_serving" ON {quoted} (slug) WHERE serving')
-    if columns:
-        conn.execute(
-            f"INSERT INTO {quoted} (slug, reducer_version, reduced_through_offset, state,"
-            " state_offset, serving, cutover_offset)"
-            " SELECT slug, reducer_version, reduced_through_offset, state, state_offset, 1, 0"
-            f' FROM "{table}_before_versions"'
-        )
-        conn.execute(f'DROP TABLE "{table}_before_versions"')
-
-
-def add_retention_columns(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) -> None:
-    """Give a checkpoint table made before retention its ``path`` and ``retain_from`` columns.
-
-    An old row's path is taken from the leases when its slug was leased on
-    one path only; else it stays NULL, which holds every path's history back
-    (safe: nothing it may need can go) until its host next writes the row.
-    NULL in ``retain_from`` reads as "nothing before the cursor", true of
-    every row written before processors could say otherwise.
-    """
-    quoted = f'"{table}"'
-    columns = {row[1] for row in conn.execute(f"PRAGMA table_info({quoted})")}
-    if "path" in columns:
-        return
-    conn.execute(f"ALTER TABLE {quoted} ADD COLUMN path TEXT")
-    conn.execute(f"ALTER TABLE {quoted} ADD COLUMN retain_from INTEGER")
-    if "streamkit_leases" in _table_names(conn):
-        conn.execute(
-            f"UPDATE {quoted} SET path = (SELECT min(l.path) FROM streamkit_leases l"
-            f" WHERE l.slug = {quoted}.slug) WHERE (SELECT count(DISTINCT l.path)"
-            f" FROM streamkit_leases l WHERE l.slug = {quoted}.slug) = 1"
-        )
-
-
-def add_payload_version(conn: sqlite3.Connection) -> None:
-    """Give an events table made before payloads had versions its column (NULL reads as 1)."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_events)")}
-    if "payload_version" not in columns:
-        conn.execute("ALTER TABLE streamkit_events ADD COLUMN payload_version INTEGER")
-
-
-_COUNT_STORED_TYPES = """
-INSERT INTO streamkit_stored_types (path, type, version, events, first_offset, last_offset)
-SELECT path, type, coalesce(payload_version, 1), count(*), min("offset"), max("offset")
-FROM streamkit_events GROUP BY path, type, coalesce(payload_version, 1)
-"""
-
-
-# Each path found by walking the primary key from one path to the next (no scan of
-# the rows between), with its last offset: a few index probes per path.
-_COUNT_HEADS = """
-INSERT INTO streamkit_heads (path, reserved_through, reserved_by, head)
-WITH RECURSIVE p(x) AS (
-    SELECT min(path) FROM streamkit_events
-    UNION ALL
-    SELECT (SELECT min(path) FROM streamkit_events WHERE path > x) FROM p WHERE x IS NOT NULL
-)
-SELECT x, 0, '', (SELECT max("offset") FROM streamkit_events WHERE path = x)
-FROM p WHERE x IS NOT NULL
-ON CONFLICT (path) DO UPDATE SET head = max(head, excluded.head)
-"""
-
-
-def add_durable_heads(conn: sqlite3.Connection) -> None:
-    """Give a log made before heads were kept its ``head`` column, set from the rows once."""
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_heads)")}
-    if "head" not in columns:
-        conn.execute("ALTER TABLE streamkit_heads ADD COLUMN head INTEGER NOT NULL DEFAULT 0")
-    conn.execute(_COUNT_HEADS)
-
-
-_COPY_KEYS = """
-INSERT INTO streamkit_keys (path, key, "offset")
-SELECT path, idempotency_key, "offset" FROM streamkit_events WHERE idempotency_key IS NOT NULL
-"""
-
-
-def add_key_table(conn: sqlite3.Connection) -> None:
-    """Move a log's idempotency keys from the index over its events to their own table."""
-    conn.execute(_KEYS_TABLE)
-    conn.execute(_COPY_KEYS)
-    conn.execute("DROP INDEX IF EXISTS streamkit_events_idempotency")
-
-
-def add_stored_types(conn: sqlite3.Connection) -> None:
-    """Give a log made before the summary of stored types its table, counted from the rows."""
-    conn.execute(_STORED_TYPES_TABLE)
-    recount_stored_types(conn)
-
-
-def recount_stored_types(conn: sqlite3.Connection) -> None:
-    """Count the summary of stored types from the events again (in the caller's write lock)."""
-    conn.execute("DELETE FROM streamkit_stored_types")
-    conn.execute(_COUNT_STORED_TYPES)
-
-
 def _upgrade(conn: sqlite3.Connection, path: str) -> None:
     """Bring a file of an older layout to :data:`SCHEMA_VERSION`, in one transaction.
 
-    1 to 2: the checkpoint table gains ``state_offset`` (NULL on every old
-    row: that release wrote the state every batch, so it is the cursor's).
-    2 to 3: the events table gains ``payload_version`` (NULL on every old
-    row, read as version 1: no release before it knew another). Adding a
-    column rewrites no row. 3 to 4: the summary of stored types is made and
-    counted from the events, the one time it reads the whole log (0.17 s
-    for 300,000 events, measured). 4 to 5: the checkpoint table (when a host
-    made one) becomes one row per slug and version, each old row serving
-    (:func:`create_checkpoint_table`). 5 to 6: the heads table gains ``head``,
-    set to each path's last offset (an index probe or two per path), and the
-    idempotency keys are copied from the index over the events (read in
-    that index's order) to ``streamkit_keys``, and the index dropped. 6 to
-    7: the checkpoint table gains ``path`` and ``retain_from``
-    (:func:`add_retention_columns`), the holds and segments tables are made
-    and the heads gain ``truncated_through`` (0: nothing taken). 7 to 8:
-    the key windows table and the index of recorded keys are made. The
-    version moves in the same transaction,
-    so a release that does not know a table refuses the file instead of
-    misreading it.
+    The steps are :func:`~streamkit.backends.sqlite._layout.upgrade_tables`'.
+    The version moves in the same transaction, so a release that does not
+    know a table refuses the file instead of misreading it.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -503,25 +196,8 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
             "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
         ).fetchone()
         version = None if row is None else str(row[0])
-        if version in _UPGRADABLE:
-            if version not in ("5", "6"):
-                add_payload_version(conn)
-                add_stored_types(conn)
-            if version != "6":
-                add_durable_heads(conn)
-                add_key_table(conn)
-            if CHECKPOINT_TABLE in _table_names(conn):
-                create_checkpoint_table(conn)
-            conn.execute(HOLDS_TABLE)
-            conn.execute(SEGMENTS_TABLE)
-            conn.execute(KEY_WINDOWS_TABLE)
-            conn.execute(RECORDED_KEYS_INDEX)
-            heads = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_heads)")}
-            if "truncated_through" not in heads:
-                conn.execute(
-                    "ALTER TABLE streamkit_heads"
-                    " ADD COLUMN truncated_through INTEGER NOT NULL DEFAULT 0"
-                )
+        if version in UPGRADABLE:
+            upgrade_tables(conn, version)
             conn.execute(
                 "UPDATE streamkit_meta SET value = ? WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),
@@ -535,9 +211,9 @@ def _upgrade(conn: sqlite3.Connection, path: str) -> None:
 
 
 def _check_version(path: str, version: object, *, upgradable: bool = False) -> None:
-    if upgradable and str(version) in _UPGRADABLE:
+    if upgradable and str(version) in UPGRADABLE:
         return
-    if str(version) in _UPGRADABLE:
+    if str(version) in UPGRADABLE:
         raise _refuse(
             path,
             f"its schema_version is {version!r}, written by an earlier streamkit; it is "
@@ -556,7 +232,7 @@ def _initialize(conn: sqlite3.Connection, path: str) -> None:
     try:
         # executescript() would COMMIT first; run statement by statement inside BEGIN IMMEDIATE
         # so two processes creating one file at once cannot interleave.
-        for statement in _SCHEMA.split(";"):
+        for statement in SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
         conn.execute(
@@ -607,7 +283,7 @@ def connect_writer(
             ).fetchone()
             version = None if row is None else row[0]
             _check_version(path, version, upgradable=True)
-            if str(version) in _UPGRADABLE:
+            if str(version) in UPGRADABLE:
                 _upgrade(conn, path)
     except sqlite3.Error as exc:
         conn.close()

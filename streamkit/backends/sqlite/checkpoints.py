@@ -25,7 +25,8 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from streamkit.backends.sqlite._schema import create_checkpoint_table, storage_error
+from streamkit.backends.sqlite._layout import create_checkpoint_table
+from streamkit.backends.sqlite._schema import storage_error
 from streamkit.checkpoint import (
     CheckpointRow,
     ReduceCheckpoint,
@@ -37,7 +38,7 @@ from streamkit.errors import InvalidRequest, StorageError
 
 __all__ = ["DEFAULT_CHECKPOINT_TABLE", "ReduceCheckpointTable"]
 
-from streamkit.backends.sqlite._schema import CHECKPOINT_TABLE as DEFAULT_CHECKPOINT_TABLE
+from streamkit.backends.sqlite._layout import CHECKPOINT_TABLE as DEFAULT_CHECKPOINT_TABLE
 
 # The table name is interpolated into SQL (placeholders cannot name tables), so
 # only plain identifiers are accepted; quoting then also covers SQL keywords.
