@@ -48,9 +48,14 @@ class Reads:
                     AS before
                 FROM {s}.streamkit_events
                 WHERE path = %(path)s AND "offset" > %(after)s AND "offset" <= %(upto)s
+                AND %(after)s >= coalesce((SELECT truncated_through FROM {s}.streamkit_heads
+                    WHERE path = %(path)s), 0)
                 ORDER BY "offset" LIMIT %(limit)s
             ) page WHERE before <= %(budget)s ORDER BY "offset"
         """
+        # (A read below the path's start gets no row: the archive or HISTORY_TRUNCATED
+        # answers it, without the rows after the start, often the many
+        # streamkit.truncated records of the runs that moved it, read for nothing.)
         # The heads row, which no deletion moves back (as on SQLite, a row written by
         # hand past it counts too).
         self._head = (

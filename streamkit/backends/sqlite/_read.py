@@ -115,11 +115,21 @@ def read_page_sized(
     fetch = _FIRST_FETCH
     largest = 0
     wanted = limit + 1
+    checked = False
     try:
         while len(rows) < wanted:
             chunk = cursor.fetchmany(min(fetch, wanted - len(rows)))
             if not chunk:
                 break
+            if not rows and chunk[0][0] != after + 1:
+                # Only a page that does not begin right after ``after`` can have stepped
+                # over a cut: looked at now, before the rest of a page that the archive
+                # may answer instead (a path's start is often followed by the many
+                # streamkit.truncated records of the runs that moved it).
+                checked = True
+                archived = check_start(conn, path, after, limit, upto, types, archive)
+                if archived is not None:
+                    return archived, 0
             # Counted at C speed (the JSON texts' lengths); the source, small by
             # nature, is left out of the count.
             payloads = list(map(len, map(_payload, chunk)))
@@ -146,8 +156,7 @@ def read_page_sized(
     if len(rows) > limit:
         del rows[limit:]
         full = True
-    if not rows or rows[0][0] != after + 1:
-        # Only a page that does not begin right after ``after`` can have stepped over a cut.
+    if not rows and not checked:
         archived = check_start(conn, path, after, limit, upto, types, archive)
         if archived is not None:
             return archived, 0
