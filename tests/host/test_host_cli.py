@@ -216,6 +216,21 @@ async def test_an_idempotent_retry_says_already_committed(
     assert json.loads(out)["offset"] == offset
 
 
+async def test_a_keyed_append_through_a_host_notes_the_path_s_key_window(
+    host: ProcessorHost, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Under a key window, ``append --idempotency-key`` says on stderr when the key is let go."""
+    db = str(host.config.db)
+    assert (await cli("append", "--db", db, "item", "--idempotency-key", "a"))[0] == 0
+    assert "key window" not in capfd.readouterr().err
+    assert host.store is not None
+    await host.store.retention.set_key_window("/", 7200.0, by="ops", reason="r", now=time.time())
+    code, out = await cli("append", "--db", db, "item", "--idempotency-key", "b", "--json")
+    assert code == 0
+    assert json.loads(out)["idempotency_key"] == "b"
+    assert "this key answers retries for 7200 s after its event" in capfd.readouterr().err
+
+
 async def test_commands_go_through_a_running_host(host: ProcessorHost) -> None:
     """append (ephemerals too), read --follow, status, snapshot, watch and skip use the socket."""
     db = str(host.config.db)
