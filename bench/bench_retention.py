@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_host import percentile
 
 from streamkit import open_log
-from streamkit.history import RETENTION_CHUNK
+from streamkit.history import RETENTION_CHUNK, RETENTION_SHARE
 
 KEYED_EVERY = 10
 
@@ -110,14 +110,14 @@ async def probe(db: Path | str, rate: float, until: Any, log: Any = None) -> lis
 
 
 async def run_beside(
-    db: Path | str, archive: Path, chunk: int, rate: float
+    db: Path | str, archive: Path, chunk: int, rate: float, share: float
 ) -> tuple[Any, list[float]]:
     """The run in this process, on the log the appends use (as a host's retention job runs)."""
     from streamkit.backends import host_store
 
     async with open_log(db) as log:
         task = asyncio.create_task(
-            host_store(log).retention.run("/", archive=str(archive), chunk=chunk)
+            host_store(log).retention.run("/", archive=str(archive), chunk=chunk, share=share)
         )
         during = await probe(db, rate, task.done, log)
         return (await task).to_dict(), during
@@ -186,6 +186,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--chunk", type=int, default=RETENTION_CHUNK)
     parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument(
+        "--share",
+        type=float,
+        default=RETENTION_SHARE,
+        help="the in-process run's most of the writer's time while appends go on",
+    )
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument(
         "--in-process",
@@ -232,7 +238,7 @@ def run_bench(args: argparse.Namespace, db: Path | str, archive: Path, workdir: 
     print(f"appends without a run: {len(quiet)}", flush=True)
 
     if args.in_process:
-        done, during = asyncio.run(run_beside(db, archive, args.chunk, args.rate))
+        done, during = asyncio.run(run_beside(db, archive, args.chunk, args.rate, args.share))
     else:
         argv = [sys.executable, "-m", "streamkit", "retention", "run", "/", "--db", str(db)]
         argv += ["--archive", str(archive), "--chunk", str(args.chunk), "--json"]
@@ -264,6 +270,9 @@ def run_bench(args: argparse.Namespace, db: Path | str, archive: Path, workdir: 
     print(
         f"| the run | {done['events']:,} events in {done['chunks']:,} chunks, "
         f"{done['seconds']:.1f} s: {rate:,.0f} events/s |"
+    )
+    print(
+        f"| of which paused for the appends (share {args.share}) | {done['paused_seconds']:.1f} s |"
     )
     raw = (
         "PostgreSQL, one `DELETE` (rolled back)"

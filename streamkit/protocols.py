@@ -366,13 +366,16 @@ class RetentionVerbs(Protocol):
         keep_for: float | None = None,
         keep_last: int | None = None,
         fence: Callable[[Connection], None] | None = None,
+        share: float = 1.0,
     ) -> RetentionRun:
         """Take ``path``'s history below its horizon (through ``through``), archived or deleted.
 
         ``archive``: an absolute directory for the segment files; None deletes.
         ``keep_for`` seconds of the newest events and the ``keep_last`` newest
-        offsets stay; ``fence`` runs first in every cut's transaction. Then the
-        keys the path's key window lets go are forgotten.
+        offsets stay; ``fence`` runs first in every cut's transaction. While
+        other writes go through the log's writer, the run takes at most
+        ``share`` of its time, pausing between cuts. Then the keys the path's
+        key window lets go are forgotten.
         """
         ...
 

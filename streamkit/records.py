@@ -150,6 +150,9 @@ class RetentionRun:
     pages_reclaimed: int = 0
     """Database pages the run gave back to the file system (SQLite files made with
     incremental vacuum; 0 where the server reuses the space itself)."""
+    paused_seconds: float = 0.0
+    """Seconds the run waited between cuts to leave the log's writer to other writes
+    (its ``share``); 0 when nothing else wrote or the share was 1."""
     stopped_by: str = "horizon"
     """What the run stopped at: ``horizon``, ``through``, ``keep_for``, ``keep_last``, or
     ``own_records`` (what was left to take was only earlier runs' records, or no event)."""
@@ -169,5 +172,6 @@ class RetentionRun:
             "orphans_removed": self.orphans_removed,
             "keys_forgotten": self.keys_forgotten,
             "pages_reclaimed": self.pages_reclaimed,
+            "paused_seconds": round(self.paused_seconds, 3),
             "stopped_by": self.stopped_by,
         }

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from streamkit._requests import Connection
+from streamkit._speed import FAST
 from streamkit.backends import _key_windows, _retention_rules, _truncation
+from streamkit.backends._chunk_prep import ChunkPreparer, Opener, ProcessPreparer, ThreadPreparer
 from streamkit.backends._truncation import DEFAULT_CHUNK, TruncationRows
 from streamkit.events import StreamEvent
 from streamkit.horizon import Hold, Horizon
@@ -29,10 +31,23 @@ LiveHosts = Callable[[float, float], Awaitable[Mapping[str, Sequence[str]]]]
 class Retention:
     """What retention reads and changes in one log (see :class:`~streamkit.protocols.RetentionVerbs`)."""
 
-    def __init__(self, log: Log, rows: TruncationRows, live_hosts: LiveHosts) -> None:
+    def __init__(
+        self,
+        log: Log,
+        rows: TruncationRows,
+        live_hosts: LiveHosts,
+        opener: Opener | None = None,
+    ) -> None:
         self._log = log
         self._rows = rows
         self._live_hosts = live_hosts
+        # Runs prepare their chunks in a worker process that opens the log with this
+        # (a speed trick); without it, or under STREAMKIT_PLAIN=1, in a thread.
+        self._preparer: ChunkPreparer = (
+            ProcessPreparer(opener, rows)
+            if opener is not None and FAST
+            else ThreadPreparer(log, rows)
+        )
 
     async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
         return await _retention_rules.horizons(self._log, self._rows, now, path)
@@ -42,6 +57,11 @@ class Retention:
 
     async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
         return await _retention_rules.release_hold(self._log, path, name, by, reason, self._rows)
+
+    @property
+    def preparer(self) -> ChunkPreparer:
+        """Where this log's runs prepare their chunks (a worker process, or a thread)."""
+        return self._preparer
 
     async def forget_processor(
         self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
@@ -76,6 +96,7 @@ class Retention:
         keep_for: float | None = None,
         keep_last: int | None = None,
         fence: Callable[[Connection], None] | None = None,
+        share: float = 1.0,
     ) -> RetentionRun:
         return await _truncation.run_retention(
             self._log,
@@ -87,6 +108,8 @@ class Retention:
             keep_for=keep_for,
             keep_last=keep_last,
             fence=fence,
+            preparer=self._preparer,
+            share=share,
         )
 
     async def segments(self, path: str | None = None) -> list[Segment]:

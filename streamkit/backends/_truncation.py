@@ -8,7 +8,7 @@ appends keep flowing between them. Each chunk:
 1. reads the stored rows after the path's start;
 2. archive mode: writes them to a segment file, synced, read back and
    hashed (:func:`~streamkit.backends._segments.write_segment`), chained to
-   the path's last segment;
+   the path's last segment; and hashes each keyed event's body;
 3. then ONE transaction, the :data:`~streamkit.history.TRUNCATED_EVENT`
    control event's: it reads the horizon again and refuses if the chunk
    reaches it (a hold placed meanwhile, a processor registered), checks the
@@ -31,6 +31,14 @@ nothing.
 Last, the keys the path's key window lets go are forgotten
 (:mod:`streamkit.backends._key_windows`), each batch under the same fence.
 
+A chunk is prepared off the event loop (:mod:`streamkit.backends._chunk_prep`:
+in a worker process when the backend gives an ``opener``, else a thread).
+While other writes go through the log's writer, a run below ``share`` 1.0
+paces itself: after each cut it waits so that its own time (the cut's, and
+the preparing when that ran in this process) stays ``share`` of the whole;
+an idle log is cut at full speed. The pauses are counted in the run's
+``paused_seconds``.
+
 A crash anywhere leaves at worst a segment file that no row records; the
 next run of the path removes such files before it writes. Rows are never
 deleted without their segment recorded in the same transaction (archive
@@ -41,23 +49,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import math
 import os
-import sqlite3
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from streamkit._requests import Connection
 from streamkit._timestamps import format_timestamp
+from streamkit.backends._chunk_prep import (
+    PREPARE_ERRORS,
+    ChunkAsk,
+    ChunkPreparer,
+    ThreadPreparer,
+)
 from streamkit.backends._key_windows import KeyWindowRows, forget_expired_keys
-from streamkit.backends._keys import body_sha256
 from streamkit.backends._retention_rules import RetentionRows, horizon_in
-from streamkit.backends._segments import check_chain, check_segment, segment_name, write_segment
+from streamkit.backends._segments import check_chain, check_segment, segment_name
 from streamkit.backends._stored import Row
 from streamkit.errors import InvalidRequest, LeaseLost, StorageError
 from streamkit.events import StreamEvent, validate_path
@@ -179,6 +189,9 @@ async def run_retention(
     keep_last: int | None = None,
     fence: Callable[[Connection], None] | None = None,
     clock: Callable[[], float] = time.time,
+    preparer: ChunkPreparer | None = None,
+    share: float = 1.0,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> RetentionRun:
     """Take ``path``'s history through ``through`` (default: all below its horizon).
 
@@ -187,9 +200,17 @@ async def run_retention(
     Never at or past the horizon: a ``through`` beyond it stops at it. Nor
     an event younger than ``keep_for`` seconds, nor one of the newest
     ``keep_last`` offsets. ``fence`` runs first in every cut's transaction.
+    ``preparer`` prepares the chunks (default: the log's readers and a
+    thread); ``share`` (0 < share <= 1) is the most of the writer's time the
+    run takes while other writes go on; ``sleep`` waits its pauses.
     """
     path = validate_path(path)
     _check_count("chunk", chunk, 1)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise InvalidRequest(
+            f"a retention share must be a number in (0, 1], got {share!r}; nothing was written",
+            details={"share": repr(share)},
+        )
     if keep_last is not None:
         _check_count("keep_last", keep_last, 0)
     if keep_for is not None and (
@@ -238,56 +259,50 @@ async def run_retention(
         run.orphans_removed = await asyncio.to_thread(
             _remove_orphans, folder, path, {s.file for s in recorded}
         )
+    ready = ThreadPreparer(log, rows) if preparer is None else preparer
+    seen = log.stats.transactions
     while start < limit:
         after = start
-        taken = await log.query(
-            functools.partial(rows.stored_rows, path=path, after=after, through=limit, limit=chunk)
+        began = time.monotonic()
+        ask = ChunkAsk(
+            path=path,
+            after=after,
+            limit=limit,
+            chunk=chunk,
+            young=young,
+            folder=None if folder is None else str(folder),
+            prev=prev,
+            created_at=format_timestamp(clock()),
         )
-        cut_through = taken[-1][0] if len(taken) == chunk else limit
-        kept = None if young is None else next((r for r in taken if r[6] >= young), None)
-        if kept is not None:
-            # The first event too young to go: the run stops before it.
-            taken = taken[: taken.index(kept)]
-            cut_through, limit, run.stopped_by = kept[0] - 1, kept[0] - 1, "keep_for"
-            if cut_through <= after:
-                break
-        if cut_through == limit and all(row[1] == TRUNCATED_EVENT for row in taken):
-            # All that is left is earlier runs' own records (or no event at all): cutting
-            # them would write another record, and the next run would take that, forever.
-            run.stopped_by = "own_records"
+        try:
+            prepared = await ready.prepare(ask)
+        except PREPARE_ERRORS as exc:
+            what = "read" if folder is None else f"written in {str(folder)!r}"
+            raise StorageError(
+                f"the chunk of {path!r} after offset {after} could not be {what} ({exc}); no "
+                "event was taken and nothing was written",
+                details={"path": path, "archive": str(folder), "error": repr(exc)},
+            ) from exc
+        if prepared.young_at is not None:
+            limit, run.stopped_by = prepared.young_at - 1, "keep_for"
+        if prepared.stop is not None:
+            run.stopped_by = prepared.stop
             break
-        segment = None
-        if folder is not None:
-            # Written, synced and read back off the loop: appends go on meanwhile. The
-            # segment covers the whole range, so a read of the archive knows it whole.
-            try:
-                segment = await asyncio.to_thread(
-                    write_segment,
-                    folder,
-                    path,
-                    after + 1,
-                    cut_through,
-                    taken,
-                    prev,
-                    format_timestamp(clock()),
-                )
-            except (OSError, sqlite3.Error, ValueError) as exc:
-                raise StorageError(
-                    f"the archive segment of {path!r} {after + 1}..{cut_through} could not be "
-                    f"written in {str(folder)!r} ({exc}); no event was taken and nothing was "
-                    "written",
-                    details={"path": path, "archive": str(folder), "error": repr(exc)},
-                ) from exc
-        # Hashing the keyed bodies is CPU work of milliseconds a chunk: off the loop, so the
-        # appends it serves are not held behind it.
-        keys, types = await asyncio.to_thread(_cut_parts, taken, folder is not None)
+        segment = prepared.segment
         cut = Cut(
-            path=path, after=after, through=cut_through, segment=segment, keys=keys, types=types
+            path=path,
+            after=after,
+            through=prepared.through,
+            segment=segment,
+            keys=list(prepared.keys),
+            types=dict(prepared.types),
         )
+        cutting = time.monotonic()
+        before = log.stats.transactions
         try:
             await log.append_control(
                 path,
-                _truncated_event(cut, run.mode, len(taken)),
+                _truncated_event(cut, run.mode, prepared.count),
                 _sealed(rows, cut, clock, fence),
             )
         except (InvalidRequest, LeaseLost):
@@ -298,14 +313,23 @@ async def run_retention(
             if segment is not None:
                 await asyncio.to_thread(_discard, segment.file)
             raise
-        run.events += len(taken)
+        ended = time.monotonic()
+        run.events += prepared.count
         run.chunks += 1
         if segment is not None:
             prev = segment.sha256
             run.segments.append(segment)
             run.bytes += segment.bytes
-        start = cut_through
+        start = prepared.through
         run.start_after = start + 1
+        # Pacing: while other writes share the log's writer, the run keeps its own time
+        # (the cut's, and the preparing when it ran in this process) to ``share`` of it.
+        others, seen = before - seen, log.stats.transactions
+        if share < 1.0 and others > 0 and start < limit:
+            busy = ended - (began if ready.in_process else cutting)
+            pause = busy * (1.0 / share - 1.0)
+            run.paused_seconds += pause
+            await sleep(pause)
     # Keys of events taken by this run or an earlier one, older than the path's key window.
     run.keys_forgotten = await forget_expired_keys(log, rows, path, clock(), fence=fence)
     if run.chunks or run.keys_forgotten:
@@ -314,21 +338,6 @@ async def run_retention(
             run.pages_reclaimed += given
     run.seconds = time.monotonic() - started
     return run
-
-
-def _cut_parts(
-    taken: list[Row], archived: bool
-) -> tuple[list[tuple[str, int, str, str]], dict[tuple[str, int], int]]:
-    """A chunk's keys with their bodies' hashes, and its events per stored type and version."""
-    keys = [
-        (str(row[5]), row[0], body_sha256(row[1], row[2], row[3]), row[6])
-        for row in taken
-        if row[5] is not None
-    ]
-    # An archived event is still read (by rebuilds, through the same fold), so the
-    # summary of stored types, which schema checks read, keeps counting it.
-    types = {} if archived else dict(Counter((row[1], row[7]) for row in taken))
-    return keys, types
 
 
 def _check_count(name: str, value: object, least: int) -> None:

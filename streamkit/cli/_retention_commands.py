@@ -480,6 +480,8 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
                     through=args.through,
                     archive=None if policy.archive is None else str(policy.archive),
                     chunk=policy.chunk,
+                    # No pauses: this process has no appends of its own to leave the
+                    # writer to, and it cannot see another process's (docs/retention.md).
                     keep_for=policy.keep_for,
                     keep_last=policy.keep_last,
                 )

@@ -29,7 +29,7 @@ from streamkit.contract import CutoverMode, OnMalformed, StartFrom
 from streamkit.control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
-from streamkit.history import RETENTION_CHUNK
+from streamkit.history import RETENTION_CHUNK, RETENTION_SHARE
 
 # The public names of this module are listed once, in streamkit.config's __all__.
 
@@ -201,6 +201,8 @@ class RetentionPolicy(_Section):
     delete: bool = False
     chunk: int = Field(default=RETENTION_CHUNK, ge=1, le=1_000_000)
     """Events per transaction (appends go on between chunks)."""
+    share: float = Field(default=RETENTION_SHARE, gt=0, le=1, allow_inf_nan=False)
+    """The most of the log writer's time the run takes while other writes go on (1: all)."""
 
     @field_validator("keep_for", mode="before")
     @classmethod

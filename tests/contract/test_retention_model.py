@@ -36,6 +36,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from support.backends import BACKENDS, Backend
 from support.retention import retention_rows
 
+import streamkit.backends._chunk_prep as chunk_prep
 import streamkit.backends._truncation as truncation
 from streamkit import StreamEvent
 from streamkit.backends import host_store
@@ -239,7 +240,7 @@ class RetentionModel(RuleBasedStateMachine):
         horizon, before = self.horizon(), self.start()
         rows = retention_rows(self.log)
         crashing = CrashingRows(rows, crash_at) if crash == "in-transaction" else None
-        real_write = truncation.write_segment
+        real_write = chunk_prep.write_segment
         chunks = [0]
 
         def write(*args: Any) -> Any:
@@ -257,7 +258,7 @@ class RetentionModel(RuleBasedStateMachine):
                 raise Crash("killed after the segment was written")
             return written
 
-        truncation.write_segment = write
+        chunk_prep.write_segment = write
         try:
             done = self.run(
                 truncation.run_retention(
@@ -272,7 +273,7 @@ class RetentionModel(RuleBasedStateMachine):
         except Crash:
             done = None
         finally:
-            truncation.write_segment = real_write
+            chunk_prep.write_segment = real_write
         if crashing is not None and crashing.kept is not None:
             file, data = crashing.kept
             Path(file).write_bytes(data)  # the rollback's cleanup never ran

@@ -21,6 +21,7 @@ import pytest
 from support.backends import Target
 from support.retention import retention_rows
 
+import streamkit.backends._chunk_prep as chunk_prep
 import streamkit.backends._truncation as truncation
 from streamkit.backends import host_store
 from streamkit.backends._segments import check_chain, check_segment, read_segment
@@ -171,7 +172,7 @@ async def test_a_cut_the_horizon_moved_under_is_refused_and_its_segment_removed(
     await fill(log, "/", 6)
     archive = tmp_path / "archive"
     loop = asyncio.get_running_loop()
-    real = truncation.write_segment
+    real = chunk_prep.write_segment
 
     def write_then_hold(*args: Any) -> Any:
         written = real(*args)
@@ -179,9 +180,12 @@ async def test_a_cut_the_horizon_moved_under_is_refused_and_its_segment_removed(
         asyncio.run_coroutine_threadsafe(store.retention.place_hold(hold), loop).result(timeout=30)
         return written
 
-    monkeypatch.setattr(truncation, "write_segment", write_then_hold)
+    monkeypatch.setattr(chunk_prep, "write_segment", write_then_hold)
     with pytest.raises(InvalidRequest, match=r"the horizon is 2 now \(held by hold late\)"):
-        await store.retention.run("/", through=5, archive=str(archive))
+        # The rule itself, chunks prepared in this process (where the patch is).
+        await truncation.run_retention(
+            log, retention_rows(log), "/", through=5, archive=str(archive)
+        )
     assert [f.name for f in archive.iterdir()] == []
     assert [e.offset for e in (await log.stream("/").read(0, 3)).events] == [1, 2, 3]
     assert await store.retention.segments() == []

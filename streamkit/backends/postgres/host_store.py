@@ -301,7 +301,12 @@ class PostgresHostStore:
         self._target = backend.target
         self._tables = _Tables(backend.target.schema)
         self.retention = Retention(
-            log, PostgresRetentionRows(backend.target.schema), self.live_hosts
+            log,
+            PostgresRetentionRows(backend.target.schema),
+            self.live_hosts,
+            functools.partial(
+                connect, backend.target.conninfo, backend.target.shown, role="retention"
+            ),
         )
 
     async def prepare(self) -> None:

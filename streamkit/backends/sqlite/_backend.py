@@ -92,6 +92,7 @@ class SqliteLogBackend:
                 conn.close()
                 raise
         self.path = path
+        self.busy_timeout = busy_timeout
         self._reader = reader
         self._reader_lock = threading.Lock()
         self.writer = Writer(

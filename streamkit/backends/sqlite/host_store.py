@@ -19,6 +19,8 @@ from typing import Any
 
 from streamkit.backends._retention import Retention
 from streamkit.backends.sqlite import leases, registry, skips, status
+from streamkit.backends.sqlite._backend import SqliteLogBackend
+from streamkit.backends.sqlite._schema import MEMORY, connect_reader
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
 from streamkit.backends.sqlite.fenced import FencedCheckpointStorage
 from streamkit.backends.sqlite.retention import ROWS as _RETENTION_ROWS
@@ -80,7 +82,13 @@ class SqliteHostStore:
 
     def __init__(self, log: Log) -> None:
         self._log = log
-        self.retention = Retention(log, _RETENTION_ROWS, self.live_hosts)
+        backend = log.backend
+        opener = (
+            functools.partial(connect_reader, backend.path, busy_timeout=backend.busy_timeout)
+            if isinstance(backend, SqliteLogBackend) and backend.path != MEMORY
+            else None
+        )
+        self.retention = Retention(log, _RETENTION_ROWS, self.live_hosts, opener)
 
     async def prepare(self) -> None:
         """Create the checkpoint, lease, skip and host tables if missing, in one transaction."""
