@@ -192,7 +192,7 @@ def main() -> None:
         default=RETENTION_SHARE,
         help="the in-process run's most of the writer's time while appends go on",
     )
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument(
         "--in-process",
         action="store_true",

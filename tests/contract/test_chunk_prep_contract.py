@@ -27,6 +27,7 @@ from streamkit.backends._chunk_prep import (
     ProcessPreparer,
     ThreadPreparer,
 )
+from streamkit.backends._chunk_worker import NICENESS
 from streamkit.backends.sqlite._schema import connect_reader
 from streamkit.errors import InvalidRequest, StorageError
 from streamkit.log import Log
@@ -84,7 +85,11 @@ async def test_a_host_store_prepares_chunks_in_a_worker_process(
         assert here.through == 8
         assert here.count == 8
         assert [k[0] for k in here.keys] == ["k0", "k3", "k6"]
-    assert chunk_prep._WORKER.pid not in (None, os.getpid())
+    worker = chunk_prep._WORKER.pid
+    assert worker not in (None, os.getpid())
+    # Background work: it yields the CPU to this process's event loop.
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, worker) == min(19, ours + NICENESS) > ours
     run = await store.retention.run("/", through=16, archive=str(tmp_path / "run"), chunk=8)
     assert (run.events, run.chunks, run.start_after) == (16, 2, 17)
     assert [e.offset for e in (await log.stream("/").read(16, 3)).events][:2] == [17, 18]
