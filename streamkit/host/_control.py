@@ -59,7 +59,9 @@ class ServedHost(Protocol):
         expect_head: int | None = None,
     ) -> list[StreamEvent]: ...
 
-    async def keys_kept_for(self, committed: list[StreamEvent]) -> float | None: ...
+    async def keys_kept_for(
+        self, path: str, events: Sequence[EventInput | Mapping[str, Any]]
+    ) -> float | None: ...
 
     async def read(
         self,
@@ -187,8 +189,9 @@ class HostControlHandler:
         host = self._host
         self._check_db(args)
         if isinstance(args, AppendArgs):
+            kept_for = await host.keys_kept_for(args.path, args.events)
             committed = await host.append(args.path, args.events, expect_head=args.expect_head)
-            return appended_to_dicts(committed, await host.keys_kept_for(committed))
+            return appended_to_dicts(committed, kept_for)
         if isinstance(args, ReadArgs):
             page = await host.read(args.path, args.after, args.limit, args.types)
             return {

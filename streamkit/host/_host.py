@@ -461,16 +461,20 @@ class ProcessorHost:
         """
         return await self._require_log().stream(path).append(*events, expect_head=expect_head)
 
-    async def keys_kept_for(self, committed: list[StreamEvent]) -> float | None:
-        """How long the keys of ``committed`` (one append's result) answer once their
-        events are taken: their path's key window in seconds, None for forever.
+    async def keys_kept_for(
+        self, path: str, events: Sequence[EventInput | Mapping[str, Any]]
+    ) -> float | None:
+        """How long the keys of an append of ``events`` to ``path`` answer once their
+        events are taken: the path's key window in seconds, None for forever.
 
-        Read only for a result with a keyed event, so an unkeyed append pays nothing.
+        Asked before the append, so a window that cannot be read refuses the call
+        with nothing written: asked after, it turned a committed append into an
+        error answer. Read only when an event has a key, so an unkeyed append
+        pays nothing.
         """
-        keyed = [event.path for event in committed if event.idempotency_key is not None]
-        if not keyed or self.store is None:
+        if self.store is None or not any(_keyed(event) for event in events):
             return None
-        window = await self.store.retention.key_window(keyed[0])
+        window = await self.store.retention.key_window(path)
         return None if window is None else window.keep_for
 
     async def read(
@@ -821,3 +825,9 @@ class ProcessorHost:
         if self.store is None:
             raise InvalidRequest("the host is not started; call start() first")
         return self.store
+
+
+def _keyed(event: EventInput | Mapping[str, Any]) -> bool:
+    if isinstance(event, Mapping):
+        return event.get("idempotency_key") is not None
+    return getattr(event, "idempotency_key", None) is not None

@@ -27,6 +27,10 @@ fence inside a checkpoint or engine-append transaction
 (:class:`~streamkit.errors.LeaseLost`). The batch in flight is cancelled, its
 background work too, and the runner returns to waiting with the reason in
 ``failures.last_error``; the host's heartbeat takes the lease again when it is free.
+
+It is one class at about 600 lines because its lease, engine, follower and
+worker change together: each of the transitions above touches all four at
+once, and its other state (the failures) is already a part of its own.
 """
 
 from __future__ import annotations

@@ -107,12 +107,13 @@ class Endpoints:
                 )
             events = [{**body, "idempotency_key": key}]
         expect_head = _if_match(request.headers.get("if-match"))
+        # Before the append: a window that cannot be read refuses with nothing written.
+        kept_for = await self._host.keys_kept_for(path, events)
         committed = await self._host.append(path, events, expect_head=expect_head)
         # 201 when anything new was committed; 200 when every event was an idempotent
         # hit (a retry of a call that landed), each of those marked "replayed".
         replayed = replayed_offsets(committed)
         fresh = any(event.offset not in replayed for event in committed)
-        kept_for = await self._host.keys_kept_for(committed)
         return JSONResponse(
             {"events": appended_to_dicts(committed, kept_for)}, status_code=201 if fresh else 200
         )

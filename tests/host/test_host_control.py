@@ -23,6 +23,7 @@ from streamkit.errors import (
     ControlSocketInUse,
     InvalidEvent,
     InvalidRequest,
+    StorageError,
     StreamkitError,
     UnknownOperation,
 )
@@ -71,6 +72,21 @@ async def test_a_keyed_append_says_how_long_its_key_answers(
     (again, unkeyed) = await client.request("append", path="/", events=[keyed, {"type": "item"}])
     assert (again["replayed"], again["keys_kept_for"]) == (True, 7200.0)
     assert "keys_kept_for" not in unkeyed
+
+
+async def test_a_keyed_append_whose_key_window_cannot_be_read_writes_nothing(
+    host: ProcessorHost, client: ControlClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket reads the window before the append: unreadable, nothing is written."""
+    assert host.store is not None
+
+    async def unreadable(path: str) -> None:
+        raise StorageError(f"the key window of {path!r} could not be read (planted)")
+
+    monkeypatch.setattr(host.store.retention, "key_window", unreadable)
+    with pytest.raises(StorageError, match="planted"):
+        await client.request("append", path="/", events=[{"type": "item", "idempotency_key": "a"}])
+    assert (await host.read("/", 0, 10)).events == []
 
 
 async def test_append_read_status_snapshot(host: ProcessorHost, client: ControlClient) -> None:

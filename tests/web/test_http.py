@@ -33,7 +33,7 @@ from streamkit.cli._host_commands import _status_line as status_line
 from streamkit.config import HostConfig
 from streamkit.engine._pages import PAGE_SIZE, PageReader
 from streamkit.engine._turns import FIRST_READ
-from streamkit.errors import InvalidConfig
+from streamkit.errors import InvalidConfig, StorageError
 from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
 from streamkit.web import _routes as routes_module
@@ -167,6 +167,26 @@ async def test_a_keyed_append_says_how_long_its_key_answers_after_its_event_goes
     )
     later = await served.client.post("/v1/events", json=item(3), headers={"Idempotency-Key": "b"})
     assert later.json()["events"][0]["keys_kept_for"] == 86400.0
+
+
+async def test_a_keyed_append_whose_key_window_cannot_be_read_writes_nothing(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window is read before the append: when it cannot be, the answer is an error
+    and nothing was written (read after, a committed append was answered with an error)."""
+    served = await serve()
+    assert served.host.store is not None
+
+    async def unreadable(path: str) -> None:
+        raise StorageError(f"the key window of {path!r} could not be read (planted)")
+
+    monkeypatch.setattr(served.host.store.retention, "key_window", unreadable)
+    refused = await served.client.post("/v1/events", json=item(1), headers={"Idempotency-Key": "a"})
+    assert_problem(refused, 503, "STORAGE_ERROR")
+    assert await durable_offsets(served) == []
+    # An unkeyed append never asks for the window.
+    assert (await served.client.post("/v1/events", json=item(2))).status_code == 201
+    assert await durable_offsets(served) == [1]
 
 
 async def test_if_match_is_the_expected_head(serve: Serve) -> None:
