@@ -162,6 +162,23 @@ async def test_a_writer_idle_in_a_transaction_is_ended_and_the_next_job_reconnec
         assert event.offset == 2
 
 
+async def test_a_writer_connection_left_in_pipeline_mode_is_opened_again(pg: Target) -> None:
+    """A connection libpq left in pipeline mode (an ``executemany`` cut off by an outage)
+    refuses every query without being broken; the next job opens a new one."""
+    async with pg.open() as log:
+        await log.stream("/").append(durable(1))
+        writer = log.backend.writer  # type: ignore[attr-defined]
+        stuck = writer._connection()
+        stuck.pgconn.enter_pipeline_mode()
+        assert not stuck.broken
+        # Without the check the writer retried that connection for ever, refusing each try.
+        async with asyncio.timeout(20):
+            (event,) = await log.stream("/").append(durable(2))
+        assert event.offset == 2
+        assert writer._connection() is not stuck
+        assert [e.offset for e in (await log.stream("/").read()).events] == [1, 2]
+
+
 async def test_an_append_behind_a_frozen_writer_waits_for_it_to_be_ended_and_lands(
     pg: Target,
 ) -> None:

@@ -16,6 +16,7 @@ import contextlib
 from typing import Any
 
 import psycopg
+from psycopg import pq
 
 from streamkit._requests import (
     AppendCall,
@@ -101,7 +102,7 @@ class Writer:
     def _connection(self) -> psycopg.Connection[Any]:
         """The writer connection, opened again if it broke (StorageUnavailable if it cannot be)."""
         conn = self._conn
-        if conn is None or conn.closed or conn.broken:
+        if conn is None or conn.closed or conn.broken or _left_in_pipeline(conn):
             if conn is not None:
                 with contextlib.suppress(psycopg.Error):
                     conn.close()
@@ -201,3 +202,17 @@ class Writer:
                     conn.execute(self._release, (last, path, self._token))
         except (psycopg.Error, StorageError):
             pass  # keeping the block only costs a hole in the offsets; nothing is lost
+
+
+def _left_in_pipeline(conn: psycopg.Connection[Any]) -> bool:
+    """Whether libpq still has the connection in pipeline mode between two jobs.
+
+    psycopg runs ``executemany`` in pipeline mode. When the server goes away
+    in the middle of one (an outage, a paused server), libpq can be left in
+    pipeline mode on a connection psycopg does not call broken, and every
+    later query fails with "PQsendQuery not allowed in pipeline mode": seen
+    in a 10-second outage drill, where the writer then refused every append
+    for good. No job leaves a pipeline open, so such a connection is
+    unusable and is opened again like a broken one.
+    """
+    return conn.pgconn.pipeline_status != pq.PipelineStatus.OFF
