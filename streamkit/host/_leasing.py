@@ -224,10 +224,28 @@ class HostLeases:
     def _lost_by_keeper(self, runner: ProcessorRunner, held: HeldLease, error: LeaseLost) -> None:
         # On the loop, called by the keeper thread: stop the engine if it still
         # runs under this very lease (the runner may have moved on already).
-        if runner.held is held:
-            self._track(runner.lose_lease(error))
+        if runner.held is not held:
+            return
+        if _released_here(held, error):
+            # Only a cutover releases a lease whose engine still runs (a stop or a
+            # hand-off takes the engine off it first): its commit landed before the
+            # engine heard it back, and `taken` moves the runner on. Stopping the
+            # engine now would tell the operator who asked that it failed.
+            _log.info("lease.released_by_cutover", slug=runner.slug, path=runner.path)
+            return
+        self._track(runner.lose_lease(error))
 
     def _track(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+def _released_here(held: HeldLease, error: LeaseLost) -> bool:
+    """Whether ``error`` says this very holder released ``held`` (at its generation)."""
+    details, lease = error.details, held.lease
+    return (
+        details.get("holder") == lease.owner
+        and details.get("holder_generation") == lease.generation
+        and details.get("holder_expires_at", 0) is None
+    )

@@ -17,11 +17,12 @@ import asyncio
 import io
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from support.backends import BACKENDS, Target
-from support.host import Effector, EffectorV2
+from support.host import Effector, EffectorV2, ManualEffectorV2
 
 from streamkit import open_log
 from streamkit.backends import host_store
@@ -29,6 +30,7 @@ from streamkit.backends._fenced_checkpoints import FencedCheckpoints
 from streamkit.checkpoint import CUTOVER_EVENT
 from streamkit.cli import main
 from streamkit.config import HostConfig
+from streamkit.errors import InvalidRequest
 from streamkit.host import ProcessorHost
 from streamkit.web._metrics import exposition
 
@@ -295,6 +297,68 @@ async def test_a_watcher_of_the_live_state_is_re_seeded_with_the_new_version_at_
         assert messages[0]["state"] == {"total": 2 * 50, "items": 50}  # version 1's, meanwhile
         seeds = [m["rev"] for m in messages if m["kind"] == "seed"]
         assert len(seeds) == len(set(seeds))  # no revision is seeded twice
+    finally:
+        await new.stop(grace=0.0)
+        await old.stop(grace=0.0)
+
+
+async def test_a_renewal_that_finds_the_shadow_lease_released_by_its_own_cutover_is_no_loss(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cutover's transaction releases the shadow lease; the lease keeper, renewing it
+    before the engine has heard the commit back, finds it released by this very holder.
+    That is the cutover landing, not a lost lease: the operator who asked gets the cutover's
+    offset, and no failure is recorded. (Seen in CI: `processor cutover` answered
+    LEASE_LOST for a cutover that had committed.)"""
+    cut_over = FencedCheckpoints.cut_over
+
+    async def heard_late(self: FencedCheckpoints, slug: str, **fields: Any) -> None:
+        exchange = self._exchange
+        assert exchange is not None
+        told: list[tuple[Any, float]] = []
+        self._exchange = replace(
+            exchange, taken=lambda lease, started: told.append((lease, started))
+        )
+        try:
+            await cut_over(self, slug, **fields)
+        finally:
+            self._exchange = exchange
+        # Committed: several heartbeats renew the shadow lease before the engine goes on.
+        await asyncio.sleep(0.6)
+        exchange.taken(*told[0])
+
+    monkeypatch.setattr(FencedCheckpoints, "cut_over", heard_late)
+    old = ProcessorHost(config(target), processors=[Effector()], serve_control=False, owner="a")
+    new = ProcessorHost(
+        config(target), processors=[ManualEffectorV2()], serve_control=False, owner="b"
+    )
+    try:
+        await old.start()
+        async with open_log(target.target) as log:
+            stream = log.stream("/")
+            appended = [e.offset for e in await stream.append(*(item(1) for _ in range(50)))]
+            await old.wait_until_processed("effector", appended[-1], timeout=30)
+            await new.start()
+            runner = new.runner("effector")
+            await until(lambda: runner.engine is not None and runner.role.shadow)
+            answer = None
+            deadline = time.monotonic() + 30
+            while answer is None:
+                try:
+                    answer = await new.cut_over("effector", timeout=30)
+                except InvalidRequest:  # not built yet
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+            assert answer["version"] == "2"
+            assert answer["from_version"] == "1"
+            (cutover,) = [e for e in await everything(target) if e.type == CUTOVER_EVENT]
+            assert answer["offset"] == cutover.payload["offset"]
+            await until(lambda: runner.engine is not None and not runner.role.shadow)
+            more = [e.offset for e in await stream.append(*(item(2) for _ in range(5)))]
+            await new.wait_until_processed("effector", more[-1], timeout=30)
+            (served,) = (await new.status())["processors"]
+            assert (served["version"], served["phase"]) == ("2", "serving")
+            assert served["last_error"] is None
     finally:
         await new.stop(grace=0.0)
         await old.stop(grace=0.0)
