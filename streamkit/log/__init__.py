@@ -7,7 +7,8 @@ upward half of the backend boundary, whose downward half is
 """
 
 from streamkit.log._follow import MAX_BUFFERED_BYTES, Feed, Follow, Push, WakeList, wake
-from streamkit.log._log import MAX_READ_LIMIT, Log, ProcessorStreamView, Stream
+from streamkit.log._log import Log
+from streamkit.log._stream import MAX_READ_LIMIT, ProcessorStreamView, Stream
 from streamkit.log._time import after_offset_for, timestamp_param
 from streamkit.log._types import read_matching, type_matcher
 from streamkit.protocols import LogStats
