@@ -259,14 +259,16 @@ async def test_a_host_runs_its_policies_under_one_lease_and_another_takes_over_w
     """One host at a time runs the policies; its runs show in status and /metrics; when it
     stops, the other host takes the lease and runs them from where the first left off."""
     archive = tmp_path / "archive"
+    # Not the default share: these runs are about the lease, not about pacing, and
+    # at 0.005 three chunks on a busy machine can take longer than the waits below.
     first = ProcessorHost(
-        policy_config(target, keep_last=5, archive=str(archive), chunk=4),
+        policy_config(target, keep_last=5, archive=str(archive), chunk=4, share=0.5),
         processors=[Effector()],
         serve_control=False,
         owner="first",
     )
     second = ProcessorHost(
-        policy_config(target, keep_last=5, archive=str(archive), chunk=4),
+        policy_config(target, keep_last=5, archive=str(archive), chunk=4, share=0.5),
         processors=[Effector()],
         serve_control=False,
         owner="second",
