@@ -4,11 +4,13 @@ A host store holds one :class:`Retention` over its log and its backend's rows
 (:class:`~streamkit.backends._truncation.TruncationRows`): horizons, holds,
 forgetting a processor, key windows, retention runs and the archive's proof,
 each the backend-independent rule of its own module. The part owns no state
-beyond what it was built with; every promise is the rule module's.
+beyond what it was built with (and, during a run, the log its cuts commit
+through, closed when the run ends); every promise is the rule module's.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from streamkit._requests import Connection
@@ -37,10 +39,15 @@ class Retention:
         rows: TruncationRows,
         live_hosts: LiveHosts,
         opener: Opener | None = None,
+        cut_log: Callable[[], Log] | None = None,
     ) -> None:
         self._log = log
         self._rows = rows
         self._live_hosts = live_hosts
+        # Runs commit their cuts through a log of their own, opened with this (a speed
+        # trick: appends to the path then wait only for a cut's last statements and its
+        # commit); without it, or under STREAMKIT_PLAIN=1, through ``log``.
+        self._cut_log = cut_log if FAST else None
         # Runs prepare their chunks in a worker process that opens the log with this
         # (a speed trick); without it, or under STREAMKIT_PLAIN=1, in a thread.
         self._preparer: ChunkPreparer = (
@@ -98,19 +105,26 @@ class Retention:
         fence: Callable[[Connection], None] | None = None,
         share: float = 1.0,
     ) -> RetentionRun:
-        return await _truncation.run_retention(
-            self._log,
-            self._rows,
-            path,
-            through=through,
-            archive=archive,
-            chunk=chunk,
-            keep_for=keep_for,
-            keep_last=keep_last,
-            fence=fence,
-            preparer=self._preparer,
-            share=share,
-        )
+        cutter = None if self._cut_log is None else await asyncio.to_thread(self._cut_log)
+        try:
+            return await _truncation.run_retention(
+                self._log,
+                self._rows,
+                path,
+                through=through,
+                archive=archive,
+                chunk=chunk,
+                keep_for=keep_for,
+                keep_last=keep_last,
+                fence=fence,
+                preparer=self._preparer,
+                share=share,
+                cutter=cutter,
+            )
+        finally:
+            if cutter is not None:
+                # After a cancelled wait too: its cut still commits (or not) before this ends.
+                await cutter.aclose()
 
     async def segments(self, path: str | None = None) -> list[Segment]:
         return await self._log.query(lambda conn: self._rows.segments(conn, path))

@@ -10,13 +10,18 @@ appends keep flowing between them. Each chunk:
    hashed (:func:`~streamkit.backends._segments.write_segment`), chained to
    the path's last segment; and hashes each keyed event's body;
 3. then ONE transaction, the :data:`~streamkit.history.TRUNCATED_EVENT`
-   control event's: it reads the horizon again and refuses if the chunk
-   reaches it (a hold placed meanwhile, a processor registered), checks the
-   start did not move, records the segment, records each idempotency key's
-   body hash (so a retry still answers, :mod:`streamkit.backends._keys`),
-   takes deleted events out of the summary of stored types (archived ones
-   are still read by rebuilds, so schema checks still count them), deletes
-   the rows and moves the start.
+   control event's. Before the event takes the path's head
+   (:meth:`TruncationRows.take`) it checks the start did not move, records
+   the segment, records each idempotency key's body hash (so a retry still
+   answers, :mod:`streamkit.backends._keys`) and deletes the rows; after
+   (:meth:`TruncationRows.move_start`, in the seal) it reads the horizon
+   again and refuses if the chunk reaches it (a hold placed meanwhile, a
+   processor registered), takes deleted events out of the summary of
+   stored types (archived ones are still read by rebuilds, so schema checks
+   still count them) and moves the start. On PostgreSQL the cuts commit
+   through a log of their own (``cutter``), so appends to the path wait
+   only for the part after the head and the commit, and appends to other
+   paths not at all.
 
 A policy narrows what a run takes: ``keep_for`` seconds keeps every event
 younger than that (the run stops at the first such event, so a path's
@@ -152,11 +157,23 @@ class TruncationRows(RetentionRows, KeyWindowRows, Protocol):
         """
         ...
 
-    def cut(self, conn: Connection, cut: Cut) -> int:
-        """Inside the control event's transaction: write ``cut``; the rows it deleted.
+    def take(self, conn: Connection, cut: Cut) -> int:
+        """In the control event's transaction, before its row: the first half of ``cut``.
 
-        InvalidRequest (nothing written) if the path's start is no longer
-        ``cut.after`` + 1 (another run cut meanwhile).
+        Checks the path's start is still ``cut.after`` + 1 (InvalidRequest,
+        nothing written, if another run cut meanwhile; two runs of one path
+        must not both get past this check), records the segment and the
+        keys' body hashes and deletes the rows: the rows that cost time and
+        that no append touches, so it runs before the path's head is taken.
+        The rows it deleted.
+        """
+        ...
+
+    def move_start(self, conn: Connection, cut: Cut) -> None:
+        """In the same transaction, after the control event's row: the rest of ``cut``.
+
+        Takes the deleted events out of the summary of stored types (which
+        appends to the path also move) and moves the path's start.
         """
         ...
 
@@ -192,6 +209,7 @@ async def run_retention(
     preparer: ChunkPreparer | None = None,
     share: float = 1.0,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    cutter: Log | None = None,
 ) -> RetentionRun:
     """Take ``path``'s history through ``through`` (default: all below its horizon).
 
@@ -203,6 +221,9 @@ async def run_retention(
     ``preparer`` prepares the chunks (default: the log's readers and a
     thread); ``share`` (0 < share <= 1) is the most of the writer's time the
     run takes while other writes go on; ``sleep`` waits its pauses.
+    ``cutter`` commits the cuts: a second log over the same storage, with a
+    writer (and connection) of its own, so appends through ``log`` do not
+    queue behind a cut's transaction (default: ``log`` itself).
     """
     path = validate_path(path)
     _check_count("chunk", chunk, 1)
@@ -260,6 +281,7 @@ async def run_retention(
             _remove_orphans, folder, path, {s.file for s in recorded}
         )
     ready = ThreadPreparer(log, rows) if preparer is None else preparer
+    cutter = log if cutter is None else cutter
     seen = log.stats.transactions
     while start < limit:
         after = start
@@ -300,10 +322,11 @@ async def run_retention(
         cutting = time.monotonic()
         before = log.stats.transactions
         try:
-            await log.append_control(
+            await cutter.append_control(
                 path,
                 _truncated_event(cut, run.mode, prepared.count),
-                _sealed(rows, cut, clock, fence),
+                _sealed(rows, cut, clock),
+                first=_taken(rows, cut, fence),
             )
         except (InvalidRequest, LeaseLost):
             # Refused inside the transaction, so rolled back: the segment is recorded
@@ -373,17 +396,25 @@ def _truncated_event(cut: Cut, mode: str, count: int) -> dict[str, Any]:
     return {"type": TRUNCATED_EVENT, "payload": payload}
 
 
-def _sealed(
-    rows: TruncationRows,
-    cut: Cut,
-    clock: Callable[[], float],
-    fence: Callable[[Connection], None] | None,
-) -> Callable[[Connection, list[StreamEvent]], None]:
-    def seal(conn: Connection, events: list[StreamEvent]) -> None:
+def _taken(
+    rows: TruncationRows, cut: Cut, fence: Callable[[Connection], None] | None
+) -> Callable[[Connection], None]:
+    def take(conn: Connection) -> None:
         if fence is not None:
             fence(conn)  # a host's run: its lease, first, or nothing is written
-        # The horizon again, inside the cut's transaction: a hold or a processor
-        # that appeared since the run began holds here too.
+        rows.take(conn, cut)
+
+    return take
+
+
+def _sealed(
+    rows: TruncationRows, cut: Cut, clock: Callable[[], float]
+) -> Callable[[Connection, list[StreamEvent]], None]:
+    def seal(conn: Connection, events: list[StreamEvent]) -> None:
+        # The horizon again, inside the cut's transaction and after the control event
+        # took the path's head: a hold (placed by a control event on the path, so it
+        # committed before or waits) or a processor that appeared since the run began
+        # holds here too, and the rows taken first go back with the refusal.
         horizon = horizon_in(rows.facts(conn), cut.path, clock())
         if cut.through >= horizon.offset:
             held = ", ".join(f"{n.kind} {n.name}" for n in horizon.held_by) or "nothing"
@@ -392,7 +423,7 @@ def _sealed(
                 f"{horizon.offset} now (held by {held}); nothing was written",
                 details={"path": cut.path, "through": cut.through, "horizon": horizon.offset},
             )
-        rows.cut(conn, cut)
+        rows.move_start(conn, cut)
 
     return seal
 

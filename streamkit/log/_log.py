@@ -353,7 +353,9 @@ class Log:
         page, _ = await self._read_sized(path, after, limit, upto, types, archive)
         return page
 
-    async def append_control(self, path: str, event: Mapping[str, Any], seal: Seal) -> StreamEvent:
+    async def append_control(
+        self, path: str, event: Mapping[str, Any], seal: Seal, *, first: Fence | None = None
+    ) -> StreamEvent:
         """(For streamkit's operator verbs.) Append one control event and ``seal`` it.
 
         The event may use the reserved ``streamkit.`` namespace. ``seal(conn,
@@ -361,9 +363,14 @@ class Log:
         written (an idempotent hit passes the existing event), so the control
         record it writes and the event commit together or not at all; a host
         honours a control event only with its record beside it.
+
+        ``first(conn)``, if given, runs in the same transaction before the
+        event is placed: on PostgreSQL before the path's head row is locked,
+        so appends to the path do not wait for it (only for the seal and the
+        commit). A StreamkitError from it refuses the call, nothing written.
         """
         path = self.stream(path).path
-        outcome = self._append(path, [prepare_event(event, control=True)], seal=seal)
+        outcome = self._append(path, [prepare_event(event, control=True)], first, seal=seal)
         (committed,) = outcome if isinstance(outcome, list) else await outcome
         return committed
 

@@ -58,7 +58,7 @@ class Crash(Exception):
 
 
 class CrashingRows:
-    """The backend's rows, whose cut writes, then dies before its transaction commits.
+    """The backend's rows, whose cut writes all of it, then dies before its transaction commits.
 
     A killed process never runs its cleanup: the segment file the cut would
     have recorded is put back after the rollback removed it.
@@ -72,11 +72,11 @@ class CrashingRows:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._rows, name)
 
-    def cut(self, conn: Any, cut: Cut) -> int:
-        taken = self._rows.cut(conn, cut)
+    def move_start(self, conn: Any, cut: Cut) -> None:
+        self._rows.move_start(conn, cut)
         if self._survive > 0:
             self._survive -= 1
-            return taken
+            return
         if cut.segment is not None:
             self.kept = (cut.segment.file, Path(cut.segment.file).read_bytes())
         raise Crash("killed inside the cut's transaction")

@@ -387,12 +387,12 @@ async def test_a_run_cancelled_while_its_cut_commits_keeps_the_segment_the_cut_r
         def __getattr__(self, name: str) -> Any:
             return getattr(rows, name)
 
-        def cut(self, conn: Any, cut: truncation.Cut) -> int:
+        def move_start(self, conn: Any, cut: truncation.Cut) -> None:
             entered.set()
             # On the writer thread (PostgreSQL) this holds the commit past the cancel. A
             # SQLite log idle enough commits inline, on the loop: there it only delays.
             release.wait(2)
-            return int(rows.cut(conn, cut))
+            rows.move_start(conn, cut)
 
     run = asyncio.create_task(
         truncation.run_retention(log, Slow(), "/", archive=str(tmp_path / "archive"))  # type: ignore[arg-type]

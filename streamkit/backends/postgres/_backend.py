@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import secrets
 import threading
 from collections.abc import Callable
@@ -52,10 +53,10 @@ from streamkit.backends.postgres._schema import (
 from streamkit.backends.postgres._writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed, LogOpenError, StorageError
 from streamkit.events import ReadPage
-from streamkit.log import Feed
+from streamkit.log import Feed, Log
 from streamkit.protocols import LogStats, PayloadTypes, StoredType
 
-__all__ = ["READERS", "PostgresLogBackend"]
+__all__ = ["READERS", "PostgresLogBackend", "second_log"]
 
 T = TypeVar("T")
 
@@ -83,6 +84,7 @@ class PostgresLogBackend:
         check_busy_timeout(busy_timeout)
         self.path = target.shown
         self.target = target
+        self.options = options
         self._prepare(target, options.read_only)
         self._fed = Fed()
         self._feed = feed
@@ -269,3 +271,18 @@ class PostgresLogBackend:
 
 def _closed() -> LogClosed:
     return LogClosed("the log is closed; nothing was read or written (open it again to use it)")
+
+
+def second_log(backend: PostgresLogBackend) -> Log:
+    """A log over ``backend``'s schema with a writer (and connections) of its own (blocks: it
+    connects).
+
+    Its commits do not queue behind the first log's, nor theirs behind its: a
+    retention run commits its cuts through one
+    (:mod:`streamkit.backends._truncation`). Close it when done.
+    """
+    return Log(
+        backend.path,
+        functools.partial(PostgresLogBackend, backend.target, options=backend.options),
+        inline_commits=False,
+    )

@@ -33,7 +33,7 @@ from streamkit.backends._fenced_checkpoints import FencedCheckpoints
 from streamkit.backends._retention import Retention
 from streamkit.backends._skip_rules import record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
-from streamkit.backends.postgres._backend import PostgresLogBackend
+from streamkit.backends.postgres._backend import PostgresLogBackend, second_log
 from streamkit.backends.postgres._connect import connect, session_options, storage_error
 from streamkit.backends.postgres.leases import CLOCK as _CLOCK
 from streamkit.backends.postgres.leases import Leases
@@ -307,6 +307,7 @@ class PostgresHostStore:
             functools.partial(
                 connect, backend.target.conninfo, backend.target.shown, role="retention"
             ),
+            functools.partial(second_log, backend),
         )
 
     async def prepare(self) -> None:

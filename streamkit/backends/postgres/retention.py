@@ -3,7 +3,7 @@
 The table operations :mod:`streamkit.backends._retention_rules` needs, over
 the tables of the log's schema (all made when the log is opened). Reads run
 on the log's reader threads, writes inside the control event's transaction
-on the writer connection.
+on a writer's connection (a cut's, on the writer of a log of its own).
 """
 
 from __future__ import annotations
@@ -88,17 +88,19 @@ class PostgresRetentionRows:
             f"coalesce(payload_version, 1) FROM {s}.streamkit_events "
             'WHERE path = %s AND "offset" > %s AND "offset" <= %s ORDER BY "offset" LIMIT %s'
         )
-        self._locked_start = (
-            f"SELECT truncated_through FROM {s}.streamkit_heads WHERE path = %s FOR UPDATE"
-        )
+        # A transaction-scoped lock per (schema, path), taken by retention cuts only.
+        self._one_run = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+        self._run_key = f"streamkit retention {schema} "
         self._insert_segment = (
             f"INSERT INTO {s}.streamkit_segments ({segment_columns}, created_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, "
             """to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))"""
         )
-        self._record_key = (
-            f"UPDATE {s}.streamkit_keys SET body_sha256 = %s, created_at = %s "
-            'WHERE path = %s AND key = %s AND "offset" = %s'
+        # Every key of a chunk in one statement: one round trip, not one per key.
+        self._record_keys = (
+            f"UPDATE {s}.streamkit_keys AS k SET body_sha256 = u.sha, created_at = u.at "
+            "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[]) AS u(key, off, sha, at) "
+            'WHERE k.path = %s AND k.key = u.key AND k."offset" = u.off'
         )
         self._take_types = (
             f"UPDATE {s}.streamkit_stored_types SET events = events - %s, "
@@ -194,26 +196,26 @@ class PostgresRetentionRows:
         del conn
         return 0
 
-    def cut(self, conn: psycopg.Connection[Any], cut: Cut) -> int:
-        row = conn.execute(self._locked_start, (cut.path,)).fetchone()
-        now = 0 if row is None else int(row[0])
-        check_start_unmoved(cut, now)
+    def take(self, conn: psycopg.Connection[Any], cut: Cut) -> int:
+        # Runs of one path wait for each other here, not at the path's head row (which
+        # appends take): the second then finds the start moved and is refused.
+        conn.execute(self._one_run, (self._run_key + cut.path,))
+        check_start_unmoved(cut, self.truncated_through(conn, cut.path))
         segment = cut.segment
         if segment is not None:
+            conn.execute(self._insert_segment, segment_values(segment))
+        if cut.keys:
+            keys, offsets, shas, ats = zip(*cut.keys, strict=True)
             conn.execute(
-                self._insert_segment,
-                segment_values(segment),
+                self._record_keys, (list(keys), list(offsets), list(shas), list(ats), cut.path)
             )
+        return int(conn.execute(self._delete, (cut.path, cut.after, cut.through)).rowcount)
+
+    def move_start(self, conn: psycopg.Connection[Any], cut: Cut) -> None:
         with conn.cursor() as cursor:
-            cursor.executemany(
-                self._record_key,
-                [(sha, at, cut.path, key, offset) for key, offset, sha, at in cut.keys],
-            )
             cursor.executemany(
                 self._take_types,
                 [(n, cut.through + 1, cut.path, t, v) for (t, v), n in cut.types.items()],
             )
         conn.execute(self._drop_types, (cut.path,))
-        deleted = conn.execute(self._delete, (cut.path, cut.after, cut.through)).rowcount
         conn.execute(self._move_start, (cut.through, cut.path))
-        return int(deleted)

@@ -191,9 +191,9 @@ class SqliteRetentionRows:
         return reclaim_step(conn)
 
     @classmethod
-    def cut(cls, conn: sqlite3.Connection, cut: Cut) -> int:
-        now = cls.truncated_through(conn, cut.path)
-        check_start_unmoved(cut, now)
+    def take(cls, conn: sqlite3.Connection, cut: Cut) -> int:
+        # The log's write transaction excludes every other writer: no second run gets here.
+        check_start_unmoved(cut, cls.truncated_through(conn, cut.path))
         segment = cut.segment
         if segment is not None:
             conn.execute(
@@ -206,6 +206,14 @@ class SqliteRetentionRows:
             ' AND "offset" = ?',
             [(sha, at, cut.path, key, offset) for key, offset, sha, at in cut.keys],
         )
+        deleted = conn.execute(
+            'DELETE FROM streamkit_events WHERE path = ? AND "offset" > ? AND "offset" <= ?',
+            (cut.path, cut.after, cut.through),
+        ).rowcount
+        return int(deleted)
+
+    @staticmethod
+    def move_start(conn: sqlite3.Connection, cut: Cut) -> None:
         conn.executemany(
             "UPDATE streamkit_stored_types SET events = events - ?,"
             " first_offset = max(first_offset, ?) WHERE path = ? AND type = ? AND version = ?",
@@ -214,15 +222,10 @@ class SqliteRetentionRows:
         conn.execute(
             "DELETE FROM streamkit_stored_types WHERE path = ? AND events <= 0", (cut.path,)
         )
-        deleted = conn.execute(
-            'DELETE FROM streamkit_events WHERE path = ? AND "offset" > ? AND "offset" <= ?',
-            (cut.path, cut.after, cut.through),
-        ).rowcount
         conn.execute(
             "UPDATE streamkit_heads SET truncated_through = ? WHERE path = ?",
             (cut.through, cut.path),
         )
-        return int(deleted)
 
 
 RECLAIM_STEP = 500
