@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
+import secrets
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +51,7 @@ __all__ = [
     "read_segment",
     "segment_name",
     "segment_of",
+    "segment_range",
     "write_segment",
 ]
 
@@ -79,15 +82,30 @@ def segment_of(row: Any) -> Segment:
     )
 
 
-def segment_name(path: str, first: int, last: int) -> str:
+def segment_name(path: str, first: int, last: int, tag: str = "") -> str:
     """The file name of ``path``'s segment of ``first..last``, sortable by range.
 
     The path goes in with its slashes spelled out (``/orders/eu`` ->
     ``_orders_eu``; ``_`` itself doubled), so each path's segments are told
-    apart in one directory and the name says what the file holds.
+    apart in one directory and the name says what the file holds. ``tag``
+    (each write's own, :func:`write_segment`) keeps two runs that write the
+    same range at once from writing one file: only one of them records it.
     """
     spelled = path.replace("_", "__").replace("/", "_")
-    return f"{spelled}.{first:020d}-{last:020d}.segment"
+    return f"{spelled}.{first:020d}-{last:020d}{'.' + tag if tag else ''}.segment"
+
+
+def segment_range(path: str, name: str) -> tuple[int, int] | None:
+    """The range a file of ``path``'s segments covers, by its name (a ``.partial`` too);
+    None for a file that is not one."""
+    prefix = segment_name(path, 0, 0).split(".", 1)[0] + "."
+    if not name.startswith(prefix):
+        return None
+    found = _NAMED.fullmatch(name[len(prefix) :])
+    return None if found is None else (int(found[1]), int(found[2]))
+
+
+_NAMED = re.compile(r"(\d{20})-(\d{20})(?:\.[0-9a-f]+)?\.segment(?:\.partial)?")
 
 
 def file_sha256(file: str | Path) -> str:
@@ -132,7 +150,7 @@ def write_segment(
         raise ValueError(f"a segment of {first}..{last} holds rows of that range only")
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / segment_name(path, first, last)
+    final = folder / segment_name(path, first, last, secrets.token_hex(4))
     temporary = final.with_name(final.name + ".partial")
     with contextlib.suppress(FileNotFoundError):
         temporary.unlink()

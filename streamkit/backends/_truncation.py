@@ -44,10 +44,16 @@ the preparing when that ran in this process) stays ``share`` of the whole;
 an idle log is cut at full speed. The pauses are counted in the run's
 ``paused_seconds``.
 
-A crash anywhere leaves at worst a segment file that no row records; the
-next run of the path removes such files before it writes. Rows are never
-deleted without their segment recorded in the same transaction (archive
-mode). A backend supplies the table operations (:class:`TruncationRows`).
+A crash anywhere leaves at worst a segment file that no row records; a
+run removes such a file once the path's start has passed its range (before
+it writes, and after its chunks: the next run normally cuts that range
+again). A file above the start is left alone, since it may be another
+run's, about to be recorded: two runs of one path at once (a host's and
+``streamkit retention run``) never remove, nor overwrite, each other's
+files (each write names its file with a tag of its own); one of their cuts
+of a range is refused. Rows are never deleted without their segment
+recorded in the same transaction (archive mode). A backend supplies the
+table operations (:class:`TruncationRows`).
 """
 
 from __future__ import annotations
@@ -72,7 +78,7 @@ from streamkit.backends._chunk_prep import (
 )
 from streamkit.backends._key_windows import KeyWindowRows, forget_expired_keys
 from streamkit.backends._retention_rules import RetentionRows, horizon_in
-from streamkit.backends._segments import check_chain, check_segment, segment_name
+from streamkit.backends._segments import check_chain, check_segment, segment_range
 from streamkit.backends._stored import Row
 from streamkit.errors import InvalidRequest, LeaseLost, StorageError
 from streamkit.events import StreamEvent, validate_path
@@ -178,20 +184,32 @@ class TruncationRows(RetentionRows, KeyWindowRows, Protocol):
         ...
 
 
-def _remove_orphans(folder: Path, path: str, recorded: set[str]) -> list[str]:
-    """Segment files of ``path`` in ``folder`` that no row records (a crashed run's), removed."""
+def _remove_orphans(folder: Path, path: str, through: int, recorded: set[str]) -> list[str]:
+    """Segment files of ``path`` in ``folder`` that no row records and never will, removed.
+
+    Never will: their range ends at or below ``through``, the path's start
+    (read before ``recorded``), so a cut of it would be refused. A file
+    above it may be another run's, written and about to be recorded: it
+    stays until a run takes its range.
+    """
     if not folder.is_dir():
         return []
-    prefix = segment_name(path, 0, 0).split(".", 1)[0] + "."
     removed = []
     for file in sorted(folder.iterdir()):
-        if not file.name.startswith(prefix) or not file.name.endswith((".segment", ".partial")):
+        covered = segment_range(path, file.name)
+        if covered is None or covered[1] > through or str(file) in recorded:
             continue
-        if str(file) not in recorded:
-            with contextlib.suppress(FileNotFoundError):
-                file.unlink()
-            removed.append(str(file))
+        with contextlib.suppress(FileNotFoundError):
+            file.unlink()
+        removed.append(str(file))
     return removed
+
+
+async def _sweep(log: Log, rows: TruncationRows, folder: Path, path: str) -> list[str]:
+    # The start first: a segment recorded before it moved there is in the second read.
+    through = await log.query(lambda conn: rows.truncated_through(conn, path))
+    recorded = {s.file for s in await log.query(lambda conn: rows.segments(conn, path))}
+    return await asyncio.to_thread(_remove_orphans, folder, path, through, recorded)
 
 
 async def run_retention(
@@ -274,12 +292,10 @@ async def run_retention(
     )
     prev: str | None = None
     if folder is not None:
+        run.orphans_removed = await _sweep(log, rows, folder, path)
         recorded = await log.query(lambda conn: rows.segments(conn, path))
         # The chain's last link; each chunk this run records becomes the next one.
         prev = recorded[-1].sha256 if recorded else None
-        run.orphans_removed = await asyncio.to_thread(
-            _remove_orphans, folder, path, {s.file for s in recorded}
-        )
     ready = ThreadPreparer(log, rows) if preparer is None else preparer
     cutter = log if cutter is None else cutter
     seen = log.stats.transactions
@@ -353,6 +369,9 @@ async def run_retention(
             pause = busy * (1.0 / share - 1.0)
             run.paused_seconds += pause
             await sleep(pause)
+    if folder is not None and run.chunks:
+        # A crashed run's file whose range this run has now taken.
+        run.orphans_removed += await _sweep(log, rows, folder, path)
     # Keys of events taken by this run or an earlier one, older than the path's key window.
     run.keys_forgotten = await forget_expired_keys(log, rows, path, clock(), fence=fence)
     if run.chunks or run.keys_forgotten:

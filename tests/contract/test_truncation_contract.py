@@ -145,24 +145,73 @@ async def test_an_archive_keeps_every_event_in_a_proven_chain(
     assert "is missing" in (check_segment(recorded[2]) or "")
 
 
-async def test_a_segment_no_row_records_is_removed_by_the_next_run(
+async def test_a_segment_no_row_records_is_removed_by_the_run_that_takes_its_range(
     log: Log, store: HostStore, tmp_path: Path
 ) -> None:
-    """A crash between the segment's write and its transaction leaves a file; it goes."""
+    """A crash between the segment's write and its transaction leaves a file; it goes once
+    the path's start passes it. One above the start stays: it may be another run's."""
     await fill(log, "/", 6)
     archive = tmp_path / "archive"
     archive.mkdir()
-    orphan = archive / "_.00000000000000000001-00000000000000000003.segment"
+    orphan = archive / "_.00000000000000000001-00000000000000000003.0badc0de.segment"
     orphan.write_bytes(b"left by a crashed run")
     partial = archive / "_.00000000000000000001-00000000000000000003.segment.partial"
     partial.write_bytes(b"")
+    pending = archive / "_.00000000000000000004-00000000000000000006.5ca1ab1e.segment"
+    pending.write_bytes(b"another run's, not recorded yet")
     other_path = archive / "_other.00000000000000000001-00000000000000000003.segment"
     other_path.write_bytes(b"not this path's")
     run = await store.retention.run("/", through=3, archive=str(archive))
     assert sorted(run.orphans_removed) == sorted([str(orphan), str(partial)])
     assert other_path.exists()
-    assert [Path(s.file).name for s in run.segments] == [orphan.name]
-    assert check_segment(run.segments[0]) is None
+    assert pending.exists()
+    (segment,) = run.segments
+    assert Path(segment.file).name.startswith("_.00000000000000000001-00000000000000000003.")
+    assert check_segment(segment) is None
+    # The next run takes 4..6: the file above the start is now dead and goes too.
+    later = await store.retention.run("/", through=6, archive=str(archive))
+    assert later.orphans_removed == [str(pending)]
+    assert sorted(str(f) for f in archive.iterdir()) == sorted(
+        [s.file for s in await store.retention.segments("/")] + [str(other_path)]
+    )
+
+
+async def test_two_runs_that_write_one_range_at_once_leave_the_recorded_segment_whole(
+    log: Log, store: HostStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host's run and `streamkit retention run` of one path at once: both write the
+    chunk's segment before either cuts. Before: one file name for both, so the second
+    write replaced the first's bytes and the refused run removed the winner's file."""
+    await fill(log, "/", 6)
+    archive = tmp_path / "archive"
+    both_written = threading.Barrier(2, timeout=30)
+    real = chunk_prep.write_segment
+
+    def write_then_wait(*args: Any) -> Any:
+        written = real(*args)
+        both_written.wait()
+        return written
+
+    monkeypatch.setattr(chunk_prep, "write_segment", write_then_wait)
+    rows = retention_rows(log)
+    # The rule itself, chunks prepared in this process (where the patch is).
+    outcomes = await asyncio.gather(
+        *(truncation.run_retention(log, rows, "/", archive=str(archive)) for _ in range(2)),
+        return_exceptions=True,
+    )
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    (done,) = [o for o in outcomes if not isinstance(o, BaseException)]
+    (error,) = refused
+    assert isinstance(error, InvalidRequest), error
+    assert "by another run meanwhile" in error.message
+    assert done.events == 6
+    assert await store.retention.verify_archive("/") == []
+    recorded = await store.retention.segments("/")
+    assert sorted(str(f) for f in archive.iterdir()) == [s.file for s in recorded]
+    page = await log.stream("/").read(0, 10, include_archive=True)
+    assert [e.payload for e in page.events if e.type != TRUNCATED_EVENT] == [
+        {"i": i} for i in range(6)
+    ]
 
 
 async def test_a_cut_the_horizon_moved_under_is_refused_and_its_segment_removed(
