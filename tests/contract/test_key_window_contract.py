@@ -22,6 +22,9 @@ from streamkit.key_window import KEY_WINDOW_SET, KEYS_FORGOTTEN
 from streamkit.log import Log
 from streamkit.protocols import HostStore
 
+# On a private in-memory log too: these tests keep to the one log they open.
+ALSO_IN_MEMORY = True
+
 HOUR = 3600.0
 
 

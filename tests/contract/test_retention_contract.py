@@ -20,6 +20,9 @@ from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
 from streamkit.protocols import CheckpointStorage, HostStore
 
+# On a private in-memory log too: these tests keep to the one log they open.
+ALSO_IN_MEMORY = True
+
 TTL = 60.0
 
 

@@ -33,6 +33,9 @@ from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
 from streamkit.protocols import HostStore
 
+# On a private in-memory log too: these tests keep to the one log they open.
+ALSO_IN_MEMORY = True
+
 TTL = 60.0
 
 
@@ -305,7 +308,8 @@ async def test_two_runs_at_once_never_cut_one_range_twice(log: Log, store: HostS
 async def test_a_run_gives_the_space_back_on_sqlite(
     log: Log, store: HostStore, log_target: Target
 ) -> None:
-    """A new SQLite file shrinks once its history is taken; PostgreSQL's autovacuum reuses it."""
+    """A new SQLite file shrinks once its history is taken (an in-memory log gives its pages
+    back too); PostgreSQL's autovacuum reuses it."""
     big = {"blob": "x" * 2000}
     for _ in range(10):
         await log.stream("/").append(*({"type": "n", "payload": big} for _ in range(100)))
@@ -313,11 +317,13 @@ async def test_a_run_gives_the_space_back_on_sqlite(
     before = await asyncio.to_thread(size_after_checkpoint, file)
     run = await store.retention.run("/", chunk=400)
     assert run.events == 1000
-    if file is None:
+    if log_target.backend.name == "postgres":
         assert run.pages_reclaimed == 0
         return
-    after = await asyncio.to_thread(size_after_checkpoint, file)
     assert run.pages_reclaimed > 400
+    if file is None:
+        return
+    after = await asyncio.to_thread(size_after_checkpoint, file)
     assert after < before / 4, (before, after)
 
 

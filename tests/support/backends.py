@@ -41,6 +41,8 @@ class Backend:
         or fails in CI, without one: ``support.postgres``).
         """
         directory = Path(tempfile.mkdtemp(prefix=f"streamkit-{self.name}-"))
+        if self.name == "memory":
+            return Target(self, ":memory:", directory)
         if self.name == "postgres":
             url = postgres_url()
             schema = fresh_schema_name()
@@ -60,7 +62,8 @@ class Target:
     """PostgreSQL's server URL and schema (dropped by :meth:`remove`)."""
 
     def open(self, **options: Any) -> Log:
-        """Open the log (one more connection to the same storage, like another process)."""
+        """Open the log (one more connection to the same storage, like another process; a
+        memory target opens a new, empty log each time)."""
         return open_log(self.target, **options)
 
     def remove(self) -> None:
@@ -74,3 +77,8 @@ class Target:
 
 BACKENDS = {"sqlite": Backend("sqlite"), "postgres": Backend("postgres")}
 """Every backend the contract suites run over."""
+
+WITH_MEMORY = {**BACKENDS, "memory": Backend("memory")}
+"""The same, and a private in-memory log (``":memory:"``), which a second ``open`` does not
+see: for the suites whose tests keep to the one log they opened (``pytestmark =
+pytest.mark.parametrize("log_target", sorted(WITH_MEMORY), indirect=True)``)."""
