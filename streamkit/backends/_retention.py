@@ -4,13 +4,11 @@ A host store holds one :class:`Retention` over its log and its backend's rows
 (:class:`~streamkit.backends._truncation.TruncationRows`): horizons, holds,
 forgetting a processor, key windows, retention runs and the archive's proof,
 each the backend-independent rule of its own module. The part owns no state
-beyond what it was built with (and, during a run, the log its cuts commit
-through, closed when the run ends); every promise is the rule module's.
+beyond what it was built with; every promise is the rule module's.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from streamkit._requests import Connection
@@ -105,26 +103,20 @@ class Retention:
         fence: Callable[[Connection], None] | None = None,
         share: float = 1.0,
     ) -> RetentionRun:
-        cutter = None if self._cut_log is None else await asyncio.to_thread(self._cut_log)
-        try:
-            return await _truncation.run_retention(
-                self._log,
-                self._rows,
-                path,
-                through=through,
-                archive=archive,
-                chunk=chunk,
-                keep_for=keep_for,
-                keep_last=keep_last,
-                fence=fence,
-                preparer=self._preparer,
-                share=share,
-                cutter=cutter,
-            )
-        finally:
-            if cutter is not None:
-                # After a cancelled wait too: its cut still commits (or not) before this ends.
-                await cutter.aclose()
+        return await _truncation.run_retention(
+            self._log,
+            self._rows,
+            path,
+            through=through,
+            archive=archive,
+            chunk=chunk,
+            keep_for=keep_for,
+            keep_last=keep_last,
+            fence=fence,
+            preparer=self._preparer,
+            share=share,
+            open_cutter=self._cut_log,
+        )
 
     async def segments(self, path: str | None = None) -> list[Segment]:
         return await self._log.query(lambda conn: self._rows.segments(conn, path))

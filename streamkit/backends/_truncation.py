@@ -19,7 +19,7 @@ appends keep flowing between them. Each chunk:
    processor registered), takes deleted events out of the summary of
    stored types (archived ones are still read by rebuilds, so schema checks
    still count them) and moves the start. On PostgreSQL the cuts commit
-   through a log of their own (``cutter``), so appends to the path wait
+   through a log of their own (``open_cutter``), so appends to the path wait
    only for the part after the head and the commit, and appends to other
    paths not at all.
 
@@ -227,7 +227,7 @@ async def run_retention(
     preparer: ChunkPreparer | None = None,
     share: float = 1.0,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    cutter: Log | None = None,
+    open_cutter: Callable[[], Log] | None = None,
 ) -> RetentionRun:
     """Take ``path``'s history through ``through`` (default: all below its horizon).
 
@@ -239,9 +239,10 @@ async def run_retention(
     ``preparer`` prepares the chunks (default: the log's readers and a
     thread); ``share`` (0 < share <= 1) is the most of the writer's time the
     run takes while other writes go on; ``sleep`` waits its pauses.
-    ``cutter`` commits the cuts: a second log over the same storage, with a
-    writer (and connection) of its own, so appends through ``log`` do not
-    queue behind a cut's transaction (default: ``log`` itself).
+    ``open_cutter`` opens the log that commits the cuts (at the first cut;
+    closed at the end): a second log over the same storage, with a writer
+    (and connection) of its own, so appends through ``log`` do not queue
+    behind a cut's transaction (default: ``log`` itself commits them).
     """
     path = validate_path(path)
     _check_count("chunk", chunk, 1)
@@ -297,78 +298,85 @@ async def run_retention(
         # The chain's last link; each chunk this run records becomes the next one.
         prev = recorded[-1].sha256 if recorded else None
     ready = ThreadPreparer(log, rows) if preparer is None else preparer
-    cutter = log if cutter is None else cutter
     seen = log.stats.transactions
-    while start < limit:
-        after = start
-        began = time.monotonic()
-        ask = ChunkAsk(
-            path=path,
-            after=after,
-            limit=limit,
-            chunk=chunk,
-            young=young,
-            folder=None if folder is None else str(folder),
-            prev=prev,
-            created_at=format_timestamp(clock()),
-        )
-        try:
-            prepared = await ready.prepare(ask)
-        except PREPARE_ERRORS as exc:
-            what = "read" if folder is None else f"written in {str(folder)!r}"
-            raise StorageError(
-                f"the chunk of {path!r} after offset {after} could not be {what} ({exc}); no "
-                "event was taken and nothing was written",
-                details={"path": path, "archive": str(folder), "error": repr(exc)},
-            ) from exc
-        if prepared.young_at is not None:
-            limit, run.stopped_by = prepared.young_at - 1, "keep_for"
-        if prepared.stop is not None:
-            run.stopped_by = prepared.stop
-            break
-        segment = prepared.segment
-        cut = Cut(
-            path=path,
-            after=after,
-            through=prepared.through,
-            segment=segment,
-            keys=list(prepared.keys),
-            types=dict(prepared.types),
-        )
-        cutting = time.monotonic()
-        before = log.stats.transactions
-        try:
-            await cutter.append_control(
-                path,
-                _truncated_event(cut, run.mode, prepared.count),
-                _sealed(rows, cut, clock),
-                first=_taken(rows, cut, fence),
+    cutter: Log | None = None
+    try:
+        while start < limit:
+            after = start
+            began = time.monotonic()
+            ask = ChunkAsk(
+                path=path,
+                after=after,
+                limit=limit,
+                chunk=chunk,
+                young=young,
+                folder=None if folder is None else str(folder),
+                prev=prev,
+                created_at=format_timestamp(clock()),
             )
-        except (InvalidRequest, LeaseLost):
-            # Refused inside the transaction, so rolled back: the segment is recorded
-            # nowhere and goes now. On any other way out (a cancelled wait, a broken
-            # connection) the commit may still land: the file stays, and if no row
-            # records it the next run removes it.
+            try:
+                prepared = await ready.prepare(ask)
+            except PREPARE_ERRORS as exc:
+                what = "read" if folder is None else f"written in {str(folder)!r}"
+                raise StorageError(
+                    f"the chunk of {path!r} after offset {after} could not be {what} ({exc}); no "
+                    "event was taken and nothing was written",
+                    details={"path": path, "archive": str(folder), "error": repr(exc)},
+                ) from exc
+            if prepared.young_at is not None:
+                limit, run.stopped_by = prepared.young_at - 1, "keep_for"
+            if prepared.stop is not None:
+                run.stopped_by = prepared.stop
+                break
+            segment = prepared.segment
+            cut = Cut(
+                path=path,
+                after=after,
+                through=prepared.through,
+                segment=segment,
+                keys=list(prepared.keys),
+                types=dict(prepared.types),
+            )
+            if cutter is None:
+                cutter = log if open_cutter is None else await asyncio.to_thread(open_cutter)
+            cutting = time.monotonic()
+            before = log.stats.transactions
+            try:
+                await cutter.append_control(
+                    path,
+                    _truncated_event(cut, run.mode, prepared.count),
+                    _sealed(rows, cut, clock),
+                    first=_taken(rows, cut, fence),
+                )
+            except (InvalidRequest, LeaseLost):
+                # Refused inside the transaction, so rolled back: the segment is recorded
+                # nowhere and goes now. On any other way out (a cancelled wait, a broken
+                # connection) the commit may still land: the file stays, and if no row
+                # records it the next run removes it.
+                if segment is not None:
+                    await asyncio.to_thread(_discard, segment.file)
+                raise
+            ended = time.monotonic()
+            run.events += prepared.count
+            run.chunks += 1
             if segment is not None:
-                await asyncio.to_thread(_discard, segment.file)
-            raise
-        ended = time.monotonic()
-        run.events += prepared.count
-        run.chunks += 1
-        if segment is not None:
-            prev = segment.sha256
-            run.segments.append(segment)
-            run.bytes += segment.bytes
-        start = prepared.through
-        run.start_after = start + 1
-        # Pacing: while other writes share the log's writer, the run keeps its own time
-        # (the cut's, and the preparing when it ran in this process) to ``share`` of it.
-        others, seen = before - seen, log.stats.transactions
-        if share < 1.0 and others > 0 and start < limit:
-            busy = ended - (began if ready.in_process else cutting)
-            pause = busy * (1.0 / share - 1.0)
-            run.paused_seconds += pause
-            await sleep(pause)
+                prev = segment.sha256
+                run.segments.append(segment)
+                run.bytes += segment.bytes
+            start = prepared.through
+            run.start_after = start + 1
+            # Pacing: while other writes share the log's writer, the run keeps its own time
+            # (the cut's, and the preparing when it ran in this process) to ``share`` of it.
+            others, seen = before - seen, log.stats.transactions
+            if share < 1.0 and others > 0 and start < limit:
+                busy = ended - (began if ready.in_process else cutting)
+                pause = busy * (1.0 / share - 1.0)
+                run.paused_seconds += pause
+                await sleep(pause)
+    finally:
+        if cutter is not None and cutter is not log:
+            # After a cancelled wait too: its cut commits (or not) before the log closes.
+            await cutter.aclose()
     if folder is not None and run.chunks:
         # A crashed run's file whose range this run has now taken.
         run.orphans_removed += await _sweep(log, rows, folder, path)

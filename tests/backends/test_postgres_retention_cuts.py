@@ -9,8 +9,10 @@ their own, and the second is refused with nothing written.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +53,10 @@ def _rows(log: Log) -> PostgresRetentionRows:
     return PostgresRetentionRows(backend.target.schema)
 
 
-async def _cutter(log: Log) -> Log:
+def _cutter(log: Log) -> Callable[[], Log]:
     backend = log.backend
     assert isinstance(backend, PostgresLogBackend)
-    return await asyncio.to_thread(second_log, backend)
+    return functools.partial(second_log, backend)
 
 
 async def _fill(log: Log, count: int) -> None:
@@ -77,10 +79,10 @@ async def test_an_append_to_the_path_commits_while_a_cut_deletes_its_rows(
         await host_store(log).prepare()
         await _fill(log, 10)
         paused = _Paused(_rows(log))
-        cutter = await _cutter(log)
+        archive = str(tmp_path / "archive")
         try:
             run = asyncio.create_task(
-                run_retention(log, paused, "/", archive=str(tmp_path / "archive"), cutter=cutter)  # type: ignore[arg-type]
+                run_retention(log, paused, "/", archive=archive, open_cutter=_cutter(log))  # type: ignore[arg-type]
             )
             assert await asyncio.to_thread(paused.entered.wait, 30)
             # The cut's transaction has deleted offsets 1..10 and not committed yet.
@@ -92,7 +94,6 @@ async def test_an_append_to_the_path_commits_while_a_cut_deletes_its_rows(
             done = await run
         finally:
             paused.release.set()
-            await cutter.aclose()
         assert appended.offset == 11
         assert (done.events, done.chunks, done.start_after) == (10, 1, 11)
         page = await log.stream("/").read(10, 10)
@@ -117,11 +118,10 @@ async def test_two_runs_of_one_path_wait_for_each_other_and_the_second_takes_not
         await _fill(log, 6)
         first, second = _Paused(_rows(log)), _Paused(_rows(log))
         second.release.set()
-        cutters = [await _cutter(log), await _cutter(log)]
         try:
-            one = asyncio.create_task(run_retention(log, first, "/", cutter=cutters[0]))  # type: ignore[arg-type]
+            one = asyncio.create_task(run_retention(log, first, "/", open_cutter=_cutter(log)))  # type: ignore[arg-type]
             assert await asyncio.to_thread(first.entered.wait, 30)
-            two = asyncio.create_task(run_retention(log, second, "/", cutter=cutters[1]))  # type: ignore[arg-type]
+            two = asyncio.create_task(run_retention(log, second, "/", open_cutter=_cutter(log)))  # type: ignore[arg-type]
             await asyncio.to_thread(_await_advisory_wait, pg)
             first.release.set()
             done = await one
@@ -131,8 +131,6 @@ async def test_two_runs_of_one_path_wait_for_each_other_and_the_second_takes_not
                 await two
         finally:
             first.release.set()
-            for cutter in cutters:
-                await cutter.aclose()
         assert (done.events, done.start_after) == (6, 7)
         page = await log.stream("/").read(6, 10)
         assert [e.type for e in page.events] == [TRUNCATED_EVENT]
