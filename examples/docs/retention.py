@@ -56,7 +56,7 @@ async def main() -> None:
         {"kind": "processor", "name": "shipping@1", "from": 2, "why": "retain_from", "state": "serving"}
     ]
     await host.stop()
-    # --- docs/retention.md:325
+    # --- docs/retention.md:328
     import asyncio
     from pathlib import Path
 
@@ -78,7 +78,7 @@ async def main() -> None:
     (kept,) = status["retention"]
     assert (kept["path"], kept["start"]) == ("/clicks", 8)
     await clicks.stop()
-    # --- docs/retention.md:407
+    # --- docs/retention.md:410
     from streamkit import StreamEvent, StreamProcessor, define_processor_contract
 
 
