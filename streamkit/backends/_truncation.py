@@ -205,11 +205,15 @@ def _remove_orphans(folder: Path, path: str, through: int, recorded: set[str]) -
     return removed
 
 
-async def _sweep(log: Log, rows: TruncationRows, folder: Path, path: str) -> list[str]:
+async def _sweep(
+    log: Log, rows: TruncationRows, folder: Path, path: str
+) -> tuple[list[str], list[Segment]]:
+    """The files :func:`_remove_orphans` removed, and the path's recorded segments."""
     # The start first: a segment recorded before it moved there is in the second read.
     through = await log.query(lambda conn: rows.truncated_through(conn, path))
-    recorded = {s.file for s in await log.query(lambda conn: rows.segments(conn, path))}
-    return await asyncio.to_thread(_remove_orphans, folder, path, through, recorded)
+    recorded = await log.query(lambda conn: rows.segments(conn, path))
+    files = {s.file for s in recorded}
+    return await asyncio.to_thread(_remove_orphans, folder, path, through, files), recorded
 
 
 async def run_retention(
@@ -293,8 +297,7 @@ async def run_retention(
     )
     prev: str | None = None
     if folder is not None:
-        run.orphans_removed = await _sweep(log, rows, folder, path)
-        recorded = await log.query(lambda conn: rows.segments(conn, path))
+        run.orphans_removed, recorded = await _sweep(log, rows, folder, path)
         # The chain's last link; each chunk this run records becomes the next one.
         prev = recorded[-1].sha256 if recorded else None
     ready = ThreadPreparer(log, rows) if preparer is None else preparer
@@ -379,7 +382,7 @@ async def run_retention(
             await cutter.aclose()
     if folder is not None and run.chunks:
         # A crashed run's file whose range this run has now taken.
-        run.orphans_removed += await _sweep(log, rows, folder, path)
+        run.orphans_removed += (await _sweep(log, rows, folder, path))[0]
     # Keys of events taken by this run or an earlier one, older than the path's key window.
     run.keys_forgotten = await forget_expired_keys(log, rows, path, clock(), fence=fence)
     if run.chunks or run.keys_forgotten:

@@ -21,13 +21,12 @@ stream prepares them, :mod:`._stream`: nothing malformed reaches storage),
 the gathering of the appends that become ready in one event-loop turn
 into one group commit (a processor's write made while clients contend
 waits briefly to join a client's: see :meth:`Log.clients_contend`), and
-the fan-out of new events to followers.
-One :class:`Log` per process and target serves its readers and writers
-(followers in the process see each commit once); ``open_log`` (in
-:mod:`streamkit.backends`) builds it over the backend the target names. A
-PostgreSQL retention run commits its cuts through a second, private one
-(:mod:`streamkit.backends._truncation`): there two logs are two writers,
-as two hosts are.
+the fan-out of new events to followers. One :class:`Log` per process and
+target serves its readers and writers (followers in the process see each
+commit once); ``open_log`` (in :mod:`streamkit.backends`) builds it over
+the backend the target names. A PostgreSQL retention run commits its cuts
+through a second, private one (:mod:`streamkit.backends._truncation`):
+there two logs are two writers, as two hosts are.
 """
 
 from __future__ import annotations
