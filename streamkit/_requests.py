@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamkit._event_builders import PayloadTypes
 from streamkit.events import PreparedEvent, StreamEvent
 
 Connection = Any
@@ -38,6 +39,7 @@ __all__ = [
     "Fence",
     "FollowJob",
     "Job",
+    "PageRead",
     "QueryJob",
     "Seal",
     "TransactionJob",
@@ -46,6 +48,26 @@ __all__ = [
     "resolve_close",
     "resolve_jobs",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class PageRead:
+    """One page read of a path: its durable events in ``(after, upto]``, at most ``limit``.
+
+    Below the path's start (:mod:`streamkit.history`) the read is refused
+    with HISTORY_TRUNCATED, or with ``archive`` served from the archive's
+    segment files (refused still where a range was deleted). With ``types``
+    (event type -> validate function), the payloads of those types are
+    validated into their models as the events are built; one its function
+    refuses stays decoded JSON.
+    """
+
+    path: str
+    after: int
+    limit: int
+    upto: int | None = None
+    types: PayloadTypes | None = None
+    archive: bool = False
 
 
 class Job:

@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel
 
 from streamkit._event_builders import PayloadTypes, payload_validators
-from streamkit._requests import AppendCall, Connection, FollowJob, Job, TransactionJob
+from streamkit._requests import AppendCall, Connection, FollowJob, Job, PageRead, TransactionJob
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.horizon import Hold, Horizon
@@ -157,27 +157,11 @@ class LogBackend(Protocol):
         """Run read-only ``fn`` on the backend's read connection."""
         ...
 
-    async def read_sized(
-        self,
-        path: str,
-        after: int,
-        limit: int,
-        upto: int | None,
-        types: PayloadTypes | None = None,
-        archive: bool = False,
-    ) -> tuple[ReadPage, int]:
-        """Durable events of ``path`` after ``after`` (at most ``limit``, at most ``upto``).
-
-        Below the path's start (:mod:`streamkit.history`) the read is refused
-        with HISTORY_TRUNCATED, or with ``archive`` served from the archive's
-        segment files (refused still where a range was deleted).
+    async def read_sized(self, read: PageRead) -> tuple[ReadPage, int]:
+        """The page ``read`` asks for (see :class:`~streamkit._requests.PageRead`).
 
         The page (with the range it proves scanned) and the size in bytes of
         its stored JSON, which followers count against their budget.
-
-        With ``types`` (event type -> validate function), the payloads of
-        those types are validated into their models as the events are built;
-        one its function refuses stays decoded JSON.
         """
         ...
 

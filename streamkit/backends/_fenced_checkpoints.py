@@ -26,6 +26,7 @@ import time
 from typing import Protocol
 
 from streamkit._requests import Connection
+from streamkit.backends._lease_rules import LeaseRows
 from streamkit.checkpoint import (
     BEGAN_EVENT,
     CUTOVER_EVENT,
@@ -44,6 +45,11 @@ __all__ = ["CheckpointRows", "FencedCheckpoints"]
 class CheckpointRows(Protocol):
     """Where a backend keeps checkpoints: a row per slug and version, on a connection."""
 
+    @property
+    def lease_rows(self) -> LeaseRows:
+        """The backend's lease statements (a cutover takes and releases leases)."""
+        ...
+
     def read_checkpoint(
         self, conn: Connection, slug: str, version: str | None
     ) -> ReduceCheckpoint | None:
@@ -56,20 +62,6 @@ class CheckpointRows(Protocol):
 
     def serve_checkpoint(self, conn: Connection, row: CheckpointRow, replacing: str | None) -> None:
         """The cutover of ``row``'s version, inside the caller's transaction (see ``cut_over``)."""
-        ...
-
-    def take_over_lease(
-        self, conn: Connection, path: str, slug: str, owner: str, now: float, ttl: float
-    ) -> Lease:
-        """Take ``(path, slug)``'s lease at the next generation, whoever holds it (cutover only)."""
-        ...
-
-    def release_lease(self, conn: Connection, lease: Lease) -> bool:
-        """Release ``lease`` inside the caller's transaction; False if it was not held."""
-        ...
-
-    def check_lease(self, conn: Connection, lease: Lease, now: float) -> None:
-        """Inside a write transaction: LeaseLost unless ``lease`` is the stored, unexpired row."""
         ...
 
 
@@ -191,12 +183,12 @@ class FencedCheckpoints:
         exchange = self._exchange
         if exchange is None:
             return
-        rows, path, fence = self._rows, self._path, self.held.fence
+        leases, path, fence = self._rows.lease_rows, self._path, self.held.fence
 
         def take(conn: Connection) -> tuple[Lease, float]:
             fence(conn)
             started = time.monotonic()
-            return rows.take_over_lease(
+            return leases.take_over(
                 conn, path, slug, exchange.owner, exchange.clock(), exchange.ttl
             ), started
 
@@ -226,6 +218,7 @@ class FencedCheckpoints:
             slug, reducer_version, reduced_through_offset, state_json, None, self._path, retain_from
         )
         rows, exchange, path = self._rows, self._exchange, self._path
+        leases = rows.lease_rows
         fence = self.held.fence
         serving = self._serving
         if exchange is not None and serving is None:
@@ -247,8 +240,8 @@ class FencedCheckpoints:
                         "written",
                         details={"slug": slug, "path": path},
                     )
-                rows.check_lease(conn, lease, exchange.clock())
-                rows.release_lease(conn, exchange.shadow())
+                leases.check_fence(conn, lease, exchange.clock())
+                leases.release(conn, exchange.shadow())
             rows.serve_checkpoint(conn, row, replacing)
 
         payload = {

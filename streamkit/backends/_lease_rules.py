@@ -1,20 +1,63 @@
-"""The rules of a lease store that do not depend on the storage: arguments, and the refusal.
+"""What every backend's lease statements offer, and the rules that do not depend on storage.
 
-Every backend's lease store checks its arguments with :func:`check_names`
-and :func:`check_time` before any SQL, and explains a lost lease with
-:func:`lease_lost`, built from the row it finds stored, so the message a
-host logs is the same whichever backend it runs on.
+A backend keeps leases with the statements of :class:`LeaseRows`, each
+on the connection it is given (the host store's transactions, the keeper's
+own connection). Every backend's statements check their arguments with
+:func:`check_names` and :func:`check_time` before any SQL, and explain a
+lost lease with :func:`lease_lost`, built from the row they find stored,
+so the message a host logs is the same whichever backend it runs on.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol
 
+from streamkit._requests import Connection
 from streamkit.errors import InvalidRequest, LeaseLost
 from streamkit.protocols import RELEASED, Lease
 
-__all__ = ["check_names", "check_time", "lease_lost"]
+__all__ = ["LeaseRows", "check_names", "check_time", "lease_lost"]
+
+
+class LeaseRows(Protocol):
+    """A backend's lease statements, one row per ``(path, slug)`` (the rules: ``sqlite.leases``)."""
+
+    def read_lease(self, conn: Connection, path: str, slug: str) -> Lease | None:
+        """The stored row of ``(path, slug)``, or None if nobody ever held it."""
+        ...
+
+    def try_acquire(
+        self,
+        conn: Connection,
+        path: str,
+        slug: str,
+        owner: str,
+        now: float,
+        ttl: float,
+        *,
+        stale: Lease | None = None,
+    ) -> Lease | None:
+        """ONE conditional statement: the lease taken for ``owner``, or None (nothing changed)."""
+        ...
+
+    def take_over(
+        self, conn: Connection, path: str, slug: str, owner: str, now: float, ttl: float
+    ) -> Lease:
+        """Take ``(path, slug)``'s lease at the next generation, whoever holds it (cutover only)."""
+        ...
+
+    def renew(self, conn: Connection, lease: Lease, now: float, ttl: float) -> Lease:
+        """Extend ``lease`` under its generation; LeaseLost (nothing changed) if it is not ours."""
+        ...
+
+    def check_fence(self, conn: Connection, lease: Lease, now: float) -> None:
+        """Inside a write transaction: LeaseLost unless ``lease`` is the stored, unexpired row."""
+        ...
+
+    def release(self, conn: Connection, lease: Lease) -> bool:
+        """Give ``lease`` up if still ours (its row and generation stay); whether it was."""
+        ...
 
 
 def lease_lost(

@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamkit._requests import PageRead
 from streamkit.errors import LogClosed
 from streamkit.events import ReadPage, ScannedRange, StreamEvent
 
@@ -268,8 +269,8 @@ def _set_all(events: list[asyncio.Event]) -> None:
         event.set()
 
 
-ReadFn = Callable[[str, int, int, int | None], Awaitable[tuple[ReadPage, int]]]
-"""Reads a page (path, after, limit, upto) and says how many bytes of stored JSON it holds."""
+ReadFn = Callable[[PageRead], Awaitable[tuple[ReadPage, int]]]
+"""Reads a page and says how many bytes of stored JSON it holds."""
 
 
 class Follow:
@@ -430,7 +431,7 @@ class Follow:
         self._event.set()
 
     async def _catch_up(self, bound: int | None) -> tuple[list[StreamEvent], ScannedRange] | None:
-        page, self._size = await self._read(self._path, self._position, PAGE_LIMIT, None)
+        page, self._size = await self._read(PageRead(self._path, self._position, PAGE_LIMIT))
         events = list(page.events)
         through = page.scanned_through_offset
         done = page.at_head
@@ -456,7 +457,9 @@ class Follow:
             return None
         if push.after > self._position:
             # Gap repair: what lies between here and the push's start comes from the log.
-            page, self._size = await self._read(self._path, self._position, PAGE_LIMIT, push.after)
+            page, self._size = await self._read(
+                PageRead(self._path, self._position, PAGE_LIMIT, push.after)
+            )
             self._at_head = False
             return self._advance(list(page.events), page.scanned_through_offset)
         self._pushes.popleft()

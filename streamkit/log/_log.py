@@ -32,6 +32,7 @@ there two logs are two writers, as two hosts are.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ from streamkit._requests import (
     ClaimCall,
     Connection,
     Fence,
+    PageRead,
     Seal,
     TransactionJob,
 )
@@ -61,7 +63,6 @@ from streamkit.log._stream import Stream, check_int
 from streamkit.protocols import (
     LogBackend,
     LogStats,
-    PayloadTypes,
     StoredType,
 )
 
@@ -312,28 +313,22 @@ class Log:
         self._check_open()
         return await self._backend.query(fn)
 
-    async def _read_sized(
-        self,
-        path: str,
-        after: int,
-        limit: int,
-        upto: int | None,
-        types: PayloadTypes | None = None,
-        archive: bool = False,
-    ) -> tuple[ReadPage, int]:
+    async def _read_sized(self, read: PageRead) -> tuple[ReadPage, int]:
         self._check_open()
-        if archive:
+        if read.archive:
             # Only a read below the path's start differs (it is served from the archive, for
             # the few that need it: rebuilds, new processors): every other is the plain read.
             try:
-                return await self._read_sized(path, after, limit, upto, types)
+                return await self._read_sized(dataclasses.replace(read, archive=False))
             except HistoryTruncated:
-                return await self._backend.read_sized(path, after, limit, upto, types, archive=True)
+                return await self._backend.read_sized(read)
         if not SPEED_TRICKS:
-            return await self._backend.read_sized(path, after, limit, upto, types)
+            return await self._backend.read_sized(read)
+        path, after, limit, upto, types = read.path, read.after, read.limit, read.upto, read.types
         pages = self.shared_pages
         if limit > SHARED_PAGE_EVENTS and pages.is_shared(path):
             limit = SHARED_PAGE_EVENTS  # the size its pages are shared at (SharedPages)
+            read = dataclasses.replace(read, limit=limit)
         # Validators compare equal for one model, so readers of the same types meet.
         key: Key = (path, after, limit, upto, frozenset(types.items()) if types else None)
         shared = pages.get(key)
@@ -342,19 +337,11 @@ class Log:
             shared = pages.get((path, after, limit, upto, None))
         if shared is not None:
             return shared
-        page, size = await self._backend.read_sized(path, after, limit, upto, types)
+        page, size = await self._backend.read_sized(read)
         return pages.keep(key, page, size), size
 
-    async def _read(
-        self,
-        path: str,
-        after: int,
-        limit: int,
-        upto: int | None,
-        types: PayloadTypes | None = None,
-        archive: bool = False,
-    ) -> ReadPage:
-        page, _ = await self._read_sized(path, after, limit, upto, types, archive)
+    async def _read(self, read: PageRead) -> ReadPage:
+        page, _ = await self._read_sized(read)
         return page
 
     async def append_control(

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from streamkit._requests import Fence
+from streamkit._requests import Fence, PageRead
 from streamkit.errors import InvalidRequest
 from streamkit.events import (
     MAX_OFFSET,
@@ -29,7 +29,7 @@ from streamkit.events import (
     prepare_events,
 )
 from streamkit.log._follow import Follow
-from streamkit.protocols import LogBackend, PayloadTypes, payload_validators
+from streamkit.protocols import LogBackend, payload_validators
 
 __all__ = ["MAX_READ_LIMIT", "LogForStreams", "ProcessorStreamView", "Stream", "check_int"]
 
@@ -83,15 +83,7 @@ class LogForStreams(Protocol):
         expect_head: int | None = None,
     ) -> list[StreamEvent] | asyncio.Future[list[StreamEvent]]: ...
 
-    async def _read(
-        self,
-        path: str,
-        after: int,
-        limit: int,
-        upto: int | None,
-        types: PayloadTypes | None = None,
-        archive: bool = False,
-    ) -> ReadPage: ...
+    async def _read(self, read: PageRead) -> ReadPage: ...
 
     async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None: ...
 
@@ -181,7 +173,7 @@ class Stream:
         check_int("limit", limit, 1, MAX_READ_LIMIT)
         validators = None if types is None else payload_validators(types)
         return await self.log._read(
-            self.path, after_offset, limit, None, validators, include_archive
+            PageRead(self.path, after_offset, limit, None, validators, include_archive)
         )
 
     async def head(self) -> int:

@@ -8,6 +8,7 @@ import pytest
 from support.backends import Target
 from support.log import durable
 
+from streamkit._requests import PageRead
 from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.errors import LogClosed
 
@@ -22,6 +23,6 @@ async def test_a_read_after_the_backend_released_its_readers_is_refused_as_close
         assert isinstance(backend, PostgresLogBackend)
         await asyncio.to_thread(backend.shutdown)
         with pytest.raises(LogClosed) as refused:
-            await backend.read_sized("/", 0, 10, None)
+            await backend.read_sized(PageRead("/", 0, 10))
         assert refused.value.code == "LOG_CLOSED"
         assert "nothing was read" in refused.value.message

@@ -24,7 +24,7 @@ from streamkit import (
     open_log,
 )
 from streamkit.backends import host_store
-from streamkit.backends.sqlite.host_store import SqliteHostStore
+from streamkit.backends._host_store import LogHostStore
 from streamkit.cli import stored_snapshot
 from streamkit.config import HostConfig
 from streamkit.engine._strays import CANCEL_WAIT
@@ -223,9 +223,9 @@ async def test_a_heartbeat_that_trips_on_an_unexpected_error_keeps_beating(
     second = hosts(Tally(), owner="second")
     await first.start()
     tripped: list[bool] = []
-    load_skips = SqliteHostStore.load_skips
+    load_skips = LogHostStore.load_skips
 
-    async def tripping(self: SqliteHostStore) -> dict[tuple[str, str], dict[int, int]]:
+    async def tripping(self: LogHostStore) -> dict[tuple[str, str], dict[int, int]]:
         if self is second.store and not tripped:  # once, in a beat of the second host
             tripped.append(True)
             raise RuntimeError("a bug in one beat")
@@ -233,7 +233,7 @@ async def test_a_heartbeat_that_trips_on_an_unexpected_error_keeps_beating(
 
     await second.start()
     with capture_logs() as logs:
-        monkeypatch.setattr(SqliteHostStore, "load_skips", tripping)
+        monkeypatch.setattr(LogHostStore, "load_skips", tripping)
         await wait_for(lambda: bool(tripped))
         await first.stop()
         await wait_for(lambda: second.runner("tally").state == "running")

@@ -869,6 +869,7 @@ async def test_a_page_of_large_events_is_cut_by_bytes_with_an_exact_proof(log_fi
 
 def test_a_page_always_holds_its_first_event_and_cuts_before_the_budget() -> None:
     """Whatever the budget, a page holds at least one event; it never holds one past the budget."""
+    from streamkit._requests import PageRead
     from streamkit.backends.sqlite._read import read_page_sized
 
     conn = sqlite3.connect(":memory:")
@@ -883,16 +884,16 @@ def test_a_page_always_holds_its_first_event_and_cuts_before_the_budget() -> Non
                 "INSERT INTO streamkit_events VALUES ('/', ?, 't', ?, '{}', NULL, NULL, 'now', NULL)",
                 (offset, json.dumps({"d": "y" * size})),
             )
-        first = read_page_sized(conn, "/", 0, 100, max_bytes=5)[0]
+        first = read_page_sized(conn, PageRead("/", 0, 100), max_bytes=5)[0]
         assert ([e.offset for e in first.events], first.scanned_through_offset, first.at_head) == (
             [1],
             1,
             False,
         )
-        middle = read_page_sized(conn, "/", 1, 100, max_bytes=70)[0]
+        middle = read_page_sized(conn, PageRead("/", 1, 100), max_bytes=70)[0]
         assert [e.offset for e in middle.events] == [2, 3, 4]
         assert (middle.scanned_through_offset, middle.at_head) == (4, False)
-        rest = read_page_sized(conn, "/", 4, 100, max_bytes=10_000)[0]
+        rest = read_page_sized(conn, PageRead("/", 4, 100), max_bytes=10_000)[0]
         assert ([e.offset for e in rest.events], rest.at_head) == ([5, 6], True)
     finally:
         conn.close()

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from streamkit._requests import AppendCall, FollowJob, Job, TransactionJob
+from streamkit._requests import AppendCall, FollowJob, Job, PageRead, TransactionJob
 from streamkit._targets import PostgresTarget
 from streamkit.backends._storage import LogOptions
 from streamkit.backends._writer_thread import check_busy_timeout
@@ -54,7 +54,7 @@ from streamkit.backends.postgres._writer import Writer
 from streamkit.errors import InvalidRequest, LogClosed, LogOpenError, StorageError
 from streamkit.events import ReadPage
 from streamkit.log import Feed, Log
-from streamkit.protocols import LogStats, PayloadTypes, StoredType
+from streamkit.protocols import LogStats, StoredType
 
 __all__ = ["READERS", "PostgresLogBackend", "second_log"]
 
@@ -230,23 +230,10 @@ class PostgresLogBackend:
             raise
         return await reading
 
-    async def read_sized(
-        self,
-        path: str,
-        after: int,
-        limit: int,
-        upto: int | None,
-        types: PayloadTypes | None = None,
-        archive: bool = False,
-    ) -> tuple[ReadPage, int]:
-        """A page of ``path`` in ``(after, upto]`` (proof included) and its stored JSON bytes."""
+    async def read_sized(self, read: PageRead) -> tuple[ReadPage, int]:
+        """The page ``read`` asks for (proof included) and its stored JSON bytes."""
         reads = self._reads
-        return await self.query(
-            lambda conn: reads.page_sized(
-                conn, path, after, limit, upto, types=types, archive=archive
-            ),
-            f"reading {path!r}",
-        )
+        return await self.query(lambda conn: reads.page_sized(conn, read), f"reading {read.path!r}")
 
     async def head(self, path: str) -> int:
         """The durable head of ``path`` (0 if empty)."""

@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+from streamkit._requests import PageRead
 from streamkit._targets import PostgresTarget
 from streamkit.backends.postgres._connect import connect
 from streamkit.backends.postgres._notify import Fed, notify_channel
@@ -222,7 +223,7 @@ class Listener:
         try:
             for path in wanted:
                 after = positions[path]
-                page, size = self._reads.page_sized(conn, path, after, PAGE)
+                page, size = self._reads.page_sized(conn, PageRead(path, after, PAGE))
                 if page.scanned_through_offset > after:
                     pushes.append(
                         (path, Push(after, page.scanned_through_offset, page.events, size))

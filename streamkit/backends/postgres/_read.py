@@ -16,13 +16,13 @@ from typing import Any
 
 import psycopg
 
+from streamkit._requests import PageRead
 from streamkit.backends._keys import KeptKey
 from streamkit.backends._segments import archive_page, segment_of
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent
 from streamkit.history import history_truncated
-from streamkit.protocols import PayloadTypes
 from streamkit.records import StoredType
 
 __all__ = ["Reads"]
@@ -93,21 +93,15 @@ class Reads:
         )
 
     def page_sized(
-        self,
-        conn: psycopg.Connection[Any],
-        path: str,
-        after: int,
-        limit: int,
-        upto: int | None = None,
-        max_bytes: int = MAX_PAGE_BYTES,
-        types: PayloadTypes | None = None,
-        archive: bool = False,
+        self, conn: psycopg.Connection[Any], read: PageRead, max_bytes: int = MAX_PAGE_BYTES
     ) -> tuple[ReadPage, int]:
-        """A page of ``path`` in ``(after, upto]`` (at most ``limit``), and its stored JSON bytes.
+        """The page ``read`` asks for (``(after, upto]``, at most ``limit``), and its JSON bytes.
 
         Below the path's start: the archive's page with ``archive``, else
         HistoryTruncated (:mod:`streamkit.history`).
         """
+        path, after, limit, upto = read.path, read.after, read.limit, read.upto
+        types, archive = read.types, read.archive
         found = conn.execute(
             self._page,
             {

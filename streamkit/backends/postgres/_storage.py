@@ -8,7 +8,7 @@ import os
 from streamkit._targets import postgres_target
 from streamkit.backends._storage import LogOptions
 from streamkit.backends.postgres._backend import PostgresLogBackend
-from streamkit.backends.postgres.host_store import PostgresHostStore, registered_sockets
+from streamkit.backends.postgres.host_store import postgres_host_store, registered_sockets
 from streamkit.errors import InvalidRequest
 from streamkit.log import Log
 from streamkit.protocols import HostStore
@@ -42,7 +42,7 @@ class PostgresStorage:
                 f"{type(log.backend).__name__}, is not this PostgreSQL log's); nothing was done",
                 details={"path": log.path},
             )
-        return PostgresHostStore(log)
+        return postgres_host_store(log)
 
     def registered_sockets(self, target: str, slug: str | None) -> list[str]:
         return registered_sockets(postgres_target(target), slug)

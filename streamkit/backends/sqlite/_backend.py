@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from streamkit._requests import AppendCall, FollowJob, Job, QueryJob, TransactionJob
+from streamkit._requests import AppendCall, FollowJob, Job, PageRead, QueryJob, TransactionJob
 from streamkit.backends._storage import LogOptions
 from streamkit.backends._writer_thread import check_busy_timeout
 from streamkit.backends.sqlite._layout import recount_stored_types
@@ -44,7 +44,7 @@ from streamkit.backends.sqlite._writer import Writer
 from streamkit.errors import InvalidRequest
 from streamkit.events import ReadPage
 from streamkit.log import Feed
-from streamkit.protocols import LogStats, PayloadTypes, StoredType
+from streamkit.protocols import LogStats, StoredType
 
 __all__ = ["SqliteLogBackend"]
 
@@ -157,22 +157,9 @@ class SqliteLogBackend:
             except sqlite3.Error as exc:
                 raise storage_error(exc, what) from exc
 
-    async def read_sized(
-        self,
-        path: str,
-        after: int,
-        limit: int,
-        upto: int | None,
-        types: PayloadTypes | None = None,
-        archive: bool = False,
-    ) -> tuple[ReadPage, int]:
-        """A page of ``path`` in ``(after, upto]`` (proof included) and its stored JSON bytes."""
-        return await self.query(
-            lambda conn: read_page_sized(
-                conn, path, after, limit, upto, types=types, archive=archive
-            ),
-            f"reading {path!r}",
-        )
+    async def read_sized(self, read: PageRead) -> tuple[ReadPage, int]:
+        """The page ``read`` asks for (proof included) and its stored JSON bytes."""
+        return await self.query(lambda conn: read_page_sized(conn, read), f"reading {read.path!r}")
 
     async def head(self, path: str) -> int:
         """The durable head of ``path`` (0 if empty)."""

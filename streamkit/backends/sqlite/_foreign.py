@@ -18,6 +18,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 
+from streamkit._requests import PageRead
 from streamkit.backends._settling import Settling
 from streamkit.backends._stamps import Stamps
 from streamkit.backends.sqlite._read import durable_head, read_page_sized
@@ -137,7 +138,7 @@ class ForeignCommits:
                 del self._fed[path]
         pushes: list[tuple[str, Push]] = []
         for path, fed in self._fed.items():
-            page, size = read_page_sized(self._conn, path, fed, FOREIGN_PAGE)
+            page, size = read_page_sized(self._conn, PageRead(path, fed, FOREIGN_PAGE))
             if page.events:
                 pushes.append((path, Push(fed, page.scanned_through_offset, page.events, size)))
                 self._fed[path] = page.scanned_through_offset

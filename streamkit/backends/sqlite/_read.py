@@ -16,6 +16,7 @@ import operator
 import sqlite3
 from typing import Any
 
+from streamkit._requests import PageRead
 from streamkit.backends._keys import KeptKey
 from streamkit.backends._segments import archive_page, segment_of
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
@@ -84,16 +85,9 @@ _metadata = operator.itemgetter(3)
 
 
 def read_page_sized(
-    conn: sqlite3.Connection,
-    path: str,
-    after: int,
-    limit: int,
-    upto: int | None = None,
-    max_bytes: int = MAX_PAGE_BYTES,
-    types: PayloadTypes | None = None,
-    archive: bool = False,
+    conn: sqlite3.Connection, read: PageRead, max_bytes: int = MAX_PAGE_BYTES
 ) -> tuple[ReadPage, int]:
-    """A page of ``path``, and the bytes of stored JSON (payload and metadata) its events hold.
+    """The page ``read`` asks for, and the bytes of stored JSON (payload and metadata) it holds.
 
     The page holds the durable events in ``(after, upto]`` (``upto=None``: no
     bound), at most ``limit``.
@@ -105,6 +99,8 @@ def read_page_sized(
     short-page proof is ``upto`` itself: the caller already knows nothing
     durable lies between the head and ``upto``.
     """
+    path, after, limit, upto = read.path, read.after, read.limit, read.upto
+    types, archive = read.types, read.archive
     if upto is None:
         cursor = conn.execute(_PAGE, (path, after, limit + 1))
     else:

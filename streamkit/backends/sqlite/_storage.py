@@ -8,7 +8,7 @@ import os
 from streamkit._targets import sqlite_target
 from streamkit.backends._storage import LogOptions
 from streamkit.backends.sqlite._backend import SqliteLogBackend
-from streamkit.backends.sqlite.host_store import SqliteHostStore
+from streamkit.backends.sqlite.host_store import sqlite_host_store
 from streamkit.backends.sqlite.registry import registered_sockets
 from streamkit.errors import InvalidRequest
 from streamkit.log import Log
@@ -40,7 +40,7 @@ class SqliteStorage:
                 "done; run hosts on a SQLite file or a PostgreSQL log",
                 details={"path": log.path},
             )
-        return SqliteHostStore(log)
+        return sqlite_host_store(log)
 
     def registered_sockets(self, target: str, slug: str | None) -> list[str]:
         return registered_sockets(sqlite_target(target), slug)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from typing import Any, ParamSpec, TypeVar
 
 from streamkit.backends.sqlite._layout import create_checkpoint_table
 from streamkit.backends.sqlite._schema import storage_error
@@ -39,6 +40,22 @@ from streamkit.errors import InvalidRequest, StorageError
 __all__ = ["DEFAULT_CHECKPOINT_TABLE", "ReduceCheckpointTable"]
 
 from streamkit.backends.sqlite._layout import CHECKPOINT_TABLE as DEFAULT_CHECKPOINT_TABLE
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _async_twin(method: Callable[P, R], name: str) -> Callable[P, Coroutine[Any, Any, R]]:
+    """``method`` as a coroutine function ``name`` with its very signature (run when awaited)."""
+
+    async def twin(*args: P.args, **kwargs: P.kwargs) -> R:
+        return method(*args, **kwargs)
+
+    twin.__name__ = name
+    twin.__qualname__ = method.__qualname__.rsplit(".", 1)[0] + "." + name
+    twin.__doc__ = f"Async twin of :meth:`{method.__name__}`."
+    return twin
+
 
 # The table name is interpolated into SQL (placeholders cannot name tables), so
 # only plain identifiers are accepted; quoting then also covers SQL keywords.
@@ -218,52 +235,14 @@ class ReduceCheckpointTable:
             replacing,
         )
 
-    async def load(self, slug: str, version: str | None = None) -> ReduceCheckpoint | None:
-        """Async twin of :meth:`read` (runs it directly; SQLite reads here are short)."""
-        return self.read(slug, version)
-
-    async def save(
-        self,
-        slug: str,
-        *,
-        reducer_version: str,
-        reduced_through_offset: int,
-        state_json: str | None,
-        state_offset: int | None = None,
-        retain_from: int | None = None,
-    ) -> None:
-        """Async twin of :meth:`write` (runs it directly, on the calling thread)."""
-        self.write(
-            slug,
-            reducer_version=reducer_version,
-            reduced_through_offset=reduced_through_offset,
-            state_json=state_json,
-            state_offset=state_offset,
-            retain_from=retain_from,
-        )
+    # The async twins of CheckpointStorage, each the sync method run on the calling thread
+    # (SQLite reads and writes here are short).
+    load = _async_twin(read, "load")
+    save = _async_twin(write, "save")
+    cut_over = _async_twin(serve, "cut_over")
 
     async def fence_serving(self, slug: str) -> None:
         """Nothing to fence: this table's writers are the caller's to coordinate."""
-
-    async def cut_over(
-        self,
-        slug: str,
-        *,
-        reducer_version: str,
-        reduced_through_offset: int,
-        state_json: str | None,
-        replacing: str | None,
-        retain_from: int | None = None,
-    ) -> None:
-        """Async twin of :meth:`serve` (the protocol's ``cut_over``)."""
-        self.serve(
-            slug,
-            reducer_version=reducer_version,
-            reduced_through_offset=reduced_through_offset,
-            state_json=state_json,
-            replacing=replacing,
-            retain_from=retain_from,
-        )
 
     def reinstate(self, slug: str, version: str) -> bool:
         """Lift the retirement of ``slug``'s ``version`` (a rollback); whether one was lifted.

@@ -1,35 +1,35 @@
-"""The host half of the SQLite backend: :class:`SqliteHostStore` implements HostStore.
+"""The host half of the SQLite backend: :class:`SqliteHostRows`, a host's tables in the file.
 
 Every table a host keeps (leases, checkpoints, skips, the host registry)
 lives in the log's own file, next to the events, so a fenced write and the
 rows it guards commit in one SQLite transaction on the log's writer
-connection. Reads go through the log's reader connection. The lease keeper
-gets a connection of its own (:class:`SqliteLeaseRenewer`), so renewals run
-while the event loop is busy.
+connection (the backend-neutral
+:class:`~streamkit.backends._host_store.LogHostStore` decides which
+connection each verb runs on; :func:`sqlite_host_store` builds it). The
+tables are made by the first host (``prepare``); until then every read
+finds them empty. The lease keeper gets a connection of its own
+(:class:`SqliteLeaseRenewer`), so renewals run while the event loop is busy.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import sqlite3
 import time
 from typing import Any
 
-from streamkit.backends._retention import Retention
+from streamkit.backends._host_store import LogHostStore
 from streamkit.backends.sqlite import leases, registry, skips, status
 from streamkit.backends.sqlite._backend import SqliteLogBackend
 from streamkit.backends.sqlite._schema import MEMORY, connect_reader
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
-from streamkit.backends.sqlite.fenced import FencedCheckpointStorage
 from streamkit.backends.sqlite.retention import ROWS as _RETENTION_ROWS
-from streamkit.checkpoint import ReduceCheckpoint
-from streamkit.events import StreamEvent
+from streamkit.checkpoint import CheckpointRow, ReduceCheckpoint
 from streamkit.log import Log
-from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard
+from streamkit.protocols import Lease
 
-__all__ = ["SqliteHostStore", "SqliteLeaseRenewer"]
+__all__ = ["SqliteHostRows", "SqliteLeaseRenewer", "sqlite_host_store"]
 
 
 def _create_tables(conn: sqlite3.Connection) -> None:
@@ -77,161 +77,120 @@ class SqliteLeaseRenewer:
                 conn.close()
 
 
-class SqliteHostStore:
-    """A host's tables in the SQLite file of ``log``."""
+class SqliteHostRows:
+    """The host's tables in the log's SQLite file (see :class:`~streamkit.backends._host_store.HostRows`)."""
 
-    def __init__(self, log: Log) -> None:
-        self._log = log
-        backend = log.backend
-        opener = (
-            functools.partial(connect_reader, backend.path, busy_timeout=backend.busy_timeout)
-            if isinstance(backend, SqliteLogBackend) and backend.path != MEMORY
-            else None
-        )
-        self.retention = Retention(log, _RETENTION_ROWS, self.live_hosts, opener)
+    __slots__ = ("make_tables",)
 
-    async def prepare(self) -> None:
-        """Create the checkpoint, lease, skip and host tables if missing, in one transaction."""
-        await self._log.write_transaction(_create_tables)
+    def __init__(self) -> None:
+        self.make_tables = _create_tables
 
-    async def read_lease(self, path: str, slug: str) -> Lease | None:
-        """The stored lease row of ``(path, slug)``."""
-        return await self._log.query(functools.partial(leases.read_lease, path=path, slug=slug))
+    # -- leases (the rules: :mod:`.leases`) ---------------------------------------------------
 
-    async def try_acquire(
-        self,
-        path: str,
-        slug: str,
-        owner: str,
-        now: float,
-        ttl: float,
-        *,
-        stale: Lease | None = None,
-    ) -> Lease | None:
-        """One conditional statement on the writer connection (see ``leases.try_acquire``)."""
-        return await self._log.write_transaction(
-            functools.partial(
-                leases.try_acquire, path=path, slug=slug, owner=owner, now=now, ttl=ttl, stale=stale
-            )
-        )
+    lease_rows = leases.LEASES
 
-    async def release(self, lease: Lease) -> bool:
-        """Release ``lease`` (its row and generation stay)."""
-        return await self._log.write_transaction(functools.partial(leases.release, lease=lease))
+    @staticmethod
+    def leases(conn: sqlite3.Connection) -> list[Lease]:
+        return leases.leases(conn)
 
-    def check_fence(self, conn: sqlite3.Connection, lease: Lease, now: float) -> None:
-        """The stored half of a fence, inside the caller's write transaction."""
-        leases.check_fence(conn, lease, now)
+    # -- checkpoints (:class:`.checkpoints.ReduceCheckpointTable`) ----------------------------
 
-    def lease_renewer(self, timeout: float) -> SqliteLeaseRenewer:
-        """A renewer over its own connection to this file."""
-        return SqliteLeaseRenewer(self._log.path, timeout)
+    @staticmethod
+    def read_checkpoint(
+        conn: sqlite3.Connection, slug: str, version: str | None
+    ) -> ReduceCheckpoint | None:
+        if not status.has_checkpoints(conn):
+            return None  # no host ever ran on this file
+        return ReduceCheckpointTable(conn, create_table=False).read(slug, version)
 
-    def checkpoints(
-        self, guard: LeaseGuard, path: str = "/", exchange: LeaseExchange | None = None
-    ) -> CheckpointStorage:
-        """Checkpoints in this file, each save fenced by ``guard`` in its transaction."""
-        return FencedCheckpointStorage(self._log, guard, path, exchange)
+    @staticmethod
+    def upsert_checkpoint(conn: sqlite3.Connection, row: CheckpointRow) -> None:
+        ReduceCheckpointTable(conn, create_table=False).upsert(row)
 
-    async def begin_processor(
-        self,
-        guard: LeaseGuard,
-        path: str,
-        slug: str,
-        *,
-        version: str,
-        state_json: str,
-        start: str,
-        after: int,
-        by: str,
-    ) -> StreamEvent:
-        """A new processor's first checkpoint where it declared it starts, with its record."""
-        return await FencedCheckpointStorage(self._log, guard, path).begin(
-            slug, reducer_version=version, state_json=state_json, start=start, after=after, by=by
-        )
+    @staticmethod
+    def serve_checkpoint(
+        conn: sqlite3.Connection, row: CheckpointRow, replacing: str | None
+    ) -> None:
+        ReduceCheckpointTable(conn, create_table=False).serve_row(row, replacing)
 
-    async def version_rows(
-        self, slug: str, version: str
-    ) -> tuple[ReduceCheckpoint | None, ReduceCheckpoint | None]:
-        """``(serving, own)``: the slug's serving checkpoint and ``version``'s, each None if none."""
+    @staticmethod
+    def checkpoint_versions(conn: sqlite3.Connection, slug: str) -> list[ReduceCheckpoint]:
+        if not status.has_checkpoints(conn):
+            return []
+        return ReduceCheckpointTable(conn, create_table=False).versions(slug)
 
-        def read(
-            conn: sqlite3.Connection,
-        ) -> tuple[ReduceCheckpoint | None, ReduceCheckpoint | None]:
-            if not status.has_checkpoints(conn):
-                return None, None  # no host ever ran on this file
-            table = ReduceCheckpointTable(conn, create_table=False)
-            return table.read(slug), table.read(slug, version)
+    @staticmethod
+    def reinstate(conn: sqlite3.Connection, slug: str, version: str) -> bool:
+        return ReduceCheckpointTable(conn, create_table=False).reinstate(slug, version)
 
-        return await self._log.query(read)
+    # -- skips (:mod:`.skips`) -----------------------------------------------------------------
 
-    async def checkpoint_versions(self, slug: str) -> list[ReduceCheckpoint]:
-        """Every version's checkpoint of ``slug``: the serving one first, then by version."""
+    @staticmethod
+    def skips(conn: sqlite3.Connection) -> dict[tuple[str, str], dict[int, int]]:
+        return skips.recorded_skips(conn)
 
-        def read(conn: sqlite3.Connection) -> list[ReduceCheckpoint]:
-            if not status.has_checkpoints(conn):
-                return []
-            return ReduceCheckpointTable(conn, create_table=False).versions(slug)
+    @staticmethod
+    def recorded_at(conn: sqlite3.Connection, path: str, slug: str, offset: int) -> int | None:
+        return skips.recorded_at(conn, path, slug, offset)
 
-        return await self._log.query(read)
+    @staticmethod
+    def processor_facts(conn: sqlite3.Connection, path: str, slug: str) -> tuple[bool, int | None]:
+        return skips.processor_facts(conn, path, slug)
 
-    async def reinstate(self, slug: str, version: str) -> bool:
-        """Lift the retirement of ``slug``'s ``version`` (a rollback); whether one was lifted."""
-        return await self._log.write_transaction(
-            lambda conn: ReduceCheckpointTable(conn, create_table=False).reinstate(slug, version)
-        )
+    @staticmethod
+    def insert(conn: sqlite3.Connection, path: str, slug: str, offset: int, at: int) -> None:
+        skips.insert(conn, path, slug, offset, at)
 
-    async def stored_snapshot(self, slug: str) -> dict[str, Any]:
-        """``slug``'s checkpoint as ``{offset, state, version, source}``."""
-        return await status.checkpoint_snapshot(self._log, slug)
+    # -- the registry (:mod:`.registry`; one machine, one clock) -----------------------------
 
-    async def load_skips(self) -> dict[tuple[str, str], dict[int, int]]:
-        """Every recorded skip."""
-        return await skips.load_skips(self._log)
+    @staticmethod
+    def register(conn: sqlite3.Connection, owner: str, socket: str, pid: int, now: float) -> None:
+        registry.register(conn, owner, socket, pid, now)
 
-    async def record_skip(
-        self, path: str, slug: str, offset: int, *, by: str, reason: str
-    ) -> StreamEvent:
-        """Skip ``offset`` for ``slug`` on ``path`` (see ``skips.record_skip``)."""
-        return await skips.record_skip(self._log, path, slug, offset, by=by, reason=reason)
+    @staticmethod
+    def deregister(conn: sqlite3.Connection, owner: str) -> None:
+        registry.deregister(conn, owner)
 
-    async def register(self, owner: str, socket: str, pid: int, now: float) -> None:
-        """Enter a host in the registry."""
-        await self._log.write_transaction(
-            functools.partial(registry.register, owner=owner, socket=socket, pid=pid, now=now)
-        )
+    @staticmethod
+    def beat(
+        conn: sqlite3.Connection, owner: str, pid: int, processors: list[str], now: float
+    ) -> None:
+        registry.beat(conn, owner, pid, processors, now)
 
-    async def deregister(self, owner: str) -> None:
-        """Remove a host from the registry."""
-        await self._log.write_transaction(functools.partial(registry.deregister, owner=owner))
+    @staticmethod
+    def live_hosts(conn: sqlite3.Connection, now: float, ttl: float) -> dict[str, list[str]]:
+        return registry.live_hosts(conn, now, ttl)
 
-    async def host_beat(self, owner: str, processors: list[str], now: float) -> None:
-        """Record that ``owner`` is alive and what it runs (its heartbeat)."""
-        await self._log.write_transaction(
-            functools.partial(
-                registry.beat, owner=owner, pid=os.getpid(), processors=processors, now=now
-            ),
-            inline=True,
-        )
+    # -- the durable status (:mod:`.status`) --------------------------------------------------
 
-    async def live_hosts(self, now: float, ttl: float) -> dict[str, list[str]]:
-        """The hosts that beat within ``ttl`` of ``now`` (one machine: one clock)."""
-        return await self._log.query(functools.partial(registry.live_hosts, now=now, ttl=ttl))
+    @staticmethod
+    def status(conn: sqlite3.Connection, now: float | None) -> list[dict[str, Any]]:
+        return status.read_status(conn, time.time() if now is None else now)
 
-    async def leases(self) -> list[Lease]:
-        """Every lease row (held, expired or released)."""
-        return await self._log.query(leases.leases)
+    @staticmethod
+    def stream_heads(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+        return status.stream_heads(conn)
 
-    async def durable_status(self, now: float | None = None) -> list[dict[str, Any]]:
-        """What the file alone says about each processor."""
-        return await status.durable_status(self._log, time.time() if now is None else now)
+    @staticmethod
+    def durable_lag(conn: sqlite3.Connection, path: str, cursor: int) -> int:
+        return status.durable_lag(conn, path, cursor)
 
-    async def stream_heads(self) -> list[tuple[str, int]]:
-        """Every path with a durable event and its head (see ``status.stream_heads``)."""
-        return await self._log.query(status.stream_heads)
 
-    async def durable_lag(self, path: str, cursor: int) -> int:
-        """Durable events of ``path`` past ``cursor``."""
-        return await self._log.query(
-            functools.partial(status.durable_lag, path=path, cursor=cursor)
-        )
+_ROWS = SqliteHostRows()
+
+
+def sqlite_host_store(log: Log) -> LogHostStore:
+    """What a host keeps in the SQLite file of ``log`` (or its ``:memory:`` database)."""
+    backend = log.backend
+    opener = (
+        functools.partial(connect_reader, backend.path, busy_timeout=backend.busy_timeout)
+        if isinstance(backend, SqliteLogBackend) and backend.path != MEMORY
+        else None
+    )
+    return LogHostStore(
+        log,
+        _ROWS,
+        renewer=functools.partial(SqliteLeaseRenewer, log.path),
+        retention_rows=_RETENTION_ROWS,
+        chunk_opener=opener,
+    )

@@ -58,7 +58,9 @@ from streamkit.errors import InvalidRequest, LeaseLost
 from streamkit.protocols import RELEASED, Lease
 
 __all__ = [
+    "LEASES",
     "LEASE_TABLE",
+    "SqliteLeases",
     "check_fence",
     "ensure_lease_table",
     "leases",
@@ -279,6 +281,22 @@ def leases(conn: sqlite3.Connection) -> list[Lease]:
             " ORDER BY path, slug"
         ).fetchall()
     return [Lease(str(p), str(s), str(o), int(g), float(e), int(b)) for p, s, o, g, e, b in rows]
+
+
+class SqliteLeases:
+    """The functions of this module as one part (a :class:`~streamkit.backends._lease_rules.LeaseRows`)."""
+
+    __slots__ = ()
+
+    read_lease = staticmethod(read_lease)
+    try_acquire = staticmethod(try_acquire)
+    take_over = staticmethod(take_over)
+    renew = staticmethod(renew)
+    check_fence = staticmethod(check_fence)
+    release = staticmethod(release)
+
+
+LEASES = SqliteLeases()
 
 
 def _lost(conn: sqlite3.Connection, lease: Lease, now: float, attempt: str) -> LeaseLost:

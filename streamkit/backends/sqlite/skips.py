@@ -6,9 +6,10 @@ processor's stream path says who skipped what and why, for anyone reading
 the log later. A row in ``streamkit_skips`` beside it names the skip event's
 own offset, and lets a host load every skip at start without scanning the log.
 
-Only :func:`record_skip` (``ProcessorHost.skip``, ``streamkit skip``) writes
-them: the ``streamkit.`` type namespace is refused to every ordinary append,
-and hosts obey the rows alone (:func:`load_skips`), so a forged skip event,
+Only the shared rules (:mod:`streamkit.backends._skip_rules`, through
+``ProcessorHost.skip`` and ``streamkit skip``) write them, with this
+module's :func:`insert`: the ``streamkit.`` type namespace is refused to every ordinary append,
+and hosts obey the rows alone (:func:`recorded_skips`), so a forged skip event,
 from a log written before the namespace was reserved say, is never obeyed. A
 retried skip appends nothing new (an idempotency key), and the row is
 written with it.
@@ -24,13 +25,17 @@ from __future__ import annotations
 
 import sqlite3
 
-from streamkit.backends._skip_rules import record_skip as _record_skip
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, read_lease
-from streamkit.events import StreamEvent
-from streamkit.log import Log
 
-__all__ = ["SKIP_TABLE", "ensure_skip_table", "load_skips", "record_skip"]
+__all__ = [
+    "SKIP_TABLE",
+    "ensure_skip_table",
+    "insert",
+    "processor_facts",
+    "recorded_at",
+    "recorded_skips",
+]
 
 SKIP_TABLE = "streamkit_skips"
 
@@ -48,7 +53,7 @@ def ensure_skip_table(conn: sqlite3.Connection) -> None:
     )
 
 
-def _insert(conn: sqlite3.Connection, path: str, slug: str, offset: int, at: int) -> None:
+def insert(conn: sqlite3.Connection, path: str, slug: str, offset: int, at: int) -> None:
     ensure_skip_table(conn)
     conn.execute(
         f'INSERT OR IGNORE INTO {SKIP_TABLE} (path, slug, "offset", skip_event_offset)'
@@ -57,56 +62,25 @@ def _insert(conn: sqlite3.Connection, path: str, slug: str, offset: int, at: int
     )
 
 
-async def load_skips(log: Log) -> dict[tuple[str, str], dict[int, int]]:
+def recorded_skips(conn: sqlite3.Connection) -> dict[tuple[str, str], dict[int, int]]:
     """Every recorded skip: ``(path, slug) -> {offset: offset of its skip event}``.
 
     Empty if the table is missing (no skip was ever recorded).
     """
-
-    def read(conn: sqlite3.Connection) -> dict[tuple[str, str], dict[int, int]]:
-        found = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)
-        ).fetchone()
-        skips: dict[tuple[str, str], dict[int, int]] = {}
-        if found is None:
-            return skips
-        for path, slug, offset, at in conn.execute(
-            f'SELECT path, slug, "offset", skip_event_offset FROM {SKIP_TABLE}'
-        ).fetchall():
-            skips.setdefault((str(path), str(slug)), {})[int(offset)] = int(at)
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)
+    ).fetchone()
+    skips: dict[tuple[str, str], dict[int, int]] = {}
+    if found is None:
         return skips
-
-    return await log.query(read)
-
-
-async def record_skip(
-    log: Log, path: str, slug: str, offset: int, *, by: str, reason: str
-) -> StreamEvent:
-    """Skip the event at ``offset`` for ``slug`` on ``path`` (the rules: ``_skip_rules``)."""
-    return await _record_skip(log, path, slug, offset, by=by, reason=reason, store=_TABLES)
+    for path, slug, offset, at in conn.execute(
+        f'SELECT path, slug, "offset", skip_event_offset FROM {SKIP_TABLE}'
+    ).fetchall():
+        skips.setdefault((str(path), str(slug)), {})[int(offset)] = int(at)
+    return skips
 
 
-class _SqliteSkips:
-    """The skip records of a SQLite log, for the shared rules."""
-
-    def recorded_at(
-        self, conn: sqlite3.Connection, path: str, slug: str, offset: int
-    ) -> int | None:
-        return _recorded_at(conn, path, slug, offset)
-
-    def processor_facts(
-        self, conn: sqlite3.Connection, path: str, slug: str
-    ) -> tuple[bool, int | None]:
-        return _processor_facts(conn, path, slug)
-
-    def insert(self, conn: sqlite3.Connection, path: str, slug: str, offset: int, at: int) -> None:
-        _insert(conn, path, slug, offset, at)
-
-
-_TABLES = _SqliteSkips()
-
-
-def _processor_facts(conn: sqlite3.Connection, path: str, slug: str) -> tuple[bool, int | None]:
+def processor_facts(conn: sqlite3.Connection, path: str, slug: str) -> tuple[bool, int | None]:
     """Whether ``slug`` ever ran on ``path`` (a checkpoint or a lease), and its cursor."""
     tables = {
         str(row[0])
@@ -120,7 +94,7 @@ def _processor_facts(conn: sqlite3.Connection, path: str, slug: str) -> tuple[bo
     return cursor is not None or leased, cursor
 
 
-def _recorded_at(conn: sqlite3.Connection, path: str, slug: str, offset: int) -> int | None:
+def recorded_at(conn: sqlite3.Connection, path: str, slug: str, offset: int) -> int | None:
     """The offset of the skip event recorded for ``(path, slug, offset)``, or None."""
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (SKIP_TABLE,)

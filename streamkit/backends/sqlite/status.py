@@ -2,23 +2,21 @@
 
 ``streamkit status`` and ``streamkit snapshot`` use this when no host answers
 on the control socket, and a running host merges its runtime view (stalled,
-rates, queue) over it. Everything is read on the log's reader connection;
-nothing is written. Tables a host has not created yet read as empty.
+rates, queue) over it. Everything is read on the connection given (the
+log's reader); nothing is written. Tables a host has not created yet read as empty.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import time
 from typing import Any
 
-from streamkit.backends._status_rows import checkpoint_snapshot_of, status_rows
+from streamkit.backends._status_rows import status_rows
 from streamkit.backends.sqlite._read import durable_head
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE, ReduceCheckpointTable
 from streamkit.backends.sqlite.leases import LEASE_TABLE, leases
-from streamkit.log import Log
 
-__all__ = ["checkpoint_snapshot", "durable_lag", "durable_status", "has_checkpoints"]
+__all__ = ["durable_lag", "has_checkpoints", "read_status", "stream_heads"]
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -28,7 +26,8 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
     }
 
 
-def _read(conn: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
+def read_status(conn: sqlite3.Connection, now: float) -> list[dict[str, Any]]:
+    """One row per known (path, slug): version, cursor, head, lag, lease and claim."""
     tables = _tables(conn)
     stored: list[Any] = []
     if DEFAULT_CHECKPOINT_TABLE in tables:
@@ -61,26 +60,9 @@ def durable_lag(conn: sqlite3.Connection, path: str, cursor: int) -> int:
     return int(row[0])
 
 
-async def durable_status(log: Log, now: float | None = None) -> list[dict[str, Any]]:
-    """One row per known (path, slug): version, cursor, head, lag, lease and claim."""
-    at = time.time() if now is None else now
-    return await log.query(lambda conn: _read(conn, at))
-
-
 def has_checkpoints(conn: sqlite3.Connection) -> bool:
     """Whether a host ever made the checkpoint table in this file."""
     return DEFAULT_CHECKPOINT_TABLE in _tables(conn)
-
-
-async def checkpoint_snapshot(log: Log, slug: str) -> dict[str, Any]:
-    """``{offset, state, version, source: "checkpoint"}`` of ``slug`` from its stored checkpoint."""
-
-    def read(conn: sqlite3.Connection) -> Any:
-        if DEFAULT_CHECKPOINT_TABLE not in _tables(conn):
-            return None
-        return ReduceCheckpointTable(conn, create_table=False).read(slug)
-
-    return checkpoint_snapshot_of(slug, await log.query(read))
 
 
 _STREAM_HEADS = "SELECT path, head FROM streamkit_heads WHERE head > 0 ORDER BY path"
