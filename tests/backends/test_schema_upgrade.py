@@ -67,6 +67,13 @@ def downgrade_sqlite(path: Path, to: int = 1) -> None:
     """Make ``path`` look as schema ``to`` left it: without what later schemas added."""
     with closing(sqlite3.connect(path)) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if to < 9:
+            # Schemas 6 to 8 moved each heads row in every commit: exact, with no trigger.
+            conn.execute("DROP TRIGGER streamkit_events_deleted")
+            conn.execute(
+                'UPDATE streamkit_heads SET head = max(head, coalesce((SELECT max("offset")'
+                " FROM streamkit_events AS e WHERE e.path = streamkit_heads.path), 0))"
+            )
         if to < 8:
             conn.execute("DROP TABLE streamkit_key_windows")
             conn.execute("DROP INDEX streamkit_keys_recorded")
@@ -476,7 +483,7 @@ async def test_a_sqlite_log_of_schema_5_gets_each_path_s_head_from_its_rows(
         open_log(path, read_only=True)
     async with open_log(path) as log:
         assert await log.paths() == ["/a", "/b"]
-        assert version(path) == str(SQLITE_VERSION) == "8"
+        assert version(path) == str(SQLITE_VERSION) == "9"
     with closing(sqlite3.connect(path)) as conn, conn:
         heads = conn.execute(
             "SELECT path, head, reserved_through FROM streamkit_heads ORDER BY path"
@@ -678,6 +685,32 @@ async def test_a_sqlite_log_of_schema_7_upgrades_without_touching_what_7_had(
         (again,) = await log.stream("/").append({"type": "x", "idempotency_key": "k3"})
         assert again.offset == 4
     assert version(path) == str(SQLITE_VERSION)
+
+
+# -- schema 8 to 9: a commit writes no heads row -------------------------------------------
+
+
+async def test_a_sqlite_log_of_schema_8_keeps_deleted_offsets_through_its_new_trigger(
+    tmp_path: Path,
+) -> None:
+    """After 8 to 9 the heads row is no longer moved by each commit; the trigger the upgrade
+    makes is what keeps the newest offsets, deleted by hand, from being handed out again."""
+    path = tmp_path / "v8.db"
+    async with open_log(path) as log:
+        await log.stream("/").append({"type": "x"})
+    downgrade_sqlite(path, 8)
+    async with open_log(path) as log:
+        await log.stream("/").append({"type": "x"})  # a writer's first commit to a path sets it
+        await log.stream("/").append(*[{"type": "x"}] * 3)  # later ones leave it
+    assert version(path) == str(SQLITE_VERSION)
+    with closing(sqlite3.connect(path)) as conn, conn:
+        (head,) = conn.execute("SELECT head FROM streamkit_heads WHERE path = '/'").fetchone()
+        assert head == 2
+        conn.execute('DELETE FROM streamkit_events WHERE "offset" > 2')
+    async with open_log(path) as log:
+        assert await log.stream("/").head() == 5
+        (sixth,) = await log.stream("/").append({"type": "x"})
+        assert sixth.offset == 6
 
 
 async def test_a_postgres_log_of_schema_7_gets_key_windows() -> None:

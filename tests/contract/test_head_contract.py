@@ -1,11 +1,13 @@
 """An offset is never handed out twice, on every backend, whatever rows are deleted.
 
-A path's durable head lives in a row of its own (``streamkit_heads``) that
-every commit storing an event moves in the same transaction; it is never
-derived from the rows alone. Deleting the newest rows by hand (what a user
-trying to trim a log does first) therefore leaves the head where it was: the
-next append takes a fresh offset, ``head()`` still says how far the path
-went, and the path is still listed. Before SQLite kept the row, its head was
+A path's durable head lives in a row of its own (``streamkit_heads``): on
+PostgreSQL every commit storing an event moves it; on SQLite it is a floor
+that the path's first event sets and a trigger raises, in the deleting
+transaction, to every deleted offset above it. It is never derived from the
+rows alone. Deleting the newest rows by hand (what a user trying to trim a
+log does first) therefore leaves the head where it was: the next append
+takes a fresh offset, ``head()`` still says how far the path went, and the
+path is still listed. Before SQLite kept the row, its head was
 ``max(offset)`` and the deleted offsets were handed out again.
 """
 

@@ -7,9 +7,10 @@ back alone and keeps its error), each short transaction riding the group in
 a savepoint of its own; a group of ephemerals that fits this writer's
 reserved blocks runs with no transaction at all. Before the commit, the
 summary of stored types moves by what the group added, one upsert per
-(path, type, version) (:mod:`streamkit.backends._stored_types`), and each
-path's heads row takes its new durable head, so no deletion of rows can
-hand an offset out twice. Another connection's write lock is waited out on
+(path, type, version) (:mod:`streamkit.backends._stored_types`), and a
+path's first stored event sets the floor of its heads row (later commits
+leave the row alone: the head is the greater of it and the newest row, and
+a trigger raises it when a row above it is deleted, see :mod:`._offsets`). Another connection's write lock is waited out on
 the writer thread (sleeping 1, 2, 4 ... ms, at most 50 ms at a time, up to
 the busy timeout; the sleep releases the GIL) and never on the loop: an
 inline group that meets it raises :class:`TakenElsewhere` and the thread
@@ -58,14 +59,14 @@ HEAD = (
     "INSERT INTO streamkit_heads (path, reserved_through, reserved_by, head) VALUES (?, 0, '', ?) "
     "ON CONFLICT (path) DO UPDATE SET head = max(head, excluded.head)"
 )
-"""A path's durable head moved to the last offset a group stored there (see :mod:`._offsets`)."""
+"""A path's heads row raised to the last offset a group stored there (see :mod:`._offsets`)."""
 
 
-def _heads(summary: Sequence[SummaryRow]) -> list[tuple[str, int]]:
-    """Each path's last stored offset among a group's summary rows."""
+def _heads(summary: Sequence[SummaryRow], headed: set[str]) -> list[tuple[str, int]]:
+    """Each path's last stored offset among a group's summary rows, for paths not ``headed``."""
     heads: dict[str, int] = {}
     for path, _, _, _, _, last in summary:
-        if last > heads.get(path, 0):
+        if path not in headed and last > heads.get(path, 0):
             heads[path] = last
     return list(heads.items())
 
@@ -131,6 +132,10 @@ class SqliteStatements:
         self._feed = feed
         self._busy_timeout = busy_timeout
         self._wal = wal
+        # Paths whose heads row this writer saw committed above 0. A row never goes
+        # back to 0 (nothing deletes heads rows, every change is a max), so these
+        # commits skip it; emptied whenever an attempt fails, since it may be undone.
+        self._headed: set[str] = set()
         # The protocol's hooks that only pass a call on are the parts' own methods:
         # no frame of ours on every commit.
         self.forget: Callable[[], None] = placement.forget
@@ -157,6 +162,7 @@ class SqliteStatements:
         for path, snapshot in saved:
             states[path].restore(snapshot)
         self._placement.forget()
+        self._headed.clear()
 
     def attempt(self, group: Group) -> None:
         """One ``BEGIN IMMEDIATE`` for the whole group (or none: see below)."""
@@ -190,23 +196,30 @@ class SqliteStatements:
                 )
             for job in group.transactions:
                 wrote = self._run_nested(job) or wrote
+            headed = self._headed
+            fresh: list[tuple[str, int]] = []
             if wrote:
                 summary = summary_rows(calls)
                 if len(summary) == 1:
                     row = summary[0]
                     cur.execute(SUMMARIZE, row)
-                    cur.execute(HEAD, (row[0], row[5]))
+                    if row[0] not in headed:
+                        fresh = [(row[0], row[5])]
+                        cur.execute(HEAD, fresh[0])
                 elif summary:
                     self._conn.executemany(SUMMARIZE, summary)
-                    self._conn.executemany(HEAD, _heads(summary))
+                    fresh = _heads(summary, headed)
+                    self._conn.executemany(HEAD, fresh)
                 if group.following:
                     self._feed.set_inflight(group.starts)
                     inflight = True
                 cur.execute("COMMIT")
                 self._counters.transactions += 1
+                headed.update(path for path, _ in fresh)
             else:
                 cur.execute("ROLLBACK")
         except BaseException:
+            self._headed.clear()
             if inflight:
                 self._feed.clear_inflight(set(group.starts))
             if self._conn.in_transaction:

@@ -14,6 +14,7 @@ import sqlite3
 
 __all__ = [
     "CHECKPOINT_TABLE",
+    "HEADS_TRIGGER",
     "SCHEMA",
     "SCHEMA_VERSION",
     "UPGRADABLE",
@@ -24,7 +25,7 @@ __all__ = [
     "table_names",
     "upgrade_tables",
 ]
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
 event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
@@ -37,12 +38,13 @@ over the events. 7: a checkpoint row names its path and what its state still nee
 taken (``truncated_through``) and the archived ranges are recorded in
 ``streamkit_segments``. 8: a path's key window is kept in ``streamkit_key_windows``
 (:mod:`streamkit.key_window`), and the keys of taken events are indexed by when their
-events were created."""
+events were created. 9: a commit no longer moves the heads row; a trigger raises it when
+a row above it is deleted (:data:`HEADS_TRIGGER`)."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
 
-UPGRADABLE = frozenset({"1", "2", "3", "4", "5", "6", "7"})
+UPGRADABLE = frozenset({"1", "2", "3", "4", "5", "6", "7", "8"})
 """Older layouts the writer upgrades in place when it opens the file."""
 
 # One row per stored (path, type, payload version), moved in each commit's transaction
@@ -124,10 +126,12 @@ CREATE TABLE IF NOT EXISTS streamkit_segments (
 # Events are keyed by (path, offset) in a WITHOUT ROWID table: a read of a
 # path's range is one ordered b-tree walk and an append writes one b-tree (and
 # a keyed one a row of streamkit_keys; bench/bench_log.py measured the layout
-# against a rowid table with a unique index). The heads table holds each path's durable head,
-# moved in the transaction of every commit that stores an event, and the block
-# of offsets reserved for ephemerals: the head never goes back, whatever rows
-# are deleted, so an offset is never handed out twice (see ._offsets).
+# against a rowid table with a unique index). The heads table holds, for each path,
+# the block of offsets reserved for ephemerals and a floor under its durable head:
+# set by the path's first stored event, raised by the trigger below whenever a row
+# above it is deleted. The durable head is the greater of the floor and the newest
+# row, so it never goes back, whatever rows are deleted, and an offset is never
+# handed out twice (see ._offsets), while a commit writes no heads row.
 SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS streamkit_meta (
@@ -172,6 +176,22 @@ CREATE TABLE IF NOT EXISTS streamkit_claims (
     + ";"
     + RECORDED_KEYS_INDEX
 )
+
+
+HEADS_TRIGGER = """
+CREATE TRIGGER IF NOT EXISTS streamkit_events_deleted AFTER DELETE ON streamkit_events
+FOR EACH ROW WHEN OLD."offset" > coalesce((SELECT head FROM streamkit_heads WHERE path = OLD.path), 0)
+BEGIN
+    INSERT INTO streamkit_heads (path, reserved_through, reserved_by, head)
+    VALUES (OLD.path, 0, '', OLD."offset")
+    ON CONFLICT (path) DO UPDATE SET head = max(head, excluded.head);
+END
+"""
+"""Whoever deletes a row above its path's recorded head (a user with a SQL shell, say)
+raises the head to it in the same transaction, so its offset is never handed out again.
+Its body holds semicolons: it runs on its own, never split out of :data:`SCHEMA`. A
+retention run raises the head to the newest row before it deletes, so its deletes,
+all below it, never fire the body."""
 
 
 def add_state_offset(conn: sqlite3.Connection, table: str = CHECKPOINT_TABLE) -> None:
@@ -337,7 +357,10 @@ def upgrade_tables(conn: sqlite3.Connection, version: str) -> None:
     7: the checkpoint table gains ``path`` and ``retain_from``
     (:func:`add_retention_columns`), the holds and segments tables are made
     and the heads gain ``truncated_through`` (0: nothing taken). 7 to 8:
-    the key windows table and the index of recorded keys are made.
+    the key windows table and the index of recorded keys are made. 8 to 9:
+    the trigger that raises a head when a row above it is deleted
+    (:data:`HEADS_TRIGGER`; every heads row is exact already: those
+    releases moved it in each commit).
     """
     old = int(version)
     if old < 5:
@@ -359,3 +382,5 @@ def upgrade_tables(conn: sqlite3.Connection, version: str) -> None:
     if old < 8:
         conn.execute(KEY_WINDOWS_TABLE)
         conn.execute(RECORDED_KEYS_INDEX)
+    if old < 9:
+        conn.execute(HEADS_TRIGGER)

@@ -1,12 +1,15 @@
 """The SQLite statements of the offset rule: the heads row that records ephemeral blocks.
 
 The rule itself is :mod:`streamkit.backends._blocks` (re-exported here for
-the SQLite modules). In SQLite the durable head is the ``head`` of the
-path's ``streamkit_heads`` row, which every commit that stores an event moves
-in its own transaction (``_group_commit.HEAD``), read inside the transaction
-(cached while ``PRAGMA data_version`` says no other connection committed).
-It is never taken from the rows alone: deleting the newest rows must not
-hand their offsets out again. A block is reserved with one write to the same
+the SQLite modules). In SQLite the durable head is the greater of the
+``head`` of the path's ``streamkit_heads`` row and its newest row, read
+inside the transaction (cached while ``PRAGMA data_version`` says no other
+connection committed). The row is set by the path's first stored event
+(``_group_commit.HEAD``) and raised, in the deleting transaction, by a
+trigger whenever a row above it is deleted (``_layout.HEADS_TRIGGER``): it
+is never taken from the rows alone, so deleting the newest rows does not
+hand their offsets out again, and a commit writes no heads row (a page of
+the WAL each: a fifth of an append's time at ``synchronous=NORMAL``). A block is reserved with one write to the same
 row's ``reserved_through`` and ``reserved_by`` (the writer's random token),
 and on a clean close the unused rest is given back.
 """

@@ -19,6 +19,7 @@ from typing import Literal
 from urllib.parse import quote
 
 from streamkit.backends.sqlite._layout import (
+    HEADS_TRIGGER,
     SCHEMA,
     SCHEMA_VERSION,
     UPGRADABLE,
@@ -235,6 +236,7 @@ def _initialize(conn: sqlite3.Connection, path: str) -> None:
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
+        conn.execute(HEADS_TRIGGER)
         conn.execute(
             "INSERT OR IGNORE INTO streamkit_meta (key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),

@@ -59,6 +59,12 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
     }
 
 
+_RAISE_HEAD = (
+    'UPDATE streamkit_heads SET head = max(head, coalesce((SELECT max("offset") '
+    "FROM streamkit_events WHERE path = ?1), 0)) WHERE path = ?1"
+)
+
+
 class SqliteRetentionRows:
     """The retention rows of a SQLite log (see :class:`~streamkit.backends._retention_rules.RetentionRows`)."""
 
@@ -206,6 +212,9 @@ class SqliteRetentionRows:
             ' AND "offset" = ?',
             [(sha, at, cut.path, key, offset) for key, offset, sha, at in cut.keys],
         )
+        # The heads row first up to the newest row: every row deleted below lies under it,
+        # so the trigger that keeps deleted offsets (_layout.HEADS_TRIGGER) does nothing.
+        conn.execute(_RAISE_HEAD, (cut.path,))
         deleted = conn.execute(
             'DELETE FROM streamkit_events WHERE path = ? AND "offset" > ? AND "offset" <= ?',
             (cut.path, cut.after, cut.through),

@@ -65,7 +65,11 @@ def has_checkpoints(conn: sqlite3.Connection) -> bool:
     return DEFAULT_CHECKPOINT_TABLE in _tables(conn)
 
 
-_STREAM_HEADS = "SELECT path, head FROM streamkit_heads WHERE head > 0 ORDER BY path"
+# The heads row is a floor under the durable head (see ._offsets): the newest row may be past it.
+_STREAM_HEADS = (
+    'SELECT h.path, max(h.head, coalesce((SELECT max(e."offset") FROM streamkit_events AS e '
+    "WHERE e.path = h.path), 0)) FROM streamkit_heads AS h WHERE h.head > 0 ORDER BY h.path"
+)
 
 
 def stream_heads(conn: sqlite3.Connection) -> list[tuple[str, int]]:
