@@ -135,7 +135,9 @@ class SqliteStatements:
         # Paths whose heads row this writer saw committed above 0. A row never goes
         # back to 0 (nothing deletes heads rows, every change is a max), so these
         # commits skip it; emptied whenever an attempt fails, since it may be undone.
+        # A speed trick: under STREAMKIT_PLAIN=1 every commit raises the row.
         self._headed: set[str] = set()
+        self._skip_heads = SPEED_TRICKS
         # The protocol's hooks that only pass a call on are the parts' own methods:
         # no frame of ours on every commit.
         self.forget: Callable[[], None] = placement.forget
@@ -215,7 +217,8 @@ class SqliteStatements:
                     inflight = True
                 cur.execute("COMMIT")
                 self._counters.transactions += 1
-                headed.update(path for path, _ in fresh)
+                if self._skip_heads:
+                    headed.update(path for path, _ in fresh)
             else:
                 cur.execute("ROLLBACK")
         except BaseException:
