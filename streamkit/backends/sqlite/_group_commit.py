@@ -10,11 +10,12 @@ summary of stored types moves by what the group added, one upsert per
 (path, type, version) (:mod:`streamkit.backends._stored_types`), and a
 path's first stored event sets the floor of its heads row (later commits
 leave the row alone: the head is the greater of it and the newest row, and
-a trigger raises it when a row above it is deleted, see :mod:`._offsets`). Another connection's write lock is waited out on
-the writer thread (sleeping 1, 2, 4 ... ms, at most 50 ms at a time, up to
-the busy timeout; the sleep releases the GIL) and never on the loop: an
-inline group that meets it raises :class:`TakenElsewhere` and the thread
-takes the group instead.
+a trigger raises it when a row above it is deleted, see :mod:`._offsets`).
+Another connection's write lock is waited out on the writer thread
+(sleeping 1, 2, 4 ... ms, at most 50 ms at a time, up to the busy timeout;
+the sleep releases the GIL) and never on the loop: an inline group that
+meets it raises :class:`TakenElsewhere` and the thread takes the group
+instead.
 
 How each call's events are placed (the plain fast path, keys, offsets,
 claims) is :mod:`._placement`; the offset rule and the reservation of blocks
@@ -134,7 +135,7 @@ class SqliteStatements:
         self._wal = wal
         # Paths whose heads row this writer saw committed above 0. A row never goes
         # back to 0 (nothing deletes heads rows, every change is a max), so these
-        # commits skip it; emptied whenever an attempt fails, since it may be undone.
+        # commits skip it; emptied by any attempt that fails, since it may be undone.
         # A speed trick: under STREAMKIT_PLAIN=1 every commit raises the row.
         self._headed: set[str] = set()
         self._skip_heads = SPEED_TRICKS
@@ -164,7 +165,6 @@ class SqliteStatements:
         for path, snapshot in saved:
             states[path].restore(snapshot)
         self._placement.forget()
-        self._headed.clear()
 
     def attempt(self, group: Group) -> None:
         """One ``BEGIN IMMEDIATE`` for the whole group (or none: see below)."""
