@@ -15,7 +15,7 @@ import getpass
 import json
 import platform
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from streamkit import InvalidRequest, Log, ProcessorContract, StreamEvent
 from streamkit.cli import existing_log, host_socket_for, served_log, stored_snapshot
@@ -30,6 +30,7 @@ __all__ = [
     "payload_of",
     "read_snapshot",
     "requested_by",
+    "write_traceback",
 ]
 
 if TYPE_CHECKING:
@@ -121,6 +122,15 @@ def requested_by(args: argparse.Namespace) -> str:
 
 def json_line(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+def write_traceback(out: TextIO, excerpt: object, indent: str = "    ") -> None:
+    """Print a kept traceback excerpt under what it belongs to, indented; nothing if none."""
+    if not isinstance(excerpt, str) or not excerpt:
+        return
+    out.write(f"{indent[:-2]}traceback:\n")
+    for line in excerpt.rstrip("\n").splitlines():
+        out.write(f"{indent}{line}\n")
 
 
 async def events_about(

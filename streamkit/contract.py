@@ -24,7 +24,9 @@ and the value, so a processor with a broken contract never starts:
   known: owned locally or by a dependency (``"*"`` aside);
 - nothing declares, consumes or emits the live-state delta type
   (``streamkit.live-state-changed``): deltas describe state and never feed it;
-- ``on_malformed`` is ``"skip"`` or ``"stall"``.
+- ``on_malformed`` and ``on_reduce_error`` are ``"skip"``, ``"stall"`` or
+  unset (``None``: the host's default, else ``"stall"``; see
+  :func:`failure_choice`).
 
 A contract with no catalog (``events=None``) is allowed: its reduce sees raw
 dict payloads. A hand-built :class:`ProcessorContract` with an ``initial``
@@ -39,7 +41,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeVar, get_args
+from typing import Any, Final, Generic, Literal, TypeVar, get_args
 
 from pydantic import BaseModel
 
@@ -52,12 +54,15 @@ __all__ = [
     "CutoverMode",
     "EventDefinition",
     "OnMalformed",
+    "OnReduceError",
     "ProcessorContract",
     "StartFrom",
     "check_cutover_mode",
     "check_on_malformed",
+    "check_on_reduce_error",
     "check_start_from",
     "define_processor_contract",
+    "failure_choice",
 ]
 
 S = TypeVar("S")
@@ -69,6 +74,34 @@ OnMalformed = Literal["skip", "stall"]
 """What a processor does at a stored payload its models cannot read: skip it
 (counted per type and version) or stall before it until new code or an
 operator's skip moves it on."""
+
+OnReduceError = Literal["skip", "stall"]
+"""What a processor does at an event its reduce raises on: skip it (the state
+keeps what it was before the event, counted) or stall before it until new code
+or an operator's skip moves it on."""
+
+DEFAULT_ON_FAILURE: Final[Literal["stall"]] = "stall"
+"""What a processor does at an event it cannot fold when nobody chose: stall, so
+that no state served ever quietly omits an event (skipping is a choice)."""
+
+
+def failure_choice(
+    said: str | None, contract_said: str | None, host_default: str | None = None
+) -> Literal["skip", "stall"]:
+    """The one rule for ``on_malformed`` and ``on_reduce_error``: the first word said.
+
+    In order: the host's word on this processor (its ``[[processors]]``
+    entry, or the engine's argument), the contract's, the host's default for
+    every processor (the top-level key of ``streamkit.toml``), else
+    :data:`DEFAULT_ON_FAILURE`. A contract's explicit choice beats a
+    host-wide default because its author knew what the processor serves.
+    """
+    for word in (said, contract_said, host_default):
+        if word == "skip":
+            return "skip"
+        if word == "stall":
+            return "stall"
+    return DEFAULT_ON_FAILURE
 
 
 CutoverMode = Literal["auto", "manual"]
@@ -106,14 +139,24 @@ def check_cutover_mode(where: str, value: object) -> CutoverMode:
     )
 
 
-def check_on_malformed(where: str, value: object) -> OnMalformed:
-    """``value`` if it is an :data:`OnMalformed` choice, else :class:`InvalidContract`."""
-    if value == "skip" or value == "stall":
+def check_on_malformed(where: str, value: object) -> OnMalformed | None:
+    """``value`` if it is None or an :data:`OnMalformed` choice, else :class:`InvalidContract`."""
+    return _check_failure_word(where, "on_malformed", value)
+
+
+def check_on_reduce_error(where: str, value: object) -> OnReduceError | None:
+    """``value`` if it is None or an :data:`OnReduceError` choice, else :class:`InvalidContract`."""
+    return _check_failure_word(where, "on_reduce_error", value)
+
+
+def _check_failure_word(where: str, name: str, value: object) -> Literal["skip", "stall"] | None:
+    if value is None or value == "skip" or value == "stall":
         return value
     choices = " or ".join(f'"{c}"' for c in get_args(OnMalformed))
     raise InvalidContract(
-        f"{where}: on_malformed must be {choices}, got {value!r}",
-        details={"field": "on_malformed", "value": repr(value)[:200]},
+        f"{where}: {name} must be {choices} (or None: the host's default, else stall), "
+        f"got {value!r}",
+        details={"field": name, "value": repr(value)[:200]},
     )
 
 
@@ -178,6 +221,10 @@ class ProcessorContract(Generic[S]):
     ``on_malformed`` says what the engine does at a stored payload that does
     not validate: ``"skip"`` it (counted per type and version in ``status``)
     or ``"stall"`` before it with :class:`~streamkit.errors.PayloadMalformed`.
+    ``on_reduce_error`` says the same of an event the reduce raises on:
+    ``"skip"`` it (the state keeps what it was, counted) or ``"stall"``
+    before it with :class:`~streamkit.errors.ReduceFailed`. Unset (``None``),
+    each takes the host's default, else ``"stall"`` (:func:`failure_choice`).
     ``cutover`` says when this version, built in the shadow beside another
     serving version, takes over: ``"auto"`` (once caught up) or ``"manual"``
     (when an operator runs ``streamkit processor cutover``). ``start`` says
@@ -195,7 +242,8 @@ class ProcessorContract(Generic[S]):
     consumes: tuple[str, ...] | None = None
     emits: tuple[str, ...] = ()
     compact_state: bool = False
-    on_malformed: OnMalformed = "skip"
+    on_malformed: OnMalformed | None = None
+    on_reduce_error: OnReduceError | None = None
     cutover: CutoverMode = "auto"
     start: StartFrom | None = None
     _schemas: dict[str, type[BaseModel]] = field(init=False, repr=False)
@@ -237,6 +285,7 @@ class ProcessorContract(Generic[S]):
                 details={"slug": slug, "field": "state_schema"},
             )
         check_on_malformed(f'contract "{slug}"', self.on_malformed)
+        check_on_reduce_error(f'contract "{slug}"', self.on_reduce_error)
         check_cutover_mode(f'contract "{slug}"', self.cutover)
         check_start_from(f'contract "{slug}"', self.start)
         events = _check_catalog(slug, self.events)
@@ -394,7 +443,8 @@ def define_processor_contract(
     consumes: Iterable[str] | None = None,
     emits: Iterable[str] = (),
     compact_state: bool = False,
-    on_malformed: OnMalformed = "skip",
+    on_malformed: OnMalformed | None = None,
+    on_reduce_error: OnReduceError | None = None,
     cutover: CutoverMode = "auto",
     start: StartFrom | None = None,
 ) -> ProcessorContract[M]:
@@ -405,9 +455,10 @@ def define_processor_contract(
     checkpoint (a state of many similar entries, such as a queue, stays small
     under the checkpoint ceiling); such a field restores as the schema's
     default, so changing a default then needs a version bump.
-    ``on_malformed`` is ``"skip"`` or ``"stall"``, ``cutover`` is
-    ``"auto"`` or ``"manual"``, and ``start`` is where the processor starts
-    on a path the first time (see :class:`ProcessorContract`).
+    ``on_malformed`` and ``on_reduce_error`` are ``"skip"``, ``"stall"`` or
+    None (the host's default, else stall), ``cutover`` is ``"auto"`` or
+    ``"manual"``, and ``start`` is where the processor starts on a path the
+    first time (see :class:`ProcessorContract`).
     ``events`` maps each type this processor owns to its
     :class:`EventDefinition`; omit it (``None``) for a processor that reduces
     raw dict payloads. ``processor_deps`` are other contracts whose events this
@@ -433,6 +484,7 @@ def define_processor_contract(
         emits=_type_list(name, "emits", emits),
         compact_state=bool(compact_state),
         on_malformed=on_malformed,
+        on_reduce_error=on_reduce_error,
         cutover=cutover,
         start=start,
     )

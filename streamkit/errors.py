@@ -38,6 +38,7 @@ __all__ = [
     "OffsetConflict",
     "PayloadMalformed",
     "ProcessorTimeout",
+    "ReduceFailed",
     "RemoteError",
     "RequestTimeout",
     "RequestTooLarge",
@@ -110,6 +111,20 @@ class PayloadMalformed(StreamkitError, RuntimeError):
     """
 
     code = "PAYLOAD_MALFORMED"
+    default_retryable = True
+
+
+class ReduceFailed(StreamkitError, RuntimeError):
+    """A processor's reduce raised on an event, and the processor stalls rather than skip it.
+
+    Raised for a processor whose ``on_reduce_error`` is ``"stall"`` (the
+    default): it stopped before the event, so no state it serves omits it.
+    ``details`` name the event and carry the reduce's error with a bounded
+    traceback excerpt. Retryable: code whose reduce reads the event, or an
+    operator's ``streamkit skip``, moves it on.
+    """
+
+    code = "REDUCE_FAILED"
     default_retryable = True
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from streamkit._event_builders import failure_text
-from streamkit.contract import EventDefinition, OnMalformed, ProcessorContract
+from streamkit.contract import EventDefinition, OnMalformed, ProcessorContract, failure_choice
 from streamkit.protocols import StreamAccess
 from streamkit.records import StoredType
 from streamkit.upcasting import DROP, upcast
@@ -241,7 +241,7 @@ async def check_processor(
     return ProcessorCheck(
         slug=contract.slug,
         path=path,
-        on_malformed=on_malformed or contract.on_malformed,
+        on_malformed=failure_choice(on_malformed, contract.on_malformed),
         verdicts=tuple(verdicts),
         validation=(
             "none" if validate is None else "all" if validate == "all" else f"sample={validate}"

@@ -18,6 +18,7 @@ from streamkit.processors._cli_support import (
     json_line,
     payload_of,
     requested_by,
+    write_traceback,
 )
 from streamkit.processors.dlq import ReplayFilter, iter_records, replay_requested_event
 
@@ -147,6 +148,7 @@ def _dlq_show(args: argparse.Namespace, out: TextIO) -> int:
         if record.get(key) is not None:
             out.write(f"  {key}: {record[key]}\n")
     out.write(f"  payload: {json_line(record['payload'])}\n")
+    write_traceback(out, record.get("traceback"))
     return 0
 
 

@@ -20,6 +20,7 @@ from streamkit import (
     StreamEvent,
     define_processor_contract,
 )
+from streamkit.tracebacks import MAX_EXCERPT_BYTES
 
 DEAD_LETTERED = "dlq.dead-lettered"
 REPLAY_REQUESTED = "dlq.replay-requested"
@@ -65,6 +66,8 @@ class DeadLettered(_Payload):
     it at that version, so a later release lifts it as any stored event of that version."""
     replay: int = Field(default=0, ge=0)
     """How many replays this record has had (0 when first dead-lettered)."""
+    traceback: str | None = Field(default=None, max_length=MAX_EXCERPT_BYTES)
+    """A bounded excerpt of the failure's traceback (:mod:`streamkit.tracebacks`), if any."""
 
 
 class ReplayRequested(_Payload):
@@ -246,6 +249,7 @@ def dead_lettered_event(
     request_type: str | None = None,
     replay_of: ReplayRef | None = None,
     request_version: int = 1,
+    traceback: str | None = None,
 ) -> dict[str, Any]:
     """The ``dlq.dead-lettered`` event input for a record (append it, e.g. with ``args.append``).
 
@@ -255,6 +259,8 @@ def dead_lettered_event(
     ``replay_of`` is the :class:`ReplayRef` of the request that failed when
     the failed work was itself a DLQ replay (:func:`replay_ref`): the event then
     re-dead-letters that record, taking its id and replay number from the ref.
+    ``traceback`` is an excerpt of the failure's traceback
+    (:func:`streamkit.tracebacks.traceback_excerpt`), shown by ``dlq show``.
     Raises :class:`~streamkit.InvalidEvent` on a bad field.
     """
     rid = record_id if replay_of is None else replay_of.record_id
@@ -271,6 +277,7 @@ def dead_lettered_event(
             request_type=request_type,
             request_version=request_version,
             replay=0 if replay_of is None else replay_of.replay,
+            traceback=traceback,
         )
     except ValidationError as exc:
         raise _invalid("the dead-lettered record", exc) from exc

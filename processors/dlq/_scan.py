@@ -76,6 +76,8 @@ class DlqRecord(BaseModel):
     """The offset of the record's latest ``dlq.dead-lettered`` event (its body)."""
     dead_lettered_at: str
     """When that body was written (UTC ISO-8601)."""
+    traceback: str | None = None
+    """A bounded excerpt of the latest failure's traceback, when its origin kept one."""
 
 
 class ReplayFilter(BaseModel):
@@ -125,6 +127,7 @@ def record_from_event(event: StreamEvent, status: RecordStatus = "pending") -> D
             request_version=payload.get("request_version", 1),
             offset=event.offset,
             dead_lettered_at=event.created_at,
+            traceback=payload.get("traceback"),
         )
     except (KeyError, ValueError, TypeError):
         return None

@@ -181,6 +181,10 @@ class NotificationsProcessor(StreamProcessor[NotificationsState]):
             # Rules may watch types nobody declares, so take every durable event
             # and let the reduce pick (a catalog would refuse undeclared types).
             consumes=["*"],
+            # A source event its owner's model cannot read is not notified, counted in
+            # `status` and /metrics: one unreadable event must not hold back every later
+            # notification (its owner processor stalls on it by default, loudly).
+            on_malformed="skip",
             emits=sorted(
                 (OWN_TYPES - {NOTIFICATION_RESEND_REQUESTED}) | {DEAD_LETTERED, RECORD_SUCCEEDED}
             ),

@@ -19,6 +19,7 @@ from streamkit.processors._cli_support import (
     payload_of,
     read_snapshot,
     requested_by,
+    write_traceback,
 )
 from streamkit.processors.tasks._events import TASK_EVENT_TYPES, cancel_requested_event
 from streamkit.processors.tasks._processor import TasksProcessor
@@ -158,8 +159,9 @@ def _tasks_show(args: argparse.Namespace, out: TextIO) -> int:
     if live is not None:
         out.write("  " + _task_line(live) + "\n")
     for event in events:
-        payload = {k: v for k, v in payload_of(event).items() if k != "task_id"}
+        payload = {k: v for k, v in payload_of(event).items() if k not in ("task_id", "traceback")}
         out.write(f"  {event.offset}  {event.type}  {json_line(payload)}\n")
+        write_traceback(out, payload_of(event).get("traceback"))
     return 0
 
 

@@ -20,6 +20,7 @@ from streamkit import (
     SharedMap,
     define_processor_contract,
 )
+from streamkit.tracebacks import MAX_EXCERPT_BYTES
 
 TASK_REQUESTED = "task.requested"
 TASK_ATTEMPT_STARTED = "task.attempt-started"
@@ -78,6 +79,8 @@ class TaskAttemptFailed(_RunEvent):
     attempt: int = Field(ge=1)
     error: str
     retry_at: float
+    traceback: str | None = Field(default=None, max_length=MAX_EXCERPT_BYTES)
+    """A bounded excerpt of the handler's traceback (no locals), when it raised."""
 
 
 class TaskDeadLettered(_RunEvent):
@@ -85,6 +88,8 @@ class TaskDeadLettered(_RunEvent):
 
     attempts: int = Field(ge=0)
     error: str
+    traceback: str | None = Field(default=None, max_length=MAX_EXCERPT_BYTES)
+    """A bounded excerpt of the last attempt's traceback (no locals), when it raised."""
 
 
 class TaskCancelRequested(_Payload):
@@ -165,6 +170,11 @@ TASKS_CONTRACT = define_processor_contract(
     # A backlog is many near-default entries: written compact, 10,000 live
     # tasks of a no-argument request take about 0.6 MB of the 2 MiB ceiling.
     compact_state=True,
+    # One malformed request is skipped, counted per type and version in `status`,
+    # /metrics and the admin page, rather than stall every task behind it: a task
+    # queue that stops for one bad producer fails everyone else's work. A reduce
+    # that raises is this package's own bug and stalls (the default).
+    on_malformed="skip",
     events={
         TASK_REQUESTED: definition("run a named task", TaskRequested),
         TASK_ATTEMPT_STARTED: definition("an attempt started", TaskAttemptStarted),

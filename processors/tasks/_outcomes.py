@@ -116,10 +116,15 @@ class Outcomes:
         attempt: int,
         started_at: float,
         error: str,
+        traceback: str | None = None,
     ) -> None:
         if attempt >= task.max_attempts:
             await self.dead_letter(
-                args, task, f"attempt {attempt} of {task.max_attempts} failed: {error}", attempt
+                args,
+                task,
+                f"attempt {attempt} of {task.max_attempts} failed: {error}",
+                attempt,
+                traceback,
             )
             return
         body = TaskAttemptFailed(
@@ -128,6 +133,7 @@ class Outcomes:
             attempt=attempt,
             error=error[:_ERROR_CHARS],
             retry_at=started_at + self._retry_delay(task.task_id, task.request_offset, attempt),
+            traceback=traceback,
         )
         failed = {
             "type": TASK_ATTEMPT_FAILED,
@@ -148,7 +154,12 @@ class Outcomes:
         ).model_dump(mode="json")
 
     async def dead_letter(
-        self, args: ProcessEventArgs[TasksState], task: LiveTask, error: str, attempt: int = 0
+        self,
+        args: ProcessEventArgs[TasksState],
+        task: LiveTask,
+        error: str,
+        attempt: int = 0,
+        traceback: str | None = None,
     ) -> None:
         attempts = attempt or task.attempt
         body = TaskDeadLettered(
@@ -156,6 +167,7 @@ class Outcomes:
             request_offset=task.request_offset,
             attempts=attempts,
             error=error[:_ERROR_CHARS],
+            traceback=traceback,
         )
         await self.append(
             args,
@@ -176,6 +188,7 @@ class Outcomes:
                 request_version=self._request_version,
                 replay_of=task.dlq,
                 idempotency_key=self.key(task, f"{attempts}/dlq"),
+                traceback=traceback,
             ),
         )
 

@@ -239,11 +239,13 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
         parts.append(f"rate={row.get('events_per_second', 0)}/s")
         if latency.get("samples"):
             parts.append(f"p50={latency['p50']}ms p99={latency['p99']}ms")
+        if row.get("unserved"):
+            parts.append(f"UNSERVED: {row['unserved']['text']}")
         if row.get("stalled"):
             parts.append(f"STALLED at offset {row['stalled_at']}")
         for count, last, label in (
             ("malformed_payloads", "last_malformed", "malformed payloads skipped"),
-            ("reduce_failures", "last_reduce_failure", "reduce failures"),
+            ("reduce_failures", "last_reduce_failure", "reduce failures skipped"),
         ):
             if row.get(count):
                 seen = row.get(last) or {}

@@ -25,7 +25,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from streamkit._targets import default_socket, is_postgres_target, postgres_target, sqlite_target
-from streamkit.contract import CutoverMode, OnMalformed, StartFrom
+from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, StartFrom
 from streamkit.control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
@@ -121,7 +121,8 @@ class ProcessorSpec(_Section):
     """One processor to run: its class as ``module:Class``, its stream path and kwargs.
 
     ``on_malformed`` (``"skip"`` or ``"stall"``), when set, overrides the
-    contract's choice for a stored payload that does not validate;
+    contract's choice for a stored payload that does not validate, and
+    ``on_reduce_error`` its choice for an event the reduce raises on;
     ``cutover`` (``"auto"`` or ``"manual"``) the contract's choice of when a
     new version built in the shadow takes over; ``start`` (``"beginning"``,
     ``"start"`` or ``"head"``) the contract's word on where the processor
@@ -140,6 +141,7 @@ class ProcessorSpec(_Section):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     name: str | None = Field(default=None, min_length=1)
     on_malformed: OnMalformed | None = None
+    on_reduce_error: OnReduceError | None = None
     cutover: CutoverMode | None = None
     start: StartFrom | None = None
 
@@ -371,6 +373,11 @@ class HostConfig(_Section):
     schema_check: Literal["warn", "refuse", "off"] = "warn"
     """At start, whether stored events these processors would skip or stall at (judged from
     the log's summary of stored types) are warned of, refuse the start, or go unchecked."""
+    on_malformed: OnMalformed | None = None
+    """The default for every processor whose contract and ``[[processors]]`` entry are silent
+    on a payload that does not validate (unset: ``"stall"``)."""
+    on_reduce_error: OnReduceError | None = None
+    """The same default for an event a reduce raises on (unset: ``"stall"``)."""
     live_state: Literal["watched", "always"] = "watched"
     """When batches publish live-state deltas: while a client watches (no cost otherwise), or always."""
     processor_share: float = Field(default=0.2, gt=0, le=1, allow_inf_nan=False)

@@ -52,7 +52,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
-from streamkit.contract import CutoverMode, OnMalformed, ProcessorContract
+from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, ProcessorContract
 from streamkit.engine._batch import BatchInfo, BatchRunner
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
@@ -121,7 +121,9 @@ class ProcessorEngine(Generic[S]):
     ``True``.
 
     ``on_malformed`` (``"skip"`` or ``"stall"``) overrides the contract's
-    choice for a stored payload that does not validate (the host's config);
+    choice for a stored payload that does not validate (the host's config),
+    ``on_reduce_error`` its choice for an event the reduce raises on (both
+    ``"stall"`` when nobody chose: :func:`~streamkit.contract.failure_choice`);
     ``cutover`` (``"auto"`` or ``"manual"``) the contract's choice of when a
     version built in the shadow takes over (see :meth:`cut_over`).
     ``give_way(seconds)`` is awaited between the pages of such a build,
@@ -149,6 +151,7 @@ class ProcessorEngine(Generic[S]):
         clients_first: Callable[[], bool] | None = None,
         publish_live: bool | Callable[[], bool] = True,
         on_malformed: OnMalformed | None = None,
+        on_reduce_error: OnReduceError | None = None,
         cutover: CutoverMode | None = None,
         give_way: Callable[[float], Awaitable[float]] | None = None,
         before_load: Callable[[], Awaitable[None]] | None = None,
@@ -203,7 +206,12 @@ class ProcessorEngine(Generic[S]):
         self._last_error: BaseException | None = None
 
         # The parts, each owning its own state.
-        self._fold: Fold[S] = Fold(processor, on_error=self._note_error, on_malformed=on_malformed)
+        self._fold: Fold[S] = Fold(
+            processor,
+            on_error=self._note_error,
+            on_malformed=on_malformed,
+            on_reduce_error=on_reduce_error,
+        )
         self._pages: PageReader[S] = PageReader(stream, self._fold)
         self._checkpoints: Checkpointer[S] = Checkpointer(
             contract, storage, self._latch, retain_of(processor)

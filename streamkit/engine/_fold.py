@@ -15,9 +15,13 @@ a version newer than the code is never guessed at: the fold stops before it
 (:attr:`Fold.stopped`), and the engine stalls there until newer code runs.
 Events of the current version pay one comparison.
 
-A payload that does not validate is skipped, counted per stored (type,
-version) with its first offsets, or, for a processor whose ``on_malformed``
-is ``"stall"``, stops the fold before it the same way.
+A payload that does not validate, and an event the reduce raises on, stop
+the fold before that event the same way (``on_malformed`` and
+``on_reduce_error`` are ``"stall"`` unless someone chose otherwise), so no
+state the engine serves quietly omits an event. A processor that chose
+``"skip"`` skips such an event instead, counted per stored (type, version)
+with its first offsets. Every failure of user code here is logged with its
+traceback, and its incident keeps a bounded excerpt of it.
 """
 
 from __future__ import annotations
@@ -33,11 +37,18 @@ import structlog
 from pydantic import BaseModel
 
 from streamkit._event_builders import failure_text, payload_validator, reshaped, with_payload
-from streamkit.contract import OnMalformed, check_on_malformed
-from streamkit.errors import PayloadMalformed, SchemaAhead, StreamkitError
+from streamkit.contract import (
+    OnMalformed,
+    OnReduceError,
+    check_on_malformed,
+    check_on_reduce_error,
+    failure_choice,
+)
+from streamkit.errors import PayloadMalformed, ReduceFailed, SchemaAhead, StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.processor import USER_EXITS, StreamProcessor, consumes_predicate, exit_refused
+from streamkit.tracebacks import traceback_excerpt
 from streamkit.upcasting import DROP, Upcaster, upcast
 
 __all__ = ["FIRST_OFFSETS_KEPT", "MAX_SLICE", "SLICE_SECONDS", "Fold", "report"]
@@ -75,8 +86,16 @@ _log = structlog.get_logger("streamkit.engine")
 
 
 def report(what: str, exc: BaseException | None, *, slug: str, **fields: Any) -> None:
-    """Report a failure the engine swallows (it keeps running), as one structured log line."""
-    _log.warning(what, slug=slug, error=None if exc is None else repr(exc), **fields)
+    """Report a failure the engine swallows (it keeps running), as one structured log line.
+
+    The line carries the exception's traceback (``exc_info``): the host's JSON
+    log renders it as structured frames, so a failure of user code is never
+    only ``Type: message``.
+    """
+    if exc is None:
+        _log.warning(what, slug=slug, error=None, **fields)
+    else:
+        _log.warning(what, slug=slug, error=repr(exc), exc_info=exc, **fields)
 
 
 _NEVER_REDUCED = frozenset({LIVE_STATE_CHANGED})
@@ -91,9 +110,10 @@ class Fold(Generic[S]):
     the hooks must see it (its payload the validated model when the type is
     declared), or ``None`` for the event when its payload is malformed: such an
     event is skipped for the reduce AND the effects, and reported (or, with
-    ``on_malformed="stall"``, the fold stops before it: :attr:`stopped`). A
-    reduce that raises keeps the previous state and is reported; it never
-    wedges the processor. :meth:`fold_all` is the fold itself, over many events with no
+    ``on_malformed="stall"``, the default, the fold stops before it:
+    :attr:`stopped`). A reduce that raises stops the fold before its event
+    the same way, or, with ``on_reduce_error="skip"``, keeps the previous
+    state and is reported. :meth:`fold_all` is the fold itself, over many events with no
     effects to run (catch-up, re-reduce, the test harness); :meth:`apply` is
     it over one.
     """
@@ -103,6 +123,7 @@ class Fold(Generic[S]):
         "_malformed_kinds",
         "_on_error",
         "_on_malformed",
+        "_on_reduce_error",
         "_plans",
         "_reduce",
         "_renames",
@@ -123,15 +144,18 @@ class Fold(Generic[S]):
         *,
         on_error: Callable[[BaseException], None] | None = None,
         on_malformed: OnMalformed | None = None,
+        on_reduce_error: OnReduceError | None = None,
     ) -> None:
         contract = processor.contract
         self._contract = contract
         self._on_error = on_error
-        # The host's setting for this processor, else its contract's.
-        self._on_malformed = (
-            contract.on_malformed
-            if on_malformed is None
-            else check_on_malformed(f'processor "{contract.slug}"', on_malformed)
+        # The host's word on this processor, else its contract's, else stall.
+        where = f'processor "{contract.slug}"'
+        self._on_malformed = failure_choice(
+            check_on_malformed(where, on_malformed), contract.on_malformed
+        )
+        self._on_reduce_error = failure_choice(
+            check_on_reduce_error(where, on_reduce_error), contract.on_reduce_error
         )
         self._slug = contract.slug
         self._reduce = processor.reduce
@@ -153,10 +177,20 @@ class Fold(Generic[S]):
         self._malformed_kinds: dict[tuple[str, int], list[int]] = {}
         # Events an upcaster dropped (DROP): counted, never silent.
         self.dropped = 0
-        # Why the fold stopped before an event (a payload newer than the code, or
-        # one that does not validate under on_malformed="stall"); nothing after it
-        # is folded by this fold.
+        # Why the fold stopped before an event (a payload newer than the code, one
+        # that does not validate, or a reduce that raised, under "stall"); nothing
+        # after it is folded by this fold.
         self.stopped: StreamkitError | None = None
+
+    @property
+    def on_malformed(self) -> OnMalformed:
+        """What this fold does at a payload that does not validate (as chosen)."""
+        return self._on_malformed
+
+    @property
+    def on_reduce_error(self) -> OnReduceError:
+        """What this fold does at an event its reduce raises on (as chosen)."""
+        return self._on_reduce_error
 
     def malformed_by_type(self) -> tuple[dict[str, Any], ...]:
         """Skipped payloads per stored (type, version): count and first offsets, in type order."""
@@ -298,17 +332,19 @@ class Fold(Generic[S]):
                             break
                         continue
                     event = with_payload(event, model)
-            folded += 1
-            if seen is not None:
-                seen.append(event)
             try:
                 next_state = reduce(event, state)
             except Exception as exc:
-                self._reduce_failed(event, exc)
-                continue
+                if self._reduce_failed(event, exc):
+                    break  # stalled before it: neither folded nor seen
+                next_state = None
             except USER_EXITS as exc:
-                self._reduce_failed(event, exit_refused(exc, "reduce"))
-                continue
+                if self._reduce_failed(event, exit_refused(exc, "reduce")):
+                    break
+                next_state = None
+            folded += 1
+            if seen is not None:
+                seen.append(event)
             if next_state is not None:
                 state = next_state
         return state, folded
@@ -399,19 +435,38 @@ class Fold(Generic[S]):
                 kept.append(event.offset)
         return False
 
-    def _reduce_failed(self, event: StreamEvent, exc: Exception) -> None:
-        self.reduce_failures += 1
-        self.last_reduce_failure = _incident(event, exc)
+    def _reduce_failed(self, event: StreamEvent, exc: Exception) -> bool:
+        """Skip ``event`` (counted, the state kept), or stop the fold before it; True if it stopped."""
         if self._on_error is not None:
             self._on_error(exc)
+        stall = self._on_reduce_error == "stall"
         report(
             "processor.reduce_failed",
             exc,
             slug=self._slug,
             offset=event.offset,
             type=event.type,
-            detail="previous state kept",
+            detail="the processor stalls before it" if stall else "skipped: previous state kept",
         )
+        if stall:
+            self.stopped = ReduceFailed(
+                f'processor "{self._slug}" stopped before offset {event.offset}: its reduce '
+                f'raised on the "{event.type}" event ({type(exc).__name__}: '
+                f'{failure_text(exc)}); on_reduce_error is "stall", so nothing was skipped and '
+                "the state it serves omits no event; deploy a reduce that reads it, or run "
+                f"`streamkit skip {self._slug} --offset {event.offset}` to move past it",
+                details={
+                    "slug": self._slug,
+                    "offset": event.offset,
+                    "type": event.type,
+                    "error": f"{type(exc).__name__}: {failure_text(exc)}",
+                    "traceback": traceback_excerpt(exc),
+                },
+            )
+            return True
+        self.reduce_failures += 1
+        self.last_reduce_failure = _incident(event, exc)
+        return False
 
 
 def _reduces(
@@ -436,6 +491,12 @@ def _reduces(
 
 
 def _incident(event: StreamEvent, exc: Exception) -> dict[str, Any]:
-    # One line: `status` prints it on the processor's line.
+    # `error` is one line: `status` prints it on the processor's line; the excerpt is for
+    # `status --json` and the admin page.
     error = f"{type(exc).__name__}: {failure_text(exc)}"
-    return {"offset": event.offset, "type": event.type, "error": error}
+    return {
+        "offset": event.offset,
+        "type": event.type,
+        "error": error,
+        "traceback": traceback_excerpt(exc),
+    }

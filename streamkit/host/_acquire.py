@@ -33,6 +33,7 @@ import structlog
 from streamkit.errors import StreamkitError
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.host._runner import ProcessorRunner
+from streamkit.host._serving_watch import ServingWatch
 from streamkit.host._spread import Key, assign, key_of
 from streamkit.log import Log
 from streamkit.protocols import Clock, HostStore
@@ -67,6 +68,8 @@ class LeaseAcquirer:
         self._seen: dict[str, int] = {}
         self.placed: dict[Key, str] = {}
         """Where the latest beat placed each processor: ``slug@path`` -> host."""
+        self.serving = ServingWatch()
+        """Whether a live host serves each processor this host is configured with."""
 
     async def beat_all(
         self, runners: Sequence[ProcessorRunner], stopping: Callable[[], bool]
@@ -112,6 +115,7 @@ class LeaseAcquirer:
             if runner.engine is not None and not runner.role.shadow:
                 holders[key_of(runner.slug, runner.path)] = self._owner
         self._seen = {owner: self._seen.get(owner, 0) + 1 for owner in hosts}
+        self.serving.observe(runners, hosts, holders, now)
         placed = assign(hosts, holders)
         if placed != self.placed:
             mine = sorted(k for k, owner in placed.items() if owner == self._owner)

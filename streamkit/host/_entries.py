@@ -5,7 +5,10 @@
 code, and refuses two processors of one slug (a slug keys its checkpoint,
 its lease and its live state, so two of them would overwrite each other).
 Where the config is silent, the contract's word holds (``on_malformed``,
-``cutover``, ``start``).
+``on_reduce_error``, ``cutover``, ``start``). An entry's ``on_malformed`` and
+``on_reduce_error`` are decided here, once, by
+:func:`~streamkit.contract.failure_choice`: the entry's word, the
+contract's, the config's default for every processor, else ``"stall"``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamkit.config import HostConfig, resolve_processors, shared_slug
-from streamkit.contract import CutoverMode, OnMalformed, StartFrom
+from streamkit.config import HostConfig, ProcessorSpec, resolve_processors, shared_slug
+from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, StartFrom, failure_choice
 from streamkit.errors import InvalidConfig
 from streamkit.processor import StreamProcessor
 
@@ -29,7 +32,8 @@ class Entry:
     processor: StreamProcessor[Any]
     path: str
     label: str
-    on_malformed: OnMalformed | None = None
+    on_malformed: OnMalformed
+    on_reduce_error: OnReduceError
     cutover: CutoverMode | None = None
     start: StartFrom | None = None
 
@@ -45,23 +49,37 @@ def host_entries(
 ) -> list[Entry]:
     """The config's processors, or ``processors`` (each on ``/`` or a ``(path, processor)``)."""
     entries: list[Entry] = []
+
+    def entry(
+        processor: StreamProcessor[Any], path: str, label: str, spec: ProcessorSpec | None
+    ) -> Entry:
+        contract = processor.contract
+        return Entry(
+            processor,
+            path,
+            label,
+            failure_choice(
+                None if spec is None else spec.on_malformed,
+                contract.on_malformed,
+                config.on_malformed,
+            ),
+            failure_choice(
+                None if spec is None else spec.on_reduce_error,
+                contract.on_reduce_error,
+                config.on_reduce_error,
+            ),
+            None if spec is None else spec.cutover,
+            None if spec is None else spec.start,
+        )
+
     if processors is None:
         for resolved in resolve_processors(config):
             spec = resolved.spec
-            entries.append(
-                Entry(
-                    resolved.processor,
-                    spec.path,
-                    spec.label,
-                    spec.on_malformed,
-                    spec.cutover,
-                    spec.start,
-                )
-            )
+            entries.append(entry(resolved.processor, spec.path, spec.label, spec))
     else:
         for item in processors:
             path, processor = item if isinstance(item, tuple) else ("/", item)
-            entries.append(Entry(processor, path, type(processor).__name__))
+            entries.append(entry(processor, path, type(processor).__name__, None))
     _check_entries(entries)
     return entries
 

@@ -2,8 +2,10 @@
 
 A :class:`Failures` belongs to one :class:`~streamkit.host._runner.ProcessorRunner`
 and owns what ``status`` shows of its trouble: how many items failed in a
-row, whether that made it stalled (``retry.stall_after`` in a row) and at
-which offset, the last error (cut to 1,000 characters), and whether it met a
+row, whether that made it stalled (``retry.stall_after`` in a row, or at
+once when its fold stopped before an event: a payload it cannot read or a
+reduce that raised; retrying the same code cannot pass those) and at which offset, the last error (cut to 1,000
+characters, with a bounded traceback excerpt), and whether it met a
 payload newer than its code (``ahead_of_code``: the host then stops offering
 to run it, see :mod:`._acquire`). It decides the backoff before the next try
 and logs each step (``batch.failed``, ``processor.stalled``,
@@ -18,12 +20,18 @@ from typing import Any
 import structlog
 
 from streamkit.config import RetrySettings
-from streamkit.errors import SchemaAhead, StreamkitError
+from streamkit.errors import PayloadMalformed, ReduceFailed, SchemaAhead, StreamkitError
 from streamkit.protocols import Clock
+from streamkit.tracebacks import traceback_excerpt
 
 __all__ = ["Failures"]
 
 _log = structlog.get_logger("streamkit.host")
+
+STOPS = (PayloadMalformed, ReduceFailed)
+"""Failures of a fold that stopped before an event: the same code fails the same way, so
+the processor counts as stalled at the first, not after ``stall_after`` retries. (A payload
+newer than the code is not among them: the host hands that processor to newer code.)"""
 
 
 class Failures:
@@ -59,7 +67,14 @@ class Failures:
         self.stalled = False
         self.stalled_at = None
 
-    def keep(self, error: str, code: str | None, offset: int | None, cursor: int) -> None:
+    def keep(
+        self,
+        error: str,
+        code: str | None,
+        offset: int | None,
+        cursor: int,
+        traceback: str | None = None,
+    ) -> None:
         """What ``status`` shows of the last failure (its message cut to 1,000 characters)."""
         self.last_error = {
             "error": error[:1000],
@@ -68,6 +83,7 @@ class Failures:
             "cursor": cursor,
             "failures": self.count,
             "at": self._clock(),
+            "traceback": traceback,
         }
 
     def failed(self, exc: Exception, offset: int | None, cursor: int) -> float:
@@ -75,7 +91,15 @@ class Failures:
         self.count += 1
         delay = self._retry.delay(self.count)
         code = exc.code if isinstance(exc, StreamkitError) else None
-        self.keep(repr(exc), code, offset, cursor)
+        # A reduce's own traceback (the fold kept it) says more than the engine's frames.
+        kept = exc.details.get("traceback") if isinstance(exc, StreamkitError) else None
+        self.keep(
+            repr(exc),
+            code,
+            offset,
+            cursor,
+            kept if isinstance(kept, str) else traceback_excerpt(exc),
+        )
         if isinstance(exc, SchemaAhead) and self.ahead_of_code is None:
             self.ahead_of_code = dict(exc.details)
             _log.warning(
@@ -97,8 +121,11 @@ class Failures:
             failures=self.count,
             retry_in=round(delay, 3),
             error=repr(exc)[:500],
+            # The traceback once per run of failures; a fold's stop was logged with the
+            # user code's own traceback where it happened.
+            exc_info=exc if self.count == 1 and not isinstance(exc, STOPS) else None,
         )
-        if self.count >= self._retry.stall_after:
+        if self.count >= self._retry.stall_after or isinstance(exc, STOPS):
             if not self.stalled:
                 _log.error(
                     "processor.stalled",

@@ -240,6 +240,7 @@ class ProcessorHost:
                         path=entry.path,
                         label=entry.label,
                         on_malformed=entry.on_malformed,
+                        on_reduce_error=entry.on_reduce_error,
                         cutover=entry.cutover,
                         start=entry.starts_from,
                         log=log,
@@ -751,8 +752,10 @@ class ProcessorHost:
         database, processors = await processor_rows(
             self._require_log(), self._require_store(), self.runners
         )
-        for row in processors:
+        leases = self._leases
+        for runner, row in zip(self.runners, processors, strict=True):
             row["schema_check"] = self._schema_checks.get((row["path"], row["slug"]))
+            row["unserved"] = None if leases is None else leases.unserved(runner)
         started = self._started_at
         return {
             "database": database,

@@ -102,6 +102,10 @@ class HostLeases:
         """Say this host is alive, take the leases placed here, hand off the others."""
         await self._acquirer.beat_all(self._runners, self._stopping)
 
+    def unserved(self, runner: ProcessorRunner) -> dict[str, Any] | None:
+        """Whether ``runner``'s processor runs on no live host (see :mod:`._serving_watch`)."""
+        return self._acquirer.serving.unserved(runner)
+
     def gone(self, held: HeldLease) -> None:
         """A runner no longer holds ``held``: stop renewing it."""
         self._keeper.drop(held)

@@ -2,6 +2,10 @@
 
 One line per notable thing, to stderr: JSON objects when stderr is not a
 terminal (for collectors), ``key=value`` text on a terminal (for people).
+A line that carries an exception (every failure of user code does) holds its
+traceback: in JSON as structured data (``exception``: a list of the chained
+exceptions, each with its type, message and frames: file, line, function),
+never the frames' local variables, which may hold secrets.
 Lines of the libraries underneath (uvicorn, asyncio, psycopg) that go through
 the standard :mod:`logging` module are rendered the same way, tracebacks
 included, so a JSON log holds nothing but JSON lines. A program that embeds
@@ -30,7 +34,9 @@ def configure_logging(fmt: Literal["json", "console"], stream: TextIO | None = N
     renderer: list[Any]
     if fmt == "json":
         renderer = [
-            structlog.processors.format_exc_info,
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False, use_rich=False)
+            ),
             structlog.processors.JSONRenderer(sort_keys=False),
         ]
     else:

@@ -44,7 +44,7 @@ from typing import Any
 import structlog
 
 from streamkit.config import RetrySettings
-from streamkit.contract import CutoverMode, OnMalformed, StartFrom
+from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, StartFrom
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
 from streamkit.errors import LeaseLost
 from streamkit.events import ScannedRange, StreamEvent
@@ -91,6 +91,7 @@ class ProcessorRunner:
         path: str,
         label: str,
         on_malformed: OnMalformed | None = None,
+        on_reduce_error: OnReduceError | None = None,
         cutover: CutoverMode | None = None,
         start: StartFrom | None = None,
         log: Log,
@@ -112,6 +113,7 @@ class ProcessorRunner:
         self.path = path
         self.label = label
         self._on_malformed = on_malformed
+        self._on_reduce_error = on_reduce_error
         self._cutover = cutover
         self.first_start = FirstStart(
             start, processor, path=path, log=log, store=store, clock=clock
@@ -218,6 +220,7 @@ class ProcessorRunner:
             clients_first=None if self._pacer is None else self._pacer.pacing,
             publish_live=self._publish_live,
             on_malformed=self._on_malformed,
+            on_reduce_error=self._on_reduce_error,
             cutover=self._cutover,
             give_way=self._foreground.give_way,
             before_load=self.first_start.before_load,

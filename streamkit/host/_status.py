@@ -96,6 +96,8 @@ def runner_status(
         "shadow_lease": row.get("shadow_lease"),
         "retired": runner.role.retired,
         "lease_held_here": runner.lease is not None,
+        # Whether it runs here as a version building in the shadow of the serving one.
+        "shadow": engine is not None and runner.role.shadow,
         "summary": None if engine is None else _jsonable_summary(engine.status_summary()),
         "claim_due": runner.claim_due if runner.engine else row.get("claim_due"),
         # Its first checkpoint past offset 1, as declared (when this host wrote it).

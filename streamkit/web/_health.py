@@ -20,7 +20,14 @@ Health is liveness: a host rebuilding a processor for hours is healthy (it
 works), and a probe that restarted it would throw that work away.
 Readiness (:func:`readiness`) is what a load balancer asks: whether every
 processor this host runs serves current state, that is, is past its
-catch-up and any version re-reduce, not stalled and not left to newer code.
+catch-up and any version re-reduce, not stalled and not left to newer code;
+and whether every processor it is configured with is served at all: one
+whose serving version runs on no live host (``unserved``, see
+``streamkit.host._serving_watch``) makes it not ready, with that reason.
+
+Liveness is about this host's own work only: a version building in the
+shadow (``shadow``) that fails never turns ``/healthz`` red; its row, the
+metrics and ``/readyz`` show it.
 """
 
 from __future__ import annotations
@@ -58,6 +65,8 @@ def assess(
     uptime = (status.get("host") or {}).get("uptime") or 0.0
     for row in status.get("processors", []):
         name = f"processor {row['slug']!r} on {row['path']!r}"
+        if row.get("shadow"):
+            continue  # a build beside the serving version: not this host's serving work
         if row.get("stalled"):
             error = (row.get("last_error") or {}).get("error", "its batches keep failing")
             reasons.append(f"{name} is stalled at offset {row.get('stalled_at')}: {error}")
@@ -85,14 +94,26 @@ def readiness(status: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
     """``(ready, body)``: whether every processor running here serves current state.
 
     The body lists each processor this host runs with its phase and, when it
-    is not ready, why. A host that runs none (their leases are elsewhere) is
+    is not ready, why, and each one it does not run that no live host serves.
+    A host that runs none (their leases are elsewhere, on live hosts) is
     ready: it serves nothing stale.
     """
     database = status.get("database") or {}
     rows = []
     for row in status.get("processors", []):
         phase = row.get("phase")
+        unserved = row.get("unserved")
         if phase is None:
+            if unserved:
+                rows.append(
+                    {
+                        "slug": row["slug"],
+                        "path": row["path"],
+                        "phase": "unserved",
+                        "ready": False,
+                        "why": unserved["text"],
+                    }
+                )
             continue  # not run here
         why = None
         if row.get("stalled"):

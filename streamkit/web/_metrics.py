@@ -120,6 +120,11 @@ def _processor_families(
         "1 while this host runs a version a cutover replaced: it leaves the processor to hosts "
         "running the serving version (until a rollback reinstates it).",
     )
+    unserved = gauge(
+        "unserved",
+        "1 while no live host serves the processor: its serving lease has been held by no "
+        "live host for two heartbeats (alert on it: nothing processes its path).",
+    )
     reduced = counter("events_reduced", "Events reduced by this host.")
     batches = counter("batches", "Batches committed by this host.")
     failures = counter("batch_failures", "Batches that failed in this host (each retried whole).")
@@ -186,6 +191,7 @@ def _processor_families(
         ahead.add_metric(labels, 1.0 if row.get("ahead_of_code") else 0.0)
         running.add_metric(labels, 1.0 if row.get("lease_held_here") else 0.0)
         retired.add_metric(labels, 1.0 if row.get("retired") else 0.0)
+        unserved.add_metric(labels, 1.0 if row.get("unserved") else 0.0)
         reduced.add_metric(labels, float(row.get("events_reduced", 0)))
         batches.add_metric(labels, float(row.get("batches", 0)))
         failures.add_metric(labels, float(row.get("batch_failures", 0)))
@@ -223,6 +229,7 @@ def _processor_families(
         ahead,
         running,
         retired,
+        unserved,
         reduced,
         batches,
         failures,

@@ -42,7 +42,7 @@ def test_a_processor_that_reads_every_stored_key_passes(db: tuple[str, list[int]
     code, out = run("schema", "check", "--db", path, "--processor", NEXT)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == "task-board on /tasks (on_malformed=skip): ok"
+    assert lines[0] == "task-board on /tasks (on_malformed=stall): ok"
     assert "   task.created v3: 3 events (4..6): lifted to v4" in lines
     assert "   task.opened (now task.created) v1: 2 events (1..2): lifted to v4" in lines
     assert lines[-1] == "schema check: ok"
@@ -55,9 +55,9 @@ def test_validation_finds_the_payload_that_would_be_skipped(db: tuple[str, list[
     (line,) = [line for line in out.splitlines() if line.startswith(" ! ")]
     assert line.startswith(" ! task.created v3: 3 events (4..6): lifted to v4; validated 3, ")
     assert (
-        f"1 would be skipped (first: {offsets[4]}): priority: Input should be a valid integer"
-        in line
-    )
+        f"1 malformed: the processor would stall at {offsets[4]} (priority: Input should be "
+        "a valid integer"
+    ) in line
     assert out.splitlines()[-1] == "schema check: 1 problem(s) in 1 of 1 processor(s)"
     code, out = run(
         "schema", "check", "--db", path, "--processor", NEXT, "--validate", "sample=1", "--json"
@@ -92,10 +92,10 @@ def test_all_checks_every_processor_of_the_config(
     )
     code, out = run("schema", "check", "--all", "--config", str(config))
     assert code == 0
-    assert out.splitlines()[0] == "task-board on /tasks (on_malformed=skip): ok"
+    assert out.splitlines()[0] == "task-board on /tasks (on_malformed=stall): ok"
     # Tally defines no payload: nothing stored is its to judge.
     assert (
-        "tally on /tasks (on_malformed=skip): ok\n  (nothing stored that this processor reads)"
+        "tally on /tasks (on_malformed=stall): ok\n  (nothing stored that this processor reads)"
         in out
     )
 

@@ -42,11 +42,14 @@ MIXED = [
 EXPECTED = Tasks(titles=["a", "b", "c"], owners=["ana", "bo", "cy"], priorities=[0, 2, 3])
 
 
-def engine_on(log: Log, processor: Any = None, storage: Any = None) -> ProcessorEngine[Any]:
+def engine_on(
+    log: Log, processor: Any = None, storage: Any = None, **engine: Any
+) -> ProcessorEngine[Any]:
     return ProcessorEngine(
         processor or TaskBoard(),
         stream=log.stream("/tasks").for_processor("task-board"),
         storage=storage or memory_storage(),
+        **engine,
     )
 
 
@@ -132,7 +135,7 @@ async def test_malformed_payloads_are_counted_per_stored_type_and_version(log: L
     placed = await stream.append(
         MIXED[0], *[BAD] * 7, old_bad, MIXED[3], {**BAD, "payload_version": 2}
     )
-    engine = engine_on(log)
+    engine = engine_on(log, on_malformed="skip")  # the host's word, as in [[processors]]
     assert (await engine.snapshot()).state.titles == ["a", "c"]
     statistics = engine.statistics()
     offsets = [event.offset for event in placed]

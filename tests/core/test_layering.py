@@ -66,6 +66,7 @@ BASE = {
     "streamkit._json_diff",
     "streamkit._json_walk",
     "streamkit.shared_map",
+    "streamkit.tracebacks",
 }
 
 # layer -> the layers it may import (besides itself); a module's layer is its first

@@ -45,6 +45,7 @@ EXPECTED = {
     "NotFound",
     "OffsetConflict",
     "PayloadMalformed",
+    "ReduceFailed",
     "ProcessEventArgs",
     "ProcessorContract",
     "ProcessorEngine",

@@ -22,13 +22,15 @@ from streamkit.testing import (
     settle,
 )
 from support import ROOT
-from support.engine import Item, Recorder, Tally, item, note, ping
+from support.engine import Item, Recorder, SkippingRecorder, Tally, item, note, ping
 
 from streamkit import (
     EventInput,
     InvalidEvent,
+    PayloadMalformed,
     ProcessorEngine,
     ReduceCheckpointTable,
+    ReduceFailed,
     ScannedRange,
     StreamEvent,
 )
@@ -44,11 +46,32 @@ def test_reduce_processor_folds_from_the_initial_state() -> None:
     assert reduce_processor(Recorder(), []) == Tally()
 
 
+def test_reduce_processor_stalls_at_a_malformed_payload_by_default() -> None:
+    """By default a malformed payload raises PayloadMalformed, as the engine stalls there."""
+    with pytest.raises(PayloadMalformed, match="stopped before offset 2"):
+        reduce_processor(Recorder(), [item(1), {"type": "item.added", "payload": {"n": "x"}}])
+
+
+def test_reduce_processor_stalls_at_a_raising_reduce_by_default() -> None:
+    """By default a reduce that raises raises ReduceFailed naming the event, with its traceback."""
+
+    class Fussy(Recorder):
+        def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
+            if event.offset == 2:
+                raise KeyError("boom")
+            return super().reduce(event, state)
+
+    with pytest.raises(ReduceFailed, match="stopped before offset 2") as caught:
+        reduce_processor(Fussy(), [item(1), item(2), item(3)])
+    assert caught.value.details["type"] == "item.added"
+    assert "raise KeyError" in caught.value.details["traceback"]
+
+
 def test_reduce_processor_validates_skips_and_normalizes() -> None:
-    """A malformed payload is skipped (reported); a valid one reaches reduce as its model."""
+    """With skip chosen, a malformed payload is skipped (reported); a valid one reaches reduce as its model."""
     seen: list[Any] = []
 
-    class Watching(Recorder):
+    class Watching(SkippingRecorder):
         def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
             seen.append(event.payload)
             return super().reduce(event, state)
@@ -85,9 +108,9 @@ def test_reduce_processor_keeps_the_offsets_of_committed_events() -> None:
 
 
 def test_reduce_processor_guards_a_raising_reduce() -> None:
-    """A reduce that raises keeps the previous state, as in the engine."""
+    """With skip chosen, a reduce that raises keeps the previous state, as in the engine."""
 
-    class Fussy(Recorder):
+    class Fussy(SkippingRecorder):
         def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
             if event.offset == 2:
                 raise KeyError("boom")

@@ -24,6 +24,7 @@ from streamkit import (
     EventDefinition,
     InvalidContract,
     InvalidEvent,
+    PayloadMalformed,
     SchemaAhead,
     StreamEvent,
     define_processor_contract,
@@ -219,7 +220,10 @@ def test_a_dropped_event_is_counted_never_reduced() -> None:
         ],
         Tasks(),
     )
-    assert (folded, fold.dropped, fold.malformed) == (1, 1, 0)
+    # The dropped v1 event never reaches the reduce; the v2 one does, and this board's
+    # reduce refuses it, which stalls the fold before it (the default).
+    assert (folded, fold.dropped, fold.malformed) == (0, 1, 0)
+    assert fold.stopped_at == 2
     assert state == Tasks()
 
 
@@ -233,8 +237,13 @@ def test_an_upcaster_that_raises_makes_the_event_malformed_not_a_crash() -> None
             slug="broken", version="1", state_schema=Tasks, events={"task.created": broken}
         )
 
+    stored = [StreamEvent(path="/", offset=1, type="task.created", payload={})]
     fold = Fold(Broken())
-    fold.fold_all([StreamEvent(path="/", offset=1, type="task.created", payload={})], Tasks())
+    fold.fold_all(stored, Tasks())
+    assert isinstance(fold.stopped, PayloadMalformed)  # the default: stall before it
+    assert "missing" in fold.stopped.details["error"]
+    fold = Fold(Broken(), on_malformed="skip")
+    fold.fold_all(stored, Tasks())
     assert fold.malformed == 1
     assert fold.last_malformed is not None
     assert "missing" in fold.last_malformed["error"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import structlog
 from streamkit.testing import settle
-from support.engine import Recorder, Rig, item, note, ping
+from support.engine import Recorder, Rig, SkippingRecorder, item, note, ping
 
 from streamkit import ProcessorEngine, ScannedRange, StreamEvent
 from streamkit.engine import MAX_CATCH_UP_PAGE, PAGE_SIZE
@@ -273,8 +273,8 @@ async def test_an_eventless_pass_when_every_event_is_filtered(rig: Rig) -> None:
 
 
 async def test_an_eventless_pass_when_the_last_event_is_malformed(rig: Rig) -> None:
-    """A malformed last event is skipped for reduce and effects; the eventless pass follows."""
-    processor = Recorder()
+    """With skip chosen, a malformed last event is skipped for reduce and effects; the eventless pass follows."""
+    processor = SkippingRecorder()
     engine = rig.engine(processor)
     await rig.stream.append(item(1), {"type": "item.added", "payload": {"n": "not a number"}})
     await settle()

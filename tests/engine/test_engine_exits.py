@@ -12,13 +12,13 @@ from typing import Any
 
 import structlog
 from streamkit.testing import settle
-from support.engine import Recorder, Rig, Tally, item
+from support.engine import Recorder, Rig, SkippingRecorder, Tally, item
 
 from streamkit import StreamEvent
 from streamkit.processor import ExitRefused, ProcessEventArgs
 
 
-class ExitsInReduce(Recorder):
+class ExitsInReduce(SkippingRecorder):
     def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
         if event.payload.n == 13:
             raise SystemExit(13)
@@ -26,7 +26,7 @@ class ExitsInReduce(Recorder):
 
 
 async def test_a_reduce_that_exits_is_a_reduce_failure_and_the_fold_goes_on(rig: Rig) -> None:
-    """The event's reduce is counted failed (state kept); the next events fold."""
+    """With skip chosen, the event's reduce is counted failed (state kept); the next events fold."""
     engine = rig.engine(ExitsInReduce())
     await rig.stream.append(item(1), item(13), item(2))
     await engine.wait_until_processed(3)

@@ -8,13 +8,23 @@ import pytest
 import structlog
 from pydantic import BaseModel
 from streamkit.testing import reduce_processor, settle
-from support.engine import Item, Recorder, Rig, Tally, item, recorder_contract
+from support.engine import (
+    Item,
+    Recorder,
+    Rig,
+    SkippingRecorder,
+    Tally,
+    item,
+    recorder_contract,
+)
 
 from streamkit import (
     LIVE_STATE_CHANGED,
     CheckpointTooLarge,
     InvalidEvent,
+    PayloadMalformed,
     ProcessorContract,
+    ReduceFailed,
     ScannedRange,
     StateNotSerializable,
     StreamEvent,
@@ -47,9 +57,50 @@ async def test_reduce_and_effects_see_the_validated_model(rig: Rig) -> None:
     assert rig.stream.events[0].payload == {"n": "7"}
 
 
-async def test_a_malformed_payload_is_skipped_and_reported(rig: Rig) -> None:
-    """A payload that fails its schema is neither reduced nor delivered, and is reported."""
+async def test_a_malformed_payload_stalls_the_engine_before_it_by_default(rig: Rig) -> None:
+    """By default a payload that fails its schema stops the engine before it: nothing past it
+    is reduced, delivered or checkpointed, and every read says why."""
     processor = Recorder()
+    engine = rig.engine(processor)
+    await rig.stream.append(item(1), {"type": "item.added", "payload": {"n": [1]}}, item(2))
+    await settle()
+    assert processor.delivered == [1]
+    assert rig.checkpoint().reduced_through_offset == 1
+    assert engine.statistics().stopped_at == 2
+    assert engine.statistics().malformed_payloads == 0  # stalled, not skipped
+    with pytest.raises(PayloadMalformed, match="stopped before offset 2"):
+        await engine.snapshot()
+
+
+async def test_a_raising_reduce_stalls_the_engine_before_its_event_by_default(rig: Rig) -> None:
+    """By default a reduce that raises stops the engine before the event: its effects do not
+    run, the state served omits nothing, and the error carries the reduce's traceback."""
+
+    class Fussy(Recorder):
+        def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
+            if event.payload.n == 13:
+                raise ValueError("unlucky")
+            return super().reduce(event, state)
+
+    processor = Fussy()
+    engine = rig.engine(processor)
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(item(1), item(13), item(2))
+        await settle()
+    assert processor.delivered == [1]
+    assert rig.checkpoint().reduced_through_offset == 1
+    assert engine.statistics().stopped_at == 2
+    assert engine.statistics().reduce_failures == 0  # stalled, not skipped
+    with pytest.raises(ReduceFailed, match="stopped before offset 2") as caught:
+        await engine.snapshot()
+    assert 'raise ValueError("unlucky")' in caught.value.details["traceback"]
+    (entry,) = [e for e in logs if e["event"] == "processor.reduce_failed"]
+    assert isinstance(entry["exc_info"], ValueError)  # the log line renders its traceback
+
+
+async def test_a_malformed_payload_is_skipped_and_reported(rig: Rig) -> None:
+    """With skip chosen, a payload that fails its schema is neither reduced nor delivered, and is reported."""
+    processor = SkippingRecorder()
     engine = rig.engine(processor)
     with structlog.testing.capture_logs() as logs:
         await rig.stream.append(item(1), {"type": "item.added", "payload": {"n": [1]}}, item(2))
@@ -85,9 +136,9 @@ async def test_a_contract_without_a_catalog_reduces_raw_dicts(rig: Rig) -> None:
 
 
 async def test_a_raising_reduce_keeps_the_state_and_never_wedges(rig: Rig) -> None:
-    """A reduce that raises keeps the previous state, is reported, and the next event folds."""
+    """With skip chosen, a reduce that raises keeps the previous state, is reported, and the next event folds."""
 
-    class Fussy(Recorder):
+    class Fussy(SkippingRecorder):
         def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
             if event.payload.n == 13:
                 raise ValueError("unlucky")
@@ -110,10 +161,12 @@ async def test_a_raising_reduce_keeps_the_state_and_never_wedges(rig: Rig) -> No
 
 async def test_reduce_processor_matches_the_engine(rig: Rig) -> None:
     """The test harness fold equals the engine's over the same events, malformed ones included."""
-    engine = rig.engine(Recorder())
+    engine = rig.engine(SkippingRecorder())
     await rig.stream.append(item(1), {"type": "item.added", "payload": {}}, item(5), {"type": "x"})
     await settle()
-    assert reduce_processor(Recorder(), rig.stream.events) == (await engine.snapshot()).state
+    assert (
+        reduce_processor(SkippingRecorder(), rig.stream.events) == (await engine.snapshot()).state
+    )
 
 
 # -- versions ---------------------------------------------------------------------------------
@@ -122,7 +175,7 @@ async def test_reduce_processor_matches_the_engine(rig: Rig) -> None:
 class Doubler(Recorder):
     """Version 2 of the recorder: every item counts double."""
 
-    contract = recorder_contract(version="2")
+    contract = recorder_contract(version="2", skip=True)
 
     def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
         if event.type == "item.added":
@@ -134,7 +187,7 @@ class Doubler(Recorder):
 
 async def test_a_version_bump_re_reduces_without_effects(rig: Rig) -> None:
     """A new version re-reduces the log up to the old cursor (reduce only), then checkpoints."""
-    first = rig.engine(Recorder())
+    first = rig.engine(SkippingRecorder())
     await rig.stream.append(item(1), {"type": "item.added", "payload": {"n": "x"}})
     await rig.stream.append({"type": "item.added", "payload": {"n": "3"}})
     await settle()

@@ -46,6 +46,7 @@ class Summing(StreamProcessor[Total]):
         state_schema=Total,
         events={"tick": EventDefinition(description="a tick", payload_schema=Tick)},
         consumes=["tick"],
+        on_malformed="skip",
     )
 
     def __init__(self) -> None:

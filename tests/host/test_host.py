@@ -409,9 +409,10 @@ async def test_a_lease_taken_mid_batch_cancels_the_batch_and_its_append(
 async def test_status_counts_malformed_payloads_and_reduce_failures(
     tmp_path: Path, hosts: HostFactory
 ) -> None:
-    """A payload failing its schema and a raising reduce are counted in status, with the last one."""
+    """With skip chosen by the host's config for every processor, a payload failing its
+    schema and a raising reduce are counted in status, with the last one."""
     db = tmp_path / "h.db"
-    host = hosts(Typed())
+    host = hosts(Typed(), config=make_config(tmp_path, on_malformed="skip", on_reduce_error="skip"))
     await host.start()
     async with open_log(db) as log:
         committed = await log.stream("/").append(
@@ -427,6 +428,61 @@ async def test_status_counts_malformed_payloads_and_reduce_failures(
     assert row["reduce_failures"] == 1
     assert row["last_reduce_failure"]["offset"] == committed[2].offset
     assert "unlucky order" in row["last_reduce_failure"]["error"]
+
+
+async def test_a_host_stalls_at_a_malformed_payload_and_a_raising_reduce_by_default(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """By default the host's processor stalls at once before a malformed payload, is marked
+    stalled with the error, and a skip of that event moves it on to stall at the reduce that
+    raises, whose status keeps the reduce's traceback; a second skip lets it serve again."""
+    db = tmp_path / "h.db"
+    host = hosts(Typed())
+    await host.start()
+    async with open_log(db) as log:
+        committed = await log.stream("/").append(
+            {"type": "order", "payload": {"order": 1}},
+            {"type": "order", "payload": {"order": "not a number"}},
+            {"type": "order", "payload": {"order": 13}},
+            {"type": "order", "payload": {"order": 2}},
+        )
+    offsets = [event.offset for event in committed]
+
+    async def row() -> dict[str, Any]:
+        (found,) = (await host.status())["processors"]
+        return found
+
+    async def stalled_at(offset: int) -> None:
+        for _ in range(500):
+            found = await row()
+            if found["stalled"] and found["stalled_at"] == offset:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"never stalled at {offset}: {found}")
+
+    await stalled_at(offsets[1])
+    found = await row()
+    assert found["state"] == "stalled"
+    assert found["cursor"] == offsets[0]
+    assert found["failures"] == 1  # stalled at the first failure: a retry cannot pass it
+    assert found["last_error"]["code"] == "PAYLOAD_MALFORMED"
+    assert found["malformed_payloads"] == 0
+    await host.skip("typed", offsets[1], by="test", reason="a test")
+    await stalled_at(offsets[2])
+    found = await row()
+    assert found["cursor"] == offsets[1]
+    assert found["last_error"]["code"] == "REDUCE_FAILED"
+    assert "unlucky order" in found["last_error"]["error"]
+    assert "raise ValueError" in found["last_error"]["traceback"]
+    assert found["reduce_failures"] == 0
+    skip = await host.skip("typed", offsets[2], by="test", reason="a test")
+    for _ in range(500):
+        found = await row()
+        if found["cursor"] == skip.offset:  # the skip's own event is the head
+            break
+        await asyncio.sleep(0.01)
+    assert (found["cursor"], found["stalled"], found["state"]) == (skip.offset, False, "running")
+    assert (await host.snapshot("typed"))["state"]["offsets"] == [offsets[0], offsets[3]]
 
 
 async def test_the_first_batch_failure_names_the_failing_offset(
@@ -658,7 +714,7 @@ async def test_a_processor_set_to_stall_on_malformed_stops_there_until_an_operat
 async def test_status_shows_skipped_payloads_per_type_and_version_and_dropped_events(
     tmp_path: Path, hosts: HostFactory
 ) -> None:
-    """The default "skip": every kind counted with its first offsets; DROPs counted beside."""
+    """With "skip" chosen: every kind counted with its first offsets; DROPs counted beside."""
     db = tmp_path / "h.db"
     async with open_log(db) as log:
         committed = await log.stream("/").append(
@@ -668,7 +724,7 @@ async def test_status_shows_skipped_payloads_per_type_and_version_and_dropped_ev
             {**UNREADABLE, "payload_version": 2},
             UNREADABLE,
         )
-    host = hosts(TaskBoard())
+    host = hosts(TaskBoard(), config=make_config(tmp_path, on_malformed="skip"))
     await host.start()
     await host.wait_until_processed("task-board", committed[-1].offset)
     (row,) = (await host.status())["processors"]

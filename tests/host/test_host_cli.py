@@ -311,7 +311,10 @@ async def test_status_over_several_hosts_says_which_host_holds_each_lease(short_
 async def test_status_names_each_kind_of_skipped_payload_and_where_a_processor_stopped(
     short_dir: Path,
 ) -> None:
-    """Per (type, version) skipped counts, DROPs, and a strict processor stopped before an event."""
+    """Per (type, version) skipped counts, DROPs, and a strict processor stopped before an event.
+
+    The host's default for every processor is "skip"; the strict board's contract says
+    "stall", and a contract's word beats the host-wide default."""
 
     db = short_dir / "m.db"
     unreadable = {"type": "task.created", "payload": {"title": 1}, "payload_version": 3}
@@ -321,7 +324,11 @@ async def test_status_names_each_kind_of_skipped_payload_and_where_a_processor_s
         )
     bad = committed[1].offset
     config = HostConfig.model_validate(
-        {"db": str(db), "retry": {"initial_delay": 0.01, "max_delay": 0.02, "stall_after": 2}}
+        {
+            "db": str(db),
+            "retry": {"initial_delay": 0.01, "max_delay": 0.02, "stall_after": 2},
+            "on_malformed": "skip",
+        }
     )
     async with ProcessorHost(
         config, processors=[TaskBoard(), strict_board("strict-board")]

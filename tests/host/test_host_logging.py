@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
+from streamkit.engine._fold import report
 from streamkit.host._logging import configure_logging
 
 
@@ -46,8 +47,35 @@ def test_a_librarys_traceback_is_one_json_line_in_a_json_log() -> None:
     library = lines[1]
     assert library["logger"] == "uvicorn.error"
     assert library["level"] == "error"
-    assert "RuntimeError: boom" in library["exception"]
+    (raised,) = library["exception"]  # structured: type, message, frames; no locals
+    assert (raised["exc_type"], raised["exc_value"]) == ("RuntimeError", "boom")
+    assert raised["frames"][-1]["name"] == "_fail"
+    assert all("locals" not in frame for frame in raised["frames"])
     assert "timestamp" in library
+
+
+@pytest.mark.usefixtures("restored_logging")
+def test_a_reduce_failure_logs_its_traceback_as_structured_frames_without_locals() -> None:
+    """A failure of user code reported by the engine is one JSON line whose exception holds
+    the user's frame, and no local variable of any frame."""
+    out = io.StringIO()
+    configure_logging("json", out)
+    secret = "hunter2"
+
+    def reduce() -> None:
+        token = secret
+        raise ValueError(f"cannot fold {len(token)}")
+
+    try:
+        reduce()
+    except ValueError as exc:
+        report("processor.reduce_failed", exc, slug="orders", offset=7)
+    (line,) = [json.loads(text) for text in out.getvalue().splitlines()]
+    assert (line["event"], line["slug"], line["offset"]) == ("processor.reduce_failed", "orders", 7)
+    (raised,) = line["exception"]
+    assert raised["exc_type"] == "ValueError"
+    assert raised["frames"][-1]["name"] == "reduce"
+    assert "hunter2" not in out.getvalue()
 
 
 @pytest.mark.usefixtures("restored_logging")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from streamkit.processors.dlq import (
     DEAD_LETTERED,
     RECORD_SUCCEEDED,
@@ -467,6 +468,38 @@ async def test_last_failure_dead_letters_into_the_dlq(rig: Rig) -> None:
     _, state = await engine.snapshot()
     assert state.tasks == {}
     assert state.counts.dead_lettered == 1
+
+
+async def test_a_handler_failure_keeps_its_traceback_in_the_event_the_dlq_and_the_log(
+    rig: Rig,
+) -> None:
+    """A raising handler's attempt-failed event, its dead-letter and the DLQ record keep a
+    bounded traceback excerpt naming the handler's line, without locals; the host's log
+    gets one task.attempt_failed line per failed attempt, with the exception."""
+
+    async def broken(args: dict[str, Any], ctx: TaskContext) -> None:
+        api_key = "sk-live-do-not-keep"
+        raise ValueError(f"bad input ({len(api_key)})")
+
+    rig.start(TasksProcessor(handlers={"broken": broken}, clock=rig.clock, backoff_base=0.0))
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(task_requested_event(task_id="t", name="broken", max_attempts=2))
+        await until(lambda: len(rig.of_type(TASK_ATTEMPT_FAILED)) == 1)
+        rig.clock.now = rig.of_type(TASK_ATTEMPT_FAILED)[0]["retry_at"]
+        assert rig.engine is not None
+        await rig.engine.revive()
+        await until(lambda: TASK_DEAD_LETTERED in rig.types())
+    (failed,) = rig.of_type(TASK_ATTEMPT_FAILED)
+    (dead,) = rig.of_type(TASK_DEAD_LETTERED)
+    (record,) = rig.of_type(DEAD_LETTERED)
+    for kept in (failed["traceback"], dead["traceback"], record["traceback"]):
+        assert 'raise ValueError(f"bad input ({len(api_key)})")' in kept
+        assert kept.rstrip().endswith("ValueError: bad input (19)")
+        assert "sk-live-do-not-keep" not in kept
+        assert len(kept.encode()) <= 8192
+    lines = [e for e in logs if e["event"] == "task.attempt_failed"]
+    assert [(e["task_id"], e["attempt"]) for e in lines] == [("t", 1), ("t", 2)]
+    assert all(isinstance(e["exc_info"], ValueError) for e in lines)
 
 
 async def test_unknown_handler_dead_letters_without_an_attempt(rig: Rig) -> None:
@@ -1261,3 +1294,43 @@ async def test_a_handler_that_swallows_its_cancel_is_counted_and_does_not_hold_t
         assert took < 15, took
     finally:
         rig.close()
+
+
+async def test_cli_tasks_show_and_dlq_show_print_a_failures_traceback(tmp_path: Path) -> None:
+    """A dead-lettered task's traceback excerpt is printed indented under its event by
+    `tasks show`, and under its record by `dlq show`; the JSON keeps it as a field."""
+
+    async def broken(args: dict[str, Any], ctx: TaskContext) -> None:
+        raise ValueError("the printer is on fire")
+
+    db = str(tmp_path / "t.db")
+    config = HostConfig.model_validate({"db": db, "shutdown_grace": 0.5})
+    host = ProcessorHost(
+        config, processors=[TasksProcessor(handlers={"broken": broken})], serve_control=False
+    )
+    await host.start()
+    try:
+        await host.append("/", [task_requested_event(task_id="t1", name="broken", max_attempts=1)])
+
+        async def dead() -> bool:
+            counts = (await host.snapshot("tasks"))["state"]["counts"]
+            return bool(counts.get("dead_lettered") == 1)
+
+        await _wait(dead)
+    finally:
+        await host.stop()
+    code, out = await asyncio.to_thread(_cli, "tasks", "show", "t1", "--db", db)
+    assert code == 0
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if " task.dead-lettered " in line)
+    assert '"traceback"' not in lines[at]
+    assert lines[at + 1] == "  traceback:"
+    assert lines[at + 2] == "    Traceback (most recent call last):"
+    assert any(line.endswith('raise ValueError("the printer is on fire")') for line in lines)
+    code, out = await asyncio.to_thread(_cli, "dlq", "list", "--db", db, "--json")
+    (record,) = [json.loads(line) for line in out.splitlines()]
+    assert record["traceback"].rstrip().endswith("ValueError: the printer is on fire")
+    code, out = await asyncio.to_thread(_cli, "dlq", "show", record["record_id"], "--db", db)
+    assert code == 0
+    assert "  traceback:" in out.splitlines()
+    assert out.rstrip().endswith("    ValueError: the printer is on fire")

@@ -43,7 +43,7 @@ CATALOG = {
 }
 
 
-def recorder_contract(version: str = "1", slug: str = "recorder") -> Any:
+def recorder_contract(version: str = "1", slug: str = "recorder", *, skip: bool = False) -> Any:
     return define_processor_contract(
         slug=slug,
         version=version,
@@ -52,6 +52,8 @@ def recorder_contract(version: str = "1", slug: str = "recorder") -> Any:
         events=CATALOG,
         consumes=["item.added", "ping"],
         emits=["item.echoed"],
+        on_malformed="skip" if skip else None,
+        on_reduce_error="skip" if skip else None,
     )
 
 
@@ -86,6 +88,12 @@ class Recorder(StreamProcessor[Tally]):
     @property
     def delivered(self) -> list[int]:
         return [offset for offset, _ in self.calls if offset is not None]
+
+
+class SkippingRecorder(Recorder):
+    """A Recorder whose contract chose to skip what it cannot fold (malformed, or a raising reduce)."""
+
+    contract = recorder_contract(skip=True)
 
 
 def item(n: int, **extra: Any) -> dict[str, Any]:

@@ -65,6 +65,7 @@ class = "hostprocs:Fragile"
 [[processors]]
 class = "hostprocs:Typed"
 path = "/orders"
+on_malformed = "skip"
 
 [[processors]]
 class = "streamkit.processors.tasks:TasksProcessor"
@@ -258,7 +259,8 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     assert "poison at" in problem
     assert text_of(browser, f"{fragile} td.state") == "failing"
 
-    # A payload that does not validate is skipped: the page names its type and version.
+    # A payload that does not validate is skipped (this processor's entry chose "skip"):
+    # the page names its type and version.
     # (The host refuses it at its door; a producer writing straight to the file does not.)
     with pytest.raises(subprocess.CalledProcessError):
         append(db, {"type": "order", "payload": {"order": "many"}}, path="/orders")
