@@ -18,7 +18,13 @@ from collections.abc import Sequence
 
 from streamkit.errors import HistoryTruncated
 
-__all__ = ["RETENTION_CHUNK", "RETENTION_SHARE", "TRUNCATED_EVENT", "history_truncated"]
+__all__ = [
+    "RETENTION_CHUNK",
+    "RETENTION_SHARE",
+    "TRUNCATED_EVENT",
+    "deleted_ranges",
+    "history_truncated",
+]
 
 RETENTION_CHUNK = 2_000
 """Events a retention run takes per transaction unless told otherwise.
@@ -52,23 +58,81 @@ TRUNCATED_EVENT = "streamkit.truncated"
 
 
 def history_truncated(
-    path: str, after: int, through: int, archive: Sequence[str]
+    path: str, after: int, through: int, segments: Sequence[tuple[str, int, int]]
 ) -> HistoryTruncated:
-    """The refusal of a read of ``path`` after ``after``, below its start (``through`` + 1)."""
-    where = (
-        f"its events through {through} are archived in {len(archive)} segment file(s) "
-        f"(first {archive[0]})"
-        if archive
-        else f"its events through {through} were deleted (no archive was kept)"
-    )
+    """The refusal of a read of ``path`` after ``after``, below its start (``through`` + 1).
+
+    ``segments`` are the path's archive segments as ``(file, first, last)``: the
+    offsets through ``through`` that none covers were deleted. The message names
+    both parts, and advice that works for where the read began: the archive for
+    an archived offset, the offset after the deleted range for a deleted one.
+    """
+    archived = _merged(sorted((first, last) for _, first, last in segments))
+    deleted = deleted_ranges(through, archived)
+    parts = []
+    if deleted:
+        parts.append(f"{_ranges(deleted)} {'was' if len(deleted) == 1 else 'were'} deleted")
+    if archived:
+        files = [file for file, _, _ in sorted(segments, key=lambda s: s[1])]
+        parts.append(
+            f"{_ranges(archived)} {'is' if len(archived) == 1 else 'are'} archived in "
+            f"{len(files)} segment file(s) (first {files[0]})"
+        )
+    wanted = after + 1
+    gone = next(((a, b) for a, b in deleted if a <= wanted <= b), None)
+    if gone is None:
+        advice = (
+            f"include the archive (streamkit read --include-archive), or read after offset "
+            f"{through}"
+        )
+    elif gone[1] < through:
+        advice = (
+            f"offsets {gone[0]}..{gone[1]} cannot be read by anyone: read after offset "
+            f"{gone[1]} with the archive (streamkit read --include-archive), or after offset "
+            f"{through}"
+        )
+    else:
+        advice = (
+            f"offsets {gone[0]}..{gone[1]} cannot be read by anyone: read after offset {through}"
+        )
     return HistoryTruncated(
-        f"{path!r} starts at offset {through + 1}: {where}; a read after offset {after} "
-        f"would skip them, so nothing was read; read after offset {through}"
-        + (", or include the archive (streamkit read --include-archive)" if archive else ""),
+        f"{path!r} starts at offset {through + 1}: of its events through {through}, "
+        f"{' and '.join(parts)}; a read after offset {after} would skip them, so nothing was "
+        f"read; {advice}",
         details={
             "path": path,
             "requested": after,
             "start": through + 1,
-            "archive": list(archive),
+            "archive": [file for file, _, _ in segments],
+            "archived": [list(r) for r in archived],
+            "deleted": [list(r) for r in deleted],
         },
     )
+
+
+def deleted_ranges(through: int, archived: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The offsets ``1..through`` no archived range covers, as ``(first, last)`` ranges."""
+    gaps: list[tuple[int, int]] = []
+    covered = 0
+    for first, last in sorted(archived):
+        if first > covered + 1:
+            gaps.append((covered + 1, min(first - 1, through)))
+        covered = max(covered, last)
+    if covered < through:
+        gaps.append((covered + 1, through))
+    return [(a, b) for a, b in gaps if a <= b]
+
+
+def _merged(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ranges with the adjacent ones joined (segments 1..2 and 3..4 are 1..4)."""
+    joined: list[tuple[int, int]] = []
+    for first, last in ranges:
+        if joined and first <= joined[-1][1] + 1:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], last))
+        else:
+            joined.append((first, last))
+    return joined
+
+
+def _ranges(ranges: Sequence[tuple[int, int]]) -> str:
+    return ", ".join(f"{a}..{b}" for a, b in ranges)

@@ -110,13 +110,14 @@ class Horizon:
 
     @property
     def held_by(self) -> tuple[Need, ...]:
-        """The needs that hold the horizon below the head's next offset (those at its offset).
+        """The needs that hold the horizon below the head's next offset (those at its offset,
+        or below it when the horizon stands at the path's start).
 
         Empty when nothing of the path is held: every consumer is past its head.
         """
         if self.offset > self.head:
             return ()
-        return tuple(need for need in self.needs if need.from_offset == self.offset)
+        return tuple(need for need in self.needs if need.from_offset <= self.offset)
 
     @property
     def releasable(self) -> int:

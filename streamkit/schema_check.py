@@ -215,6 +215,7 @@ async def check_processor(
     *,
     on_malformed: OnMalformed | None = None,
     validate: int | Literal["all"] | None = None,
+    scan_limit: int | None = None,
 ) -> ProcessorCheck:
     """Judge every key of ``stored`` that ``contract`` reads (see the module).
 
@@ -223,7 +224,10 @@ async def check_processor(
     commit that adds rows, so a summary read after the head counts at least
     through it unless rows were written without it. ``stream`` is read only
     to validate. ``on_malformed`` overrides the contract's choice (as a host's
-    config does); ``validate`` is ``"all"``, N (payloads per stored key) or None.
+    config does); ``validate`` is ``"all"``, N (payloads per stored key) or None;
+    ``scan_limit`` bounds the events read per key while looking for them (a host's
+    check at start: a rare type spread over a long log is validated on what that
+    scan met, and its verdict says how many).
     """
     path = stream.path
     through = max((row.last_offset for row in stored), default=0)
@@ -236,7 +240,7 @@ async def check_processor(
             continue
         verdict = _judge(row, current, definition)
         if validate is not None and verdict.outcome in ("current", "lifted"):
-            verdict = await _validate(stream, verdict, definition, validate)
+            verdict = await _validate(stream, verdict, definition, validate, scan_limit)
         verdicts.append(verdict)
     return ProcessorCheck(
         slug=contract.slug,
@@ -270,12 +274,13 @@ async def _validate(
     verdict: StoredVerdict,
     definition: EventDefinition,
     validate: int | Literal["all"],
+    scan_limit: int | None = None,
 ) -> StoredVerdict:
     """Push the stored payloads of one key through chain and model, as the fold reads them."""
     row = verdict.stored
     wanted = row.count if validate == "all" else min(validate, row.count)
     after = row.first_offset - 1
-    seen = skipped = dropped = 0
+    seen = skipped = dropped = scanned = 0
     first: list[int] = []
     why: str | None = None
     while seen < wanted and after < row.last_offset:
@@ -294,7 +299,10 @@ async def _validate(
                 why = why or str(problem)
             if seen >= wanted:
                 break
+        scanned += len(page.events)
         if page.at_head or not page.events:
+            break
+        if scan_limit is not None and scanned >= scan_limit:
             break
         after = page.scanned_through_offset
     return dataclasses.replace(

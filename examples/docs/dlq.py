@@ -28,7 +28,7 @@ async def main() -> None:
     assert event["type"] == "dlq.dead-lettered"
     assert event["payload"]["replay"] == 0
     assert DLQ_EVENTS.payload_schema_for("dlq.dead-lettered") is not None
-    # --- docs/dlq.md:97
+    # --- docs/dlq.md:98
     from streamkit import ProcessorEngine
     from streamkit.processors.dlq import (
         DlqProcessor,
@@ -85,7 +85,7 @@ async def main() -> None:
         ["d"],
     )
     assert charged == [("a", "dlq/replay/a/1")]
-    # --- docs/dlq.md:159
+    # --- docs/dlq.md:160
     now = {r.record_id: r async for r in iter_records(stream)}
     assert {rid: r.status for rid, r in now.items()} == {
         "a": "succeeded",
@@ -97,7 +97,7 @@ async def main() -> None:
     offset, state = await engine.snapshot()
     assert state.counts.pending == 2 and state.counts.abandoned == 1
     storage.close()
-    # --- docs/dlq.md:193
+    # --- docs/dlq.md:194
     from streamkit.processors.tasks import TaskContext, TasksProcessor, task_requested_event
 
     fixed = {"yes": False}

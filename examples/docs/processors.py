@@ -75,7 +75,7 @@ async def main() -> None:
     assert consumes_event(["*"], {"type": "task.created"})
     assert not consumes_event(["*"], {"type": "cursor.moved", "ephemeral": True})
     assert consumes_event(["cursor.moved"], {"type": "cursor.moved", "ephemeral": True})
-    # --- docs/processors.md:228
+    # --- docs/processors.md:250
     from streamkit import ProcessorEngine, StreamEvent
     from streamkit.processor import ProcessEventArgs
     from streamkit.testing import memory_storage, memory_stream, settle
@@ -129,12 +129,12 @@ async def main() -> None:
         "version": "1",
         "while_processing": {"offset": closed.offset, "type": "task.closed"},
     }
-    # --- docs/processors.md:286
+    # --- docs/processors.md:308
     checkpoint = storage.read("task-board")
     assert checkpoint.reducer_version == "1"
     assert checkpoint.reduced_through_offset >= closed.offset
     assert BoardState.model_validate_json(checkpoint.state_json) == state
-    # --- docs/processors.md:327
+    # --- docs/processors.md:349
     class Slot(BaseModel):
         name: str
         tries: int = 0
@@ -146,7 +146,7 @@ async def main() -> None:
 
     SLOTS = define_processor_contract(slug="slots", version="1", state_schema=Slots, compact_state=True)
     assert SLOTS.dump_state(Slots(slots={"a": Slot(name="a")})) == '{"slots":{"a":{"name":"a"}}}'
-    # --- docs/processors.md:375
+    # --- docs/processors.md:397
     class Page(BaseModel):
         text: str = ""
         edits: int = 0
@@ -190,7 +190,7 @@ async def main() -> None:
     assert (await again.snapshot()).state.edits == 4
     await again.aclose()  # a clean close writes the state it held
     assert pages_storage.read("pages").state_offset is None  # current: the cursor's
-    # --- docs/processors.md:440
+    # --- docs/processors.md:462
     from streamkit import SharedMap
 
 
@@ -243,7 +243,7 @@ async def main() -> None:
     assert "r9" not in moved.delete("r9")
     assert Hall.model_validate_json(after.model_dump_json()).seats == after.seats
     await bookings.aclose()
-    # --- docs/processors.md:523
+    # --- docs/processors.md:545
     class BoardV2(Board):
         contract = define_processor_contract(
             slug="task-board",
@@ -267,7 +267,7 @@ async def main() -> None:
     serving = storage.read("task-board")  # the serving version's row
     assert (serving.reducer_version, serving.cutover_offset) == ("2", offset)
     assert not storage.read("task-board", "1").serving  # kept, for a way back
-    # --- docs/processors.md:572
+    # --- docs/processors.md:594
     from streamkit import apply_delta
 
     quiet_stream = memory_stream("/quiet")
@@ -296,7 +296,7 @@ async def main() -> None:
     assert delta["from"] == rev
     held = apply_delta(held, delta["patch"])
     assert held == (await quiet.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:603
+    # --- docs/processors.md:625
     from streamkit import apply_delta
 
     rev, seed = await upgraded.live_snapshot()
@@ -310,7 +310,7 @@ async def main() -> None:
             held = apply_delta(held, event.payload["patch"])
             rev = event.payload["to"]
     assert held == (await upgraded.live_snapshot()).state.model_dump(mode="json")
-    # --- docs/processors.md:629
+    # --- docs/processors.md:651
     from streamkit.testing import memory_storage as summary_storage
     from streamkit.testing import memory_stream as summary_stream
 
@@ -336,7 +336,7 @@ async def main() -> None:
     await ticking.stream.append({"type": "tick"}, {"type": "tick"})
     await summarized.catch_up_from_log()
     assert summarized.status_summary() == {"ticks": 2}
-    # --- docs/processors.md:704
+    # --- docs/processors.md:726
     from streamkit.testing import ManualClock
 
 
@@ -361,7 +361,7 @@ async def main() -> None:
     await reminders.append({"type": "task.closed", "payload": {"task_id": "t9"}})
     await settle()
     assert reminders.claims[-1] is None  # nothing open: no wakeup asked, the claim is released
-    # --- docs/processors.md:744
+    # --- docs/processors.md:766
     for built in (engine, upgraded, reminder):
         await built.aclose()
     storage.close()

@@ -25,7 +25,7 @@ async def main() -> None:
         assert "max_attempts" in str(error)
     else:
         raise AssertionError("max_attempts=0 must be refused")
-    # --- docs/tasks.md:112
+    # --- docs/tasks.md:114
     from streamkit import ProcessorEngine
     from streamkit.processors.tasks import TaskContext, TasksProcessor
     from streamkit.testing import ManualClock, memory_storage, memory_stream, settle
@@ -51,10 +51,12 @@ async def main() -> None:
     await settle(0.05)
     failed = [e.payload for e in stream.events if e.type == "task.attempt-failed"]
     assert failed[0]["error"] == "ConnectionError: mail server busy"
+    # A bounded excerpt of the handler's traceback (innermost frames, no locals) is kept too.
+    assert failed[0]["traceback"].rstrip().endswith("ConnectionError: mail server busy")
     retry_at = failed[0]["retry_at"]
     assert 30.0 <= retry_at - clock.now <= 37.5  # 30 s, plus up to 25% jitter
     assert engine.statistics().claimed_at == retry_at  # the retry is a durable wakeup
-    # --- docs/tasks.md:146
+    # --- docs/tasks.md:150
     clock.now = retry_at
     await engine.revive()
     await settle(0.05)
@@ -69,7 +71,7 @@ async def main() -> None:
     offset, state = await engine.snapshot()
     assert state.tasks == {}  # finished: it left the state
     assert state.counts.succeeded == 1 and state.counts.failed_attempts == 1
-    # --- docs/tasks.md:249
+    # --- docs/tasks.md:253
     import asyncio
 
     from streamkit.processors.tasks import cancel_requested_event
@@ -109,7 +111,7 @@ async def main() -> None:
     offset, state = await waiter.snapshot()
     assert state.tasks == {}
     cancel_storage.close()
-    # --- docs/tasks.md:301
+    # --- docs/tasks.md:305
     hang = asyncio.Event()
 
 

@@ -49,7 +49,8 @@ async def main() -> None:
         def process_event(self, args: ProcessEventArgs[Orders]) -> None:
             if args.delivery.caught_up and args.state.next_due is not None:
                 args.schedule_wakeup(args.state.next_due)
-    # --- docs/testing.md:83
+    # --- docs/testing.md:85
+    from streamkit import PayloadMalformed
     from streamkit.testing import reduce_processor
 
     state = reduce_processor(
@@ -57,12 +58,17 @@ async def main() -> None:
         [
             {"type": "order.placed", "payload": {"customer": "ada", "due_at": 50}},
             {"type": "order.placed", "payload": {"customer": "ada", "due_at": "20"}},  # coerced
-            {"type": "order.placed", "payload": {"customer": "bob"}},  # malformed: skipped
             {"type": "order.shipped", "payload": {}},  # not consumed
         ],
     )
     assert state == Orders(per_customer={"ada": 2}, next_due=20.0)
-    # --- docs/testing.md:109
+    try:
+        reduce_processor(OrderBook(), [{"type": "order.placed", "payload": {"customer": "bob"}}])
+    except PayloadMalformed as exc:  # the engine would stall there
+        assert exc.details["offset"] == 1
+    else:
+        raise AssertionError("a malformed payload never passes unseen")
+    # --- docs/testing.md:117
     from streamkit import ProcessorEngine
     from streamkit.testing import ManualClock, memory_storage, memory_stream, settle
 
@@ -87,7 +93,7 @@ async def main() -> None:
     assert stream.claims[-1] == 1_200.0
     await engine.aclose()
     storage.close()
-    # --- docs/testing.md:160
+    # --- docs/testing.md:168
     from streamkit import ProcessorEngine
     from streamkit.testing import ManualClock, MemoryStorage, MemoryStream, reduce_processor, settle
 
@@ -124,7 +130,7 @@ async def main() -> None:
 
     with MemoryStorage() as storage:
         await test_order_book_counts_and_wakes(MemoryStream("/"), storage, ManualClock())
-    # --- docs/testing.md:216
+    # --- docs/testing.md:224
     from datetime import datetime
 
     from streamkit.testing import ManualClock

@@ -134,9 +134,14 @@ def horizon_in(facts: RetentionFacts, path: str, now: float) -> Horizon:
         path, dict(facts.heads).get(path, 0), facts.rows, facts.holds, running, now
     )
     segments, size = facts.archived.get(path, (0, 0))
+    start = facts.starts.get(path, 1)
     return replace(
         horizon,
-        start=facts.starts.get(path, 1),
+        # Nothing below the path's start is held by anyone: a row that needs more (a shadow
+        # build abandoned over deleted history, say) is shown in the needs, but it never
+        # pins the horizon below what the path still holds.
+        offset=max(horizon.offset, start),
+        start=start,
         archived_segments=segments,
         archived_bytes=size,
         keys_kept_for=facts.windows.get(path),

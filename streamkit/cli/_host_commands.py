@@ -241,6 +241,9 @@ def _status_line(row: dict[str, Any], live: bool, *, several: bool = False) -> s
             parts.append(f"p50={latency['p50']}ms p99={latency['p99']}ms")
         if row.get("unserved"):
             parts.append(f"UNSERVED: {row['unserved']['text']}")
+        if row.get("cannot_build"):
+            stopped = row["cannot_build"]
+            parts.append(f"CANNOT-BUILD: {stopped['reason']} ({stopped['advice']})")
         if row.get("stalled"):
             parts.append(f"STALLED at offset {row['stalled_at']}")
         for count, last, label in (
@@ -291,10 +294,11 @@ def _phase_text(row: dict[str, Any]) -> str:
     """``rebuilding 120,000/300,000 at 95,000 ev/s, eta 2 s`` (or ``catching-up ...``)."""
     progress = row.get("progress") or {}
     if row["phase"] == "awaiting-cutover":
+        held = progress.get("awaiting_because")
         return (
             f"awaiting-cutover at {progress.get('through', 0):,} (built; version "
             f"{row.get('serving_version')} serves; `streamkit processor cutover "
-            f"{row['slug']}` switches)"
+            f"{row['slug']}` switches)" + (f" HELD: {held}" if held else "")
         )
     text = f"{row['phase']} {progress.get('through', 0):,}/{progress.get('target', 0):,}"
     rate = progress.get("events_per_second")

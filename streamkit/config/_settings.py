@@ -250,6 +250,14 @@ def _stream_path_of(value: str) -> str:
         ) from None
 
 
+class SchemaSettings(_Section):
+    """``[schema]``: how a host reads what producers wrote, and how hard it checks at start."""
+
+    sample: int = Field(default=200, ge=0, le=1_000_000)
+    """Stored payloads of each (type, version) a processor reads that the start-time check
+    pushes through its upcasters and model (0: judge from the summary of stored types only)."""
+
+
 class LimitSettings(_Section):
     """What the host holds for each client at most (bytes)."""
 
@@ -361,6 +369,8 @@ def split_address(text: str) -> tuple[str, int]:
 class HostConfig(_Section):
     """Everything ``streamkit host`` needs, validated; see the module docstring for the file."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True)
+
     db: Path | str
     """A SQLite file, or a PostgreSQL URL (kept as written, password and all)."""
     processors: tuple[ProcessorSpec, ...] = ()
@@ -370,9 +380,18 @@ class HostConfig(_Section):
     shutdown_grace: float = Field(default=10.0, ge=0, le=3600, allow_inf_nan=False)
     log_format: Literal["auto", "json", "console"] = "auto"
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
-    schema_check: Literal["warn", "refuse", "off"] = "warn"
-    """At start, whether stored events these processors would skip or stall at (judged from
-    the log's summary of stored types) are warned of, refuse the start, or go unchecked."""
+    schema_check: Literal["auto", "warn", "refuse", "off"] = "auto"
+    """At start, what stored events these processors would skip or stall at (judged from the
+    log's summary of stored types and a sample of each key) do: ``"auto"`` refuses the start
+    for a new version whose problems lie in what the serving version already reduced and warns
+    of the rest; ``"warn"`` warns of all; ``"refuse"`` refuses on any; ``"off"`` checks none."""
+    schema_settings: SchemaSettings = Field(
+        default_factory=SchemaSettings,
+        validation_alias=AliasChoices("schema", "schema_settings"),
+        serialization_alias="schema",
+    )
+    """``[schema]`` in the file (``schema`` is a name pydantic keeps): the start-time
+    check's sample per stored key."""
     on_malformed: OnMalformed | None = None
     """The default for every processor whose contract and ``[[processors]]`` entry are silent
     on a payload that does not validate (unset: ``"stall"``)."""

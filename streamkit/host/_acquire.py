@@ -133,11 +133,15 @@ class LeaseAcquirer:
         elsewhere = assignee is not None and assignee != self._owner
         role = runner.role
         if runner.held is not None and runner.engine is not None:
-            if elsewhere and not role.shadow and self._seen.get(str(assignee), 0) >= 2:
+            if runner.failures.cannot_build is not None:
+                self._on_hand_off(runner)  # its shadow lease goes: nothing here can build it
+            elif elsewhere and not role.shadow and self._seen.get(str(assignee), 0) >= 2:
                 self._on_hand_off(runner)
             return  # the lease keeper renews it, off the loop
         if runner.failures.ahead_of_code is not None:
             return  # this code cannot read on; a host with newer code may take it
+        if runner.failures.cannot_build is not None:
+            return  # the history this version needs was deleted: it is never built here
         store, ttl = self._store, self._ttl
         role.read(*await store.version_rows(runner.slug, runner.version))
         if role.retired is not None:

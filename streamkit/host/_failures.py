@@ -20,7 +20,13 @@ from typing import Any
 import structlog
 
 from streamkit.config import RetrySettings
-from streamkit.errors import PayloadMalformed, ReduceFailed, SchemaAhead, StreamkitError
+from streamkit.errors import (
+    HistoryTruncated,
+    PayloadMalformed,
+    ReduceFailed,
+    SchemaAhead,
+    StreamkitError,
+)
 from streamkit.protocols import Clock
 from streamkit.tracebacks import traceback_excerpt
 
@@ -52,6 +58,10 @@ class Failures:
         # and never takes it back (this code cannot read it). An operator's skip of that
         # event clears it.
         self.ahead_of_code: dict[str, Any] | None = None
+        # Set when a version building in the shadow met history that was deleted: it can
+        # never be built from there, so it is not retried (this host gives its shadow lease
+        # up and takes it no more); {reason, start, deleted, advice}. A restart clears it.
+        self.cannot_build: dict[str, Any] | None = None
 
     def succeeded(self, cursor: int) -> None:
         """An item went through: the run of failures (and the stall) is over."""
@@ -140,6 +150,35 @@ class Failures:
             self.stalled = True
             self.stalled_at = offset
         return delay
+
+    def cannot_build_past(self, exc: HistoryTruncated, version: str) -> None:
+        """A shadow build of ``version`` met deleted history: stop it for good (see above)."""
+        if self.cannot_build is not None:
+            return
+        deleted = exc.details.get("deleted") or []
+        below = max((int(last) for _, last in deleted), default=0) + 1
+        reason = f"history before {below} was deleted"
+        advice = (
+            f"version {version} cannot be built from offset 1, so it is not retried; run the "
+            f"serving version's code here again (a rollback of the deploy), or give this "
+            f"version up (`streamkit processor forget {self._slug} --version {version}` "
+            "--db DB --reason ...` removes its rows), or deploy it under a new slug declared to start at the path's "
+            'start (start = "start": it reduces from there, without the deleted history)'
+        )
+        self.cannot_build = {
+            "reason": reason,
+            "start": exc.details.get("start"),
+            "deleted": deleted,
+            "advice": advice,
+        }
+        _log.error(
+            "processor.cannot_build",
+            slug=self._slug,
+            path=self._path,
+            version=version,
+            reason=reason,
+            detail=advice,
+        )
 
     def skipped(self, offset: int) -> None:
         """An operator skipped ``offset``: a payload newer than the code there no longer holds

@@ -219,8 +219,10 @@ class ProcessorHost:
             await store.prepare()
             self._schema_checks = await start_check(
                 log,
+                store,
                 [(e.processor, e.path, e.on_malformed) for e in self._entries],
                 config.schema_check,
+                config.schema_settings.sample,
             )
             await check_new_processors(
                 store,

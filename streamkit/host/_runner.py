@@ -46,7 +46,7 @@ import structlog
 from streamkit.config import RetrySettings
 from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, StartFrom
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
-from streamkit.errors import LeaseLost
+from streamkit.errors import HistoryTruncated, LeaseLost
 from streamkit.events import ScannedRange, StreamEvent
 from streamkit.host._engine_stream import EngineStream
 from streamkit.host._failures import Failures
@@ -449,8 +449,8 @@ class ProcessorRunner:
     async def _until_done(self, item: Item) -> None:
         while not self._stopping:
             engine = self.engine
-            if engine is None:
-                return
+            if engine is None or self.failures.cannot_build is not None:
+                return  # (a build that cannot be done waits for the host to take its lease)
             started = time.perf_counter()
             # Read for the catch-up's log line only: a snapshot per range would cost
             # every live event its construction.
@@ -570,7 +570,10 @@ class ProcessorRunner:
             or self._failing_offset
             or _first_pending(item, engine.cursor)
         )
-        return self.failures.failed(exc, offset, engine.cursor)
+        delay = self.failures.failed(exc, offset, engine.cursor)
+        if isinstance(exc, HistoryTruncated) and self.role.shadow and exc.details.get("deleted"):
+            self.failures.cannot_build_past(exc, self.version)
+        return delay
 
     async def _backoff(self, delay: float) -> None:
         self._poke.clear()

@@ -1,13 +1,23 @@
 """A host's data check at start: can the code it runs read what the log stores?
 
-The cheap half of ``streamkit schema check`` (:mod:`streamkit.schema_check`)
-for every processor the host is configured with, whether or not it will
-hold its lease: judged from the log's summary of stored types, so it costs
-one small read per path whatever the log's size. ``schema_check`` in the
-host's config says what a problem does: ``"warn"`` (the default) logs each
-one and shows it in ``status``, ``/metrics`` and the admin page;
-``"refuse"`` stops the start with :class:`~streamkit.errors.SchemaCheckFailed`
-before any lease is taken; ``"off"`` does not check.
+``streamkit schema check`` (:mod:`streamkit.schema_check`) for every
+processor the host is configured with, whether or not it will hold its
+lease: judged from the log's summary of stored types (one small read per
+path whatever the log's size), and each stored (type, version) a processor
+reads validated on a sample of its payloads (``[schema] sample``, 200 by
+default, each key's scan bounded), so a model that no longer reads what a
+producer wrote is caught before a shadow build skips or stalls on it.
+``schema_check`` in the host's config says what a problem does:
+
+- ``"auto"`` (the default): a *new version* (another version of its slug
+  serves) whose code would skip or stall at events its predecessor already
+  reduced (at or below the serving cursor) refuses the start with
+  :class:`~streamkit.errors.SchemaCheckFailed` before any lease is taken;
+  every other problem is warned of;
+- ``"warn"`` logs each one and shows it in ``status``, ``/metrics`` and the
+  admin page;
+- ``"refuse"`` stops the start on any problem;
+- ``"off"`` does not check.
 """
 
 from __future__ import annotations
@@ -21,28 +31,38 @@ from streamkit.contract import OnMalformed
 from streamkit.errors import SchemaCheckFailed
 from streamkit.log import Log
 from streamkit.processor import StreamProcessor
+from streamkit.protocols import HostStore
 from streamkit.schema_check import ProcessorCheck, check_processor
 
 __all__ = ["start_check"]
 
 _log = structlog.get_logger("streamkit.host")
 
-CheckMode = Literal["warn", "refuse", "off"]
+CheckMode = Literal["auto", "warn", "refuse", "off"]
+
+SCAN_PER_SAMPLE = 50
+"""Events a key's validation may read per payload it samples: a rare type spread over a long
+log is validated on what that many reads met, not on a scan of the whole log at every start."""
 
 
 async def start_check(
     log: Log,
+    store: HostStore,
     processors: Sequence[tuple[StreamProcessor[Any], str, OnMalformed | None]],
     mode: CheckMode,
+    sample: int,
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """Check each ``(processor, path, on_malformed)``; per ``(path, slug)``, what status shows.
 
-    Raises :class:`SchemaCheckFailed` under ``"refuse"`` when any has a problem.
+    Raises :class:`SchemaCheckFailed` under ``"refuse"`` when any has a
+    problem, and under ``"auto"`` when a new version has one in what its
+    predecessor reduced.
     """
     if mode == "off":
         return {}
     summaries: dict[str, Any] = {}
     checks: list[ProcessorCheck] = []
+    refused: list[str] = []
     for processor, path, on_malformed in processors:
         if path not in summaries:
             # The head first: a commit after it is in the summary read next (the summary
@@ -50,11 +70,18 @@ async def start_check(
             head = await log.stream(path).head()
             summaries[path] = (await log.stored_types(path), head)
         stored, head = summaries[path]
-        checks.append(
-            await check_processor(
-                processor.contract, log.stream(path), stored, head, on_malformed=on_malformed
-            )
+        check = await check_processor(
+            processor.contract,
+            log.stream(path),
+            stored,
+            head,
+            on_malformed=on_malformed,
+            validate=sample or None,
+            scan_limit=sample * SCAN_PER_SAMPLE,
         )
+        checks.append(check)
+        if mode == "auto" and check.problems:
+            refused += await _read_by_predecessor(store, processor, check)
     results = {(check.path, check.slug): shown(check) for check in checks}
     found = [
         f"{slug} on {path}: {problem['text']}"
@@ -70,7 +97,32 @@ async def start_check(
             'code that reads them, or set schema_check = "warn" to start anyway)',
             details={"problems": found},
         )
+    if refused:
+        raise SchemaCheckFailed(
+            f"a new version would skip or stall at events the version serving now already "
+            f"reduced ({'; '.join(refused)}); the host did not start and nothing was written "
+            '(deploy a model or upcaster that reads them, or set schema_check = "warn" to '
+            "start anyway and let the new version stall there in the shadow)",
+            details={"problems": refused},
+        )
     return results
+
+
+async def _read_by_predecessor(
+    store: HostStore, processor: StreamProcessor[Any], check: ProcessorCheck
+) -> list[str]:
+    """The problems of a new version that lie in what the serving (older) version reduced."""
+    contract = processor.contract
+    serving, _ = await store.version_rows(contract.slug, contract.version)
+    if serving is None or serving.reducer_version == contract.version:
+        return []
+    cursor = serving.reduced_through_offset
+    return [
+        f"{check.slug} v{contract.version} on {check.path} (v{serving.reducer_version} serves, "
+        f"through {cursor}): {verdict.describe(check.on_malformed)}"
+        for verdict in check.problems
+        if verdict.stored.first_offset <= cursor
+    ]
 
 
 def shown(check: ProcessorCheck) -> dict[str, Any]:

@@ -107,6 +107,7 @@ def runner_status(
         "stalled": failures.stalled,
         "stalled_at": failures.stalled_at,
         "ahead_of_code": failures.ahead_of_code,
+        "cannot_build": failures.cannot_build,
         "failures": failures.count,
         "last_error": failures.last_error,
         "skipped": sorted(runner.skipped),

@@ -104,32 +104,42 @@ def readiness(status: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         phase = row.get("phase")
         unserved = row.get("unserved")
         if phase is None:
-            if unserved:
-                rows.append(
-                    {
-                        "slug": row["slug"],
-                        "path": row["path"],
-                        "phase": "unserved",
-                        "ready": False,
-                        "why": unserved["text"],
-                    }
-                )
-            continue  # not run here
-        why = None
+            stopped = row.get("cannot_build")
+            if stopped:
+                # Its version cannot be built here (history it needs was deleted): the deploy
+                # is stuck until an operator decides, so this host is not ready for it.
+                phase, why = "cannot-build", f"cannot-build: {stopped['reason']}"
+            elif unserved:
+                phase, why = "unserved", unserved["text"]
+            else:
+                continue  # not run here, and served elsewhere
+            rows.append(
+                {
+                    "slug": row["slug"],
+                    "path": row["path"],
+                    "phase": phase,
+                    "ready": False,
+                    "why": why,
+                }
+            )
+            continue
+        reason: str | None = None
         if row.get("stalled"):
-            why = f"stalled at offset {row.get('stalled_at')}"
+            reason = f"stalled at offset {row.get('stalled_at')}"
         elif row.get("ahead_of_code"):
-            why = "stopped at a payload newer than its code"
+            reason = "stopped at a payload newer than its code"
         elif phase != "serving":
             progress = row.get("progress") or {}
-            why = f"{phase}: {progress.get('through')} of {progress.get('target')}"
+            reason = f"{phase}: {progress.get('through')} of {progress.get('target')}"
+            if progress.get("awaiting_because"):
+                reason += f" ({progress['awaiting_because']})"
         rows.append(
             {
                 "slug": row["slug"],
                 "path": row["path"],
                 "phase": phase,
-                "ready": why is None,
-                "why": why,
+                "ready": reason is None,
+                "why": reason,
             }
         )
     reachable = database.get("reachable", True)

@@ -84,8 +84,15 @@ async def test_a_run_stops_at_the_horizon_and_the_path_then_starts_after_it(
         "requested": 0,
         "start": 21,
         "archive": [],
+        "archived": [],
+        "deleted": [[1, 20]],
     }
-    assert "starts at offset 21" in refused.value.message
+    assert "starts at offset 21: of its events through 20, 1..20 was deleted;" in (
+        refused.value.message
+    )
+    assert refused.value.message.endswith(
+        "offsets 1..20 cannot be read by anyone: read after offset 20"
+    )
     page = await stream.read(20, 5)
     assert [e.offset for e in page.events] == [21, 22, 23, 24, 25]
     truncations = [e for e in (await stream.read(30, 10)).events if e.type == TRUNCATED_EVENT]
@@ -268,6 +275,19 @@ async def test_a_range_deleted_after_an_archive_is_refused_even_with_the_archive
     with pytest.raises(HistoryTruncated) as refused:
         await stream.read(4, 10, include_archive=True)
     assert refused.value.details["start"] == 8
+    # Which part was deleted and which archived, each said once, with advice that works.
+    assert (refused.value.details["deleted"], refused.value.details["archived"]) == (
+        [[5, 7]],
+        [[1, 4]],
+    )
+    message = refused.value.message
+    assert "of its events through 7, 5..7 was deleted and 1..4 is archived in" in message
+    assert message.endswith("offsets 5..7 cannot be read by anyone: read after offset 7")
+    with pytest.raises(HistoryTruncated) as refused:
+        await stream.read(0, 10)
+    assert refused.value.message.endswith(
+        "include the archive (streamkit read --include-archive), or read after offset 7"
+    )
     assert [e.offset for e in (await stream.read(7, 3)).events] == [8, 9, 10]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamkit.backends._retention_rules import RetentionFacts, horizon_in
 from streamkit.horizon import CheckpointNeed, Hold, horizon_of, needs_of
 
 PATHS = ["/", "/a", None]
@@ -84,3 +85,41 @@ def test_each_need_is_named_for_its_least_reason_and_state() -> None:
         "retain_from",
         "retired",
     )
+
+
+def test_a_need_below_the_paths_start_never_holds_the_horizon_below_it() -> None:
+    """A shadow row left at offset 0 over history that was deleted through 20: the horizon
+    stands at the path's start (21), the row is still listed, and it is what holds it."""
+    shadow = CheckpointNeed(
+        path="/",
+        slug="p",
+        version="2",
+        cursor=0,
+        state_offset=None,
+        retain_from=None,
+        serving=False,
+        retired_at=None,
+    )
+    serving = CheckpointNeed(
+        path="/",
+        slug="p",
+        version="1",
+        cursor=40,
+        state_offset=None,
+        retain_from=None,
+        serving=True,
+        retired_at=None,
+    )
+    facts = RetentionFacts(
+        heads=[("/", 40)],
+        rows=[shadow, serving],
+        holds=[],
+        running=[],
+        starts={"/": 21},
+        archived={},
+        windows={},
+    )
+    horizon = horizon_in(facts, "/", 0.0)
+    assert (horizon.start, horizon.offset) == (21, 21)
+    assert [need.name for need in horizon.needs] == ["p@2", "p@1"]
+    assert [need.name for need in horizon.held_by] == ["p@2"]

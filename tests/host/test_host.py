@@ -11,16 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from structlog.testing import capture_logs
 from support.host import Echo, Fragile, Gated, Hoarder, Lingering, Offsets, Sleeper, Tally, Typed
 from support.upcasting import TaskBoard, board_log, stored_at
 
 from streamkit import (
     LIVE_STATE_CHANGED,
+    EventDefinition,
     InvalidRequest,
     ProcessEventArgs,
     StreamProcessor,
     apply_delta,
+    define_processor_contract,
     open_log,
 )
 from streamkit.backends import host_store
@@ -765,20 +768,80 @@ async def test_the_data_check_at_start_warns_refuses_or_stays_off(
         assert await log.stream("/").head() == offsets[-1]
 
     with capture_logs() as logs:
+        # The default ("auto") warns: no other version of the board serves.
         warning = hosts(TaskBoard())
         await warning.start()
     (row,) = (await warning.status())["processors"]
     assert row["schema_check"]["ok"] is False
-    (problem,) = row["schema_check"]["problems"]
-    assert (problem["type"], problem["version"], problem["outcome"]) == ("task.created", 4, "ahead")
+    sampled, ahead = row["schema_check"]["problems"]  # in (type, version) order
+    assert (ahead["type"], ahead["version"], ahead["outcome"]) == ("task.created", 4, "ahead")
+    # The sample of each key (200 by default) found the v3 payload no release could read.
+    assert (sampled["type"], sampled["version"]) == ("task.created", 3)
+    assert "validated 3, 1 malformed: the processor would stall at" in sampled["text"]
     warned = [entry for entry in logs if entry["event"] == "host.schema_check"]
-    assert [entry["problem"] for entry in warned] == [f"task-board on /: {problem['text']}"]
+    assert sorted(entry["problem"] for entry in warned) == sorted(
+        f"task-board on /: {problem['text']}" for problem in (ahead, sampled)
+    )
     await warning.stop(grace=0.0)
+
+    cheap = hosts(TaskBoard(), config=make_config(tmp_path, schema={"sample": 0}))
+    await cheap.start()  # [schema] sample = 0: the summary alone, as before
+    (row,) = (await cheap.status())["processors"]
+    assert [problem["outcome"] for problem in row["schema_check"]["problems"]] == ["ahead"]
+    await cheap.stop(grace=0.0)
 
     off = hosts(TaskBoard(), config=make_config(tmp_path, schema_check="off"))
     await off.start()
     (row,) = (await off.status())["processors"]
     assert row["schema_check"] is None
+
+
+async def test_a_new_version_that_cannot_read_what_the_serving_one_reduced_does_not_start(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A version 2 whose model renamed a field and added a required one (same definition
+    version, so the summary alone says ok) is refused at start by the default check, which
+    samples the stored payloads; version 1 keeps serving; "warn" lets it start."""
+    db = tmp_path / "h.db"
+    serving = hosts(Typed())
+    await serving.start()
+    async with open_log(db) as log:
+        placed = await log.stream("/").append(
+            *({"type": "order", "payload": {"order": n}} for n in range(100, 139))
+        )
+    await serving.wait_until_processed("typed", placed[-1].offset)
+    await serving.stop(grace=0.0)
+
+    class Renamed(BaseModel):
+        number: int
+        currency: str
+
+    class TypedV2(Typed):
+        contract = define_processor_contract(
+            slug="typed",
+            version="2",
+            state_schema=Offsets,
+            events={"order": EventDefinition(description="an order", payload_schema=Renamed)},
+            consumes=["order"],
+        )
+
+    new = hosts(TypedV2())
+    with pytest.raises(SchemaCheckFailed) as refused:
+        await new.start()
+    message = refused.value.message
+    assert "a new version would skip or stall at events the version serving now" in message
+    assert "typed v2 on / (v1 serves, through 39): order v1: 39 events (1..39)" in message
+    assert "validated 39, 39 malformed: the processor would stall at 1" in message
+    async with open_log(db) as log:
+        store = host_store(log)
+        serving_row, own = await store.version_rows("typed", "2")
+        assert serving_row is not None
+        assert serving_row.reducer_version == "1"
+        assert own is None  # nothing was written for version 2
+    warned = hosts(TypedV2(), config=make_config(tmp_path, schema_check="warn"))
+    await warned.start()
+    (row,) = (await warned.status())["processors"]
+    assert row["schema_check"]["ok"] is False
 
 
 async def test_a_commit_during_the_data_check_at_start_is_not_a_summary_behind(

@@ -64,7 +64,8 @@ class Reads:
         )
         self._truncated = f"SELECT truncated_through FROM {s}.streamkit_heads WHERE path = %s"
         self._segment_files = (
-            f"SELECT file FROM {s}.streamkit_segments WHERE path = %s ORDER BY first_offset"
+            f"SELECT file, first_offset, last_offset FROM {s}.streamkit_segments "
+            "WHERE path = %s ORDER BY first_offset"
         )
         # The segment that may hold ``after + 1`` (segments never overlap): one index probe.
         self._segment_at = (
@@ -130,7 +131,10 @@ class Reads:
                 at = [segment_of(r) for r in conn.execute(self._segment_at, (path, after + 1))]
                 page = archive_page(at, path, after, limit, upto, types) if archive else None
                 if page is None:
-                    files = [str(r[0]) for r in conn.execute(self._segment_files, (path,))]
+                    files = [
+                        (str(r[0]), int(r[1]), int(r[2]))
+                        for r in conn.execute(self._segment_files, (path,))
+                    ]
                     raise history_truncated(path, after, through, files)
                 return page, 0
         return page_of(path, rows, after, upto, full, types), size

@@ -61,7 +61,10 @@ _KEY = (
     'k."offset" WHERE k.path = ? AND k.key = ?'
 )
 _TRUNCATED = "SELECT truncated_through FROM streamkit_heads WHERE path = ?"
-_SEGMENT_FILES = "SELECT file FROM streamkit_segments WHERE path = ? ORDER BY first_offset"
+_SEGMENT_FILES = (
+    "SELECT file, first_offset, last_offset FROM streamkit_segments WHERE path = ? "
+    "ORDER BY first_offset"
+)
 # The segment that may hold ``after + 1``: the last one starting at or before it (segments
 # never overlap). One index probe per page, however many segments the path has.
 _SEGMENT_AT = (
@@ -179,7 +182,7 @@ def check_start(
     at = [segment_of(r) for r in conn.execute(_SEGMENT_AT, (path, after + 1))]
     page = archive_page(at, path, after, limit, upto, types) if archive else None
     if page is None:
-        files = [str(r[0]) for r in conn.execute(_SEGMENT_FILES, (path,))]
+        files = [(str(r[0]), int(r[1]), int(r[2])) for r in conn.execute(_SEGMENT_FILES, (path,))]
         raise history_truncated(path, after, through, files)
     return page
 
