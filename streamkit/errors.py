@@ -12,7 +12,8 @@ written, and the way out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 __all__ = [
@@ -55,7 +56,18 @@ __all__ = [
     "UnknownOperation",
     "UntrustedSocket",
     "VersionRetired",
+    "did_you_mean",
 ]
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """``"did you mean 'x'? "`` for the closest of ``choices`` to a mistyped ``word``, else ``""``.
+
+    The one wording every refusal of an unknown name uses (config keys, processor slugs,
+    task names), so that a typo is answered the same way everywhere.
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 class StreamkitError(Exception):

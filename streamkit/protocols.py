@@ -468,9 +468,22 @@ class HostStore(Protocol):
         ...
 
     async def record_skip(
-        self, path: str, slug: str, offset: int, *, by: str, reason: str
+        self,
+        path: str,
+        slug: str,
+        offset: int,
+        *,
+        by: str,
+        reason: str,
+        ahead: bool = False,
+        stalled_at: int | None = None,
     ) -> StreamEvent:
-        """Skip ``offset`` for ``slug``: the skip event and its record in one transaction."""
+        """Skip ``offset`` for ``slug``: the skip event and its record in one transaction.
+
+        An offset other than where the processor is stalled (``stalled_at``, as its
+        host knows it; else its next event past its checkpoint) is refused unless
+        ``ahead`` says the operator means it.
+        """
         ...
 
     async def register(self, owner: str, socket: str, pid: int, now: float) -> None:

@@ -81,6 +81,7 @@ from streamkit import (
     StreamkitError,
     StreamProcessor,
 )
+from streamkit.errors import did_you_mean
 from streamkit.tracebacks import traceback_excerpt
 
 __all__ = [
@@ -308,7 +309,8 @@ class TasksProcessor(StreamProcessor[TasksState]):
                     continue
                 self._settling.add((run, "unknown"))
                 error = (
-                    f'no handler is registered for task name "{task.name}" (registered: '
+                    f'no handler is registered for task name "{task.name}" '
+                    f"({did_you_mean(task.name, self._handlers)}registered: "
                     f"{', '.join(sorted(self._handlers)) or 'none'}); the task was not run"
                 )
                 args.run_in_background(partial(self._outcomes.dead_letter, args, task, error))

@@ -223,11 +223,27 @@ class LogHostStore:
         return await self._log.query(self._rows.skips)
 
     async def record_skip(
-        self, path: str, slug: str, offset: int, *, by: str, reason: str
+        self,
+        path: str,
+        slug: str,
+        offset: int,
+        *,
+        by: str,
+        reason: str,
+        ahead: bool = False,
+        stalled_at: int | None = None,
     ) -> StreamEvent:
         """Skip ``offset`` for ``slug`` on ``path`` (the shared rules, this backend's rows)."""
         return await record_skip(
-            self._log, path, slug, offset, by=by, reason=reason, store=self._rows
+            self._log,
+            path,
+            slug,
+            offset,
+            by=by,
+            reason=reason,
+            store=self._rows,
+            ahead=ahead,
+            stalled_at=stalled_at,
         )
 
     # -- the registry -------------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 :func:`record_skip` refuses what must not be skipped (an offset with no
 durable event, a processor that never ran on the path, one already past the
-offset, a second skip of the same offset with another reason) before
-anything is written, and then appends the ``streamkit.event-skipped`` event
-with its record sealed into the same transaction. A backend supplies the
+offset, a second skip of the same offset with another reason, and an event
+other than the one the processor is stalled at unless the operator says
+``ahead``: a skip hides an event for good, so a mistyped offset must not
+hide one the processor has not even met) before anything is written, and
+then appends the ``streamkit.event-skipped`` event, naming the skipped
+event's type, with its record sealed into the same transaction. A backend supplies the
 three table operations (:class:`SkipStore`): where it keeps the records and
 the facts about processors is its own business.
 """
@@ -16,7 +19,7 @@ from typing import Any, Protocol
 from streamkit._requests import Connection
 from streamkit.errors import InvalidRequest
 from streamkit.events import MAX_OFFSET, StreamEvent
-from streamkit.log import Log
+from streamkit.log import Log, Stream
 from streamkit.skips import SKIP_EVENT
 
 __all__ = ["SkipStore", "record_skip"]
@@ -47,6 +50,8 @@ async def record_skip(
     by: str,
     reason: str,
     store: SkipStore,
+    ahead: bool = False,
+    stalled_at: int | None = None,
 ) -> StreamEvent:
     """Skip the event at ``offset`` for processor ``slug`` on ``path``; return the skip event.
 
@@ -54,8 +59,10 @@ async def record_skip(
     when the slug is empty or never ran on ``path`` here, no durable event has
     that offset, the processor's checkpoint is already past it (there is
     nothing left to skip), or it was skipped already with another ``by`` or
-    ``reason`` (the message says by whom and why). The same skip again
-    returns the event recorded the first time.
+    ``reason`` (the message says by whom and why), or when the offset is not
+    where the processor stands (``stalled_at`` as its host knows it, else the
+    first durable event past its checkpoint) and ``ahead`` is False. The same
+    skip again returns the event recorded the first time.
     """
     if isinstance(offset, bool) or not isinstance(offset, int) or not 1 <= offset <= MAX_OFFSET:
         raise InvalidRequest(
@@ -109,7 +116,16 @@ async def record_skip(
             f"{offset}; there is nothing to skip and nothing was written",
             details={"path": path, "slug": slug, "offset": offset, "cursor": checkpoint},
         )
-    payload: dict[str, Any] = {"slug": slug, "offset": offset, "by": by, "reason": reason}
+    skipped = page.events[0]
+    if not ahead:
+        await _refuse_unless_where_it_stands(stream, slug, skipped, checkpoint, stalled_at)
+    payload: dict[str, Any] = {
+        "slug": slug,
+        "offset": offset,
+        "type": skipped.type,
+        "by": by,
+        "reason": reason,
+    }
 
     def seal(conn: Connection, events: list[StreamEvent]) -> None:
         store.insert(conn, path, slug, offset, events[0].offset)
@@ -122,6 +138,34 @@ async def record_skip(
             "idempotency_key": f"{SKIP_EVENT}/{slug}@{offset}",
         },
         seal,
+    )
+
+
+async def _refuse_unless_where_it_stands(
+    stream: Stream, slug: str, skipped: StreamEvent, checkpoint: int | None, stalled_at: int | None
+) -> None:
+    """InvalidRequest unless ``skipped`` is the event the processor stands at."""
+    if stalled_at is not None:
+        stands, how = stalled_at, "is stalled at"
+    else:
+        after = await stream.read(checkpoint or 0, 1)
+        if not after.events:
+            return  # nothing past its checkpoint to compare with: the checks above hold
+        stands, how = after.events[0].offset, "stands at its next event,"
+    if skipped.offset == stands:
+        return
+    raise InvalidRequest(
+        f"processor {slug!r} {how} offset {stands}, not {skipped.offset} (a "
+        f"{skipped.type!r} event): a skip hides that event from it for good, so skipping an "
+        'event other than the one it stands at needs --ahead ("ahead": true over HTTP); '
+        "nothing was written",
+        details={
+            "slug": slug,
+            "offset": skipped.offset,
+            "type": skipped.type,
+            "stands_at": stands,
+            "reason": "not_where_it_stands",
+        },
     )
 
 

@@ -294,11 +294,10 @@ def _phase_text(row: dict[str, Any]) -> str:
     """``rebuilding 120,000/300,000 at 95,000 ev/s, eta 2 s`` (or ``catching-up ...``)."""
     progress = row.get("progress") or {}
     if row["phase"] == "awaiting-cutover":
-        held = progress.get("awaiting_because")
         return (
             f"awaiting-cutover at {progress.get('through', 0):,} (built; version "
             f"{row.get('serving_version')} serves; `streamkit processor cutover "
-            f"{row['slug']}` switches)" + (f" HELD: {held}" if held else "")
+            f"{row['slug']}` switches)"
         )
     text = f"{row['phase']} {progress.get('through', 0):,}/{progress.get('target', 0):,}"
     rate = progress.get("events_per_second")
@@ -445,6 +444,12 @@ def add_skip(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--path", help="the stream path (default: the host's; / without a host)")
     p.add_argument("--by", help="who decided (default: user@hostname)")
     p.add_argument("--reason", default="", help="why, for the record")
+    p.add_argument(
+        "--ahead",
+        action="store_true",
+        help="skip an event other than the one the processor is stalled at (its next event "
+        "when it is not stalled): refused without it",
+    )
     add_socket_flag(p)
     p.add_argument("--json", action="store_true", help="print the skip event as JSON")
     p.set_defaults(handler=_cmd_skip)
@@ -462,6 +467,7 @@ def _cmd_skip(args: argparse.Namespace, out: TextIO) -> int:
             by=by,
             reason=args.reason,
             path=args.path,
+            ahead=args.ahead,
             db=served(args),
         )
         event = StreamEvent(**data)
@@ -470,14 +476,21 @@ def _cmd_skip(args: argparse.Namespace, out: TextIO) -> int:
         async def run() -> StreamEvent:
             async with existing_log(args.db) as log:
                 return await host_store(log).record_skip(
-                    args.path or "/", args.slug, args.offset, by=by, reason=args.reason
+                    args.path or "/",
+                    args.slug,
+                    args.offset,
+                    by=by,
+                    reason=args.reason,
+                    ahead=args.ahead,
                 )
 
         event = asyncio.run(run())
     if args.json:
         emit(event, args, out)
     else:
+        payload = event.payload if isinstance(event.payload, dict) else {}
         out.write(
-            f"skipped offset {args.offset} for {args.slug} (recorded at offset {event.offset})\n"
+            f"skipped offset {args.offset} ({payload.get('type')}) for {args.slug} (recorded "
+            f"at offset {event.offset})\n"
         )
     return 0

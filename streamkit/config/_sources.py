@@ -9,7 +9,6 @@ relative flags against the current one. Every pydantic refusal becomes a line
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from streamkit.config._settings import (
     DEFAULT_CONFIG_NAME,
     HostConfig,
 )
-from streamkit.errors import InvalidConfig, LogOpenError
+from streamkit.errors import InvalidConfig, LogOpenError, did_you_mean
 
 __all__ = [
     "add_host_arguments",
@@ -308,9 +307,7 @@ def _describe(error: Mapping[str, Any], origins: Mapping[str, str]) -> tuple[str
     elif kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
         problem = f"unknown key {str(loc[-1])!r}"
-        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        fix = f"{hint}remove it or use one of: {', '.join(allowed)}"
+        fix = f"{did_you_mean(str(loc[-1]), allowed)}remove it or use one of: {', '.join(allowed)}"
     elif kind == "missing":
         problem = "this required key is missing"
         fix = f"add {loc[-1]} = ..." if loc else "add it"

@@ -231,7 +231,6 @@ class ProcessorEngine(Generic[S]):
             yielding=lambda: self._yielding,
             latched=lambda: self._latched,
             resume=self._resume,
-            skipped=lambda: (self._fold.malformed, self._fold.reduce_failures),
         )
         # Without an overridden process_event there are no effects to run, so
         # the batch loop skips building their arguments altogether.

@@ -44,6 +44,7 @@ from streamkit.contract import (
     check_on_reduce_error,
     failure_choice,
 )
+from streamkit.engine._incident_log import IncidentLog
 from streamkit.errors import PayloadMalformed, ReduceFailed, SchemaAhead, StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
@@ -120,6 +121,7 @@ class Fold(Generic[S]):
 
     __slots__ = (
         "_contract",
+        "_incidents",
         "_malformed_kinds",
         "_on_error",
         "_on_malformed",
@@ -177,6 +179,8 @@ class Fold(Generic[S]):
         self._malformed_kinds: dict[tuple[str, int], list[int]] = {}
         # Events an upcaster dropped (DROP): counted, never silent.
         self.dropped = 0
+        # Skipped events (under "skip") are logged one line per kind per interval.
+        self._incidents = IncidentLog(self._report_skipped)
         # Why the fold stopped before an event (a payload newer than the code, one
         # that does not validate, or a reduce that raised, under "stall"); nothing
         # after it is folded by this fold.
@@ -349,6 +353,9 @@ class Fold(Generic[S]):
                 state = next_state
         return state, folded
 
+    def _report_skipped(self, exc: BaseException, *, what: str, **fields: Any) -> None:
+        report(what, exc, slug=self._slug, **fields)
+
     @property
     def stopped_at(self) -> int | None:
         """The offset of the event the fold stopped before, or None."""
@@ -398,16 +405,25 @@ class Fold(Generic[S]):
         if self._on_error is not None:
             self._on_error(exc)
         stall = self._on_malformed == "stall"
-        report(
-            "processor.payload_malformed",
-            exc,
-            slug=self._slug,
-            offset=event.offset,
-            type=event.type,
-            version=event.payload_version,
-            detail="the processor stalls before it" if stall else "skipped for reduce and effects",
-        )
-        if stall:
+        if not stall:
+            self._incidents.skipped(
+                ("malformed", event.type, event.payload_version),
+                event.offset,
+                exc,
+                what="processor.payload_malformed",
+                type=event.type,
+                version=event.payload_version,
+            )
+        else:
+            report(
+                "processor.payload_malformed",
+                exc,
+                slug=self._slug,
+                offset=event.offset,
+                type=event.type,
+                version=event.payload_version,
+                detail="the processor stalls before it",
+            )
             self.stopped = PayloadMalformed(
                 f'processor "{self._slug}" stopped before offset {event.offset}: its '
                 f'"{event.type}" payload (version {event.payload_version}) does not validate '
@@ -440,15 +456,23 @@ class Fold(Generic[S]):
         if self._on_error is not None:
             self._on_error(exc)
         stall = self._on_reduce_error == "stall"
-        report(
-            "processor.reduce_failed",
-            exc,
-            slug=self._slug,
-            offset=event.offset,
-            type=event.type,
-            detail="the processor stalls before it" if stall else "skipped: previous state kept",
-        )
-        if stall:
+        if not stall:
+            self._incidents.skipped(
+                ("reduce", event.type),
+                event.offset,
+                exc,
+                what="processor.reduce_failed",
+                type=event.type,
+            )
+        else:
+            report(
+                "processor.reduce_failed",
+                exc,
+                slug=self._slug,
+                offset=event.offset,
+                type=event.type,
+                detail="the processor stalls before it",
+            )
             self.stopped = ReduceFailed(
                 f'processor "{self._slug}" stopped before offset {event.offset}: its reduce '
                 f'raised on the "{event.type}" event ({type(exc).__name__}: '

@@ -62,8 +62,6 @@ class Rebuild:
         self.events = 0
         self.waiting = False
         """Built, and holding at the serving cursor for an operator's cutover (manual mode)."""
-        self.held_because: str | None = None
-        """Why an automatic cutover holds for an operator (the build skipped events), if it does."""
         self._started = time.monotonic()
         self._logged = self._started
         self._saved = self._started
@@ -90,20 +88,14 @@ class Rebuild:
             self._logged = now
             _log.info("processor.rebuild.progress", slug=self.slug, **self.snapshot(now))
 
-    def wait_for_cutover(self, reason: str | None = None) -> None:
-        """Built up to the serving cursor: it follows it now until an operator cuts over.
-
-        ``reason`` says why an automatic cutover holds (the build skipped events): the
-        line is then a warning, and the snapshot carries it.
-        """
+    def wait_for_cutover(self) -> None:
+        """Built up to the serving cursor: it follows it now until an operator cuts over."""
         self.waiting = True
-        self.held_because = reason
-        (_log.warning if reason else _log.info)(
+        _log.info(
             "processor.cutover.waiting",
             slug=self.slug,
             version=self.version,
             through=self.through,
-            reason=reason,
             detail="built in the shadow; it follows the serving version until an operator "
             "runs `streamkit processor cutover`",
         )
@@ -128,5 +120,4 @@ class Rebuild:
             "eta_seconds": round(left / rate, 1) if rate and self.through else None,
             "gave_way_seconds": round(self.turns.waited, 3),
             "awaiting_cutover": self.waiting,
-            "awaiting_because": self.held_because,
         }

@@ -16,11 +16,6 @@ cuts over (:meth:`ShadowBuild.build`). The guarantees:
   cutover writes it where it stands.
 - An operator who asked for a manual cutover gets its offset, or the error
   that ended the attempt (:class:`~._cutover_gate.CutoverGate`).
-- An automatic cutover never makes things worse unseen: a build that
-  skipped events (payloads it could not read, reduces that raised, under a
-  processor's ``"skip"``) holds at the serving cursor as a manual one does,
-  awaiting-cutover with the reason, until an operator cuts over by hand. (A
-  build that stalls never gets this far.)
 
 The part owns what only this work needs: where the build must reach, the
 build under way (a :class:`~._rebuild.Rebuild`, what ``statistics()``
@@ -75,7 +70,6 @@ class ShadowBuild(Generic[S]):
         yielding: Callable[[], bool],
         latched: Callable[[], StreamkitError | None],
         resume: Callable[[int, S], None],
-        skipped: Callable[[], tuple[int, int]] = lambda: (0, 0),
     ) -> None:
         self._slug = slug
         self._version = version
@@ -86,7 +80,6 @@ class ShadowBuild(Generic[S]):
         self._yielding = yielding
         self._latched = latched
         self._resume = resume
-        self._skipped = skipped
         self.stale_through: int | None = None
         """The serving cursor to build up to (None: this version serves; known once restored)."""
         self.rebuild: Rebuild | None = None
@@ -114,7 +107,6 @@ class ShadowBuild(Generic[S]):
             return None
         rebuild = self.rebuild = Rebuild(self._slug, self._version, target, cursor, self._give_way)
         checkpoints, gate, pages, resume = self._checkpoints, self._gate, self._pages, self._resume
-        skipped_before = self._skipped()
 
         async def save(through: int, reduced: S) -> None:
             if rebuild.checkpoint_due():
@@ -125,9 +117,8 @@ class ShadowBuild(Generic[S]):
             state, folded = await pages.replay(
                 state, cursor, target, PAGE_SIZE, rebuild.advanced, save, turns=rebuild.turns
             )
-            held = None if gate.manual else self._held_because(skipped_before)
-            if gate.manual or held is not None:
-                state, target, more = await self._follow_serving(rebuild, state, target, save, held)
+            if gate.manual:
+                state, target, more = await self._follow_serving(rebuild, state, target, save)
                 folded += more
                 if not gate.asked:
                     return None  # stopping or handing off: the shadow's row is written
@@ -156,7 +147,6 @@ class ShadowBuild(Generic[S]):
         state: S,
         target: int,
         save: Callable[[int, S], Awaitable[None]],
-        held: str | None = None,
     ) -> tuple[S, int, int]:
         """Hold at the serving cursor until an operator asks for the cutover (manual mode).
 
@@ -171,7 +161,7 @@ class ShadowBuild(Generic[S]):
         """
         gate, checkpoints = self._gate, self._checkpoints
         gate.waiting = True
-        rebuild.wait_for_cutover(held)
+        rebuild.wait_for_cutover()
         # Built: its row now, so the comparison shows its state at once and a crash
         # resumes here.
         await checkpoints.write_state(target, state)
@@ -191,26 +181,13 @@ class ShadowBuild(Generic[S]):
                 folded += more
         return state, target, folded
 
-    def _held_because(self, before: tuple[int, int]) -> str | None:
-        """Why an automatic cutover must wait for an operator: the events this build skipped."""
-        malformed, failed = (now - then for now, then in zip(self._skipped(), before, strict=True))
-        if not malformed and not failed:
-            return None
-        return (
-            f"version {self._version} skipped {malformed} malformed payload(s) and {failed} "
-            "event(s) its reduce raised on while it built: cutting over would serve a state "
-            "without them, so it waits; `streamkit processor versions "
-            f"{self._slug}` compares the states, `streamkit processor cutover {self._slug}` "
-            "switches anyway"
-        )
-
     def ask(self, loaded: bool) -> asyncio.Future[int]:
         """An operator's request for a manual cutover; the future gets its offset.
 
         InvalidRequest (nothing done) when the cutover is automatic, or when
         this version serves already (``loaded``: the checkpoints were read).
         """
-        if not self._gate.manual and not self._gate.waiting:
+        if not self._gate.manual:
             raise InvalidRequest(
                 f"processor {self._slug!r} version {self._version}: its cutover is automatic "
                 '(as soon as it is caught up); nothing was done; set cutover = "manual" to '

@@ -78,7 +78,14 @@ class ServedHost(Protocol):
     def follow(self, path: str, after_offset: int = 0) -> AsyncIterator[StreamEvent]: ...
 
     async def skip(
-        self, slug: str, offset: int, *, by: str, reason: str, path: str | None = None
+        self,
+        slug: str,
+        offset: int,
+        *,
+        by: str,
+        reason: str,
+        path: str | None = None,
+        ahead: bool = False,
     ) -> StreamEvent: ...
 
     async def status(self) -> dict[str, Any]: ...
@@ -138,6 +145,8 @@ class SkipArgs(SlugArgs):
     offset: int = Field(ge=1, le=MAX_OFFSET)
     by: str = Field(min_length=1, max_length=256)
     reason: str = Field(default="", max_length=4096)
+    ahead: bool = False
+    """Skip an event other than the one the processor is stalled at, on purpose."""
 
 
 class CutoverArgs(SlugArgs):
@@ -206,7 +215,12 @@ class HostControlHandler:
             return await host.cut_over(args.slug, args.path, timeout=args.within)
         if isinstance(args, SkipArgs):
             event = await host.skip(
-                args.slug, args.offset, by=args.by, reason=args.reason, path=args.path
+                args.slug,
+                args.offset,
+                by=args.by,
+                reason=args.reason,
+                path=args.path,
+                ahead=args.ahead,
             )
             return event.to_dict()
         if isinstance(args, RollbackArgs):

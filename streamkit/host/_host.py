@@ -77,6 +77,7 @@ from streamkit.errors import (
     NotFound,
     SlowConsumer,
     StreamkitError,
+    did_you_mean,
 )
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.host._alarm import Alarm
@@ -444,9 +445,14 @@ class ProcessorHost:
         found = [r for r in self.runners if r.slug == slug and (path is None or r.path == path)]
         if len(found) != 1:
             known = ", ".join(f"{r.slug}@{r.path}" for r in self.runners) or "none"
-            why = "is not run by this host" if not found else "runs on several paths; name one"
+            why = (
+                f"is not run by this host ({did_you_mean(slug, (r.slug for r in self.runners))}"
+                f"this host runs: {known})"
+                if not found
+                else f"runs on several paths; name one (this host runs: {known})"
+            )
             raise InvalidRequest(
-                f"processor {slug!r} {why} (this host runs: {known}); nothing was done",
+                f"processor {slug!r} {why}; nothing was done",
                 details={"slug": slug, "path": path},
             )
         return found[0]
@@ -739,12 +745,30 @@ class ProcessorHost:
         return {"slug": runner.slug, "version": to, "serving_version": serving.reducer_version}
 
     async def skip(
-        self, slug: str, offset: int, *, by: str, reason: str, path: str | None = None
+        self,
+        slug: str,
+        offset: int,
+        *,
+        by: str,
+        reason: str,
+        path: str | None = None,
+        ahead: bool = False,
     ) -> StreamEvent:
-        """Move ``slug`` past the event at ``offset``; the decision is a durable skip event."""
+        """Move ``slug`` past the event at ``offset``; the decision is a durable skip event.
+
+        Refused (nothing written) for an offset other than the one the processor is
+        stalled at here (or, when it is not stalled, its next event), unless ``ahead``.
+        """
         runner = self.runner(slug, path)
+        failures = runner.failures
         event = await self._require_store().record_skip(
-            runner.path, slug, offset, by=by, reason=reason
+            runner.path,
+            slug,
+            offset,
+            by=by,
+            reason=reason,
+            ahead=ahead,
+            stalled_at=failures.stalled_at if failures.stalled else None,
         )
         runner.skip(offset, by=by, recorded_at=event.offset, reason=reason)
         return event

@@ -307,14 +307,30 @@ class ProcessorRunner:
         engine.abort(reason)
         if error is not None:
             self.failures.keep(error.message, error.code, None, engine.cursor)
-            _log.warning(
+            successor = await self._cut_over_to()
+            # A cutover fences the version it replaces: in a rolling deploy that is the
+            # plan, not a fault, so it is said at info with the version that took over.
+            (_log.warning if successor is None else _log.info)(
                 "lease.lost",
                 slug=self.slug,
                 path=self.path,
                 cursor=engine.cursor,
                 error=error.message,
+                cut_over_to=successor,
             )
         await engine.aclose(0.0)
+
+    async def _cut_over_to(self) -> str | None:
+        """The version a cutover replaced this one with, if that is why its lease went."""
+        if self.role.shadow:
+            return None
+        try:
+            serving, _ = await self._store.version_rows(self.slug, self.version)
+        except Exception:  # the database may be why the lease went: then it is a warning
+            return None
+        if serving is None or serving.reducer_version == self.version:
+            return None
+        return serving.reducer_version
 
     async def hand_off(self, grace: float) -> HeldLease | None:
         """Stop running here after the item in flight, so another host can take over.

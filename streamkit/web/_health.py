@@ -131,8 +131,6 @@ def readiness(status: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         elif phase != "serving":
             progress = row.get("progress") or {}
             reason = f"{phase}: {progress.get('through')} of {progress.get('target')}"
-            if progress.get("awaiting_because"):
-                reason += f" ({progress['awaiting_because']})"
         rows.append(
             {
                 "slug": row["slug"],

@@ -344,7 +344,15 @@ class Endpoints:
                 "and by a string; nothing was written",
                 details={},
             )
-        event = await self._host.skip(runner.slug, offset, by=by, reason=reason, path=runner.path)
+        ahead = body.get("ahead", False)
+        if not isinstance(ahead, bool):
+            raise InvalidRequest(
+                f"ahead must be true or false, got {ahead!r}; nothing was written",
+                details={"ahead": repr(ahead)[:100]},
+            )
+        event = await self._host.skip(
+            runner.slug, offset, by=by, reason=reason, path=runner.path, ahead=ahead
+        )
         return JSONResponse({"event": event.to_dict()}, status_code=201)
 
     async def versions(self, request: Request) -> Response:

@@ -32,6 +32,7 @@ from streamkit import (
     apply_delta,
     define_processor_contract,
 )
+from streamkit.engine._incident_log import EVERY, IncidentLog
 from streamkit.processor import ProcessEventArgs
 
 # -- payloads ---------------------------------------------------------------------------
@@ -572,3 +573,35 @@ async def test_the_default_engine_publishes_every_batch(rig: Rig) -> None:
         await settle()
     assert len(rig.deltas()) == 2
     assert processor.projections == 3  # the seed at load, then one per batch
+
+
+def test_skipped_payloads_are_logged_once_per_kind_per_interval() -> None:
+    """Under "skip", a thousand malformed payloads of one kind are one log line (the first,
+    with its traceback) until the interval passes; the next line says how many since."""
+    now = [0.0]
+    lines: list[dict[str, Any]] = []
+    incidents = IncidentLog(
+        lambda exc, **fields: lines.append({"exc": exc, **fields}), clock=lambda: now[0]
+    )
+    for offset in range(1, 1001):
+        incidents.skipped(("malformed", "order", 1), offset, ValueError("bad"), type="order")
+    incidents.skipped(("malformed", "order", 2), 1001, ValueError("bad"), type="order")
+    assert [(line["offset"], line["skipped"]) for line in lines] == [(1, 1), (1001, 1)]
+    now[0] = EVERY
+    incidents.skipped(("malformed", "order", 1), 1002, ValueError("bad"), type="order")
+    assert (lines[-1]["skipped"], lines[-1]["first_offsets"]) == (1000, [2, 3, 4, 5, 6])
+
+
+async def test_a_skipping_engine_logs_a_thousand_malformed_payloads_as_one_line(
+    rig: Rig,
+) -> None:
+    """The engine's own fold: every skipped payload counted in statistics, one line logged."""
+    engine = rig.engine(SkippingRecorder())
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(
+            *({"type": "item.added", "payload": {"n": "x"}} for _ in range(1000))
+        )
+        await settle()
+    assert engine.statistics().malformed_payloads == 1000
+    (line,) = [e for e in logs if e["event"] == "processor.payload_malformed"]
+    assert (line["offset"], line["skipped"], line["type"]) == (1, 1, "item.added")

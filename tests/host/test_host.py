@@ -593,6 +593,7 @@ async def test_failing_batch_backs_off_stalls_and_skip_moves_on(
     assert skip.payload == {
         "slug": "fragile",
         "offset": poison,
+        "type": "item",  # the skip names the event it hides
         "by": "tester",
         "reason": "bad payload",
     }
@@ -1222,3 +1223,45 @@ async def test_a_state_that_outgrows_the_ceiling_is_reported_stalled_at_that_eve
     assert row["stalled_at"] == offsets[-1]
     assert "REDUCE_CHECKPOINT_TOO_LARGE" in str(row["last_error"])
     assert row["cursor"] == offsets[-2]
+
+
+async def test_a_skip_of_another_event_than_the_stalled_one_needs_ahead(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """A processor stalled at one event: a skip of a later one is refused, nothing written,
+    naming both; with ahead it is recorded, and names the event it hides."""
+    db = tmp_path / "h.db"
+    host = hosts(Fragile())
+    await host.start()
+    offsets = await items(db, 1)
+    poison = (await items(db, 1, boom=True))[0]
+    later = (await items(db, 1))[0]
+    await host.wait_until_processed("fragile", offsets[-1])
+    runner = host.runner("fragile")
+    for _ in range(500):
+        if runner.failures.stalled:
+            break
+        await asyncio.sleep(0.01)
+    assert runner.failures.stalled_at == poison
+    async with open_log(db) as log:
+        head = await log.stream("/").head()
+    with pytest.raises(InvalidRequest) as refused:
+        await host.skip("fragile", later, by="ops", reason="typo")
+    assert refused.value.details["reason"] == "not_where_it_stands"
+    assert f"is stalled at offset {poison}, not {later} (a 'item' event)" in str(refused.value)
+    assert "needs --ahead" in str(refused.value)
+    async with open_log(db) as log:
+        assert await log.stream("/").head() == head  # nothing was written
+    skip = await host.skip("fragile", later, by="ops", reason="on purpose", ahead=True)
+    assert (skip.payload["offset"], skip.payload["type"]) == (later, "item")
+
+
+async def test_an_unknown_slug_is_answered_with_the_closest_one(hosts: HostFactory) -> None:
+    """A mistyped processor slug is refused naming the slug it probably meant."""
+    host = hosts(Tally())
+    await host.start()
+    with pytest.raises(InvalidRequest) as refused:
+        host.runner("taly")
+    assert "processor 'taly' is not run by this host (did you mean 'tally'? this host runs: " in (
+        str(refused.value)
+    )

@@ -160,13 +160,19 @@ def test_skip_without_a_host_records_once(tmp_path: Path) -> None:
             "tally", reducer_version="1", reduced_through_offset=0, state_json=None
         )
     argv = ("skip", "tally", "--db", db, "--offset", "1", "--by", "ops", "--reason", "bad")
-    expected = (0, "skipped offset 1 for tally (recorded at offset 2)\n")
+    expected = (0, "skipped offset 1 (item) for tally (recorded at offset 2)\n")
     assert run(*argv) == expected
     assert run(*argv) == expected
     _, out = run("read", "--db", db, "--json")
     events = [json.loads(line) for line in out.splitlines()]
     assert [e["type"] for e in events] == ["item", "streamkit.event-skipped"]
-    assert events[1]["payload"] == {"slug": "tally", "offset": 1, "by": "ops", "reason": "bad"}
+    assert events[1]["payload"] == {
+        "slug": "tally",
+        "offset": 1,
+        "type": "item",
+        "by": "ops",
+        "reason": "bad",
+    }
 
 
 @pytest.mark.parametrize(
@@ -259,7 +265,7 @@ async def test_commands_go_through_a_running_host(host: ProcessorHost) -> None:
     code, out = await cli("status", "--db", db)
     assert f"STALLED at offset {poison}" in out
     code, out = await cli("skip", "fragile", "--db", db, "--offset", str(poison), "--by", "me")
-    assert (code, out.startswith(f"skipped offset {poison} for fragile")) == (0, True)
+    assert (code, out.startswith(f"skipped offset {poison} (item) for fragile")) == (0, True)
     await until(lambda: not runner.failures.stalled)
     assert poison in runner.skipped
 

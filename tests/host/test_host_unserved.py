@@ -1,5 +1,7 @@
 """A processor no live host serves is seen: status, /readyz and the metric say so.
 
+(Also: the lease the old version loses at the cutover is logged at info, not as a fault.)
+
 Host ``a`` runs version 1 of a processor, host ``b`` version 2; ``b``
 builds in the shadow and cuts over, so ``a`` stands aside (retired). When
 ``b`` stops, nothing processes the path: ``a`` must not answer ready with
@@ -17,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 from support.backends import BACKENDS, Target
 from support.host import Effector, EffectorV2
 
@@ -70,13 +73,17 @@ async def test_a_host_left_with_a_retired_version_says_nothing_serves_the_proces
         async with open_log(target.target) as log:
             await log.stream("/").append(*({"type": "item", "payload": {"n": 1}} for _ in range(5)))
         await old.wait_until_processed("effector", 5, timeout=30)
-        await new.start()
-        await new.wait_until_processed("effector", 5, timeout=30)
+        with capture_logs() as logs:
+            await new.start()
+            await new.wait_until_processed("effector", 5, timeout=30)
 
-        async def retired() -> bool:
-            return old.runner("effector").state == "retired"
+            async def retired() -> bool:
+                return old.runner("effector").state == "retired"
 
-        await until(retired)
+            await until(retired)
+        # The fence a rolling deploy expects is said at info, naming the version that took over.
+        (lost,) = [e for e in logs if e["event"] == "lease.lost"]
+        assert (lost["log_level"], lost["cut_over_to"]) == ("info", "2")
         row = (await old.status())["processors"][0]
         assert row["unserved"] is None  # b serves version 2
         assert readiness(await old.status())[0]

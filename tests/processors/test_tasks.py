@@ -504,14 +504,21 @@ async def test_a_handler_failure_keeps_its_traceback_in_the_event_the_dlq_and_th
 
 async def test_unknown_handler_dead_letters_without_an_attempt(rig: Rig) -> None:
     """A task naming no registered handler is dead-lettered at once, never retried."""
-    rig.start(TasksProcessor(handlers={}, clock=rig.clock))
-    await rig.stream.append(task_requested_event(task_id="t", name="nope", max_attempts=5))
+
+    async def send_invoice(args: dict[str, Any], ctx: TaskContext) -> None:
+        return None
+
+    rig.start(TasksProcessor(handlers={"send-invoice": send_invoice}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t", name="send-invoce", max_attempts=5))
     await until(lambda: TASK_DEAD_LETTERED in rig.types())
     await settle()
     assert rig.types() == ["task.requested", TASK_DEAD_LETTERED, DEAD_LETTERED]
     (dead,) = rig.of_type(TASK_DEAD_LETTERED)
     assert dead["attempts"] == 0
-    assert 'no handler is registered for task name "nope"' in dead["error"]
+    assert (
+        'no handler is registered for task name "send-invoce" (did you mean '
+        "'send-invoice'? registered: send-invoice)"
+    ) in dead["error"]
 
 
 async def test_crash_mid_attempt_is_counted_failed_and_retried(rig: Rig) -> None:
