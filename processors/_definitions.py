@@ -9,12 +9,13 @@ tasks, DLQ and notification catalogs all build their definitions here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
-from streamkit import EventDefinition, Upcaster
+from streamkit import EventDefinition, ProcessorContract, Upcaster
 
-__all__ = ["definition"]
+__all__ = ["definition", "named_input"]
 
 
 def definition(
@@ -31,3 +32,19 @@ def definition(
         version=version,
         upcasters=upcasters or {},
     )
+
+
+def named_input(contract: ProcessorContract[Any], etype: str, body: BaseModel) -> dict[str, Any]:
+    """The event input of ``body`` as ``etype``, naming the payload version ``body`` is of.
+
+    The client helpers name it always: during a rolling deploy a host of the
+    next release reads a named old payload through its upcasters, where an
+    unnamed one would be taken for its current shape.
+    """
+    definition = contract.definition_for(etype)
+    assert definition is not None, f"{contract.slug} defines no {etype}"
+    return {
+        "type": etype,
+        "payload": body.model_dump(mode="json"),
+        "payload_version": definition.version,
+    }

@@ -12,7 +12,11 @@ it knows through :meth:`EventCatalog.admit` before anything is written:
   definition's version (so a producer that forgot the version cannot have
   its current-shape payload lifted again as an old one); where the
   definitions of its type disagree on that version, it must name one (an
-  event under a type's former name is of an old shape: unnamed, version 1);
+  event under a type's former name is of an old shape: unnamed, version 1).
+  During a rolling deploy old producers still send the old shape unnamed: a
+  catalog made with ``unversioned=N`` (a host's ``[schema] unversioned``)
+  reads an unnamed payload as version N instead (or the type's current
+  version, where that is older), lifting it like any named old one;
 - one that names an older version is lifted through the upcasters and must
   validate at the end (a version a retired type's DROP ends at is refused:
   no reader would ever see it);
@@ -59,7 +63,9 @@ class EventCatalog:
 
     __slots__ = ("_kinds", "_readers")
 
-    def __init__(self, contracts: Iterable[ProcessorContract[Any]]) -> None:
+    def __init__(
+        self, contracts: Iterable[ProcessorContract[Any]], *, unversioned: int | None = None
+    ) -> None:
         readers: dict[str, list[tuple[str, EventDefinition]]] = {}
 
         def add(stored: str, current: str, definition: EventDefinition) -> None:
@@ -77,10 +83,25 @@ class EventCatalog:
                 assert definition is not None  # a rename belongs to a definition
                 add(old, current, definition)
         self._readers = readers
-        self._kinds = {stored: _Kind(stored, known) for stored, known in readers.items()}
+        self._kinds = {
+            stored: _Kind(stored, known, unversioned) for stored, known in readers.items()
+        }
 
     def __bool__(self) -> bool:
         return bool(self._readers)
+
+    def stamp(self, event: PreparedEvent) -> None:
+        """Name the version of an event that names none, as :meth:`admit` does, checking nothing.
+
+        What the test helpers do to their inputs (``reduce_processor``,
+        ``memory_stream``), so a test reads an unnamed payload as a host stores it,
+        while a malformed one still reaches the fold as a stored one would.
+        """
+        kind = self._kinds.get(event.type)
+        if kind is None or event.version_named or kind.unnamed is None:
+            return
+        event.payload_version = kind.unnamed
+        event.version_named = True
 
     def admit(self, events: list[PreparedEvent]) -> list[PreparedEvent]:
         """``events``, each of a known type checked and stamped (see the module); raise to refuse.
@@ -186,14 +207,21 @@ class _Kind:
 
     __slots__ = ("current", "readers", "unnamed", "validators")
 
-    def __init__(self, stored: str, readers: list[tuple[str, EventDefinition]]) -> None:
+    def __init__(
+        self, stored: str, readers: list[tuple[str, EventDefinition]], unversioned: int | None
+    ) -> None:
         self.readers = readers
         # Under a former name an event is of an old shape: unnamed, it is version 1, as a
         # stored event without a version reads. None: the definitions disagree.
         own = {d.version for current, d in readers if current == stored}
-        self.unnamed: int | None = (own.pop() if own else 1) if len(own) <= 1 else None
+        current: int | None = (own.pop() if own else 1) if len(own) <= 1 else None
         # The fast path: every reader reads this name, at one version, with no lifting.
-        self.current = self.unnamed
+        self.current = current
+        # What an unnamed payload is read as: the current version, or the host's word for
+        # producers of an older release (never newer than the current version).
+        self.unnamed = (
+            current if unversioned is None or current is None else min(unversioned, current)
+        )
         plain = all(current == stored and d.version == self.unnamed for current, d in readers)
         self.validators: tuple[Callable[[str], Any], ...] = (
             tuple(d.payload_schema.__pydantic_validator__.validate_json for _, d in readers)

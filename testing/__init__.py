@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from streamkit.testing._memory import MemoryStorage, MemoryStream, memory_storage, memory_stream
 
+from streamkit.catalog import EventCatalog
 from streamkit.engine import Fold
 from streamkit.errors import InvalidEvent
 from streamkit.events import EventInput, StreamEvent, format_timestamp, prepare_event
@@ -49,6 +50,7 @@ def reduce_processor(
     inputs: Iterable[StreamEvent | EventInput | Mapping[str, Any]],
     *,
     clock: Clock | None = None,
+    unversioned: int | None = None,
 ) -> S:
     """Fold ``inputs`` through ``processor.reduce`` exactly as the engine does; return the state.
 
@@ -66,6 +68,11 @@ def reduce_processor(
     committed :class:`~streamkit.events.StreamEvent` inputs keep their own.
     No effects run.
 
+    An input that names no ``payload_version``, of a type the contract defines,
+    is stamped with the definition's current version, as a host's log stamps
+    it (``unversioned=N`` reads it as version N instead, as a host set to
+    ``[schema] unversioned = N`` does); one that names a version keeps it.
+
     Each input is stamped ``created_at`` by ``clock`` (epoch seconds), read as
     it is prepared; the default is a fresh :class:`ManualClock`, the instant the
     ``streamkit_clock`` fixture starts at. A mapping input may carry its own
@@ -73,6 +80,7 @@ def reduce_processor(
     log's ISO text), which is kept.
     """
     read_clock = ManualClock() if clock is None else clock
+    catalog = EventCatalog([processor.contract], unversioned=unversioned)
     events = []
     for index, item in enumerate(inputs):
         if isinstance(item, StreamEvent):
@@ -82,8 +90,10 @@ def reduce_processor(
         if isinstance(item, Mapping) and "created_at" in item:
             created_at = _timestamp(index, item["created_at"])
             item = {key: value for key, value in item.items() if key != "created_at"}
+        prepared = prepare_event(item, index)
+        catalog.stamp(prepared)
         events.append(
-            prepare_event(item, index).decoded(
+            prepared.decoded(
                 path="/",
                 offset=index + 1,
                 created_at=format_timestamp(read_clock()) if created_at is None else created_at,

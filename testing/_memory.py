@@ -19,13 +19,14 @@ import bisect
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from streamkit import ReduceCheckpointTable
+from streamkit import ProcessorContract, ProcessorEngine, ReduceCheckpointTable
+from streamkit.catalog import EventCatalog
 from streamkit.errors import IdempotencyConflict, InvalidRequest, OffsetConflict
 from streamkit.events import (
     MAX_OFFSET,
@@ -62,11 +63,28 @@ class MemoryStream:
     order), ``reads`` (how many reads ran), ``push_errors`` (exceptions raised by
     pushed batches). Set ``drop_pushes = True`` to lose pushes (as a host that
     crashed or lagged would); ``dropped_pushes`` counts them.
+
+    An appended event that names no ``payload_version``, of a type a contract
+    defines, is stamped with its current version as a host's log stamps it
+    (or read as ``unversioned``, as a host's ``[schema] unversioned``): the
+    contracts are ``contracts`` when given, else those of the processors of
+    the engines in ``.engines``. Nothing is validated: a malformed payload is
+    stored, as one written past a host's door would be.
     """
 
-    def __init__(self, path: str = "/", *, clock: Clock = time.time) -> None:
+    def __init__(
+        self,
+        path: str = "/",
+        *,
+        clock: Clock = time.time,
+        contracts: Iterable[ProcessorContract[Any]] | None = None,
+        unversioned: int | None = None,
+    ) -> None:
         self._path = validate_path(path)
         self._clock = clock
+        self._contracts = None if contracts is None else tuple(contracts)
+        self._unversioned = unversioned
+        self._catalog: tuple[tuple[int, ...], EventCatalog] | None = None
         self.events: list[StreamEvent] = []
         self._offsets: list[int] = []
         self.pushed_events: list[StreamEvent] = []
@@ -78,6 +96,20 @@ class MemoryStream:
         self.push_errors: list[BaseException] = []
         self._by_key: dict[str, StreamEvent] = {}
         self._last_offset = 0
+
+    def _stamping(self) -> EventCatalog:
+        """The catalog that names unnamed versions: of ``contracts``, else of the engines'."""
+        contracts = self._contracts
+        if contracts is None:
+            contracts = tuple(
+                engine.processor.contract
+                for engine in self.engines
+                if isinstance(engine, ProcessorEngine)
+            )
+        key = tuple(id(contract) for contract in contracts)
+        if self._catalog is None or self._catalog[0] != key:
+            self._catalog = (key, EventCatalog(contracts, unversioned=self._unversioned))
+        return self._catalog[1]
 
     @property
     def stream(self) -> MemoryStream:
@@ -108,6 +140,9 @@ class MemoryStream:
         refused unless the last durable offset is exactly that.
         """
         prepared = prepare_events(events)
+        catalog = self._stamping()
+        for item in prepared:
+            catalog.stamp(item)
         before = self._last_offset
         offset = before
         committed: list[StreamEvent] = []
@@ -253,9 +288,15 @@ class MemoryStorage(ReduceCheckpointTable):
         self.close()
 
 
-def memory_stream(path: str = "/", *, clock: Clock = time.time) -> MemoryStream:
-    """A fresh :class:`MemoryStream` at ``path``."""
-    return MemoryStream(path, clock=clock)
+def memory_stream(
+    path: str = "/",
+    *,
+    clock: Clock = time.time,
+    contracts: Iterable[ProcessorContract[Any]] | None = None,
+    unversioned: int | None = None,
+) -> MemoryStream:
+    """A fresh :class:`MemoryStream` at ``path`` (see the class for ``contracts``)."""
+    return MemoryStream(path, clock=clock, contracts=contracts, unversioned=unversioned)
 
 
 def memory_storage() -> MemoryStorage:

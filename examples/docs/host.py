@@ -10,7 +10,7 @@ import asyncio
 
 
 async def main() -> None:
-    # --- docs/host.md:711
+    # --- docs/host.md:713
     from pydantic import BaseModel
 
     from streamkit import ProcessorHost, StreamEvent, StreamProcessor, define_processor_contract
@@ -37,7 +37,7 @@ async def main() -> None:
     committed = await host.append("/", [{"type": "tick"}, {"type": "tick"}])
     await host.wait_until_processed("counter", committed[-1].offset)
     assert (await host.snapshot("counter"))["state"] == {"ticks": 2}
-    # --- docs/host.md:742
+    # --- docs/host.md:744
     async with ControlClient(config.socket_path, timeout=5) as client:
         await client.request("append", events=[{"type": "tick"}])
         status = await client.request("status")

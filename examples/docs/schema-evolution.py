@@ -91,7 +91,7 @@ async def main() -> None:
 
     history = [
         {"type": "task.opened", "payload": {"title": "a", "assignee": "ana"}},
-        {"type": "task.noted", "payload": {"text": "remember"}},
+        {"type": "task.noted", "payload": {"text": "remember"}, "payload_version": 1},
         {
             "type": "task.created",
             "payload": {"title": "b", "priority": 2, "assignee": "bo"},
@@ -195,7 +195,14 @@ async def main() -> None:
         {"type": "task.created", "payload": {"title": "y", "priority": 1, "owner": "yo"}}
     )
     assert stamped.payload_version == 3
-    # --- docs/schema-evolution.md:368
+    # --- docs/schema-evolution.md:373
+    rolling = open_log("rolling.db", contracts=[TaskBoard.contract], unversioned=2)
+    (old_shape,) = await rolling.stream("/tasks").append(
+        {"type": "task.created", "payload": {"title": "z", "priority": 1, "assignee": "zo"}}
+    )
+    assert old_shape.payload_version == 2  # read as version 2, lifted to 3 by the board
+    await rolling.aclose()
+    # --- docs/schema-evolution.md:396
     (first,) = await tasks.append(
         {"type": "task.opened", "payload": {"title": "z", "assignee": "zoe"}, "idempotency_key": "z"}
     )
@@ -208,7 +215,7 @@ async def main() -> None:
     )
     assert retried == [first]
     await door.aclose()
-    # --- docs/schema-evolution.md:393
+    # --- docs/schema-evolution.md:421
     from streamkit.lifting import as_read_by
 
     stored = StreamEvent(path="/board", offset=1, type="task.opened", payload={"title": "a", "assignee": "ana"})
@@ -216,7 +223,7 @@ async def main() -> None:
     assert (read.type, read.payload_version) == ("task.created", 3)
     assert read.payload == {"title": "a", "priority": 0, "owner": "ana"}
     assert note == {"from_type": "task.opened", "from_version": 1}
-    # --- docs/schema-evolution.md:426
+    # --- docs/schema-evolution.md:454
     from streamkit.schema_check import check_processor
 
     checked = open_log("deploy-check.db")

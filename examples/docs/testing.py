@@ -49,7 +49,7 @@ async def main() -> None:
         def process_event(self, args: ProcessEventArgs[Orders]) -> None:
             if args.delivery.caught_up and args.state.next_due is not None:
                 args.schedule_wakeup(args.state.next_due)
-    # --- docs/testing.md:85
+    # --- docs/testing.md:89
     from streamkit import PayloadMalformed
     from streamkit.testing import reduce_processor
 
@@ -68,7 +68,7 @@ async def main() -> None:
         assert exc.details["offset"] == 1
     else:
         raise AssertionError("a malformed payload never passes unseen")
-    # --- docs/testing.md:117
+    # --- docs/testing.md:121
     from streamkit import ProcessorEngine
     from streamkit.testing import ManualClock, memory_storage, memory_stream, settle
 
@@ -93,7 +93,7 @@ async def main() -> None:
     assert stream.claims[-1] == 1_200.0
     await engine.aclose()
     storage.close()
-    # --- docs/testing.md:168
+    # --- docs/testing.md:172
     from streamkit import ProcessorEngine
     from streamkit.testing import ManualClock, MemoryStorage, MemoryStream, reduce_processor, settle
 
@@ -130,7 +130,7 @@ async def main() -> None:
 
     with MemoryStorage() as storage:
         await test_order_book_counts_and_wakes(MemoryStream("/"), storage, ManualClock())
-    # --- docs/testing.md:224
+    # --- docs/testing.md:228
     from datetime import datetime
 
     from streamkit.testing import ManualClock

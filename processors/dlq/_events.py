@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from streamkit.processors._definitions import definition
+from streamkit.processors._definitions import definition, named_input
 from streamkit.processors.dlq._scan import DlqRecord
 
 from streamkit import (
@@ -281,7 +281,7 @@ def dead_lettered_event(
         )
     except ValidationError as exc:
         raise _invalid("the dead-lettered record", exc) from exc
-    event: dict[str, Any] = {"type": DEAD_LETTERED, "payload": body.model_dump(mode="json")}
+    event = named_input(DLQ_CONTRACT, DEAD_LETTERED, body)
     if idempotency_key is not None:
         event["idempotency_key"] = idempotency_key
     return event
@@ -308,8 +308,11 @@ def record_succeeded_event(ref: ReplayRef) -> dict[str, Any]:
     replay, so reporting twice appends once.
     """
     return {
-        "type": RECORD_SUCCEEDED,
-        "payload": {"record_id": ref.record_id, "replay": ref.replay},
+        **named_input(
+            DLQ_CONTRACT,
+            RECORD_SUCCEEDED,
+            RecordSucceeded(record_id=ref.record_id, replay=ref.replay),
+        ),
         "idempotency_key": f"{SLUG}/succeeded/{ref.record_id}/{ref.replay}",
     }
 
@@ -329,7 +332,7 @@ def replay_requested_event(
         )
     except ValidationError as exc:
         raise _invalid("the replay request", exc) from exc
-    event: dict[str, Any] = {"type": REPLAY_REQUESTED, "payload": body.model_dump(mode="json")}
+    event = named_input(DLQ_CONTRACT, REPLAY_REQUESTED, body)
     if idempotency_key is not None:
         event["idempotency_key"] = idempotency_key
     return event

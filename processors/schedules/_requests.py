@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from streamkit.processors._definitions import named_input
 from streamkit.processors.schedules._events import (
     MAX_BACKFILL,
     SCHEDULE_BACKFILL_REQUESTED,
@@ -23,6 +24,7 @@ from streamkit.processors.schedules._events import (
     SCHEDULE_DELETED,
     SCHEDULE_PAUSED,
     SCHEDULE_RESUMED,
+    SCHEDULES_CONTRACT,
     ScheduleBackfillRequested,
     ScheduleDefined,
     ScheduleDeleted,
@@ -55,19 +57,19 @@ def defined_event(
 ) -> dict[str, Any]:
     """``schedule.defined`` for ``schedule``; no slot before ``at`` (now) fires."""
     body = ScheduleDefined(**schedule.spec(), defined_at=time.time() if at is None else at, by=by)
-    return {"type": SCHEDULE_DEFINED, "payload": body.model_dump(mode="json")}
+    return named_input(SCHEDULES_CONTRACT, SCHEDULE_DEFINED, body)
 
 
 def paused_event(name: str, *, at: float | None = None, by: str | None = None) -> dict[str, Any]:
     """``schedule.paused``: from ``at`` (now) its slots are recorded as missed, not fired."""
     body = SchedulePaused(name=name, at=time.time() if at is None else at, by=by)
-    return {"type": SCHEDULE_PAUSED, "payload": body.model_dump(mode="json")}
+    return named_input(SCHEDULES_CONTRACT, SCHEDULE_PAUSED, body)
 
 
 def resumed_event(name: str, *, at: float | None = None, by: str | None = None) -> dict[str, Any]:
     """``schedule.resumed``: slots after ``at`` (now) fire again."""
     body = ScheduleResumed(name=name, at=time.time() if at is None else at, by=by)
-    return {"type": SCHEDULE_RESUMED, "payload": body.model_dump(mode="json")}
+    return named_input(SCHEDULES_CONTRACT, SCHEDULE_RESUMED, body)
 
 
 def backfill_event(
@@ -102,7 +104,7 @@ def backfill_event(
     body = ScheduleBackfillRequested(
         name=schedule.name, first=first.timestamp(), last=last.timestamp(), by=by
     )
-    return {"type": SCHEDULE_BACKFILL_REQUESTED, "payload": body.model_dump(mode="json")}
+    return named_input(SCHEDULES_CONTRACT, SCHEDULE_BACKFILL_REQUESTED, body)
 
 
 def instant_of(text: str, what: str) -> datetime:
@@ -127,7 +129,7 @@ def instant_of(text: str, what: str) -> datetime:
 def deleted_event(name: str, *, by: str | None = None) -> dict[str, Any]:
     """``schedule.deleted``: the schedule fires no more (its history stays on the log)."""
     body = ScheduleDeleted(name=name, by=by)
-    return {"type": SCHEDULE_DELETED, "payload": body.model_dump(mode="json")}
+    return named_input(SCHEDULES_CONTRACT, SCHEDULE_DELETED, body)
 
 
 _NOT_COMPARED = {"defined_at", "by"}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from streamkit.processors._definitions import definition
+from streamkit.processors._definitions import definition, named_input
 from streamkit.processors.dlq import (
     DEAD_LETTERED,
     DLQ_EVENTS,
@@ -248,8 +248,7 @@ def task_requested_event(
     except ValidationError as exc:
         raise _invalid("the task request", exc) from exc
     return {
-        "type": TASK_REQUESTED,
-        "payload": body.model_dump(mode="json"),
+        **named_input(TASKS_CONTRACT, TASK_REQUESTED, body),
         "idempotency_key": idempotency_key or f"{SLUG}/request/{task_id}",
     }
 
@@ -262,7 +261,7 @@ def cancel_requested_event(
         body = TaskCancelRequested(task_id=task_id, reason=reason, requested_by=requested_by)
     except ValidationError as exc:
         raise _invalid("the cancel request", exc) from exc
-    return {"type": TASK_CANCEL_REQUESTED, "payload": body.model_dump(mode="json")}
+    return named_input(TASKS_CONTRACT, TASK_CANCEL_REQUESTED, body)
 
 
 # -- handlers ---------------------------------------------------------------------------

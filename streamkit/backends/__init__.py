@@ -55,6 +55,7 @@ def open_log(
     follower_bytes: int = MAX_BUFFERED_BYTES,
     read_only: bool = False,
     contracts: Iterable[ProcessorContract[Any]] = (),
+    unversioned: int | None = None,
 ) -> Log:
     """Open (or create) the log ``target`` names; ``":memory:"`` gives a private in-memory log.
 
@@ -86,7 +87,10 @@ def open_log(
     :class:`~streamkit.errors.InvalidEvent` when it does not validate,
     nothing of the call written; an idempotent retry in another version is
     compared after lifting (see :mod:`streamkit.catalog`). Where two
-    contracts define one type, an event must fit both.
+    contracts define one type, an event must fit both. ``unversioned=N``
+    reads an event of such a type that names no version as version N (or
+    the type's current version, where older): old producers of a rolling
+    deploy send the old shape unnamed.
 
     ``synchronous`` and ``busy_timeout`` are SQLite's: ``PRAGMA synchronous``
     and how long a write waits for another process's write lock. On
@@ -101,7 +105,7 @@ def open_log(
         inline_commits=inline_commits,
         follower_bytes=follower_bytes,
         read_only=read_only,
-        catalog=EventCatalog(contracts),
+        catalog=EventCatalog(contracts, unversioned=unversioned),
     )
     return storage_for(target).open(target, options)
 

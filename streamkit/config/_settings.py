@@ -256,6 +256,10 @@ class SchemaSettings(_Section):
     sample: int = Field(default=200, ge=0, le=1_000_000)
     """Stored payloads of each (type, version) a processor reads that the start-time check
     pushes through its upcasters and model (0: judge from the summary of stored types only)."""
+    unversioned: int | None = Field(default=None, ge=1, le=1_000_000)
+    """The payload version an append that names none is read as (lifted by the upcasters):
+    set it during a rolling deploy whose old producers send the old shape unnamed. Unset:
+    the current version of its type."""
 
 
 class LimitSettings(_Section):

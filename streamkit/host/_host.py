@@ -213,6 +213,7 @@ class ProcessorHost:
             # Producers are refused at the door: an append of a type these processors
             # read must fit their definitions (HTTP, the socket, the CLI through it).
             contracts=[entry.processor.contract for entry in self._entries],
+            unversioned=config.schema_settings.unversioned,
         )
         self.log = log
         try:

@@ -601,7 +601,7 @@ async def test_a_skipping_engine_logs_a_thousand_malformed_payloads_as_one_line(
         await rig.stream.append(
             *({"type": "item.added", "payload": {"n": "x"}} for _ in range(1000))
         )
-        await settle()
+        await engine.wait_until_processed(1000)
     assert engine.statistics().malformed_payloads == 1000
     (line,) = [e for e in logs if e["event"] == "processor.payload_malformed"]
     assert (line["offset"], line["skipped"], line["type"]) == (1, 1, "item.added")
