@@ -310,7 +310,11 @@ def _phase_text(row: dict[str, Any]) -> str:
     if gave_way:
         text += f", gave way {gave_way:g} s to serving work"
     serving = row.get("serving_version")
-    if row["phase"] == "rebuilding" and serving not in (None, row.get("version")):
+    if (
+        row["phase"] == "rebuilding"
+        and serving not in (None, row.get("version"))
+        and not row.get("unserved")  # said only while a live host serves it
+    ):
         text += f" (version {serving} serves meanwhile)"
     return text
 

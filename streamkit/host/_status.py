@@ -3,7 +3,10 @@
 The durable row (what the database alone says: version, cursor, head, lease,
 claim) is overlaid with what only the running host knows: its state,
 stalled and why, failures, skips, the queue, the fold's incidents and the
-runner's rates. The cursor shown never passes the durable head.
+runner's rates. The cursor shown never passes the durable head. While this
+host builds a new version in the shadow, the row's cursor and lag are the
+serving version's (what clients are served), and the build's own position
+is its ``progress``.
 
 When the database does not answer (a server down, say), the host's own view
 stands: :func:`processor_rows` says the database is unreachable, and the
@@ -41,7 +44,10 @@ async def processor_rows(
     rows = []
     for runner in runners:
         row = dict(durable.get((runner.path, runner.slug)) or {})
-        cursor = runner.cursor if runner.cursor is not None else row.get("cursor")
+        building = runner.engine is not None and runner.role.shadow
+        # The serving version's cursor while a version builds here: what clients get.
+        ours = None if building else runner.cursor
+        cursor = ours if ours is not None else row.get("cursor")
         head = row.get("head")
         lag = None
         if database["reachable"]:

@@ -29,6 +29,7 @@ from streamkit.backends import host_store
 from streamkit.backends._fenced_checkpoints import FencedCheckpoints
 from streamkit.checkpoint import CUTOVER_EVENT
 from streamkit.cli import main
+from streamkit.cli._host_commands import _phase_text
 from streamkit.config import HostConfig
 from streamkit.errors import InvalidRequest
 from streamkit.host import ProcessorHost
@@ -113,6 +114,14 @@ async def test_a_new_version_builds_beside_the_serving_one_and_cuts_over_once(
             assert (shadow["phase"], shadow["serving_version"]) == ("rebuilding", "1")
             assert shadow["shadow_lease"]["owner"] == "b"
             assert shadow["lease"]["owner"] == "a"
+            # The row is what clients are served: version 1's cursor and lag; the build's
+            # own position is its progress.
+            serving = (await old.status())["processors"][0]
+            assert shadow["cursor"] == serving["cursor"] >= appended[-1]
+            assert shadow["lag"] == serving["lag"]
+            assert shadow["progress"]["target"] <= serving["cursor"]
+            assert shadow["unserved"] is None
+            assert "(version 1 serves meanwhile)" in _phase_text(shadow)
             gate.set()
             await until(lambda: runner.engine is not None and not runner.role.shadow)
             await until(lambda: old.runner("effector").state == "retired")
