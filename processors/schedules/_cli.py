@@ -40,7 +40,7 @@ from streamkit.processors.schedules._requests import (
 from streamkit.processors.schedules._rows import schedule_rows
 from streamkit.processors.schedules._schedule import schedule_of
 
-from streamkit import InvalidRequest
+from streamkit import InvalidRequest, open_log
 from streamkit.cli import existing_log
 from streamkit.config import find_config, load_config
 
@@ -272,8 +272,13 @@ def _sync(args: argparse.Namespace, out: TextIO) -> int:
             ) from exc
     db = args.db if args.db is not None else str(config.db)
 
+    # On a fresh deploy sync may come first: it creates the log as an append would (a dry
+    # run of a log not made yet reads an empty one and creates nothing).
+    missing = db != ":memory:" and "://" not in db and not Path(db).exists()
+    target = ":memory:" if missing and args.dry_run else db
+
     async def run() -> Synced:
-        async with existing_log(db) as log:
+        async with open_log(target) as log:
             return await sync(
                 log.stream(args.path),
                 schedules,

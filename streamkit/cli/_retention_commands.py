@@ -223,9 +223,15 @@ def retention_lines(rows: list[dict[str, Any]] | None) -> list[str]:
         )
         if row.get("keys_kept_for") is not None:
             archived += f"; keys kept {kept_for_words(row['keys_kept_for'])}"
+        below = row["horizon"] - row.get("start", 1)
+        may = (
+            f"{below} offset(s) below the horizon may be taken"
+            if below > 0
+            else "nothing may be taken yet: every event is at or above the horizon"
+        )
         lines.append(
-            f"  {row['path']}  {start}horizon {row['horizon']} of head {row['head']}"
-            + (f", {behind} offsets kept, held by {held}" if held else ", nothing held")
+            f"  {row['path']}  {start}horizon {row['horizon']} of head {row['head']}: {may}"
+            + (f"; {behind} offsets kept, held by {held}" if held else "; nothing held")
             + archived
         )
     return lines

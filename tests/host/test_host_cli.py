@@ -17,6 +17,7 @@ from support.upcasting import TaskBoard, board_log, stored_at, strict_board
 
 from streamkit import ReduceCheckpointTable, open_log
 from streamkit.cli import main
+from streamkit.cli._retention_commands import retention_lines
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
 
@@ -58,13 +59,35 @@ async def cli(*argv: str) -> tuple[int, str]:
     return await asyncio.to_thread(run, *argv)
 
 
+def test_the_retention_line_reads_as_a_sentence(tmp_path: Path) -> None:
+    """Held at offset 1 by a processor, the line says nothing may be taken yet, and why."""
+    lines = retention_lines(
+        [
+            {
+                "path": "/",
+                "head": 57,
+                "start": 1,
+                "horizon": 1,
+                "held_by": [
+                    {"kind": "processor", "name": "tally@1", "state": "serving", "why": "cursor"}
+                ],
+            }
+        ]
+    )
+    assert lines == [
+        "retention:",
+        "  /  horizon 1 of head 57: nothing may be taken yet: every event is at or above the "
+        "horizon; 57 offsets kept, held by processor tally@1 (serving): cursor",
+    ]
+
+
 def test_status_snapshot_without_a_host(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """With no host, status and snapshot read the database; a missing checkpoint is refused."""
     db = str(tmp_path / "a.db")
     assert run("append", "--db", db, "item")[0] == 0
     assert run("status", "--db", db) == (
         0,
-        "host: not running (from the database)\nretention:\n  /  horizon 2 of head 1, nothing held\n",
+        "host: not running (from the database)\nretention:\n  /  horizon 2 of head 1: 1 offset(s) below the horizon may be taken; nothing held\n",
     )
     assert run("status", "--db", db, "--json") == (
         0,

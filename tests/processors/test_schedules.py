@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import takewhile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,6 +49,7 @@ from streamkit import (
     ProcessorEngine,
     define_processor_contract,
 )
+from streamkit.cli import main
 
 # A minute boundary: 2023-11-14T22:14:00Z.
 T0 = 1_700_000_040.0
@@ -599,3 +602,23 @@ def test_emits_takes_a_contract_or_its_import_path_and_refuses_anything_else() -
         SchedulesProcessor(emits=["nowhere:THING"])
     with pytest.raises(InvalidContract, match="not a processor contract"):
         SchedulesProcessor(emits=["streamkit.processors.tasks:TASK_REQUESTED"])
+
+
+def test_sync_can_come_first_on_a_fresh_deploy(tmp_path: Path) -> None:
+    """`schedules sync` on a log not made yet: a dry run creates nothing and would add every
+    schedule; the sync itself creates the log and adds them; again, nothing changes."""
+    (tmp_path / "streamkit.toml").write_text(
+        'db = "app.db"\n\n[[schedules]]\nname = "nightly"\nevery = "1h"\ntask = "reports.nightly"\n'
+    )
+    config = str(tmp_path / "streamkit.toml")
+
+    def sync(*flags: str) -> str:
+        out = io.StringIO()
+        assert main(["schedules", "sync", "--config", config, *flags], out=out) == 0
+        return out.getvalue()
+
+    assert sync("--dry-run").splitlines()[0] == "1 would be added: nightly"
+    assert not (tmp_path / "app.db").exists()
+    assert sync().splitlines()[0] == "1 were added: nightly"
+    assert (tmp_path / "app.db").exists()
+    assert sync().splitlines()[-1] == "1 unchanged"
