@@ -296,6 +296,13 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     assert "dead-lettered 1" in last  # the attempt it ended, with how long it took
     assert re.search(r" \d+\.\d{3} s ", last)
     assert "the printer is on fire" in last
+    # The handler's traceback, kept in the dead-lettering event: the page shows it as text.
+    assert "Traceback of attempt 1 (dead-lettered, offset " in text_of(
+        browser, "#task-traceback-title"
+    )
+    shown = text_of(browser, "#task-traceback")
+    assert shown.startswith("Traceback (most recent call last):")
+    assert shown.rstrip().endswith("the printer is on fire")
 
     # Its dead letter: the detail with its payload, then a replay of that one record.
     record = 'tr[data-record^="tasks/t-bad@"]'  # the tasks processor's record id
@@ -304,6 +311,7 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     wait.until(lambda d: ": pending, 0 replay(s)" in text_of(d, "#dlq-title"))
     assert text_of(browser, "#dlq-title").startswith("Record tasks/t-bad@")
     assert json.loads(text_of(browser, "#dlq-body"))["record"]["payload"]
+    assert text_of(browser, "#dlq-traceback").rstrip().endswith("the printer is on fire")
     # Retention: the pending record's queue holds /ops's history from its scan floor on.
     held = 'tr[data-path="/ops"] td.held-by'
     wait.until(lambda d: "processor dlq@1 (serving): retain_from" in text_of(d, held))

@@ -632,6 +632,15 @@ async function showTask(taskId, quiet) {
     tr.append(cell(shortTime(e.created_at)), cell(e.type.replace(/^task\./, "")), cell(attempt, "num"), cell(took, "num"), cell(p.error || p.reason));
     return tr;
   }));
+  // The newest failure's traceback excerpt (kept in its event: innermost frames, no locals).
+  const failed = answer.events.filter((e) => (e.payload || {}).traceback).pop();
+  document.getElementById("task-traceback-box").hidden = !failed;
+  if (failed) {
+    const p = failed.payload;
+    const attempt = p.attempt !== undefined ? p.attempt : p.attempts;
+    document.getElementById("task-traceback-title").textContent = "Traceback of attempt " + attempt + " (" + failed.type.replace(/^task\./, "") + ", offset " + failed.offset + ")";
+    document.getElementById("task-traceback").textContent = p.traceback;
+  }
 }
 
 // -- schedules ---------------------------------------------------------------------------
@@ -800,7 +809,11 @@ async function showRecord(recordId, quiet) {
   document.getElementById("dlq-detail").hidden = false;
   document.getElementById("dlq-title").textContent = "Record " + r.record_id + ": " + r.status + ", " + r.replays + " replay(s), dead-lettered " + shortTime(r.dead_lettered_at) + " UTC";
   const history = answer.history.map((e) => ({ offset: e.offset, at: e.created_at, type: e.type, payload: e.payload }));
-  document.getElementById("dlq-body").textContent = JSON.stringify({ record: r, history }, null, 2);
+  document.getElementById("dlq-traceback-box").hidden = !r.traceback;
+  document.getElementById("dlq-traceback").textContent = r.traceback || "";
+  const shown = Object.assign({}, r);
+  delete shown.traceback;  // shown above, as text
+  document.getElementById("dlq-body").textContent = JSON.stringify({ record: shown, history }, null, 2);
 }
 
 // -- the loop ----------------------------------------------------------------------------
