@@ -21,6 +21,7 @@ from support.engine import (
 from streamkit import (
     LIVE_STATE_CHANGED,
     CheckpointTooLarge,
+    IdempotencyConflict,
     InvalidEvent,
     PayloadMalformed,
     ProcessorContract,
@@ -605,3 +606,31 @@ async def test_a_skipping_engine_logs_a_thousand_malformed_payloads_as_one_line(
     assert engine.statistics().malformed_payloads == 1000
     (line,) = [e for e in logs if e["event"] == "processor.payload_malformed"]
     assert (line["offset"], line["skipped"], line["type"]) == (1, 1, "item.added")
+
+
+async def test_failures_of_effects_and_background_work_are_logged_with_their_exception(
+    rig: Rig,
+) -> None:
+    """An effect's append refused and a background attempt that raised: each one log line
+    carrying the exception itself (the host's log renders its traceback)."""
+
+    async def attempt() -> None:
+        raise ConnectionError("smtp down")
+
+    def on_event(args: ProcessEventArgs[Tally]) -> None:
+        event = args.event
+        if event is not None:
+            args.run_in_background(attempt)
+            # One key, two bodies: the second event's effect is refused (a conflict).
+            args.append(
+                {"type": "item.echoed", "payload": {"n": event.offset}, "idempotency_key": "k"}
+            )
+
+    engine = rig.engine(Recorder(on_event))
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(item(1), item(2))
+        await engine.wait_until_processed(2)
+        await settle(0.05)
+    failed = {e["event"]: e for e in logs if e.get("exc_info") is not None}
+    assert isinstance(failed["processor.background_failed"]["exc_info"], ConnectionError)
+    assert isinstance(failed["processor.append_failed"]["exc_info"], IdempotencyConflict)
