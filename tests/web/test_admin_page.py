@@ -40,6 +40,12 @@ async def job(args, ctx):
 
 async def broken(args, ctx):
     raise RuntimeError("the printer is on fire")
+
+
+async def slow(args, ctx):
+    import asyncio
+
+    await asyncio.sleep(60)
 """
 
 _CONFIG = """
@@ -71,7 +77,7 @@ on_malformed = "skip"
 class = "streamkit.processors.tasks:TasksProcessor"
 path = "/ops"
 [processors.kwargs]
-handlers = { job = "pagejobs:job", broken = "pagejobs:broken" }
+handlers = { job = "pagejobs:job", broken = "pagejobs:broken", slow = "pagejobs:slow" }
 
 [[processors]]
 class = "streamkit.processors.dlq:DlqProcessor"
@@ -283,6 +289,17 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     row = text_of(browser, 'tr[data-task="t-9"]')
     assert "scheduled" in row
     assert time.strftime("%Y-%m-%dT", time.gmtime(later)) in row
+    # Every numeric column's header sits over its numbers, right-aligned like them.
+    aligned = browser.execute_script(
+        "return [...document.querySelectorAll('th.num')].map("
+        "(th) => getComputedStyle(th).textAlign)"
+    )
+    assert len(aligned) == 16
+    assert set(aligned) == {"right"}
+    # A task with no not_before has no scheduled time: nothing is shown, never 1970.
+    append(db, task_requested_event(task_id="t-now", name="slow"), path="/ops")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-task="t-now"]'))
+    assert "1970" not in text_of(browser, 'tr[data-task="t-now"]')
     click(browser, 'tr[data-task="t-9"] td')
     wait.until(lambda d: "Task t-9: scheduled" in text_of(d, "#task-title"))
     assert rows(browser, "#task-timeline tbody tr")[0].split()[2] == "requested"
@@ -446,6 +463,10 @@ def test_the_admin_page_shows_schedules_and_pauses_resumes_and_deletes_them(
                 box.send_keys(value)
             click(browser, "#schedule-add button")
 
+        # The processor's own summary has a column of its own, apart from its problems.
+        summary = 'tr[data-slug="schedules"] td.summary'
+        wait.until(lambda d: "schedules 1" in text_of(d, summary))
+        assert text_of(browser, 'tr[data-slug="schedules"] td.problem-cell') == "–"
         submit("nightly", "0 3 * * *", "Europe/Berlin")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-schedule="nightly"]'))
         assert "cron 0 3 * * * Europe/Berlin" in text_of(browser, 'tr[data-schedule="nightly"]')

@@ -225,7 +225,8 @@ function ago(seconds) {
 }
 
 function epochText(epoch) {
-  if (epoch === null || epoch === undefined) return null;
+  // 0 is "no time set" (a task with no not_before is due at 0): never shown as 1970.
+  if (epoch === null || epoch === undefined || epoch === 0) return null;
   const delta = epoch - Date.now() / 1000;
   const at = new Date(epoch * 1000).toISOString().replace(".000Z", "Z");
   if (Math.abs(delta) < 3600) return at + " (" + (delta >= 0 ? "in " + Math.round(delta) + " s" : Math.round(-delta) + " s ago") + ")";
@@ -255,8 +256,8 @@ function problemOf(p) {
   if (p.stalled) notes.push(["problem", "STALLED at offset " + p.stalled_at + (error ? ": " + error : "")]);
   else if (p.failures) notes.push(["problem", "failing: " + p.failures + " failed batch" + (p.failures > 1 ? "es" : "") + " in a row, retrying" + (error ? "; last: " + error : "")]);
   else if (error && (p.last_error || {}).code === "LEASE_LOST") notes.push(["warn", "lease lost: " + error]);
-  const summary = Object.entries(p.summary || {}).map(([k, v]) => k + " " + (typeof v === "object" ? JSON.stringify(v) : v));
-  if (summary.length) notes.push(["note", summary.join(", ")]);
+  if (p.unserved) notes.push(["problem", "UNSERVED: " + p.unserved.text]);
+  if (p.cannot_build) notes.push(["problem", "CANNOT-BUILD: " + p.cannot_build.reason + " (" + p.cannot_build.advice + ")"]);
   if (p.malformed_payloads) {
     const last = p.last_malformed || {};
     notes.push(["warn", p.malformed_payloads + " malformed payload(s) skipped (last at offset " + last.offset + ", " + last.type + ")"]);
@@ -385,6 +386,8 @@ function renderProcessors(status) {
     const lease = p.lease || {};
     const holder = lease.held ? (p.lease_held_here ? "this host" : ownerLabel(lease.owner)) : (lease.released ? "released" : "none");
     const latency = p.latency_ms && p.latency_ms.samples ? p.latency_ms.p50 + " / " + p.latency_ms.p99 + " ms" : null;
+    // What the processor says of itself (its status_summary): a column of its own, not a problem.
+    const summary = Object.entries(p.summary || {}).map(([k, v]) => k + " " + (typeof v === "object" ? JSON.stringify(v) : v)).join(", ");
     const problem = el("td", null, "problem-cell");
     if (!notes.length) problem.textContent = "–";
     for (const [kind, text, share] of notes) {
@@ -399,7 +402,7 @@ function renderProcessors(status) {
       cell(p.slug + (p.path !== "/" ? " " + p.path : "")), cell(state, "state"), cell(holder),
       cell(p.cursor, "num cursor"), cell(p.head, "num head"), cell(p.lag, "num lag"),
       cell(p.events_per_second, "num"), cell(latency, "num"), cell(ago(p.last_batch_age)),
-      cell(epochText(p.claim_due)), problem,
+      cell(epochText(p.claim_due)), cell(summary || null, "summary"), problem,
     );
     const actions = el("td");
     if (p.stalled) {
