@@ -125,6 +125,11 @@ def _processor_families(
         "1 while no live host serves the processor: its serving lease has been held by no "
         "live host for two heartbeats (alert on it: nothing processes its path).",
     )
+    cannot_build = gauge(
+        "cannot_build",
+        "1 while the version this host runs cannot be built: history it needs was deleted "
+        "(its build stopped and is not retried; status says how to go on).",
+    )
     reduced = counter("events_reduced", "Events reduced by this host.")
     batches = counter("batches", "Batches committed by this host.")
     failures = counter("batch_failures", "Batches that failed in this host (each retried whole).")
@@ -192,6 +197,7 @@ def _processor_families(
         running.add_metric(labels, 1.0 if row.get("lease_held_here") else 0.0)
         retired.add_metric(labels, 1.0 if row.get("retired") else 0.0)
         unserved.add_metric(labels, 1.0 if row.get("unserved") else 0.0)
+        cannot_build.add_metric(labels, 1.0 if row.get("cannot_build") else 0.0)
         reduced.add_metric(labels, float(row.get("events_reduced", 0)))
         batches.add_metric(labels, float(row.get("batches", 0)))
         failures.add_metric(labels, float(row.get("batch_failures", 0)))
@@ -230,6 +236,7 @@ def _processor_families(
         running,
         retired,
         unserved,
+        cannot_build,
         reduced,
         batches,
         failures,

@@ -26,6 +26,7 @@ from streamkit.backends import host_store
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
 from streamkit.web._health import assess, readiness
+from streamkit.web._metrics import exposition
 
 
 @pytest.fixture(params=sorted(BACKENDS))
@@ -85,6 +86,11 @@ async def test_a_shadow_build_over_deleted_history_stops_with_cannot_build(
         assert body["processors"][0]["why"] == "cannot-build: history before 21 was deleted"
         health = assess(status, None, stuck_after=60.0, follow_stale_after=30.0)
         assert health.healthy, health.reasons
+        assert new.log is not None
+        scraped = exposition(
+            status, follow_age=None, log_stats=new.log.stats, lag_seconds={}, histograms={}
+        ).decode()
+        assert 'streamkit_processor_cannot_build{path="/",slug="effector"} 1.0' in scraped
         # Version 1 serves on, and the path's horizon never stands below its start.
         more = await old.append("/", [{"type": "item", "payload": {"n": 2, "quiet": True}}])
         await old.wait_until_processed("effector", more[-1].offset, timeout=30)
