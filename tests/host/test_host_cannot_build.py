@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
-import pytest
 from structlog.testing import capture_logs
-from support.backends import BACKENDS, Target
+from support.backends import Target
 from support.host import Effector, EffectorV2
 
 from streamkit import open_log
@@ -27,15 +25,6 @@ from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
 from streamkit.web._health import assess, readiness
 from streamkit.web._metrics import exposition
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    made = BACKENDS[request.param].fresh()
-    try:
-        yield made
-    finally:
-        made.remove()
 
 
 def config(target: Target) -> HostConfig:

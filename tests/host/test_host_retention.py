@@ -15,12 +15,11 @@ import dataclasses
 import io
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.backends import BACKENDS, Target
+from support.backends import Target
 from support.host import Effector, Sums
 
 from streamkit import open_log
@@ -48,15 +47,6 @@ class Keeper(Effector):
 
     def retain_from(self, state: Sums) -> int | None:
         return 3 if state.items else None
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    made = BACKENDS[request.param].fresh()
-    try:
-        yield made
-    finally:
-        made.remove()
 
 
 def cli(*argv: str) -> tuple[int, str]:

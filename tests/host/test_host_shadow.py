@@ -16,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from support.backends import BACKENDS, Target
+from support.backends import Target
 from support.host import Effector, EffectorV2, ManualEffectorV2
 
 from streamkit import open_log
@@ -34,15 +33,6 @@ from streamkit.config import HostConfig
 from streamkit.errors import InvalidRequest
 from streamkit.host import ProcessorHost
 from streamkit.web._metrics import exposition
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    made = BACKENDS[request.param].fresh()
-    try:
-        yield made
-    finally:
-        made.remove()
 
 
 def config(target: Target) -> HostConfig:

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-from support.backends import BACKENDS, Target
+from support.backends import Target
 from support.host import Effector, Sums
 
 from streamkit import StreamEvent, define_processor_contract, open_log
@@ -25,15 +23,6 @@ from streamkit.web._health import assess, readiness
 
 ITEMS = 1000
 FAILS_FROM = 300
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    made = BACKENDS[request.param].fresh()
-    try:
-        yield made
-    finally:
-        made.remove()
 
 
 def config(target: Target) -> HostConfig:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from support.backends import BACKENDS, Target
+from support.backends import Target
 from support.host import Offsets
 
 from streamkit import StreamEvent, StreamProcessor, define_processor_contract, open_log
@@ -82,15 +82,6 @@ def tallies() -> list[StreamProcessor[Any]]:
 
         made.append(Counted())
     return made
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    made = BACKENDS[request.param].fresh()
-    try:
-        yield made
-    finally:
-        made.remove()
 
 
 @pytest.fixture

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from structlog.testing import capture_logs
-from support.backends import BACKENDS, Target
+from support.backends import Target
 from support.host import Effector, EffectorV2
 
 from streamkit import open_log
@@ -30,15 +28,6 @@ from streamkit.web._health import readiness
 from streamkit.web._metrics import exposition
 
 HEARTBEAT = 0.1
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    made = BACKENDS[request.param].fresh()
-    try:
-        yield made
-    finally:
-        made.remove()
 
 
 def config(target: Target) -> HostConfig:
