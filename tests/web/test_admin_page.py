@@ -466,7 +466,8 @@ def test_the_admin_page_shows_schedules_and_pauses_resumes_and_deletes_them(
         # The processor's own summary has a column of its own, apart from its problems.
         summary = 'tr[data-slug="schedules"] td.summary'
         wait.until(lambda d: "schedules 1" in text_of(d, summary))
-        assert text_of(browser, 'tr[data-slug="schedules"] td.problem-cell') == "–"
+        none = "\u2013"  # the page's en dash for "nothing here"
+        assert text_of(browser, 'tr[data-slug="schedules"] td.problem-cell') == none
         submit("nightly", "0 3 * * *", "Europe/Berlin")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, 'tr[data-schedule="nightly"]'))
         assert "cron 0 3 * * * Europe/Berlin" in text_of(browser, 'tr[data-schedule="nightly"]')
