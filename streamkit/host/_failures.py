@@ -4,8 +4,10 @@ A :class:`Failures` belongs to one :class:`~streamkit.host._runner.ProcessorRunn
 and owns what ``status`` shows of its trouble: how many items failed in a
 row, whether that made it stalled (``retry.stall_after`` in a row, or at
 once when its fold stopped before an event: a payload it cannot read or a
-reduce that raised; retrying the same code cannot pass those) and at which offset, the last error (cut to 1,000
-characters, with a bounded traceback excerpt), and whether it met a
+reduce that raised; retrying the same code cannot pass those) and at which
+offset, the last error (cut to 1,000 characters, with a bounded traceback
+excerpt), whether a build of its version cannot be done (``cannot_build``),
+and whether it met a
 payload newer than its code (``ahead_of_code``: the host then stops offering
 to run it, see :mod:`._acquire`). It decides the backoff before the next try
 and logs each step (``batch.failed``, ``processor.stalled``,
@@ -161,9 +163,10 @@ class Failures:
         advice = (
             f"version {version} cannot be built from offset 1, so it is not retried; run the "
             f"serving version's code here again (a rollback of the deploy), or give this "
-            f"version up (`streamkit processor forget {self._slug} --version {version}` "
-            "--db DB --reason ...` removes its rows), or deploy it under a new slug declared to start at the path's "
-            'start (start = "start": it reduces from there, without the deleted history)'
+            f"version up (`streamkit processor forget {self._slug} --version {version} "
+            "--db DB --reason ...` removes its rows), or deploy it under a new slug declared "
+            'to start at the path\'s start (start = "start": it reduces from there, without '
+            "the deleted history)"
         )
         self.cannot_build = {
             "reason": reason,
