@@ -41,67 +41,35 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Generic, Literal, TypeVar, get_args
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
 from streamkit.errors import InvalidContract
 from streamkit.events import MAX_TYPE_LENGTH
+from streamkit.failure_policy import (
+    OnMalformed,
+    OnReduceError,
+    check_on_malformed,
+    check_on_reduce_error,
+)
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.upcasting import Upcaster, check_versions
 
 __all__ = [
     "CutoverMode",
     "EventDefinition",
-    "OnMalformed",
-    "OnReduceError",
     "ProcessorContract",
     "StartFrom",
     "check_cutover_mode",
-    "check_on_malformed",
-    "check_on_reduce_error",
     "check_start_from",
     "define_processor_contract",
-    "failure_choice",
 ]
 
 S = TypeVar("S")
 M = TypeVar("M", bound=BaseModel)
 
 _SLUG_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
-
-OnMalformed = Literal["skip", "stall"]
-"""What a processor does at a stored payload its models cannot read: skip it
-(counted per type and version) or stall before it until new code or an
-operator's skip moves it on."""
-
-OnReduceError = Literal["skip", "stall"]
-"""What a processor does at an event its reduce raises on: skip it (the state
-keeps what it was before the event, counted) or stall before it until new code
-or an operator's skip moves it on."""
-
-DEFAULT_ON_FAILURE: Final[Literal["stall"]] = "stall"
-"""What a processor does at an event it cannot fold when nobody chose: stall, so
-that no state served ever quietly omits an event (skipping is a choice)."""
-
-
-def failure_choice(
-    said: str | None, contract_said: str | None, host_default: str | None = None
-) -> Literal["skip", "stall"]:
-    """The one rule for ``on_malformed`` and ``on_reduce_error``: the first word said.
-
-    In order: the host's word on this processor (its ``[[processors]]``
-    entry, or the engine's argument), the contract's, the host's default for
-    every processor (the top-level key of ``streamkit.toml``), else
-    :data:`DEFAULT_ON_FAILURE`. A contract's explicit choice beats a
-    host-wide default because its author knew what the processor serves.
-    """
-    for word in (said, contract_said, host_default):
-        if word == "skip":
-            return "skip"
-        if word == "stall":
-            return "stall"
-    return DEFAULT_ON_FAILURE
 
 
 CutoverMode = Literal["auto", "manual"]
@@ -136,27 +104,6 @@ def check_cutover_mode(where: str, value: object) -> CutoverMode:
     raise InvalidContract(
         f'{where}: cutover must be "auto" or "manual", got {value!r}',
         details={"field": "cutover", "value": repr(value)[:200]},
-    )
-
-
-def check_on_malformed(where: str, value: object) -> OnMalformed | None:
-    """``value`` if it is None or an :data:`OnMalformed` choice, else :class:`InvalidContract`."""
-    return _check_failure_word(where, "on_malformed", value)
-
-
-def check_on_reduce_error(where: str, value: object) -> OnReduceError | None:
-    """``value`` if it is None or an :data:`OnReduceError` choice, else :class:`InvalidContract`."""
-    return _check_failure_word(where, "on_reduce_error", value)
-
-
-def _check_failure_word(where: str, name: str, value: object) -> Literal["skip", "stall"] | None:
-    if value is None or value == "skip" or value == "stall":
-        return value
-    choices = " or ".join(f'"{c}"' for c in get_args(OnMalformed))
-    raise InvalidContract(
-        f"{where}: {name} must be {choices} (or None: the host's default, else stall), "
-        f"got {value!r}",
-        details={"field": name, "value": repr(value)[:200]},
     )
 
 

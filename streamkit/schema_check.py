@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from streamkit._event_builders import failure_text
-from streamkit.contract import EventDefinition, OnMalformed, ProcessorContract, failure_choice
+from streamkit.contract import EventDefinition, ProcessorContract
+from streamkit.failure_policy import OnMalformed, failure_choice
 from streamkit.protocols import StreamAccess
 from streamkit.records import StoredType
 from streamkit.upcasting import DROP, upcast

@@ -5,7 +5,9 @@ attempt's failure, recorded as text of at most ``_ERROR_CHARS`` characters;
 ``SystemExit`` and ``KeyboardInterrupt`` too, which would otherwise leave the
 event loop from that task and stop the host (:class:`~streamkit.processor.ExitRefused`).
 A handler whose call returns something that is not awaitable fails the
-attempt with an error saying how to write it.
+attempt with an error saying how to write it. Every failed attempt is one
+``task.attempt_failed`` line in the host's log, with the handler's traceback
+when it raised (:func:`log_failure`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from streamkit.processors.tasks._events import _ERROR_CHARS, TaskContext, TaskHandler
+import structlog
+from streamkit.processors.tasks._events import _ERROR_CHARS, LiveTask, TaskContext, TaskHandler
 
 from streamkit.processor import USER_EXITS, exit_refused
 
-__all__ = ["error_text", "run_handler"]
+__all__ = ["error_text", "log_failure", "run_handler"]
+
+_log = structlog.get_logger("streamkit.processors.tasks")
 
 
 async def run_handler(handler: TaskHandler, args: dict[str, Any], ctx: TaskContext) -> Any:
@@ -39,3 +44,16 @@ def error_text(exc: BaseException) -> str:
     """What an attempt's failure records of ``exc``: its type and message, cut to size."""
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return text[:_ERROR_CHARS]
+
+
+def log_failure(task: LiveTask, attempt: int, error: str, exc: BaseException | None) -> None:
+    """One line in the host's log for a failed attempt, with the handler's traceback if it raised."""
+    _log.warning(
+        "task.attempt_failed",
+        task_id=task.task_id,
+        name=task.name,
+        attempt=attempt,
+        max_attempts=task.max_attempts,
+        error=error,
+        exc_info=exc,
+    )

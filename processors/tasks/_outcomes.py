@@ -35,9 +35,11 @@ from streamkit.processors.tasks._events import (
     TasksState,
     TaskSucceeded,
 )
+from streamkit.processors.tasks._handler_call import log_failure
 from streamkit.processors.tasks._joint import JointAppends
 
 from streamkit import IdempotencyConflict, ProcessEventArgs, StreamEvent
+from streamkit.tracebacks import traceback_excerpt
 
 __all__ = ["Outcomes", "run_key"]
 
@@ -116,8 +118,16 @@ class Outcomes:
         attempt: int,
         started_at: float,
         error: str,
-        traceback: str | None = None,
+        exc: BaseException | None = None,
     ) -> None:
+        """Record attempt ``attempt`` failed (``exc``: what the handler raised, if it did).
+
+        Every failed attempt is logged once here, whatever failed it (a raise, a
+        timeout, a cancel, an interrupted host), with the handler's traceback when it
+        raised; its event and any dead-letter keep a bounded excerpt of it.
+        """
+        log_failure(task, attempt, error, exc)
+        traceback = None if exc is None else traceback_excerpt(exc)
         if attempt >= task.max_attempts:
             await self.dead_letter(
                 args,

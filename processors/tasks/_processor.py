@@ -41,7 +41,6 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-import structlog
 from streamkit.processors._handlers import resolve_handler
 from streamkit.processors.dlq import (
     dead_lettered_event,
@@ -82,13 +81,10 @@ from streamkit import (
     StreamProcessor,
 )
 from streamkit.errors import did_you_mean
-from streamkit.tracebacks import traceback_excerpt
 
 __all__ = [
     "TasksProcessor",
 ]
-
-_log = structlog.get_logger("streamkit.processors.tasks")
 
 
 def _state(tasks: SharedMap[str, LiveTask], counts: TaskCounts) -> TasksState:
@@ -554,40 +550,22 @@ class TasksProcessor(StreamProcessor[TasksState]):
         if done and loop.time() - began > task.timeout_s and not call.cancelled():
             done = set()
         if not done:
-            error = f"timed out after {task.timeout_s} s"
-            self._attempt_failed(task, attempt, error, None)
-            await self._outcomes.failed(args, task, attempt, started_at, error)
+            await self._outcomes.failed(
+                args, task, attempt, started_at, f"timed out after {task.timeout_s} s"
+            )
         elif call.cancelled():
             if run in self._cancelling:
                 await self._outcomes.cancelled(args, task, attempt, self._cancelling[run])
             else:
-                error = "CancelledError: the handler was cancelled"
-                self._attempt_failed(task, attempt, error, None)
-                await self._outcomes.failed(args, task, attempt, started_at, error)
+                await self._outcomes.failed(
+                    args, task, attempt, started_at, "CancelledError: the handler was cancelled"
+                )
         elif call.exception() is not None:
             exc = call.exception()
             assert exc is not None
-            error = error_text(exc)
-            self._attempt_failed(task, attempt, error, exc)
-            await self._outcomes.failed(
-                args, task, attempt, started_at, error, traceback_excerpt(exc)
-            )
+            await self._outcomes.failed(args, task, attempt, started_at, error_text(exc), exc)
         else:
             await self._outcomes.succeeded(args, task, attempt, started_at, call.result())
-
-    def _attempt_failed(
-        self, task: LiveTask, attempt: int, error: str, exc: BaseException | None
-    ) -> None:
-        """One line in the host's log per failed attempt, with the handler's traceback."""
-        _log.warning(
-            "task.attempt_failed",
-            task_id=task.task_id,
-            name=task.name,
-            attempt=attempt,
-            max_attempts=task.max_attempts,
-            error=error,
-            exc_info=exc,
-        )
 
     def _interrupted(self, args: ProcessEventArgs[TasksState], task: LiveTask) -> None:
         # Started (the log says so) but not by this incarnation and never

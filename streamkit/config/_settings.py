@@ -25,10 +25,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from streamkit._targets import default_socket, is_postgres_target, postgres_target, sqlite_target
-from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, StartFrom
+from streamkit.contract import CutoverMode, StartFrom
 from streamkit.control import MAX_SOCKET_PATH_BYTES
 from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
+from streamkit.failure_policy import OnMalformed, OnReduceError
 from streamkit.history import RETENTION_CHUNK, RETENTION_SHARE
 
 # The public names of this module are listed once, in streamkit.config's __all__.

@@ -52,7 +52,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from streamkit._speed import FAST as SPEED_TRICKS
-from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, ProcessorContract
+from streamkit.contract import CutoverMode, ProcessorContract
 from streamkit.engine._batch import BatchInfo, BatchRunner
 from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._claims import REVIVE_AFTER, REVIVE_AFTER_MAX, ClaimKeeper
@@ -71,6 +71,7 @@ from streamkit.errors import (
     StreamkitError,
 )
 from streamkit.events import EventInput, ReadPage, ScannedRange, StreamEvent
+from streamkit.failure_policy import OnMalformed, OnReduceError
 from streamkit.live_state import LiveSnapshot
 from streamkit.processor import ProcessEventArgs, StreamProcessor, Work, retain_of
 from streamkit.protocols import (

@@ -37,16 +37,16 @@ import structlog
 from pydantic import BaseModel
 
 from streamkit._event_builders import failure_text, payload_validator, reshaped, with_payload
-from streamkit.contract import (
+from streamkit.engine._incident_log import IncidentLog
+from streamkit.errors import PayloadMalformed, ReduceFailed, SchemaAhead, StreamkitError
+from streamkit.events import StreamEvent
+from streamkit.failure_policy import (
     OnMalformed,
     OnReduceError,
     check_on_malformed,
     check_on_reduce_error,
     failure_choice,
 )
-from streamkit.engine._incident_log import IncidentLog
-from streamkit.errors import PayloadMalformed, ReduceFailed, SchemaAhead, StreamkitError
-from streamkit.events import StreamEvent
 from streamkit.live_state import LIVE_STATE_CHANGED
 from streamkit.processor import USER_EXITS, StreamProcessor, consumes_predicate, exit_refused
 from streamkit.tracebacks import traceback_excerpt

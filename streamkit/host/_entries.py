@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamkit.config import HostConfig, ProcessorSpec, resolve_processors, shared_slug
-from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, StartFrom, failure_choice
+from streamkit.contract import CutoverMode, StartFrom
 from streamkit.errors import InvalidConfig
+from streamkit.failure_policy import OnMalformed, OnReduceError, failure_choice
 from streamkit.processor import StreamProcessor
 
 __all__ = ["Entry", "host_entries"]

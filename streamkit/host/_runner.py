@@ -44,10 +44,11 @@ from typing import Any
 import structlog
 
 from streamkit.config import RetrySettings
-from streamkit.contract import CutoverMode, OnMalformed, OnReduceError, StartFrom
+from streamkit.contract import CutoverMode, StartFrom
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
 from streamkit.errors import HistoryTruncated, LeaseLost
 from streamkit.events import ScannedRange, StreamEvent
+from streamkit.failure_policy import OnMalformed, OnReduceError
 from streamkit.host._engine_stream import EngineStream
 from streamkit.host._failures import Failures
 from streamkit.host._first_start import FirstStart

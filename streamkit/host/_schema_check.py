@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 import structlog
 
-from streamkit.contract import OnMalformed
 from streamkit.errors import SchemaCheckFailed
+from streamkit.failure_policy import OnMalformed
 from streamkit.log import Log
 from streamkit.processor import StreamProcessor
 from streamkit.protocols import HostStore

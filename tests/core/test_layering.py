@@ -67,6 +67,7 @@ BASE = {
     "streamkit._json_walk",
     "streamkit.shared_map",
     "streamkit.tracebacks",
+    "streamkit.failure_policy",
 }
 
 # layer -> the layers it may import (besides itself); a module's layer is its first
