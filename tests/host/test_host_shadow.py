@@ -106,9 +106,11 @@ async def test_a_new_version_builds_beside_the_serving_one_and_cuts_over_once(
             assert shadow["lease"]["owner"] == "a"
             # The row is what clients are served: version 1's cursor and lag; the build's
             # own position is its progress.
+            # (Its durable checkpoint: version 1's engine may be past it over events it
+            # does not consume, which move its cursor without a write.)
             serving = (await old.status())["processors"][0]
-            assert shadow["cursor"] == serving["cursor"] >= appended[-1]
-            assert shadow["lag"] == serving["lag"]
+            assert appended[-1] <= shadow["cursor"] <= serving["cursor"]
+            assert 0 <= shadow["lag"] <= shadow["head"] - shadow["cursor"]
             assert shadow["progress"]["target"] <= serving["cursor"]
             assert shadow["unserved"] is None
             assert "(version 1 serves meanwhile)" in _phase_text(shadow)
