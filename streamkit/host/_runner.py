@@ -28,7 +28,7 @@ fence inside a checkpoint or engine-append transaction
 background work too, and the runner returns to waiting with the reason in
 ``failures.last_error``; the host's heartbeat takes the lease again when it is free.
 
-It is one class at about 600 lines because its lease, engine, follower and
+It is one class at about 620 lines because its lease, engine, follower and
 worker change together: each of the transitions above touches all four at
 once, and its other state (the failures) is already a part of its own.
 """
@@ -43,7 +43,6 @@ from typing import Any
 
 import structlog
 
-from streamkit.checkpoint import SHADOW_MARK
 from streamkit.config import RetrySettings
 from streamkit.contract import CutoverMode, StartFrom
 from streamkit.engine import CANCEL_WAIT, BatchInfo, ProcessorEngine
@@ -309,7 +308,7 @@ class ProcessorRunner:
         engine.abort(reason)
         if error is not None:
             self.failures.keep(error.message, error.code, None, engine.cursor)
-            successor = await self._cut_over_to(error)
+            successor = await self.role.replaced_by(self._store, error)
             # A cutover fences the version it replaces: in a rolling deploy that is the
             # plan, not a fault, so it is said at info with the version that took over.
             (_log.warning if successor is None else _log.info)(
@@ -321,29 +320,6 @@ class ProcessorRunner:
                 cut_over_to=successor,
             )
         await engine.aclose(0.0)
-
-    async def _cut_over_to(self, error: LeaseLost) -> str | None:
-        """The version a cutover replaces this one with, if that is why its lease went.
-
-        Either it serves already, or the lease's new holder builds it in the shadow: a
-        cutover fences the serving version first, then reduces the last stretch, then
-        commits (see ``streamkit.engine._shadow``), so the fence may be seen first.
-        """
-        if self.role.shadow:
-            return None
-        try:
-            serving, _ = await self._store.version_rows(self.slug, self.version)
-            if serving is not None and serving.reducer_version != self.version:
-                return serving.reducer_version
-            holder = error.details.get("holder")
-            for lease in await self._store.leases():
-                slug, mark, version = lease.slug.partition(SHADOW_MARK)
-                ours = mark and slug == self.slug and lease.path == self.path
-                if ours and lease.owner == holder and not lease.released:
-                    return version
-        except Exception:  # the database may be why the lease went: then it is a warning
-            return None
-        return None
 
     async def hand_off(self, grace: float) -> HeldLease | None:
         """Stop running here after the item in flight, so another host can take over.

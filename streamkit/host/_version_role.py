@@ -25,7 +25,9 @@ from typing import Any
 
 import structlog
 
-from streamkit.checkpoint import ReduceCheckpoint, shadow_lease_slug
+from streamkit.checkpoint import SHADOW_MARK, ReduceCheckpoint, shadow_lease_slug
+from streamkit.errors import LeaseLost
+from streamkit.protocols import HostStore
 
 __all__ = ["VersionRole"]
 
@@ -99,3 +101,26 @@ class VersionRole:
     def served(self) -> None:
         """The engine serving after the cutover started (or none will: the host stops)."""
         self.switching = False
+
+    async def replaced_by(self, store: HostStore, error: LeaseLost) -> str | None:
+        """The version a cutover replaces this one with, if that is why its lease went.
+
+        Either it serves already, or the lease's new holder builds it in the shadow: a
+        cutover fences the serving version first, then reduces the last stretch, then
+        commits (see ``streamkit.engine._shadow``), so the fence may be seen first.
+        """
+        if self.shadow:
+            return None
+        try:
+            serving, _ = await store.version_rows(self._slug, self._version)
+            if serving is not None and serving.reducer_version != self._version:
+                return serving.reducer_version
+            holder = error.details.get("holder")
+            for lease in await store.leases():
+                slug, mark, version = lease.slug.partition(SHADOW_MARK)
+                ours = mark and slug == self._slug and lease.path == self._path
+                if ours and lease.owner == holder and not lease.released:
+                    return version
+        except Exception:  # the database may be why the lease went: then it is a warning
+            return None
+        return None
