@@ -257,6 +257,26 @@ class CheckpointStorage(Protocol):
         ...
 
 
+@runtime_checkable
+class IncidentStorage(Protocol):
+    """A checkpoint storage that also keeps each version's skips (what a host's does).
+
+    What an engine skipped (:mod:`streamkit.engine._skip_tally`) is written
+    with its checkpoint: the engine stages the tally before a write, and the
+    storage writes it in that write's transaction (``save`` or
+    ``cut_over``), so no checkpoint moves past a skip its tally does not
+    hold. A failed write leaves it staged; the next one carries it.
+    """
+
+    def stage_incidents(self, slug: str, version: str, record_json: str) -> None:
+        """Have the next checkpoint write of ``slug`` at ``version`` carry ``record_json``."""
+        ...
+
+    async def load_incidents(self, slug: str, version: str) -> str | None:
+        """The tally stored for ``slug`` at ``version`` (JSON), or None if none was."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseExchange:
     """A version built under a shadow lease: at its cutover, the serving lease becomes its own.
@@ -449,6 +469,11 @@ class HostStore(Protocol):
 
     async def checkpoint_versions(self, slug: str) -> list[ReduceCheckpoint]:
         """Every version's checkpoint of ``slug``: the serving one first, then by version."""
+        ...
+
+    async def version_incidents(self, slug: str) -> dict[str, dict[str, Any]]:
+        """``{version: skip tally}`` of every version of ``slug`` that kept one (see
+        :mod:`streamkit.engine._skip_tally`)."""
         ...
 
     async def reinstate(self, slug: str, version: str) -> bool:

@@ -79,7 +79,7 @@ async def main() -> None:
     await settle()
     assert later.offset > cut
     assert second.acted_on == [later.offset]  # the events after the cutover offset only
-    # --- docs/rebuilds.md:233
+    # --- docs/rebuilds.md:251
     import asyncio
 
 
@@ -117,7 +117,7 @@ async def main() -> None:
     )
     assert (await built.snapshot()).state.total == 12
     assert careful.acted_on == []
-    # --- docs/rebuilds.md:290
+    # --- docs/rebuilds.md:308
     assert storage.reinstate("adder", "1")  # what `processor rollback --to 1` does
     stream.engines.remove(v2)
     back = Adder()

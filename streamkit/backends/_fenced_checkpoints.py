@@ -16,8 +16,11 @@ lease was taken over (or expired) therefore writes nothing: the save raises
 :class:`~streamkit.errors.LeaseLost`, which is not retryable, so the engine
 latches it and the host stops that engine. A checkpoint no store may take is
 refused by :func:`~streamkit.checkpoint.check_checkpoint` before the
-transaction is asked for. A backend supplies its two row operations
-(:class:`CheckpointRows`).
+transaction is asked for. A skip tally the engine staged
+(:class:`~streamkit.protocols.IncidentStorage`) is written in the
+transaction of the next save or cutover of its version, so a checkpoint
+never stands past a skip its version's tally does not count. A backend
+supplies its row operations (:class:`CheckpointRows`).
 """
 
 from __future__ import annotations
@@ -64,6 +67,14 @@ class CheckpointRows(Protocol):
         """The cutover of ``row``'s version, inside the caller's transaction (see ``cut_over``)."""
         ...
 
+    def write_incidents(self, conn: Connection, slug: str, version: str, record: str) -> None:
+        """Store a version's skip tally (JSON), inside the caller's transaction."""
+        ...
+
+    def incidents(self, conn: Connection, slug: str) -> dict[str, str]:
+        """``{version: tally JSON}`` of every version of ``slug`` that has one."""
+        ...
+
 
 class FencedCheckpoints:
     """Checkpoints in the log's storage, written only while ``held`` is in force.
@@ -72,7 +83,7 @@ class FencedCheckpoints:
     builds a new engine (and a new storage) under the next lease it takes.
     """
 
-    __slots__ = ("_exchange", "_log", "_path", "_rows", "_serving", "held")
+    __slots__ = ("_exchange", "_log", "_path", "_rows", "_serving", "_staged", "held")
 
     def __init__(
         self,
@@ -89,6 +100,30 @@ class FencedCheckpoints:
         self._exchange = exchange
         # The serving lease fence_serving took, and when its statement was sent.
         self._serving: tuple[Lease, float] | None = None
+        # A skip tally the next checkpoint write carries: (slug, version, JSON).
+        self._staged: tuple[str, str, str] | None = None
+
+    def stage_incidents(self, slug: str, version: str, record_json: str) -> None:
+        """Have the next write of this version's checkpoint carry its skip tally."""
+        self._staged = (slug, version, record_json)
+
+    async def load_incidents(self, slug: str, version: str) -> str | None:
+        """The skip tally stored for ``slug`` at ``version``, or None."""
+        read = self._rows.incidents
+        found = await self._log.query(lambda conn: read(conn, slug))
+        return found.get(version)
+
+    def _staged_for(self, slug: str, version: str) -> tuple[str, str, str] | None:
+        """The tally a write of ``slug`` at ``version`` carries, if one is staged for it."""
+        staged = self._staged
+        if staged is not None and staged[0] == slug and staged[1] == version:
+            return staged
+        return None
+
+    def _written(self, staged: tuple[str, str, str] | None) -> None:
+        # Only what this write carried is done: a tally staged meanwhile waits for the next.
+        if staged is not None and self._staged is staged:
+            self._staged = None
 
     async def load(self, slug: str, version: str | None = None) -> ReduceCheckpoint | None:
         """The stored checkpoint of ``slug`` at ``version`` (read on the log's reader connection)."""
@@ -120,14 +155,19 @@ class FencedCheckpoints:
         )
         fence = self.held.fence
         upsert = self._rows.upsert_checkpoint
+        staged = self._staged_for(slug, reducer_version)
+        carry = self._rows.write_incidents
 
         def fenced_write(conn: Connection) -> None:
             fence(conn)
             upsert(conn, row)
+            if staged is not None:
+                carry(conn, *staged)
 
         # Short (a fence read and one upsert): it may commit on the loop when nothing waits
         # (a log that commits inline), else it rides the writer's next group commit.
         await self._log.write_transaction(fenced_write, inline=True, processor=True)
+        self._written(staged)
 
     async def begin(
         self,
@@ -221,6 +261,8 @@ class FencedCheckpoints:
         leases = rows.lease_rows
         fence = self.held.fence
         serving = self._serving
+        staged = self._staged_for(slug, reducer_version)
+        carry = rows.write_incidents
         if exchange is not None and serving is None:
             raise LeaseLost(
                 f"processor {slug!r}: the cutover of version {reducer_version!r} needs the "
@@ -243,6 +285,8 @@ class FencedCheckpoints:
                 leases.check_fence(conn, lease, exchange.clock())
                 leases.release(conn, exchange.shadow())
             rows.serve_checkpoint(conn, row, replacing)
+            if staged is not None:
+                carry(conn, *staged)
 
         payload = {
             "slug": slug,
@@ -251,5 +295,6 @@ class FencedCheckpoints:
             "offset": reduced_through_offset,
         }
         await self._log.append_control(path, {"type": CUTOVER_EVENT, "payload": payload}, seal)
+        self._written(staged)
         if exchange is not None and serving is not None:
             exchange.taken(*serving)

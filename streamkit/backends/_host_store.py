@@ -15,6 +15,7 @@ same rows, skips the shared rules of
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -203,6 +204,12 @@ class LogHostStore:
         """Every version's checkpoint of ``slug``: the serving one first, then by version."""
         versions = self._rows.checkpoint_versions
         return await self._log.query(lambda conn: versions(conn, slug))
+
+    async def version_incidents(self, slug: str) -> dict[str, dict[str, Any]]:
+        """``{version: skip tally}`` of every version of ``slug`` that kept one."""
+        read = self._rows.incidents
+        stored = await self._log.query(lambda conn: read(conn, slug))
+        return {version: json.loads(record) for version, record in stored.items()}
 
     async def reinstate(self, slug: str, version: str) -> bool:
         """Lift the retirement of ``slug``'s ``version`` (a rollback); whether one was lifted."""

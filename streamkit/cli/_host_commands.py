@@ -294,6 +294,9 @@ def _phase_text(row: dict[str, Any]) -> str:
     """``rebuilding 120,000/300,000 at 95,000 ev/s, eta 2 s`` (or ``catching-up ...``)."""
     progress = row.get("progress") or {}
     if row["phase"] == "awaiting-cutover":
+        held = progress.get("cutover_held")
+        if held:
+            return f"awaiting-cutover at {progress.get('through', 0):,} (HELD: {held})"
         return (
             f"awaiting-cutover at {progress.get('through', 0):,} (built; version "
             f"{row.get('serving_version')} serves; `streamkit processor cutover "

@@ -31,6 +31,7 @@ from streamkit.cli._common import add_db_flag, add_socket_flag, served
 from streamkit.cli._retention_commands import operator
 from streamkit.config import LeaseSettings
 from streamkit.control import request_sync
+from streamkit.engine import shown_tally
 from streamkit.errors import InvalidRequest
 
 __all__ = ["add_processor"]
@@ -151,7 +152,7 @@ def _cmd_cutover(args: argparse.Namespace, out: TextIO) -> int:
     )
 
 
-def _row(checkpoint: ReduceCheckpoint) -> dict[str, Any]:
+def _row(checkpoint: ReduceCheckpoint, tally: dict[str, Any] | None) -> dict[str, Any]:
     role = "serving" if checkpoint.serving else "retired" if checkpoint.retired_at else "building"
     return {
         "version": checkpoint.reducer_version,
@@ -159,6 +160,7 @@ def _row(checkpoint: ReduceCheckpoint) -> dict[str, Any]:
         "cursor": checkpoint.reduced_through_offset,
         "cutover_offset": checkpoint.cutover_offset,
         "retired_at": checkpoint.retired_at,
+        "skipped": shown_tally(tally),
     }
 
 
@@ -168,11 +170,16 @@ def _cmd_versions(args: argparse.Namespace, out: TextIO) -> int:
         rows = compared["versions"]
     else:
 
-        async def run() -> list[ReduceCheckpoint]:
+        async def run() -> list[dict[str, Any]]:
             async with existing_log(args.db, read_only=True) as log:
-                return await host_store(log).checkpoint_versions(args.slug)
+                store = host_store(log)
+                tallies = await store.version_incidents(args.slug)
+                return [
+                    _row(checkpoint, tallies.get(checkpoint.reducer_version))
+                    for checkpoint in await store.checkpoint_versions(args.slug)
+                ]
 
-        rows = [_row(checkpoint) for checkpoint in asyncio.run(run())]
+        rows = asyncio.run(run())
     if args.json:
         shown: Any = rows if compared is None else compared
         out.write(json.dumps(shown, separators=(",", ":")) + "\n")
@@ -185,7 +192,10 @@ def _cmd_versions(args: argparse.Namespace, out: TextIO) -> int:
             line += f"  since offset {row['cutover_offset']}"
         if row["retired_at"] is not None:
             line += f"  replaced at offset {row['retired_at']}"
+        skipped = row["skipped"]
+        line += "  skipped: " + " ".join(f"{name}={skipped[name]}" for name in _KEPT_COUNTS)
         out.write(line + "\n")
+        _write_skipped(skipped, out)
     if compared is None:
         return 0
     out.write("counted by the running hosts:\n")
@@ -208,6 +218,22 @@ def _cmd_versions(args: argparse.Namespace, out: TextIO) -> int:
             out.write(f"  {operation['op']} {operation['path']}{shown_value}\n")
     return 0
 
+
+def _write_skipped(skipped: dict[str, Any], out: TextIO) -> None:
+    """Each skipped kind of a version's kept tally under its line, with its first offsets."""
+    for kind in skipped["malformed_by_type"]:
+        out.write(
+            f"    malformed {kind['type']} v{kind['version']}: {kind['count']} "
+            f"(first at {', '.join(map(str, kind['first_offsets']))})\n"
+        )
+    for kind in skipped["reduce_failures_by_type"]:
+        out.write(
+            f"    reduce raised on {kind['type']}: {kind['count']} "
+            f"(first at {', '.join(map(str, kind['first_offsets']))})\n"
+        )
+
+
+_KEPT_COUNTS = ("malformed_payloads", "reduce_failures", "dropped_events")
 
 _SHOWN_COUNTS = ("malformed_payloads", "reduce_failures", "batch_failures", "events_dropped")
 

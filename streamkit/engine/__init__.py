@@ -11,6 +11,7 @@ from streamkit.engine._engine import (
     ProcessorSnapshot,
 )
 from streamkit.engine._fold import Fold
+from streamkit.engine._skip_tally import SkipTally, shown_tally
 from streamkit.engine._strays import CANCEL_WAIT
 
 __all__ = [
@@ -24,4 +25,6 @@ __all__ = [
     "Fold",
     "ProcessorEngine",
     "ProcessorSnapshot",
+    "SkipTally",
+    "shown_tally",
 ]

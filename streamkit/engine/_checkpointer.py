@@ -21,6 +21,8 @@ durable events from there up to the cursor again (reduce only: their effects
 ran). A batch that reduced an ephemeral event, which the log cannot give
 back, always writes the state (:meth:`Checkpointer.mark_unreplayable`), and
 so do a shadow's rebuild and a clean close (:meth:`Checkpointer.write_state`).
+A write after the version's skip tally changed carries the tally, when the
+storage keeps one (:mod:`._skip_tally`); restoring restores the tally too.
 
 A deferred state's size is not known without encoding it, so the fastest
 growth per event seen between two encodings says when it must be measured:
@@ -36,6 +38,7 @@ on every push.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -47,9 +50,10 @@ from streamkit.checkpoint import (
 )
 from streamkit.contract import ProcessorContract
 from streamkit.engine._fold import report
+from streamkit.engine._skip_tally import SkipTally
 from streamkit.errors import RetainFromInvalid, StateNotSerializable, StreamkitError
 from streamkit.events import MAX_OFFSET, ReadPage
-from streamkit.protocols import CheckpointStorage
+from streamkit.protocols import CheckpointStorage, IncidentStorage
 
 __all__ = ["BYTES_PER_DEFERRED_EVENT", "DEFER_STATE_FROM", "Checkpointer", "Restored"]
 
@@ -100,8 +104,14 @@ class Checkpointer(Generic[S]):
         storage: CheckpointStorage,
         latch: Callable[[StreamkitError], None],
         retain: Callable[[S], int | None] | None = None,
+        tally: SkipTally | None = None,
     ) -> None:
         self._contract = contract
+        # What this version skipped: restored with the row, written with the next checkpoint
+        # after it changed, when the storage keeps it (see streamkit.engine._skip_tally).
+        self._tally = tally
+        self._incidents = storage if isinstance(storage, IncidentStorage) else None
+        self._tally_written = 0 if tally is None else tally.changes
         # The processor's retain_from, when it has one of its own (None: it keeps nothing back).
         self._retain = retain
         # What the state last written needs, as stored with it.
@@ -140,6 +150,7 @@ class Checkpointer(Generic[S]):
         version starts at 0, and serves (its first write makes it so).
         """
         initial = self._contract.initial_state()
+        await self._restore_tally()
         serving = await self._storage.load(self._slug)
         if serving is None:
             self._persisted = initial
@@ -171,6 +182,37 @@ class Checkpointer(Generic[S]):
             return Restored(state, offset, cursor, None, state)
         # A shadow resumes its rebuild where its last checkpoint left it.
         return Restored(state, offset, cursor, target, seed)
+
+    async def _restore_tally(self) -> None:
+        tally, incidents = self._tally, self._incidents
+        if tally is None or incidents is None:
+            return
+        stored = await incidents.load_incidents(self._slug, self._version)
+        if stored is not None:
+            tally.restore(json.loads(stored))
+            self._tally_written = tally.changes
+
+    async def replaced_tally(self) -> dict[str, Any] | None:
+        """The skip tally kept for the version this one replaces (None: none kept, or none)."""
+        incidents, replacing = self._incidents, self._replacing
+        if incidents is None or replacing is None:
+            return None
+        stored = await incidents.load_incidents(self._slug, replacing)
+        return None if stored is None else dict(json.loads(stored))
+
+    def _stage_tally(self) -> int | None:
+        """Stage the tally with the write about to be made if it changed; its ``changes`` then."""
+        tally, incidents = self._tally, self._incidents
+        if tally is None or incidents is None or tally.changes == self._tally_written:
+            return None
+        incidents.stage_incidents(
+            self._slug, self._version, json.dumps(tally.record(), separators=(",", ":"))
+        )
+        return tally.changes
+
+    def _tally_carried(self, changes: int | None) -> None:
+        if changes is not None:
+            self._tally_written = changes
 
     def _load(self, checkpoint: ReduceCheckpoint, initial: S) -> S | None:
         """The state ``checkpoint`` holds under this contract, or None if it does not restore."""
@@ -232,6 +274,7 @@ class Checkpointer(Generic[S]):
     async def cut_over(self, cursor: int, state: S) -> None:
         """Make this version the serving one at ``cursor`` with ``state`` (the end of a rebuild)."""
         retain_from = self._needs(state)
+        staged = self._stage_tally()
         await self._storage.cut_over(
             self._slug,
             reducer_version=self._version,
@@ -240,6 +283,7 @@ class Checkpointer(Generic[S]):
             replacing=self._replacing,
             retain_from=retain_from,
         )
+        self._tally_carried(staged)
         self._retain_from = retain_from
         self._replacing = None
         self._persisted = state
@@ -412,6 +456,7 @@ class Checkpointer(Generic[S]):
         state_offset: int | None,
         retain_from: int | None,
     ) -> None:
+        staged = self._stage_tally()
         try:
             await self._storage.save(
                 self._slug,
@@ -421,6 +466,7 @@ class Checkpointer(Generic[S]):
                 state_offset=state_offset,
                 retain_from=retain_from,
             )
+            self._tally_carried(staged)
         except StreamkitError as exc:
             # A refusal that can only repeat (the same state, the same size):
             # see the module docstring.

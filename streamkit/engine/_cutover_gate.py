@@ -10,6 +10,11 @@ only once :meth:`CutoverGate.ask` was called (``streamkit processor
 cutover``, the HTTP verb, the admin page's button). Whoever asked gets the
 cutover offset, or the error that ended the attempt.
 
+An automatic cutover is *held* (:meth:`CutoverGate.hold`) when the built
+version skipped more events than the version it replaces did (see
+:meth:`~._shadow.ShadowBuild.build`): it then waits like a manual one,
+with the reason in ``status``, until an operator cuts over by hand.
+
 The gate owns the mode, the request and the askers' futures; the shadow
 build (:mod:`._shadow`) owns the build.
 """
@@ -36,10 +41,17 @@ class CutoverGate:
         self._askers: list[asyncio.Future[int]] = []
         self.waiting = False
         """True while a built version holds at the serving cursor for an operator's cutover."""
+        self.held: str | None = None
+        """Why an automatic cutover waits for an operator (None: it is not held)."""
 
     @property
     def manual(self) -> bool:
-        return self.mode == "manual"
+        """Whether the cutover waits for an operator: chosen so, or held."""
+        return self.mode == "manual" or self.held is not None
+
+    def hold(self, reason: str) -> None:
+        """An automatic cutover waits for an operator from now on, for ``reason``."""
+        self.held = reason
 
     @property
     def asked(self) -> bool:

@@ -215,7 +215,7 @@ class ProcessorEngine(Generic[S]):
         )
         self._pages: PageReader[S] = PageReader(stream, self._fold)
         self._checkpoints: Checkpointer[S] = Checkpointer(
-            contract, storage, self._latch, retain_of(processor)
+            contract, storage, self._latch, retain_of(processor), self._fold.tally
         )
         self._live: LiveProjection[S] = LiveProjection(processor, publish_live, self._swallowed)
         self._waiters = CursorWaiters(self._slug, lambda: self._cursor)
@@ -228,6 +228,7 @@ class ProcessorEngine(Generic[S]):
             pages=self._pages,
             checkpoints=self._checkpoints,
             gate=CutoverGate(cutover or contract.cutover),
+            tally=self._fold.tally,
             give_way=give_way,
             yielding=lambda: self._yielding,
             latched=lambda: self._latched,
@@ -760,6 +761,7 @@ class ProcessorEngine(Generic[S]):
     def statistics(self) -> EngineStatistics:
         """The engine's counters and incidents now, as one frozen snapshot (no I/O)."""
         fold = self._fold
+        tally = fold.tally
         claims = self._claims
         return EngineStatistics(
             events_reduced=self._events_reduced,
@@ -767,12 +769,13 @@ class ProcessorEngine(Generic[S]):
             batch_failures=self._batch_failures,
             last_error=self._last_error,
             failed_at=self._failed_at,
-            malformed_payloads=fold.malformed,
-            last_malformed=fold.last_malformed,
-            malformed_by_type=fold.malformed_by_type(),
-            reduce_failures=fold.reduce_failures,
-            last_reduce_failure=fold.last_reduce_failure,
-            dropped_events=fold.dropped,
+            malformed_payloads=tally.malformed,
+            last_malformed=tally.last_malformed,
+            malformed_by_type=tally.malformed_by_type(),
+            reduce_failures=tally.reduce_failures,
+            last_reduce_failure=tally.last_reduce_failure,
+            reduce_failures_by_type=tally.reduce_failures_by_type(),
+            dropped_events=tally.dropped,
             stopped_at=fold.stopped_at,
             refusing_cancel=tuple(self._strays.refusing_cancel),
             refused_cancel=self._strays.refused_cancel,

@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from streamkit._event_builders import failure_text, payload_validator, reshaped, with_payload
 from streamkit.engine._incident_log import IncidentLog
+from streamkit.engine._skip_tally import SkipTally
 from streamkit.errors import PayloadMalformed, ReduceFailed, SchemaAhead, StreamkitError
 from streamkit.events import StreamEvent
 from streamkit.failure_policy import (
@@ -52,7 +53,7 @@ from streamkit.processor import USER_EXITS, StreamProcessor, consumes_predicate,
 from streamkit.tracebacks import traceback_excerpt
 from streamkit.upcasting import DROP, Upcaster, upcast
 
-__all__ = ["FIRST_OFFSETS_KEPT", "MAX_SLICE", "SLICE_SECONDS", "Fold", "report"]
+__all__ = ["MAX_SLICE", "SLICE_SECONDS", "Fold", "report"]
 
 SLICE_SECONDS = 0.05
 """How long one slice of a paced fold aims to hold the event loop (see Fold.fold_paced)."""
@@ -79,9 +80,6 @@ undeclared type."""
 
 _GONE: Final = object()
 """What lifting gives for an event the fold does not reduce (dropped, unreadable or ahead)."""
-
-FIRST_OFFSETS_KEPT = 5
-"""How many offsets of each skipped (type, version) status lists: where to start looking."""
 
 _log = structlog.get_logger("streamkit.engine")
 
@@ -122,7 +120,6 @@ class Fold(Generic[S]):
     __slots__ = (
         "_contract",
         "_incidents",
-        "_malformed_kinds",
         "_on_error",
         "_on_malformed",
         "_on_reduce_error",
@@ -131,13 +128,9 @@ class Fold(Generic[S]):
         "_renames",
         "_slice",
         "_slug",
-        "dropped",
-        "last_malformed",
-        "last_reduce_failure",
-        "malformed",
-        "reduce_failures",
         "reduces",
         "stopped",
+        "tally",
     )
 
     def __init__(
@@ -169,16 +162,9 @@ class Fold(Generic[S]):
         self._slice = 8
         self._renames = contract.renames()
         self.reduces = _reduces(contract.consumes, self._renames)
-        # What operators see in `streamkit status`: counts, and the latest of each
-        # as {offset, type, error}.
-        self.malformed = 0
-        self.reduce_failures = 0
-        self.last_malformed: dict[str, Any] | None = None
-        self.last_reduce_failure: dict[str, Any] | None = None
-        # Skipped payloads per stored (type, version): [count, first offsets...].
-        self._malformed_kinds: dict[tuple[str, int], list[int]] = {}
-        # Events an upcaster dropped (DROP): counted, never silent.
-        self.dropped = 0
+        # What operators see in `streamkit status`, and what the checkpoint keeps: every
+        # skipped or dropped event, counted once.
+        self.tally = SkipTally()
         # Skipped events (under "skip") are logged one line per kind per interval.
         self._incidents = IncidentLog(self._report_skipped)
         # Why the fold stopped before an event (a payload newer than the code, one
@@ -195,18 +181,6 @@ class Fold(Generic[S]):
     def on_reduce_error(self) -> OnReduceError:
         """What this fold does at an event its reduce raises on (as chosen)."""
         return self._on_reduce_error
-
-    def malformed_by_type(self) -> tuple[dict[str, Any], ...]:
-        """Skipped payloads per stored (type, version): count and first offsets, in type order."""
-        return tuple(
-            {
-                "type": etype,
-                "version": version,
-                "count": kept[0],
-                "first_offsets": kept[1:],
-            }
-            for (etype, version), kept in sorted(self._malformed_kinds.items())
-        )
 
     def payload_types(self) -> dict[str, type[BaseModel]]:
         """The payload model of each durable type this processor reduces: what a typed read types."""
@@ -396,7 +370,7 @@ class Fold(Generic[S]):
             self._malformed(event, exc)  # skipped, or the fold stops here
             return _GONE
         if lifted is DROP:
-            self.dropped += 1
+            self.tally.drop(event.offset)
             return _GONE
         return lifted
 
@@ -439,16 +413,9 @@ class Fold(Generic[S]):
                 },
             )
             return True
-        self.malformed += 1
-        self.last_malformed = _incident(event, exc)
-        kind = (event.type, event.payload_version)
-        kept = self._malformed_kinds.get(kind)
-        if kept is None:
-            self._malformed_kinds[kind] = [1, event.offset]
-        else:
-            kept[0] += 1
-            if len(kept) <= FIRST_OFFSETS_KEPT:
-                kept.append(event.offset)
+        self.tally.malformed_payload(
+            event.offset, event.type, event.payload_version, _incident(event, exc)
+        )
         return False
 
     def _reduce_failed(self, event: StreamEvent, exc: Exception) -> bool:
@@ -488,8 +455,7 @@ class Fold(Generic[S]):
                 },
             )
             return True
-        self.reduce_failures += 1
-        self.last_reduce_failure = _incident(event, exc)
+        self.tally.reduce_failure(event.offset, event.type, _incident(event, exc))
         return False
 
 

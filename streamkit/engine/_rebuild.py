@@ -62,6 +62,8 @@ class Rebuild:
         self.events = 0
         self.waiting = False
         """Built, and holding at the serving cursor for an operator's cutover (manual mode)."""
+        self.held: str | None = None
+        """Why an automatic cutover holds for an operator (None: it does not, or is manual)."""
         self._started = time.monotonic()
         self._logged = self._started
         self._saved = self._started
@@ -88,24 +90,41 @@ class Rebuild:
             self._logged = now
             _log.info("processor.rebuild.progress", slug=self.slug, **self.snapshot(now))
 
-    def wait_for_cutover(self) -> None:
-        """Built up to the serving cursor: it follows it now until an operator cuts over."""
+    def wait_for_cutover(self, held: str | None = None) -> None:
+        """Built up to the serving cursor: it follows it now until an operator cuts over.
+
+        ``held``: why an automatic cutover waits (logged as a warning, shown in status).
+        """
         self.waiting = True
-        _log.info(
-            "processor.cutover.waiting",
-            slug=self.slug,
-            version=self.version,
-            through=self.through,
-            detail="built in the shadow; it follows the serving version until an operator "
-            "runs `streamkit processor cutover`",
+        self.held = held
+        detail = (
+            "built in the shadow; it follows the serving version until an operator runs "
+            "`streamkit processor cutover`"
         )
+        if held is None:
+            _log.info(
+                "processor.cutover.waiting",
+                slug=self.slug,
+                version=self.version,
+                through=self.through,
+                detail=detail,
+            )
+        else:
+            _log.warning(
+                "processor.cutover.held",
+                slug=self.slug,
+                version=self.version,
+                through=self.through,
+                reason=held,
+                detail=detail,
+            )
 
     def done(self) -> None:
         _log.info("processor.rebuild.done", slug=self.slug, **self.snapshot())
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         """``{version, start, through, target, events, seconds, events_per_second, eta_seconds,
-        gave_way_seconds, awaiting_cutover}``."""
+        gave_way_seconds, awaiting_cutover, cutover_held}``."""
         seconds = (time.monotonic() if now is None else now) - self._started
         rate = self.events / seconds if seconds > 0 else None
         left = self.target - self.through
@@ -120,4 +139,5 @@ class Rebuild:
             "eta_seconds": round(left / rate, 1) if rate and self.through else None,
             "gave_way_seconds": round(self.turns.waited, 3),
             "awaiting_cutover": self.waiting,
+            "cutover_held": self.held,
         }

@@ -16,6 +16,12 @@ cuts over (:meth:`ShadowBuild.build`). The guarantees:
   cutover writes it where it stands.
 - An operator who asked for a manual cutover gets its offset, or the error
   that ended the attempt (:class:`~._cutover_gate.CutoverGate`).
+- An automatic cutover never makes things worse unseen: a version whose
+  build skipped more events (malformed payloads, failed reduces, counted by
+  its :class:`~._skip_tally.SkipTally`) than the version it replaces did,
+  by that version's kept tally, holds at the serving cursor as a manual
+  one does, with the reason in ``status``, until an operator cuts over by
+  hand. (A build that stalls never gets here: it does not cut over.)
 
 The part owns what only this work needs: where the build must reach, the
 build under way (a :class:`~._rebuild.Rebuild`, what ``statistics()``
@@ -35,6 +41,7 @@ from streamkit.engine._checkpointer import Checkpointer
 from streamkit.engine._cutover_gate import FOLLOW_EVERY, CutoverGate
 from streamkit.engine._pages import PAGE_SIZE, PageReader
 from streamkit.engine._rebuild import Rebuild
+from streamkit.engine._skip_tally import SkipTally
 from streamkit.errors import CutoverRaced, InvalidRequest, ProcessorTimeout, StreamkitError
 
 __all__ = ["Built", "ShadowBuild"]
@@ -66,6 +73,7 @@ class ShadowBuild(Generic[S]):
         pages: PageReader[S],
         checkpoints: Checkpointer[S],
         gate: CutoverGate,
+        tally: SkipTally,
         give_way: Callable[[float], Awaitable[float]] | None,
         yielding: Callable[[], bool],
         latched: Callable[[], StreamkitError | None],
@@ -76,6 +84,7 @@ class ShadowBuild(Generic[S]):
         self._pages = pages
         self._checkpoints = checkpoints
         self._gate = gate
+        self._tally = tally
         self._give_way = give_way
         self._yielding = yielding
         self._latched = latched
@@ -117,6 +126,11 @@ class ShadowBuild(Generic[S]):
             state, folded = await pages.replay(
                 state, cursor, target, PAGE_SIZE, rebuild.advanced, save, turns=rebuild.turns
             )
+            gate.held = None
+            if not gate.manual:
+                held = await self._skipped_more()
+                if held is not None:
+                    gate.hold(held)
             if gate.manual:
                 state, target, more = await self._follow_serving(rebuild, state, target, save)
                 folded += more
@@ -161,7 +175,7 @@ class ShadowBuild(Generic[S]):
         """
         gate, checkpoints = self._gate, self._checkpoints
         gate.waiting = True
-        rebuild.wait_for_cutover()
+        rebuild.wait_for_cutover(gate.held)
         # Built: its row now, so the comparison shows its state at once and a crash
         # resumes here.
         await checkpoints.write_state(target, state)
@@ -180,6 +194,34 @@ class ShadowBuild(Generic[S]):
                 )
                 folded += more
         return state, target, folded
+
+    async def _skipped_more(self) -> str | None:
+        """Why this built version must not cut over by itself, or None (see the module)."""
+        tally = self._tally
+        if tally.skipped == 0:
+            return None
+        replaced = await self._checkpoints.replaced_tally() or {}
+        before = int(replaced.get("malformed_payloads") or 0) + int(
+            replaced.get("reduce_failures") or 0
+        )
+        if tally.skipped <= before:
+            return None
+        kinds = [
+            f"{kind['count']} malformed {kind['type']!r} v{kind['version']} payload(s) from "
+            f"offset {kind['first_offsets'][0]}"
+            for kind in tally.malformed_by_type()
+        ] + [
+            f"{kind['count']} {kind['type']!r} event(s) its reduce raised on from offset "
+            f"{kind['first_offsets'][0]}"
+            for kind in tally.reduce_failures_by_type()
+        ]
+        old = self._checkpoints.replacing
+        return (
+            f"version {self._version} skipped {tally.skipped} event(s) ({'; '.join(kinds)}) "
+            f"where version {old} skipped {before}: cutting over by itself would serve a state "
+            "that omits them; deploy a version that reads them, or cut over by hand if that "
+            f"is intended (`streamkit processor cutover {self._slug}`)"
+        )
 
     def ask(self, loaded: bool) -> asyncio.Future[int]:
         """An operator's request for a manual cutover; the future gets its offset.

@@ -30,6 +30,8 @@ class EngineStatistics:
       the processor, so this is where an operator sees them.
     - ``malformed_by_type``: the skipped payloads per stored (type, version),
       each ``{type, version, count, first_offsets}`` (the first few offsets).
+    - ``reduce_failures_by_type``: the skipped reduces per type, each
+      ``{type, count, first_offsets}``.
     - ``dropped_events``: events an upcaster dropped (it returned DROP: the
       current code no longer reads their type); never folded, counted here.
     - ``stopped_at``: the offset of the event the engine stopped before (a
@@ -59,6 +61,7 @@ class EngineStatistics:
     malformed_by_type: tuple[dict[str, Any], ...]
     reduce_failures: int
     last_reduce_failure: dict[str, Any] | None
+    reduce_failures_by_type: tuple[dict[str, Any], ...]
     dropped_events: int
     stopped_at: int | None
     refusing_cancel: tuple[str, ...]
@@ -84,6 +87,7 @@ class EngineStatistics:
             malformed_by_type=(),
             reduce_failures=0,
             last_reduce_failure=None,
+            reduce_failures_by_type=(),
             dropped_events=0,
             stopped_at=None,
             refusing_cancel=(),
@@ -104,6 +108,7 @@ class EngineStatistics:
             "malformed_by_type": [dict(kind) for kind in self.malformed_by_type],
             "reduce_failures": self.reduce_failures,
             "last_reduce_failure": self.last_reduce_failure,
+            "reduce_failures_by_type": [dict(kind) for kind in self.reduce_failures_by_type],
             "dropped_events": self.dropped_events,
             "stopped_at": self.stopped_at,
             "refusing_cancel": list(self.refusing_cancel),

@@ -2,7 +2,10 @@
 
 :func:`compare_versions` answers, for one processor of a host, every
 version's checkpoint row (role, cursor, where it became serving, where it
-was replaced), each version's stored state, a JSON patch from the serving
+was replaced) with what that version skipped over its life (the tally kept
+with its checkpoint, :mod:`streamkit.engine._skip_tally`: malformed
+payloads and failed reduces per type with their first offsets, dropped
+events; kept after it stops serving), each version's stored state, a JSON patch from the serving
 version's state to each other version's (what the new reduce changes), and
 what every running host counts for the version it runs: malformed
 payloads (per type), reduce failures, failed batches, events an upcaster
@@ -27,6 +30,7 @@ import jsonpatch
 from streamkit.backends import registered_sockets
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.control import request_sync
+from streamkit.engine import shown_tally
 from streamkit.errors import StreamkitError
 from streamkit.host._runner import ProcessorRunner
 from streamkit.protocols import HostStore
@@ -63,6 +67,7 @@ async def compare_versions(
     ``here`` is this host's status row of the processor.
     """
     rows = await store.checkpoint_versions(runner.slug)
+    tallies = await store.version_incidents(runner.slug)
     serving = next((row for row in rows if row.serving), None)
     serving_state = _state(serving)
     versions = []
@@ -75,6 +80,7 @@ async def compare_versions(
             "state_through": row.state_through_offset,
             "cutover_offset": row.cutover_offset if row.serving else None,
             "retired_at": row.retired_at,
+            "skipped": shown_tally(tallies.get(row.reducer_version)),
             "state": state,
         }
         if serving is not None and row is not serving:

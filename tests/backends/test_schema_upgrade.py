@@ -215,7 +215,7 @@ def test_a_postgres_log_of_schema_1_is_upgraded_when_opened() -> None:
         assert stored_version(conn, schema) == 1
 
         ensure_schema(conn, schema, "test")
-        assert stored_version(conn, schema) == SCHEMA_VERSION == 8
+        assert stored_version(conn, schema) == SCHEMA_VERSION == 9
         row = conn.execute(
             sql.SQL(
                 "SELECT reduced_through_offset, state, state_offset FROM {}.streamkit_checkpoints"
@@ -543,7 +543,7 @@ async def test_a_postgres_log_of_schema_5_moves_its_keys_to_their_own_table() ->
             conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 5").format(name))
         await check_keys_after_upgrade(target)
         with _connect() as conn:
-            assert stored_version(conn, schema) == SCHEMA_VERSION == 8
+            assert stored_version(conn, schema) == SCHEMA_VERSION == 9
             rows = conn.execute(
                 sql.SQL(
                     'SELECT path, key, "offset" FROM {}.streamkit_keys ORDER BY path, key'
@@ -630,7 +630,7 @@ async def test_a_postgres_log_of_schema_6_learns_each_checkpoint_s_path_from_its
             conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 6").format(name))
         await check_paths_after_upgrade(target)
         with _connect() as conn:
-            assert stored_version(conn, schema) == SCHEMA_VERSION == 8
+            assert stored_version(conn, schema) == SCHEMA_VERSION == 9
             rows = conn.execute(
                 sql.SQL("SELECT slug, path FROM {}.streamkit_checkpoints ORDER BY slug").format(
                     name
@@ -734,3 +734,29 @@ async def test_a_postgres_log_of_schema_7_gets_key_windows() -> None:
         await taken_keys_then_window(target, downgrade)
         with _connect() as conn:
             assert stored_version(conn, schema) == SCHEMA_VERSION
+
+
+# -- PostgreSQL schema 8 to 9: each version's skip tally -----------------------------------
+
+
+async def test_a_postgres_log_of_schema_8_gets_the_table_of_skip_tallies() -> None:
+    schema = fresh_schema_name()
+    url = postgres_url()
+    target = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    with dropped_after(url, schema):
+        async with open_log(target) as log:
+            await log.stream("/").append({"type": "x"})
+        name = sql.Identifier(schema)
+        with _connect() as conn:
+            conn.execute(sql.SQL("DROP TABLE {}.streamkit_version_incidents").format(name))
+            conn.execute(sql.SQL("UPDATE {}.streamkit_meta SET schema_version = 8").format(name))
+        async with open_log(target) as log:
+            store = host_store(log)
+            assert await store.version_incidents("board") == {}
+        with _connect() as conn:
+            assert stored_version(conn, schema) == SCHEMA_VERSION == 9
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.streamkit_version_incidents VALUES ('board', '1', '{{}}')"
+                ).format(name)
+            )

@@ -223,7 +223,7 @@ def test_a_dropped_event_is_counted_never_reduced() -> None:
     )
     # The dropped v1 event never reaches the reduce; the v2 one does, and this board's
     # reduce refuses it, which stalls the fold before it (the default).
-    assert (folded, fold.dropped, fold.malformed) == (0, 1, 0)
+    assert (folded, fold.tally.dropped, fold.tally.malformed) == (0, 1, 0)
     assert fold.stopped_at == 2
     assert state == Tasks()
 
@@ -245,9 +245,9 @@ def test_an_upcaster_that_raises_makes_the_event_malformed_not_a_crash() -> None
     assert "missing" in fold.stopped.details["error"]
     fold = Fold(Broken(), on_malformed="skip")
     fold.fold_all(stored, Tasks())
-    assert fold.malformed == 1
-    assert fold.last_malformed is not None
-    assert "missing" in fold.last_malformed["error"]
+    assert fold.tally.malformed == 1
+    assert fold.tally.last_malformed is not None
+    assert "missing" in fold.tally.last_malformed["error"]
 
 
 def test_a_version_newer_than_the_contract_stops_the_fold_before_it() -> None:

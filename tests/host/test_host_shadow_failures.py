@@ -107,3 +107,67 @@ async def test_by_default_a_shadow_whose_reduce_raises_stalls_and_never_cuts_ove
     finally:
         await new.stop()
         await old.stop()
+
+
+async def test_a_shadow_that_chose_skip_holds_its_cutover_when_it_skipped_more_than_the_serving_one(
+    target: Target,
+) -> None:
+    """Skipping is chosen, so it builds; it skipped 701 events version 1 read, so it waits.
+
+    The reason is in its status row; version 1 serves on; the kept tallies
+    of both versions sit side by side in ``versions``; an operator can still
+    cut over by hand, and version 2's counts stay on its row after it serves
+    (a host started again reads them back).
+    """
+    old, last = await serve_items(target)
+    skipped = ITEMS - FAILS_FROM + 1
+    first = last - (ITEMS - FAILS_FROM)
+    new = ProcessorHost(
+        config(target), processors=[broken_v2("skip")], serve_control=False, owner="b"
+    )
+    try:
+        await new.start()
+
+        async def held() -> bool:
+            (row,) = (await new.status())["processors"]
+            return row["phase"] == "awaiting-cutover"
+
+        await until(held)
+        (row,) = (await new.status())["processors"]
+        reason = row["progress"]["cutover_held"]
+        assert f"version 2 skipped {skipped} event(s)" in reason
+        assert f"from offset {first}" in reason
+        assert "where version 1 skipped 0" in reason
+        assert row["reduce_failures"] == skipped
+        await asyncio.sleep(0.3)
+        (served,) = (await old.status())["processors"]
+        assert (served["serving_version"], served["cursor"]) == ("1", last)
+        assert old.runner("effector").engine is not None  # not fenced: no cutover
+
+        compared = await new.versions("effector")
+        kept = {row["version"]: row["skipped"] for row in compared["versions"]}
+        assert kept["1"]["reduce_failures"] == 0
+        assert kept["2"]["reduce_failures"] == skipped
+        assert kept["2"]["reduce_failures_by_type"] == [
+            {"type": "item", "count": skipped, "first_offsets": list(range(first, first + 5))}
+        ]
+
+        done = await new.cut_over("effector", timeout=30)
+        assert (done["version"], done["from_version"]) == ("2", "1")
+    finally:
+        await new.stop()
+        await old.stop()
+
+    again = ProcessorHost(
+        config(target), processors=[broken_v2("skip")], serve_control=False, owner="c"
+    )
+    try:
+        await again.start()
+        await again.wait_until_processed("effector", last, timeout=30)
+        (row,) = (await again.status())["processors"]
+        assert (row["serving_version"], row["reduce_failures"]) == ("2", skipped)
+        compared = await again.versions("effector")
+        kept = {row["version"]: row["skipped"] for row in compared["versions"]}
+        assert kept["2"]["reduce_failures"] == skipped
+    finally:
+        await again.stop()

@@ -23,7 +23,8 @@ A log lives in one PostgreSQL schema (see :mod:`._target`). Its tables:
   of events and their first and last offsets, moved in each commit's
   transaction (:mod:`streamkit.backends._stored_types`);
 - what hosts keep: ``streamkit_leases`` (:mod:`.leases`),
-  ``streamkit_checkpoints``, ``streamkit_skips`` and ``streamkit_hosts``
+  ``streamkit_checkpoints``, ``streamkit_version_incidents``, ``streamkit_skips`` and
+  ``streamkit_hosts``
   (:mod:`.host_store`), and operators' holds on history, ``streamkit_holds``
   (:mod:`.retention`).
 
@@ -48,7 +49,7 @@ from streamkit.errors import LogOpenError
 
 __all__ = ["SCHEMA_VERSION", "ensure_schema", "recount_stored_types", "stored_version"]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 """The layout this release writes and reads. 2: a checkpoint's state has an offset of its own.
 3: an event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
@@ -60,8 +61,10 @@ index over the events. 7: a checkpoint row names its path and what its state sti
 taken (``truncated_through``) and the archived ranges are recorded in ``streamkit_segments``.
 8: a path's key window is kept in ``streamkit_key_windows`` (:mod:`streamkit.key_window`),
 and the keys of taken events are indexed by when their events were created.
+9: each version's skips are kept in ``streamkit_version_incidents``
+(:mod:`streamkit.engine._skip_tally`).
 
-A log of version 1 to 7 is upgraded in place when opened; any other is refused.
+A log of version 1 to 8 is upgraded in place when opened; any other is refused.
 """
 
 _STATE_OFFSET = (
@@ -169,6 +172,13 @@ _KEY_WINDOWS = (
     "CREATE INDEX IF NOT EXISTS streamkit_keys_recorded ON {schema}.streamkit_keys "
     "(path, created_at) WHERE created_at IS NOT NULL",
 )
+_INCIDENTS = """CREATE TABLE IF NOT EXISTS {schema}.streamkit_version_incidents (
+    slug text NOT NULL,
+    reducer_version text NOT NULL,
+    record text NOT NULL,
+    PRIMARY KEY (slug, reducer_version)
+)"""
+
 _UPGRADES = {
     1: (
         _STATE_OFFSET,
@@ -179,6 +189,7 @@ _UPGRADES = {
         *_KEY_TABLE,
         *_RETENTION,
         *_KEY_WINDOWS,
+        _INCIDENTS,
     ),
     2: (
         _PAYLOAD_VERSION,
@@ -188,6 +199,7 @@ _UPGRADES = {
         *_KEY_TABLE,
         *_RETENTION,
         *_KEY_WINDOWS,
+        _INCIDENTS,
     ),
     3: (
         _STORED_TYPES,
@@ -196,11 +208,13 @@ _UPGRADES = {
         *_KEY_TABLE,
         *_RETENTION,
         *_KEY_WINDOWS,
+        _INCIDENTS,
     ),
-    4: (*_CHECKPOINT_VERSIONS, *_KEY_TABLE, *_RETENTION, *_KEY_WINDOWS),
-    5: (*_KEY_TABLE, *_RETENTION, *_KEY_WINDOWS),
-    6: (*_RETENTION, *_KEY_WINDOWS),
-    7: _KEY_WINDOWS,
+    4: (*_CHECKPOINT_VERSIONS, *_KEY_TABLE, *_RETENTION, *_KEY_WINDOWS, _INCIDENTS),
+    5: (*_KEY_TABLE, *_RETENTION, *_KEY_WINDOWS, _INCIDENTS),
+    6: (*_RETENTION, *_KEY_WINDOWS, _INCIDENTS),
+    7: (*_KEY_WINDOWS, _INCIDENTS),
+    8: (_INCIDENTS,),
 }
 """The statements that bring a log of an older version to :data:`SCHEMA_VERSION`.
 
@@ -215,7 +229,8 @@ keys are copied from the index over the events to ``streamkit_keys`` and the
 index is dropped. 6 to 7: checkpoints gain ``path`` (from the leases where a
 slug was leased on one path) and ``retain_from``, the holds and segments tables
 are made, and the heads gain ``truncated_through`` (0: nothing taken). 7 to 8:
-the key windows table and the index of recorded keys are made.
+the key windows table and the index of recorded keys are made. 8 to 9: the table of
+each version's skips is made (empty: what older releases skipped was never kept).
 """
 
 _ATTEMPTS = 20
@@ -289,6 +304,7 @@ _TABLES = (
         skip_event_offset bigint NOT NULL,
         PRIMARY KEY (path, slug, "offset")
     )""",
+    _INCIDENTS,
     """CREATE TABLE IF NOT EXISTS {schema}.streamkit_hosts (
         owner text PRIMARY KEY,
         machine text NOT NULL,

@@ -105,6 +105,14 @@ class PostgresHostRows:
             "path = COALESCE(excluded.path, c.path), retain_from = excluded.retain_from, "
             "serving = true, cutover_offset = excluded.cutover_offset, retired_at = NULL"
         )
+        self._write_incidents = (
+            f"INSERT INTO {s}.streamkit_version_incidents AS i (slug, reducer_version, record) "
+            "VALUES (%s, %s, %s) ON CONFLICT (slug, reducer_version) DO UPDATE SET "
+            "record = excluded.record"
+        )
+        self._incidents = (
+            f"SELECT reducer_version, record FROM {s}.streamkit_version_incidents WHERE slug = %s"
+        )
         self._heads = (
             f'SELECT path, head FROM {s}.streamkit_heads WHERE head > 0 ORDER BY path COLLATE "C"'
         )
@@ -189,6 +197,17 @@ class PostgresHostRows:
         )
         conn.execute(self._unserve, (through, slug))
         conn.execute(self._serve_checkpoint_row, (*row, through))
+
+    def write_incidents(
+        self, conn: psycopg.Connection[Any], slug: str, version: str, record: str
+    ) -> None:
+        conn.execute(self._write_incidents, (slug, version, record))
+
+    def incidents(self, conn: psycopg.Connection[Any], slug: str) -> dict[str, str]:
+        return {
+            str(version): str(record)
+            for version, record in conn.execute(self._incidents, (slug,)).fetchall()
+        }
 
     def checkpoint_versions(
         self, conn: psycopg.Connection[Any], slug: str

@@ -10,6 +10,9 @@ Guarantees of :class:`ReduceCheckpointTable`, beyond the rules of
 - A table of an older layout (no state offset; one row per slug) is brought to
   this one when the class is built with ``create_table=True``; each old row
   serves.
+- A skip tally staged for a version (:class:`~streamkit.protocols.IncidentStorage`)
+  is written with that version's next row, in one savepoint, to a table beside
+  this one (:mod:`streamkit.backends.sqlite.incidents`).
 - A write leaves no transaction open that it opened itself. When the caller
   already holds a transaction on the connection, the write joins it and the
   caller's commit decides (this is how a host writes outputs and position
@@ -28,6 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from streamkit.backends.sqlite._layout import create_checkpoint_table
 from streamkit.backends.sqlite._schema import storage_error
+from streamkit.backends.sqlite.incidents import INCIDENT_TABLE, read_incidents, write_incidents
 from streamkit.checkpoint import (
     CheckpointRow,
     ReduceCheckpoint,
@@ -72,7 +76,7 @@ class ReduceCheckpointTable:
     whose history a row holds (None: every path's; see :mod:`streamkit.horizon`).
     """
 
-    __slots__ = ("_conn", "_quoted", "path", "table", "writes")
+    __slots__ = ("_conn", "_incidents", "_quoted", "_staged", "path", "table", "writes")
 
     def __init__(
         self,
@@ -93,6 +97,11 @@ class ReduceCheckpointTable:
         self.table = table
         self.path = path
         self._quoted = f'"{table}"'
+        self._incidents = (
+            INCIDENT_TABLE if table == DEFAULT_CHECKPOINT_TABLE else f"{table}_incidents"
+        )
+        # A skip tally the next write of its version carries: (slug, version, JSON).
+        self._staged: tuple[str, str, str] | None = None
         # Checkpoint rows written so far, one statement each; the DDL is not counted.
         self.writes = 0
         if create_table:
@@ -145,11 +154,47 @@ class ReduceCheckpointTable:
             )
         )
 
+    def stage_incidents(self, slug: str, version: str, record_json: str) -> None:
+        """Have the next write of ``slug`` at ``version`` carry its skip tally (same transaction)."""
+        self._staged = (slug, version, record_json)
+
+    async def load_incidents(self, slug: str, version: str) -> str | None:
+        """The skip tally stored for ``slug`` at ``version``, or None."""
+        return self.incidents(slug).get(version)
+
+    def incidents(self, slug: str) -> dict[str, str]:
+        """``{version: skip tally JSON}`` of every version of ``slug`` that kept one."""
+        with self._statement(f'read the skip tallies of "{slug}"'):
+            return read_incidents(self._conn, slug, self._incidents)
+
+    @contextmanager
+    def _carrying(self, slug: str, version: str) -> Iterator[None]:
+        """Write the staged tally of ``slug`` at ``version`` with the row, in one savepoint."""
+        staged = self._staged
+        if staged is None or staged[:2] != (slug, version):
+            yield
+            return
+        conn = self._conn
+        conn.execute('SAVEPOINT "streamkit_tally"')
+        try:
+            yield
+            write_incidents(conn, *staged, table=self._incidents)
+        except BaseException:
+            conn.execute('ROLLBACK TO "streamkit_tally"')
+            conn.execute('RELEASE "streamkit_tally"')
+            raise
+        conn.execute('RELEASE "streamkit_tally"')
+        if self._staged is staged:
+            self._staged = None
+
     def upsert(self, row: CheckpointRow) -> None:
         """:meth:`write` of ``row``, already checked (its path, if None, is this table's)."""
         if row.path is None and self.path is not None:
             row = row._replace(path=self.path)
-        with self._statement(f'write the checkpoint of "{row.slug}"'):
+        with (
+            self._statement(f'write the checkpoint of "{row.slug}"'),
+            self._carrying(row.slug, row.reducer_version),
+        ):
             # The first version written for a slug serves; any other waits for its cutover.
             # A row's path is kept once known: a writer that was not told leaves it.
             self._conn.execute(
@@ -173,7 +218,10 @@ class ReduceCheckpointTable:
         if row.path is None and self.path is not None:
             row = row._replace(path=self.path)
         slug, version, through = row.slug, row.reducer_version, row.reduced_through_offset
-        with self._statement(f'cut "{slug}" over to version {version!r}'):
+        with (
+            self._statement(f'cut "{slug}" over to version {version!r}'),
+            self._carrying(slug, version),
+        ):
             conn = self._conn
             conn.execute('SAVEPOINT "streamkit_cutover"')
             try:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from streamkit.backends._host_store import LogHostStore
-from streamkit.backends.sqlite import leases, registry, skips, status
+from streamkit.backends.sqlite import incidents, leases, registry, skips, status
 from streamkit.backends.sqlite._backend import SqliteLogBackend
 from streamkit.backends.sqlite._schema import MEMORY, connect_reader
 from streamkit.backends.sqlite.checkpoints import ReduceCheckpointTable
@@ -36,6 +36,7 @@ def _create_tables(conn: sqlite3.Connection) -> None:
     ReduceCheckpointTable(conn)
     leases.ensure_lease_table(conn)
     skips.ensure_skip_table(conn)
+    incidents.ensure_incident_table(conn)
     registry.ensure_hosts_table(conn)
 
 
@@ -122,6 +123,14 @@ class SqliteHostRows:
     @staticmethod
     def reinstate(conn: sqlite3.Connection, slug: str, version: str) -> bool:
         return ReduceCheckpointTable(conn, create_table=False).reinstate(slug, version)
+
+    @staticmethod
+    def write_incidents(conn: sqlite3.Connection, slug: str, version: str, record: str) -> None:
+        incidents.write_incidents(conn, slug, version, record)
+
+    @staticmethod
+    def incidents(conn: sqlite3.Connection, slug: str) -> dict[str, str]:
+        return incidents.read_incidents(conn, slug)
 
     # -- skips (:mod:`.skips`) -----------------------------------------------------------------
 

@@ -257,6 +257,7 @@ function problemOf(p) {
   else if (p.failures) notes.push(["problem", "failing: " + p.failures + " failed batch" + (p.failures > 1 ? "es" : "") + " in a row, retrying" + (error ? "; last: " + error : "")]);
   else if (error && (p.last_error || {}).code === "LEASE_LOST") notes.push(["warn", "lease lost: " + error]);
   if (p.unserved) notes.push(["problem", "UNSERVED: " + p.unserved.text]);
+  if ((p.progress || {}).cutover_held) notes.push(["problem", "CUTOVER HELD: " + p.progress.cutover_held]);
   if (p.cannot_build) notes.push(["problem", "CANNOT-BUILD: " + p.cannot_build.reason + " (" + p.cannot_build.advice + ")"]);
   if (p.malformed_payloads) {
     const last = p.last_malformed || {};
@@ -303,6 +304,10 @@ async function showVersions(p, path) {
       let line = "v" + v.version + "  " + v.role + "  cursor " + v.cursor;
       if (v.differences !== undefined) line += "  (" + v.differences + " difference(s) from the serving state)";
       lines.push(line);
+      const k = v.skipped || {};
+      lines.push("  skipped over its life: malformed " + (k.malformed_payloads || 0) + ", reduce failures " + (k.reduce_failures || 0) + ", dropped " + (k.dropped_events || 0));
+      for (const kind of k.malformed_by_type || []) lines.push("    malformed " + kind.type + " v" + kind.version + ": " + kind.count + " (first at " + kind.first_offsets.join(", ") + ")");
+      for (const kind of k.reduce_failures_by_type || []) lines.push("    reduce raised on " + kind.type + ": " + kind.count + " (first at " + kind.first_offsets.join(", ") + ")");
       lines.push("  state " + JSON.stringify(v.state));
       for (const op of v.patch || []) lines.push("  " + op.op + " " + op.path + (op.op === "remove" ? "" : " " + JSON.stringify(op.value)));
     }
