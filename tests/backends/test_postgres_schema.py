@@ -142,6 +142,7 @@ def test_the_schema_is_created_once_and_opened_again_unchanged() -> None:
             "streamkit_stored_types",
             "streamkit_leases",
             "streamkit_checkpoints",
+            "streamkit_version_incidents",
             "streamkit_skips",
             "streamkit_holds",
             "streamkit_segments",
