@@ -14,9 +14,12 @@ I/O or raises.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from datetime import datetime
 from typing import Any
+
+from streamkit.host._minutes import MinuteSeries
 
 __all__ = ["LatencyHistogram", "ProcessorMetrics", "parse_created_at"]
 
@@ -88,9 +91,10 @@ class ProcessorMetrics:
         "events_reduced",
         "last_batch_at",
         "latency",
+        "minutes",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, now_monotonic: float | None = None) -> None:
         self.events_reduced = 0
         self.batches = 0
         self.batch_failures = 0
@@ -99,17 +103,25 @@ class ProcessorMetrics:
         """When (monotonic) the last batch committed: the last time the cursor moved here."""
         # (monotonic seconds, events reduced so far) samples for a recent rate.
         self._rate_window: deque[tuple[float, int]] = deque(maxlen=64)
+        self.minutes = MinuteSeries(time.monotonic() if now_monotonic is None else now_monotonic)
+        """Events and failed batches per minute over the last hour (the admin page's chart)."""
 
     def batch_done(self, delivered: int, now_monotonic: float, latency: float | None) -> None:
         """Count one committed batch of ``delivered`` events; ``latency`` if it had durables."""
         self.batches += 1
         self.events_reduced += delivered
         self.last_batch_at = now_monotonic
+        self.minutes.events(delivered, now_monotonic)
         if latency is not None:
             self.latency.record(latency)
         window = self._rate_window
         if not window or now_monotonic - window[-1][0] >= 0.5:
             window.append((now_monotonic, self.events_reduced))
+
+    def batch_failed(self, now_monotonic: float) -> None:
+        """Count one failed batch."""
+        self.batch_failures += 1
+        self.minutes.failure(now_monotonic)
 
     def rate(self, now_monotonic: float, span: float = 30.0) -> float:
         """Events reduced per second over about the last ``span`` seconds (0.0 if unknown)."""
@@ -136,6 +148,7 @@ class ProcessorMetrics:
                 if self.last_batch_at is None
                 else round(max(0.0, now_monotonic - self.last_batch_at), 3)
             ),
+            "last_hour": self.minutes.series(now_monotonic),
             "latency_ms": {
                 "samples": self.latency.count,
                 "p50": None if p50 is None else round(p50 * 1000, 3),

@@ -565,7 +565,7 @@ class ProcessorRunner:
             )
 
     def _failed(self, engine: ProcessorEngine[Any], item: Item, exc: Exception) -> float:
-        self.metrics.batch_failures += 1
+        self.metrics.batch_failed(time.monotonic())
         # The event whose effect failed, else the one a one-at-a-time retry read,
         # else the first the item held (a read or a checkpoint write failed).
         statistics = engine.statistics()

@@ -216,9 +216,21 @@ def test_the_admin_page_follows_the_host_and_browses_its_events(
         quick.until(lambda d, at=str(offsets[-1]): text_of(d, cursor) == at)
         quick.until(lambda d, want=offsets: live_offsets(d) == want)
 
+    # The last hour, a minute at a time: the events tally processed, as bars.
+    chart = 'tr[data-slug="tally"] td.chart'
+    wait.until(
+        lambda d: int(d.find_element(By.CSS_SELECTOR, chart).get_attribute("data-events") or 0) >= 2
+    )
+    assert browser.find_elements(By.CSS_SELECTOR, f"{chart} svg rect.events")
+    assert " events, 0 failed batch(es) in the last " in browser.find_element(
+        By.CSS_SELECTOR, f"{chart} svg"
+    ).get_attribute("aria-label")
+
     # The event browser: newest first page, a type filter, one event opened.
     append(db, {"type": "note", "payload": {"n": 1}})
     wait.until(lambda d: len(rows(d, "#events tbody tr")) == 3)
+    # Each row previews its payload, one line.
+    assert rows(browser, "#events tbody tr")[-1].endswith('{"n":1}')
     browser.find_element(By.ID, "events-type").send_keys("item")
     click(browser, '#events-form button[type="submit"]')
     wait.until(lambda d: all(" item" in r for r in rows(d, "#events tbody tr")))
@@ -264,6 +276,17 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     assert "failing:" in problem
     assert "poison at" in problem
     assert text_of(browser, f"{fragile} td.state") == "failing"
+    # Its failed batches are in its chart, in red; its traceback is a button away.
+    wait.until(
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, f"{fragile} td.chart").get_attribute("data-failures")
+            != "0"
+        )
+    )
+    assert browser.find_elements(By.CSS_SELECTOR, f"{fragile} td.chart svg rect.failures")
+    click(browser, f'{fragile} button[data-action="traceback"]')
+    wait.until(lambda d: text_of(d, "#versions-title").startswith("Traceback: fragile"))
+    assert text_of(browser, "#versions").startswith("Traceback (most recent call last):")
 
     # A payload that does not validate is skipped (this processor's entry chose "skip"):
     # the page names its type and version.
@@ -294,7 +317,7 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
         "return [...document.querySelectorAll('th.num')].map("
         "(th) => getComputedStyle(th).textAlign)"
     )
-    assert len(aligned) == 16
+    assert len(aligned) == 19
     assert set(aligned) == {"right"}
     # A task with no not_before has no scheduled time: nothing is shown, never 1970.
     append(db, task_requested_event(task_id="t-now", name="slow"), path="/ops")
@@ -320,6 +343,22 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     shown = text_of(browser, "#task-traceback")
     assert shown.startswith("Traceback (most recent call last):")
     assert shown.rstrip().endswith("the printer is on fire")
+    # The tasks that finished lately, beside the live ones: how each ended, how long it
+    # took, filtered by how it ended.
+    finished = '#finished-tasks tr[data-task="t-bad"]'
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, finished))
+    ended = text_of(browser, finished)
+    assert "broken dead-lettered 1" in ended
+    assert re.search(r" \d+\.\d{3} s ", ended)
+    assert "the printer is on fire" in ended
+    Select(browser.find_element(By.ID, "finished-status")).select_by_value("succeeded")
+    click(browser, '#finished-filter button[type="submit"]')
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, finished))
+    Select(browser.find_element(By.ID, "finished-status")).select_by_value("dead-lettered")
+    click(browser, '#finished-filter button[type="submit"]')
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, finished))
+    browser.execute_script("document.getElementById('tasks-section').scrollIntoView()")
+    browser.save_screenshot(str(tmp_path / "admin-tasks.png"))
 
     # Its dead letter: the detail with its payload, then a replay of that one record.
     record = 'tr[data-record^="tasks/t-bad@"]'  # the tasks processor's record id
@@ -338,8 +377,11 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     wait.until(lambda d: "stopped by keep_last" in text_of(d, policy))
     assert text_of(browser, policy).startswith("keep last 100000, delete · ")
     assert "policies run every 0.5 s by this host" in text_of(browser, "#retention-note")
-    browser.set_window_size(1280, 1500)
-    browser.execute_script("window.scrollTo(0, 0)")
+    browser.set_window_size(1600, 1500)
+    browser.execute_script(
+        "window.scrollTo(0, 0); "
+        "for (const box of document.querySelectorAll('.scroll')) box.scrollLeft = 0"
+    )
     browser.save_screenshot(str(tmp_path / "admin-page.png"))
     browser.set_window_size(1280, 1100)
     click(browser, f"{record} button")
@@ -358,7 +400,8 @@ def test_the_admin_page_flags_failures_and_drives_tasks_and_dead_letters(
     alert.accept()
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-task="t-9"]'))
     if os.environ.get("STREAMKIT_UPDATE_SCREENSHOT"):
-        shutil.copy(tmp_path / "admin-page.png", ROOT / "docs" / "admin-page.png")
+        for name in ("admin-page.png", "admin-tasks.png"):
+            shutil.copy(tmp_path / name, ROOT / "docs" / name)
 
 
 def test_the_admin_page_compares_versions_and_cuts_over_by_hand(

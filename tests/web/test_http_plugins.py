@@ -57,6 +57,7 @@ def test_the_first_party_processors_register_their_routes() -> None:
         ("POST", "/v1/dlq/replay"),
         ("GET", "/v1/dlq/replays"),
         ("GET", "/v1/tasks/{task_id}"),
+        ("GET", "/v1/finished-tasks"),
         ("GET", "/v1/dlq/record"),
     } <= paths
 
@@ -103,6 +104,71 @@ async def test_tasks_are_listed_and_cancelled_over_http(client: httpx.AsyncClien
     refused = await client.post("/v1/tasks/t1/cancel", json=["not", "an", "object"])
     assert refused.status_code == 400
     assert refused.json()["code"] == "INVALID_REQUEST"
+
+
+async def _fine(args: dict[str, Any], ctx: Any) -> str:
+    return "done"
+
+
+async def _broken(args: dict[str, Any], ctx: Any) -> None:
+    raise RuntimeError(f"broken {args.get('n')}")
+
+
+async def test_finished_tasks_are_listed_newest_first_with_durations_and_filters(
+    tmp_path: Path,
+) -> None:
+    """Succeeded, dead-lettered and cancelled tasks; filtered by status and name; refusals."""
+    config = HostConfig(db=tmp_path / "f.db", http="127.0.0.1:0")
+    assert config.http is not None
+    service = HttpService(config.http)
+    host = ProcessorHost(
+        config,
+        processors=[TasksProcessor(handlers={"fine": _fine, "broken": _broken})],
+        serve_control=False,
+        services=[service],
+    )
+    await host.start()
+    try:
+        token = {"Authorization": f"Bearer {service.token}"}
+        async with httpx.AsyncClient(base_url=service.url, timeout=10.0, headers=token) as client:
+            events = [
+                task_requested_event(task_id="ok-1", name="fine"),
+                task_requested_event(task_id="bad-1", name="broken", args={"n": 1}, max_attempts=1),
+                task_requested_event(task_id="ok-2", name="fine"),
+                task_requested_event(task_id="later", name="fine", not_before=time.time() + 3600),
+            ]
+            for event in events:
+                assert (await client.post("/v1/events", json=event)).status_code == 201
+            assert (await client.post("/v1/tasks/later/cancel", json={})).status_code == 202
+
+            async def all_four() -> list[dict[str, Any]]:
+                body = (await client.get("/v1/finished-tasks")).json()
+                return list(body["tasks"]) if len(body["tasks"]) == 4 else []
+
+            tasks = await eventually(all_four)
+            offsets = [task["offset"] for task in tasks]
+            assert offsets == sorted(offsets, reverse=True)  # newest first
+            by_id = {task["task_id"]: task for task in tasks}
+            assert by_id["ok-1"]["status"] == "succeeded"
+            assert by_id["ok-1"]["name"] == "fine"
+            assert by_id["ok-1"]["attempts"] == 1
+            assert by_id["ok-1"]["seconds"] >= by_id["ok-1"]["ran_seconds"] >= 0
+            assert by_id["bad-1"]["status"] == "dead-lettered"
+            assert by_id["bad-1"]["error"].endswith("RuntimeError: broken 1")
+            assert by_id["later"]["status"] == "cancelled"
+            assert by_id["later"]["ran_seconds"] is None  # it never ran
+
+            failed = await client.get("/v1/finished-tasks?status=dead-lettered")
+            assert [t["task_id"] for t in failed.json()["tasks"]] == ["bad-1"]
+            fine = await client.get("/v1/finished-tasks?name=fine&status=succeeded")
+            assert {t["task_id"] for t in fine.json()["tasks"]} == {"ok-1", "ok-2"}
+            one = await client.get("/v1/finished-tasks?limit=1")
+            assert one.json()["tasks"] == tasks[:1]
+            for query in ("status=lost", "limit=0", "limit=x"):
+                refused = await client.get(f"/v1/finished-tasks?{query}")
+                assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_REQUEST")
+    finally:
+        await host.stop(grace=0.5)
 
 
 async def test_dead_letters_are_listed_and_replayed_over_http(client: httpx.AsyncClient) -> None:

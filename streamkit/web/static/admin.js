@@ -289,6 +289,65 @@ function problemOf(p) {
   return notes;
 }
 
+// The newest failure of user code a processor row keeps a traceback excerpt of.
+function tracebackOf(p) {
+  const error = p.last_error || {};
+  if (error.traceback) return { title: error.error || error.code || "last error", text: error.traceback };
+  const failed = p.last_reduce_failure || {};
+  if (failed.traceback) return { title: "reduce at offset " + failed.offset + ": " + failed.error, text: failed.traceback };
+  const malformed = p.last_malformed || {};
+  if (malformed.traceback) return { title: "payload at offset " + malformed.offset + ": " + malformed.error, text: malformed.traceback };
+  return null;
+}
+
+// Events per minute over the last hour as bars (failed batches in red on top), newest right.
+const SVG = "http://www.w3.org/2000/svg";
+
+function chartCell(hour) {
+  const td = el("td", null, "chart");
+  if (!hour || !hour.minutes) { td.textContent = "–"; return td; }
+  const width = 60, height = 18, slot = width / 60;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("width", String(width));
+  svg.setAttribute("height", String(height));
+  svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+  svg.setAttribute("role", "img");
+  const most = Math.max(1, ...hour.events);
+  const events = hour.events.reduce((a, b) => a + b, 0);
+  const failures = hour.failures.reduce((a, b) => a + b, 0);
+  const title = document.createElementNS(SVG, "title");
+  title.textContent = events.toLocaleString() + " events, " + failures + " failed batch(es) in the last " + hour.minutes + " minute(s); the newest minute is on the right";
+  svg.append(title);
+  svg.setAttribute("aria-label", title.textContent);
+  const offset = 60 - hour.minutes;
+  hour.events.forEach((n, i) => {
+    const x = (offset + i) * slot;
+    if (n > 0) {
+      const bar = document.createElementNS(SVG, "rect");
+      const h = Math.max(1, Math.round((n / most) * (height - 4)));
+      bar.setAttribute("x", String(x));
+      bar.setAttribute("y", String(height - h));
+      bar.setAttribute("width", String(slot));
+      bar.setAttribute("height", String(h));
+      bar.setAttribute("class", "events");
+      svg.append(bar);
+    }
+    if (hour.failures[i] > 0) {
+      const mark = document.createElementNS(SVG, "rect");
+      mark.setAttribute("x", String(x));
+      mark.setAttribute("y", "0");
+      mark.setAttribute("width", String(slot));
+      mark.setAttribute("height", "3");
+      mark.setAttribute("class", "failures");
+      svg.append(mark);
+    }
+  });
+  td.dataset.events = String(events);
+  td.dataset.failures = String(failures);
+  td.append(svg);
+  return td;
+}
+
 // A processor's versions side by side (before a manual cutover), and the version verbs.
 function showDetail(title, text) {
   document.getElementById("versions-detail").hidden = false;
@@ -407,9 +466,15 @@ function renderProcessors(status) {
       cell(p.slug + (p.path !== "/" ? " " + p.path : "")), cell(state, "state"), cell(holder),
       cell(p.cursor, "num cursor"), cell(p.head, "num head"), cell(p.lag, "num lag"),
       cell(p.events_per_second, "num"), cell(latency, "num"), cell(ago(p.last_batch_age)),
-      cell(epochText(p.claim_due)), cell(summary || null, "summary"), problem,
+      cell(epochText(p.claim_due)), chartCell(p.last_hour), cell(summary || null, "summary"), problem,
     );
     const actions = el("td");
+    const traceback = tracebackOf(p);
+    if (traceback) {
+      const shown = button("traceback", () => showDetail("Traceback: " + p.slug + " · " + traceback.title, traceback.text));
+      shown.dataset.action = "traceback";
+      actions.append(shown);
+    }
     if (p.stalled) {
       actions.append(button("skip " + p.stalled_at, async () => {
         const reason = window.prompt("Why skip offset " + p.stalled_at + " for " + p.slug + "? (it is recorded)");
@@ -545,10 +610,19 @@ async function loadEvents() {
   replaceRows(document.getElementById("events"), events.map((e) => {
     const tr = el("tr", null, "clickable" + (browse.selected === e.offset ? " selected" : ""));
     tr.dataset.offset = String(e.offset);
-    tr.append(cell(e.offset, "num"), cell(shortTime(e.created_at)), cell(e.type), cell(e.idempotency_key));
+    tr.append(cell(e.offset, "num"), cell(shortTime(e.created_at)), cell(e.type), cell(e.idempotency_key), cell(preview(e.payload), "payload"));
     tr.addEventListener("click", () => showEvent(path, e.offset));
     return tr;
   }), "no events in this range");
+}
+
+// The start of a payload, one line: enough to tell events apart without opening each.
+const PREVIEW = 80;
+
+function preview(payload) {
+  if (payload === null || payload === undefined) return null;
+  const text = JSON.stringify(payload);
+  return text.length > PREVIEW ? text.slice(0, PREVIEW - 1) + "…" : text;
 }
 
 async function showEvent(path, offset) {
@@ -606,7 +680,32 @@ async function refreshTasks() {
     tr.addEventListener("click", () => showTask(t.task_id));
     return tr;
   }), "no live tasks (find a finished one by its id)");
+  await refreshFinished();
   if (shownTask !== null) await showTask(shownTask, true);
+}
+
+// The tasks that ended lately (newest first), filtered by how they ended and by name.
+async function refreshFinished() {
+  const query = new URLSearchParams({ path: found.tasks, limit: "20" });
+  const status = document.getElementById("finished-status").value;
+  const name = document.getElementById("finished-name").value.trim();
+  if (status) query.set("status", status);
+  if (name) query.set("name", name);
+  const listing = await api("/v1/finished-tasks?" + query.toString());
+  replaceRows(document.getElementById("finished-tasks"), listing.tasks.map((t) => {
+    const tr = el("tr", null, "clickable " + t.status);
+    tr.dataset.task = t.task_id;
+    tr.append(
+      cell(t.task_id), cell(t.name), cell(t.status, "status"), cell(t.attempts, "num"),
+      cell(shortTime(t.finished_at)), cell(seconds(t.seconds), "num"), cell(seconds(t.ran_seconds), "num"), cell(t.error),
+    );
+    tr.addEventListener("click", () => showTask(t.task_id));
+    return tr;
+  }), "no task finished among the newest events" + (status || name ? " (with these filters)" : ""));
+}
+
+function seconds(value) {
+  return value === null || value === undefined ? null : value.toFixed(3) + " s";
 }
 
 async function showTask(taskId, quiet) {
@@ -868,6 +967,10 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("schedule-add").addEventListener("submit", (e) => {
     e.preventDefault();
     addSchedule();
+  });
+  document.getElementById("finished-filter").addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (found.tasks !== null) refreshFinished();
   });
   document.getElementById("task-search").addEventListener("submit", (e) => {
     e.preventDefault();
