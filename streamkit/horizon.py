@@ -24,10 +24,18 @@ are placed and released by audited verbs (:mod:`streamkit.holds`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-__all__ = ["CheckpointNeed", "Hold", "Horizon", "Need", "horizon_of", "needs_of"]
+__all__ = [
+    "CheckpointNeed",
+    "Hold",
+    "Horizon",
+    "Need",
+    "abandoned_if_gone",
+    "horizon_of",
+    "needs_of",
+]
 
 NeedKind = Literal["processor", "hold", "unstarted"]
 NeedWhy = Literal["cursor", "state", "retain_from", "hold", "no checkpoint"]
@@ -77,7 +85,9 @@ class Need:
     from_offset: int
     why: NeedWhy
     state: str = ""
-    """For a processor: ``serving``, ``shadow`` or ``retired``; else empty."""
+    """For a processor: ``serving``, ``shadow``, ``retired``, or ``abandoned`` (a shadow
+    row that needs history the path no longer holds: it can never be built from there, and
+    holds nothing); else empty."""
 
     def to_dict(self) -> dict[str, object]:
         shown: dict[str, object] = {
@@ -117,7 +127,11 @@ class Horizon:
         """
         if self.offset > self.head:
             return ()
-        return tuple(need for need in self.needs if need.from_offset <= self.offset)
+        return tuple(
+            need
+            for need in self.needs
+            if need.from_offset <= self.offset and need.state != "abandoned"
+        )
 
     @property
     def releasable(self) -> int:
@@ -153,6 +167,20 @@ def needs_of(row: CheckpointNeed) -> Need:
     else:
         state = "shadow"
     return Need("processor", f"{row.slug}@{row.version}", max(1, need), why, state)
+
+
+def abandoned_if_gone(need: Need, start: int) -> Need:
+    """``need`` as shown where the path's first offset is ``start``.
+
+    A shadow row that needs an offset below ``start`` was taken by retention
+    before it could be built (a build that meets it stops, ``cannot-build``):
+    it is shown as ``abandoned``, never as what holds the horizon. Roll back,
+    ``streamkit processor forget SLUG --version V``, or start the version from
+    the path's start.
+    """
+    if need.kind == "processor" and need.state == "shadow" and need.from_offset < start:
+        return replace(need, state="abandoned")
+    return need
 
 
 def horizon_of(

@@ -221,6 +221,7 @@ class LiveState(Generic[S]):
                 key=key,
                 rev=epoch,
                 error=repr(exc),
+                exc_info=exc,
             )
         # The delta chain: the last append task, and how many are issued but unsettled.
         self._tail: asyncio.Task[None] | None = None
@@ -279,7 +280,13 @@ class LiveState(Generic[S]):
             walked, text, form = self._build(value)
         except Exception as exc:
             text, form = None, _NO_BASE
-            _log.warning("live_state.unserializable", key=self._key, rev=self._rev, error=repr(exc))
+            _log.warning(
+                "live_state.unserializable",
+                key=self._key,
+                rev=self._rev,
+                error=repr(exc),
+                exc_info=exc,
+            )
         if form is not _NO_BASE and self._same_json(walked, text, form):
             self._base_value = value
             return
@@ -351,6 +358,7 @@ class LiveState(Generic[S]):
                 key=self._key,
                 rev=self._rev,
                 error=repr(exc),
+                exc_info=exc,
                 detail="value adopted without a delta; clients will see a gap and re-seed",
             )
             return
@@ -369,7 +377,13 @@ class LiveState(Generic[S]):
         except Exception as exc:
             # Serializable but not diffable here (nesting too deep, say): still a
             # change, so send it as a re-seed rather than lose it silently.
-            _log.warning("live_state.diff_failed", key=self._key, rev=self._rev, error=repr(exc))
+            _log.warning(
+                "live_state.diff_failed",
+                key=self._key,
+                rev=self._rev,
+                error=repr(exc),
+                exc_info=exc,
+            )
             form, patch, walked = _NO_BASE, None, None
         self._adopt(next, text, form)
         if patch is not None and not patch:

@@ -78,7 +78,7 @@ async def main() -> None:
     (kept,) = status["retention"]
     assert (kept["path"], kept["start"]) == ("/clicks", 8)
     await clicks.stop()
-    # --- docs/retention.md:427
+    # --- docs/retention.md:431
     from streamkit import StreamEvent, StreamProcessor, define_processor_contract
 
 

@@ -56,7 +56,19 @@ async def main() -> None:
     await settle()
     print([e.payload["task_id"] for e in memory.events if e.type == TASK_REQUESTED])
     # ['sched/heartbeat/2026-05-04T00:01:00Z']
-    # --- docs/schedules.md:174
+    # --- docs/schedules.md:180
+    sync = Schedule("sync", Every("1m"), action=RunTask("ping"), catchup=Catchup("all", window="10m"))
+    await memory.stream.append(defined_event(sync, at=clock()))
+    await settle()
+    clock.advance(5 * 60)  # five of its slots come due while nothing runs
+    await engine.revive()
+    await settle()
+    decided = [e for e in memory.events if e.payload.get("name") == "sync"][1:]
+    print([(e.type, e.payload.get("reason"), e.payload.get("count")) for e in decided])
+    # [('schedule.fired', None, None), ('schedule.missed', 'overlap', 4)]
+    assert [e.type for e in decided] == ["schedule.fired", "schedule.missed"]
+    assert (decided[1].payload["reason"], decided[1].payload["count"]) == ("overlap", 4)
+    # --- docs/schedules.md:197
     from streamkit.processors.schedules import due
 
     slept_from = datetime(2026, 5, 1, tzinfo=UTC)
@@ -67,7 +79,7 @@ async def main() -> None:
         print(missed.reason, missed.count, missed.first.isoformat(), missed.last.isoformat())
     # window 1 2026-05-01T01:00:00+00:00 2026-05-01T01:00:00+00:00
     # coalesced 2 2026-05-02T01:00:00+00:00 2026-05-03T01:00:00+00:00
-    # --- docs/schedules.md:202
+    # --- docs/schedules.md:225
     from itertools import islice
     from zoneinfo import ZoneInfo
 
@@ -88,7 +100,7 @@ async def main() -> None:
     skipping = Cron("30 2 * * *", tz="Europe/Berlin", gap="skip")
     print(walls(skipping, datetime(2026, 3, 28, tzinfo=UTC), 2))
     # ['03-28 02:30 CET', '03-30 02:30 CEST']
-    # --- docs/schedules.md:280
+    # --- docs/schedules.md:303
     from streamkit.processors.tasks import TASK_SUCCEEDED
 
     report = Schedule(

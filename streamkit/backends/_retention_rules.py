@@ -19,7 +19,14 @@ from streamkit._requests import Connection
 from streamkit.errors import InvalidRequest, NotFound
 from streamkit.events import StreamEvent, validate_path
 from streamkit.holds import HOLD_PLACED, HOLD_RELEASED, PROCESSOR_FORGOTTEN, check_reason
-from streamkit.horizon import CheckpointNeed, Hold, Horizon, horizon_of, needs_of
+from streamkit.horizon import (
+    CheckpointNeed,
+    Hold,
+    Horizon,
+    abandoned_if_gone,
+    horizon_of,
+    needs_of,
+)
 from streamkit.log import Log
 
 __all__ = [
@@ -137,6 +144,7 @@ def horizon_in(facts: RetentionFacts, path: str, now: float) -> Horizon:
     start = facts.starts.get(path, 1)
     return replace(
         horizon,
+        needs=tuple(abandoned_if_gone(need, start) for need in horizon.needs),
         # Nothing below the path's start is held by anyone: a row that needs more (a shadow
         # build abandoned over deleted history, say) is shown in the needs, but it never
         # pins the horizon below what the path still holds.

@@ -77,7 +77,7 @@ def plugin_routes() -> list[HttpRoute]:
             add: Callable[[], list[HttpRoute]] = point.load()
             routes.extend(add())
         except Exception as exc:  # one broken plugin must not take the HTTP surface down
-            _log.error("http.plugin_failed", entry_point=point.name, error=repr(exc))
+            _log.error("http.plugin_failed", entry_point=point.name, error=repr(exc), exc_info=exc)
     return routes
 
 
@@ -99,5 +99,7 @@ async def plugin_gauges(host: ProcessorHost) -> list[Gauge]:
             read: Callable[[ProcessorHost], Awaitable[list[Gauge]]] = point.load()
             gauges.extend(await read(host))
         except Exception as exc:  # a scrape still answers with everything else
-            _log.warning("http.metrics_plugin_failed", entry_point=point.name, error=repr(exc))
+            _log.warning(
+                "http.metrics_plugin_failed", entry_point=point.name, error=repr(exc), exc_info=exc
+            )
     return gauges

@@ -89,7 +89,7 @@ def test_each_need_is_named_for_its_least_reason_and_state() -> None:
 
 def test_a_need_below_the_paths_start_never_holds_the_horizon_below_it() -> None:
     """A shadow row left at offset 0 over history that was deleted through 20: the horizon
-    stands at the path's start (21), the row is still listed, and it is what holds it."""
+    stands at the path's start (21), the row is still listed, as abandoned."""
     shadow = CheckpointNeed(
         path="/",
         slug="p",
@@ -122,4 +122,8 @@ def test_a_need_below_the_paths_start_never_holds_the_horizon_below_it() -> None
     horizon = horizon_in(facts, "/", 0.0)
     assert (horizon.start, horizon.offset) == (21, 21)
     assert [need.name for need in horizon.needs] == ["p@2", "p@1"]
-    assert [need.name for need in horizon.held_by] == ["p@2"]
+    # The shadow row can never be built from there: it is shown as abandoned, and holds
+    # nothing (the horizon stands at the path's start, with nothing holding it there).
+    assert [need.state for need in horizon.needs] == ["abandoned", "serving"]
+    assert horizon.held_by == ()
+    assert horizon.to_dict()["needs"][0]["state"] == "abandoned"

@@ -312,6 +312,8 @@ def test_unserializable_value_is_adopted_and_moves_the_rev_without_a_delta() -> 
     assert math.isnan(nan)  # the latest value is held all the same
     assert live.snapshot().rev == 102
     assert [entry["event"] for entry in logs] == ["live_state.unserializable"] * 2
+    # Each with its traceback: the state's serialization is the user's code.
+    assert all(isinstance(entry["exc_info"], TypeError | ValueError) for entry in logs)
     live.set({"a": 2})
     (payload,) = sink.payloads
     assert (payload["from"], payload["to"]) == (102, 103)

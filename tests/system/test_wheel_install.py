@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,27 +26,23 @@ import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import ROOT
 
-PROCESSOR = """
-from pydantic import BaseModel
-from streamkit import StreamProcessor, define_processor_contract
 
+def readme_host_example() -> tuple[str, list[str], list[str], list[str]]:
+    """The README's host example: its ``orders.py``, the host's, the append's and the
+    snapshot's command lines, exactly as a reader copies them."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Running processors", 1)[1].split("\n## ", 1)[0]
+    (module,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    (host,) = re.findall(r"^PYTHONPATH=\. (streamkit host .*)$", section, re.M)
+    (append,) = re.findall(r"`(streamkit append [^`]+)`", section)
+    (snapshot,) = re.findall(r"`(streamkit snapshot [^`]+)`", section)
+    return module, shlex.split(host), shlex.split(append), shlex.split(snapshot)
 
-class Count(BaseModel):
-    n: int = 0
-
-
-class Counter(StreamProcessor[Count]):
-    contract = define_processor_contract(
-        slug="count", version="1", state_schema=Count, consumes=["tick"]
-    )
-
-    def reduce(self, event, state):
-        return Count(n=state.n + 1)
-"""
 
 # Run inside the installed venv: imports every module of the distribution.
 IMPORT_ALL = """
@@ -154,13 +152,15 @@ def test_an_installed_distribution_works_from_outside_the_repository(
     streamkit = str(bin_dir / "streamkit")
     assert _run([streamkit, "--version"], work, env).startswith("streamkit ")
 
-    (work / "counting.py").write_text(PROCESSOR)
-    host_env = {**env, "PYTHONPATH": str(work)}
+    # The README's host example, as a reader with the wheel only runs it.
+    module, host_argv, append_argv, snapshot_argv = readme_host_example()
+    (work / "orders.py").write_text(module)
+    host_env = {**env, "PYTHONPATH": "."}
     db = work / "app.db"
     log = work / "host.log"
     with log.open("wb") as out:  # the child keeps its own copy
         host = subprocess.Popen(
-            [streamkit, "host", "--db", str(db), "--processor", "counting:Counter"],
+            [streamkit, *host_argv[1:]],
             cwd=work,
             env=host_env,
             stdout=out,
@@ -172,17 +172,89 @@ def test_an_installed_distribution_works_from_outside_the_repository(
             assert host.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the host did not open its control socket"
             time.sleep(0.05)
-        _run([streamkit, "append", "--db", str(db), "tick"], work, host_env)
-        count = 0
-        while count < 1:
+        _run([streamkit, *append_argv[1:]], work, host_env)
+        book: dict[str, Any] = {}
+        while book.get("placed") != 1:
             assert time.monotonic() < deadline, "the processor never counted the event"
-            snapshot = json.loads(
-                _run([streamkit, "snapshot", "count", "--db", str(db), "--json"], work, host_env)
-            )
-            count = snapshot["state"]["n"]
+            snapshot = json.loads(_run([streamkit, *snapshot_argv[1:], "--json"], work, host_env))
+            book = snapshot["state"]
             time.sleep(0.05)
+        assert book == {"placed": 1, "total": 9.5}
     finally:
         host.send_signal(signal.SIGTERM)
         code = host.wait(60)
     assert code == 0, log.read_text()
     assert "host.stopped" in log.read_text()
+
+
+def tutorial_last_step() -> tuple[str, str, list[list[str]]]:
+    """The tutorial's last step: its ``taskboard.py``, its ``streamkit.toml`` and its
+    commands (``$`` lines, continuations joined), as a reader copies them."""
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    section = text.split("## 9. Run it in the host", 1)[1].split("\n## ", 1)[0]
+    (module,) = re.findall(r"```python no-run\n(.*?)```", section, re.S)
+    (config,) = re.findall(r"```toml\n(.*?)```", section, re.S)
+    console = re.findall(r"```console no-run\n(.*?)```", section, re.S)[0]
+    joined = console.replace("\\\n", " ")
+    commands = [shlex.split(line[2:]) for line in joined.splitlines() if line.startswith("$ ")]
+    return module, config, commands
+
+
+@pytest.mark.slow
+def test_the_tutorial_s_last_step_runs_from_the_installed_wheel(
+    built: dict[str, Path], tmp_path: Path
+) -> None:
+    """The board and handler of the tutorial, run by ``streamkit host`` from the wheel alone:
+    a requested task is created and on the board; one without a title is dead-lettered."""
+    bin_dir = _venv(tmp_path / "venv")
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    pip = [str(bin_dir / "python"), "-m", "pip", "-q", "--disable-pip-version-check"]
+    _run([*pip, "install", str(built["wheel"])], work, env, timeout=900)
+    module, config, commands = tutorial_last_step()
+    (work / "taskboard.py").write_text(module)
+    (work / "streamkit.toml").write_text(config)
+    host_argv, append_argv, *shown = commands
+    assert host_argv[:2] == ["PYTHONPATH=.", "streamkit"]
+    streamkit = str(bin_dir / "streamkit")
+    host_env = {**env, "PYTHONPATH": "."}
+    db = work / "tasks.db"
+    log = work / "host.log"
+    with log.open("wb") as out:
+        host = subprocess.Popen(
+            [streamkit, *host_argv[2:]],
+            cwd=work,
+            env=host_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"{db}.sock").exists():
+            assert host.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the host did not open its control socket"
+            time.sleep(0.05)
+        _run([streamkit, *append_argv[1:]], work, host_env)
+        untitled = '{"task_id": "t2", "name": "create-task", "args": {"category": "work"}}'
+        _run(
+            [streamkit, "append", "--db", "tasks.db", "task.requested", "--payload", untitled],
+            work,
+            host_env,
+        )
+        snapshot = next(argv for argv in shown if argv[1] == "snapshot")
+        board: dict[str, Any] = {}
+        while board.get("done") != {"home": 1} or board.get("dead_lettered") != {"work": 1}:
+            assert time.monotonic() < deadline, f"the board never showed both: {board}"
+            board = json.loads(_run([streamkit, *snapshot[1:], "--json"], work, host_env))["state"]
+            time.sleep(0.1)
+        assert board["recent"] == [{"task_id": "t1", "title": "Mop", "category": "home"}]
+        tasks = next(argv for argv in shown if argv[1:3] == ["tasks", "list"])
+        _run([streamkit, *tasks[1:]], work, host_env)
+        dlq = next(argv for argv in shown if argv[1:3] == ["dlq", "list"])
+        assert "t2" in _run([streamkit, *dlq[1:]], work, host_env)
+    finally:
+        host.send_signal(signal.SIGTERM)
+        code = host.wait(60)
+    assert code == 0, log.read_text()
