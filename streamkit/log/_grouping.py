@@ -72,18 +72,32 @@ class CommitGrouping:
         # holds processors' writes only) after HOLD_SECONDS, unless a client comes first.
         self._handover: asyncio.Handle | None = None
         self._handover_soon = False
-        # Clients' appends handed over and not yet settled.
-        self._client_commits: set[asyncio.Future[Any]] = set()
+        # Clients' appends handed over and not yet settled, each with its call.
+        self._client_commits: dict[asyncio.Future[Any], AppendCall] = {}
         self.client_handovers = 0
         """Clients' appends that could not commit at once (each was in flight for a while)."""
         self.held_writes = 0
         """Processors' writes that waited for a client's commit (see :meth:`enqueue`)."""
 
-    def client_waits(self, future: asyncio.Future[Any]) -> None:
-        """A client's append did not commit at once: it is in flight until ``future`` settles."""
+    def client_waits(self, future: asyncio.Future[Any], call: AppendCall) -> None:
+        """A client's append did not commit at once: it is in flight until ``future`` settles
+        (or until ``call`` holds its committed events)."""
         self.client_handovers += 1
-        self._client_commits.add(future)
-        future.add_done_callback(self._client_commits.discard)
+        self._client_commits[future] = call
+        future.add_done_callback(self._client_settled)
+
+    def _client_settled(self, future: asyncio.Future[Any]) -> None:
+        """A client's append settled: writes held for a client's commit go now if none is left.
+
+        A processor may read a client's event (a catch-up reads the log) and
+        write its checkpoint before the client's future is settled; that write
+        is held for a commit to share, and the client may well wait for it
+        (its event processed). Once no client commit is in flight there is
+        none to share: holding longer would only delay everyone.
+        """
+        self._client_commits.pop(future, None)
+        if self._pending and self._handover is not None and not self.clients_contend():
+            self._hand_over_soon(future.get_loop())
 
     def clients_contend(self) -> bool:
         """Whether clients compete with processors for this log now: the one rule.
@@ -103,9 +117,14 @@ class CommitGrouping:
         tasks through a host, it keeps 55-65% of its idle enqueue rate; at a
         steady 200 tasks/s a task starts about 1 ms after its request.
         """
-        # A settled future stays in the set until its done-callback runs, a turn later;
-        # a processor woken by that same commit may ask in between.
-        return any(not future.done() for future in self._client_commits)
+        # A settled future stays in the map until its done-callback runs, a turn later;
+        # a processor woken by that same commit may ask in between. And a commit the
+        # writer made is done with, whether or not its future is settled yet: a
+        # processor may have read its events already (a catch-up reads the log), and
+        # its checkpoint must not wait for a commit that will not come.
+        return any(
+            not future.done() and not call.fresh for future, call in self._client_commits.items()
+        )
 
     def holds(self) -> bool:
         """Whether a processor's write made now waits for a client's commit (see :meth:`enqueue`).

@@ -401,13 +401,13 @@ class Log:
             self._backend.submit(call)
         else:
             future = loop.create_future()
-            job = AppendCall(loop, future, path, events, fence, seal, expect_head)
+            call = AppendCall(loop, future, path, events, fence, seal, expect_head)
             if hold:
-                grouping.enqueue(job, hold=True)
+                grouping.enqueue(call, hold=True)
             else:
-                grouping.submit(job)
+                grouping.submit(call)
         if fence is None:
-            grouping.client_waits(future)
+            grouping.client_waits(future, call)
         return future
 
     async def _submit_claim(self, path: str, slug: str, due_at: float | None) -> None:

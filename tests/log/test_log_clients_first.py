@@ -21,6 +21,7 @@ import pytest
 from support.log import offsets, order
 
 from streamkit import OffsetConflict, StreamEvent, open_log
+from streamkit._requests import AppendCall
 from streamkit.log import Log
 from streamkit.log import _grouping as log_module
 
@@ -57,11 +58,51 @@ async def test_an_append_that_settled_is_no_contention_before_its_callbacks_run(
 ) -> None:
     """A processor woken by a client's commit asks in the same turn: the answer is already no."""
     async with open_log(log_file) as log:
-        committed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        log._grouping.client_waits(committed)
+        loop = asyncio.get_running_loop()
+        committed: asyncio.Future[Any] = loop.create_future()
+        log._grouping.client_waits(committed, AppendCall(loop, committed, "/", []))
         assert log.clients_contend()
         committed.set_result([])  # its done-callbacks run on a later turn
         assert not log.clients_contend()
+
+
+async def test_an_append_the_writer_committed_is_no_contention_before_it_settles(
+    log_file: Path,
+) -> None:
+    """A catch-up may read a client's event before its future is settled: its checkpoint
+    must not wait to share a commit that was made already."""
+    async with open_log(log_file) as log:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        call = AppendCall(loop, future, "/", [])
+        log._grouping.client_waits(future, call)
+        assert log.clients_contend()
+        call.fresh = [StreamEvent(path="/", offset=1, type="order")]  # the writer committed it
+        assert not log.clients_contend()
+        future.set_result([])
+
+
+@pytest.mark.speed_trick
+@pytest.mark.usefixtures("long_hold")
+async def test_a_held_write_goes_once_no_client_commit_is_left(log_file: Path) -> None:
+    """A write held for a client's commit is handed over when that client settles without
+    one to carry it, not a minute later."""
+    async with open_log(log_file) as log:
+        await log.write_transaction(lambda conn: conn.execute("CREATE TABLE cp (n INTEGER)"))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        log._grouping.client_waits(future, AppendCall(loop, future, "/", []))
+        held = asyncio.ensure_future(
+            log.write_transaction(
+                lambda conn: conn.execute("INSERT INTO cp VALUES (7)").rowcount,
+                inline=True,
+                processor=True,
+            )
+        )
+        await asyncio.sleep(0.05)
+        assert (log.held_writes, held.done()) == (1, False)
+        future.set_result([])  # the client settled (its commit went elsewhere)
+        assert await asyncio.wait_for(held, 10) == 1
 
 
 @pytest.fixture
