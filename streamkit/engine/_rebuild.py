@@ -101,23 +101,16 @@ class Rebuild:
             "built in the shadow; it follows the serving version until an operator runs "
             "`streamkit processor cutover`"
         )
-        if held is None:
-            _log.info(
-                "processor.cutover.waiting",
-                slug=self.slug,
-                version=self.version,
-                through=self.through,
-                detail=detail,
-            )
-        else:
-            _log.warning(
-                "processor.cutover.held",
-                slug=self.slug,
-                version=self.version,
-                through=self.through,
-                reason=held,
-                detail=detail,
-            )
+        # Held, it is a warning: the version skipped what the serving one read.
+        say = _log.info if held is None else _log.warning
+        say(
+            "processor.cutover.waiting" if held is None else "processor.cutover.held",
+            slug=self.slug,
+            version=self.version,
+            through=self.through,
+            reason=held,
+            detail=detail,
+        )
 
     def done(self) -> None:
         _log.info("processor.rebuild.done", slug=self.slug, **self.snapshot())

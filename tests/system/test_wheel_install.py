@@ -14,6 +14,7 @@ against the folders of the tree, so a new package cannot be left out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -113,6 +114,29 @@ def _venv(where: Path) -> Path:
     return where / "bin"
 
 
+@contextlib.contextmanager
+def _host(argv: list[str], work: Path, env: dict[str, str], db: Path) -> Iterator[Path]:
+    """``streamkit host`` started in ``work``, up once its socket is; its log file.
+
+    Stopped with SIGTERM at the end, which must end it cleanly (``host.stopped``).
+    """
+    log = work / "host.log"
+    with log.open("wb") as out:  # the child keeps its own copy
+        host = subprocess.Popen(argv, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"{db}.sock").exists():
+            assert host.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the host did not open its control socket"
+            time.sleep(0.05)
+        yield log
+    finally:
+        host.send_signal(signal.SIGTERM)
+        code = host.wait(60)
+    assert code == 0, log.read_text()
+    assert "host.stopped" in log.read_text()
+
+
 def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
     done = subprocess.run(
         argv, cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=timeout
@@ -157,21 +181,8 @@ def test_an_installed_distribution_works_from_outside_the_repository(
     (work / "orders.py").write_text(module)
     host_env = {**env, "PYTHONPATH": "."}
     db = work / "app.db"
-    log = work / "host.log"
-    with log.open("wb") as out:  # the child keeps its own copy
-        host = subprocess.Popen(
-            [streamkit, *host_argv[1:]],
-            cwd=work,
-            env=host_env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with _host([streamkit, *host_argv[1:]], work, host_env, db):
         deadline = time.monotonic() + 60
-        while not Path(f"{db}.sock").exists():
-            assert host.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the host did not open its control socket"
-            time.sleep(0.05)
         _run([streamkit, *append_argv[1:]], work, host_env)
         book: dict[str, Any] = {}
         while book.get("placed") != 1:
@@ -180,11 +191,6 @@ def test_an_installed_distribution_works_from_outside_the_repository(
             book = snapshot["state"]
             time.sleep(0.05)
         assert book == {"placed": 1, "total": 9.5}
-    finally:
-        host.send_signal(signal.SIGTERM)
-        code = host.wait(60)
-    assert code == 0, log.read_text()
-    assert "host.stopped" in log.read_text()
 
 
 def tutorial_last_step() -> tuple[str, str, list[list[str]]]:
@@ -221,21 +227,8 @@ def test_the_tutorial_s_last_step_runs_from_the_installed_wheel(
     streamkit = str(bin_dir / "streamkit")
     host_env = {**env, "PYTHONPATH": "."}
     db = work / "tasks.db"
-    log = work / "host.log"
-    with log.open("wb") as out:
-        host = subprocess.Popen(
-            [streamkit, *host_argv[2:]],
-            cwd=work,
-            env=host_env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with _host([streamkit, *host_argv[2:]], work, host_env, db):
         deadline = time.monotonic() + 60
-        while not Path(f"{db}.sock").exists():
-            assert host.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the host did not open its control socket"
-            time.sleep(0.05)
         _run([streamkit, *append_argv[1:]], work, host_env)
         untitled = '{"task_id": "t2", "name": "create-task", "args": {"category": "work"}}'
         _run(
@@ -254,7 +247,3 @@ def test_the_tutorial_s_last_step_runs_from_the_installed_wheel(
         _run([streamkit, *tasks[1:]], work, host_env)
         dlq = next(argv for argv in shown if argv[1:3] == ["dlq", "list"])
         assert "t2" in _run([streamkit, *dlq[1:]], work, host_env)
-    finally:
-        host.send_signal(signal.SIGTERM)
-        code = host.wait(60)
-    assert code == 0, log.read_text()
