@@ -15,10 +15,11 @@ import asyncio
 import json
 
 import pytest
+from pydantic import BaseModel
 from streamkit.testing import settle
 from support.engine import Rig, SkippingRecorder, Tally, item, recorder_contract
 
-from streamkit import StreamEvent
+from streamkit import EventDefinition, StreamEvent, define_processor_contract
 from streamkit.engine import SkipTally, _shadow
 
 
@@ -124,3 +125,44 @@ async def test_a_version_that_skipped_what_the_serving_one_skipped_cuts_over_by_
     await second.catch_up_from_log()
     assert rig.checkpoint().reducer_version == "2"
     assert second.statistics().rebuild is None
+
+
+class Renamed(BaseModel):
+    """``n`` renamed and a required field added, under the same definition version."""
+
+    count: int
+    sku: str
+
+
+class RenamedV2(SkippingRecorder):
+    """Version 2, skipping, whose model no longer reads a single stored item."""
+
+    contract = define_processor_contract(
+        slug="recorder",
+        version="2",
+        description="counts items under a model that reads none of them",
+        state_schema=Tally,
+        events={"item.added": EventDefinition(description="an item", payload_schema=Renamed)},
+        consumes=["item.added"],
+        on_malformed="skip",
+    )
+
+    def reduce(self, event: StreamEvent, state: Tally) -> Tally | None:
+        return Tally(total=state.total + event.payload.count, offsets=[*state.offsets])
+
+
+async def test_a_model_that_reads_none_of_the_stored_payloads_never_cuts_over_by_itself(
+    rig: Rig,
+) -> None:
+    """The attack of issue 54: a field renamed, a required one added, skip chosen. The
+    build skips all 20 items as malformed and waits, with the reason, for an operator."""
+    rig.engine(SkippingRecorder())
+    await rig.stream.append(*(item(n) for n in range(20)))
+    await settle()
+    second = rig.engine(RenamedV2(), pushed=False)
+    second.catch_up_from_log()
+    await until(lambda: (second.statistics().rebuild or {}).get("awaiting_cutover"))
+    held = (second.statistics().rebuild or {})["cutover_held"]
+    assert "20 malformed 'item.added' v1 payload(s) from offset 1" in held
+    assert second.statistics().malformed_payloads == 20
+    assert rig.checkpoint().reducer_version == "1"

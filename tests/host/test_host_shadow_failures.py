@@ -10,6 +10,7 @@ every backend.
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from typing import Any
 
@@ -17,6 +18,7 @@ from support.backends import Target
 from support.host import Effector, Sums
 
 from streamkit import StreamEvent, define_processor_contract, open_log
+from streamkit.cli import main
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
 from streamkit.web._health import assess, readiness
@@ -151,6 +153,14 @@ async def test_a_shadow_that_chose_skip_holds_its_cutover_when_it_skipped_more_t
         assert kept["2"]["reduce_failures_by_type"] == [
             {"type": "item", "count": skipped, "first_offsets": list(range(first, first + 5))}
         ]
+
+        # The CLI shows the same kept counts, from the database.
+        out = io.StringIO()
+        versions = ["processor", "versions", "effector", "--db", target.target]
+        assert await asyncio.to_thread(main, versions, out=out) == 0
+        shown = out.getvalue()
+        assert f"reduce_failures={skipped}" in shown
+        assert f"    reduce raised on item: {skipped} (first at {first}, " in shown
 
         done = await new.cut_over("effector", timeout=30)
         assert (done["version"], done["from_version"]) == ("2", "1")
