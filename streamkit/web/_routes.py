@@ -129,7 +129,7 @@ class Endpoints:
             resume = request.headers.get("last-event-id")
             if resume is not None:
                 after = _int_param(resume, "Last-Event-ID", after)
-            await self._not_past_the_head(path, after)
+            await self._followable(path, after)
             matches = None if types is None else type_matcher(types)
             return self._sse(self._follow(path, after, matches, shown))
         limit = _int_param(params.get("limit"), "limit", 500)
@@ -187,15 +187,22 @@ class Endpoints:
         """``GET /v1/hosts``: the hosts beating on this log and what each runs."""
         return JSONResponse({"hosts": await self._host.hosts()})
 
-    async def _not_past_the_head(self, path: str, after: int) -> None:
-        """Refuse a follow from past the durable head: what it waits for may never come.
+    async def _followable(self, path: str, after: int) -> None:
+        """Refuse, before the 200, a follow that could only end or wait in silence.
 
-        An event's id is a durable offset, so a client resuming past the head
-        has an id this log never gave (another log's, or one rewound): it would
-        wait in silence while the events it missed arrive below its cursor.
+        From past the durable head: an event's id is a durable offset, so a
+        client resuming past the head has an id this log never gave (another
+        log's, or one rewound): it would wait in silence while the events it
+        missed arrive below its cursor. From below the path's start (history
+        retention took): HISTORY_TRUNCATED, as the plain read answers, rather
+        than a stream that opens and ends (an EventSource would reconnect to
+        it for ever).
         """
         log = self._host.log
-        if log is None or after == 0:
+        if log is None:
+            return
+        await self._host.read(path, after, 1, None)  # HISTORY_TRUNCATED below the start
+        if after == 0:
             return
         head = await log.stream(path).head()
         if after > head:

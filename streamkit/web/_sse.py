@@ -4,7 +4,9 @@
 newline inside the data becomes another ``data:`` line, as the format asks).
 :func:`with_heartbeat` relays a source of frames and sends a comment line
 after every :data:`HEARTBEAT_SECONDS` of silence, so proxies keep the
-connection and a client notices a dead one. The source is pulled only as
+connection and a client notices a dead one. A refusal the source meets after
+the headers went (a coded :class:`~streamkit.errors.StreamkitError`) is sent
+as the stream's last frame, ``event: error`` with the problem's JSON. The source is pulled only as
 fast as the client reads (one frame is held at a time), so a slow client's
 backlog stays where the source keeps it, under the source's own byte budget.
 When the client goes, the source is closed.
@@ -19,9 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 
 import structlog
+
+from streamkit.errors import StreamkitError
+from streamkit.web._problems import problem_body
 
 __all__ = ["HEARTBEAT_SECONDS", "SSE_TYPE", "LiveStreams", "comment", "frame", "with_heartbeat"]
 
@@ -111,8 +117,13 @@ async def with_heartbeat(
             return
         try:
             await puller
+        except StreamkitError as exc:
+            # Headers are sent: the refusal goes as the stream's last frame, a problem
+            # (RFC 9457) in an ``error`` event, so a client learns why rather than reconnect.
+            _log.warning("http.stream_refused", code=exc.code, error=exc.message)
+            yield frame(json.dumps(problem_body(exc)), event="error")
         except Exception as exc:  # headers are sent: the stream can only end, and say why here
-            _log.warning("http.stream_failed", error=repr(exc))
+            _log.warning("http.stream_failed", error=repr(exc), exc_info=exc)
     finally:
         if streams is not None:
             streams.ended(puller)

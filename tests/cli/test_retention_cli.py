@@ -144,3 +144,17 @@ def test_retention_keys_shows_sets_and_restores_a_path_s_key_window(
     assert "needs --reason" in capsys.readouterr().err
     assert run("retention", "keys", "/", "--db", str(db), "--forever", "--reason", "back")[0] == 0
     assert run("retention", "keys", "/", "--db", str(db))[1].endswith("(no key window set)\n")
+
+
+def test_forgetting_on_a_log_no_host_ever_ran_says_there_is_nothing_to_forget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No host tables yet: not a storage error, but the plain answer, nothing written."""
+    db = tmp_path / "fresh.db"
+    fill(db, "/", 2)
+    code, _ = run("processor", "forget", "board", "--db", str(db), "--reason", "gone")
+    out = capsys.readouterr().err
+    assert code != 0
+    assert "there is no checkpoint of processor 'board' in this log to forget" in out
+    assert "[NOT_FOUND]" in out
+    assert "STORAGE_ERROR" not in out

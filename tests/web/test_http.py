@@ -29,11 +29,12 @@ from support.upcasting import TaskBoard, board_log, stored_at
 
 import streamkit
 from streamkit import StreamEvent, StreamProcessor, define_processor_contract, open_log
+from streamkit.backends import host_store
 from streamkit.cli._host_commands import _status_line as status_line
 from streamkit.config import HostConfig
 from streamkit.engine._pages import PAGE_SIZE, PageReader
 from streamkit.engine._turns import FIRST_READ
-from streamkit.errors import InvalidConfig, StorageError
+from streamkit.errors import HistoryTruncated, InvalidConfig, StorageError
 from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
 from streamkit.web import _routes as routes_module
@@ -42,6 +43,7 @@ from streamkit.web import _sse as sse_module
 from streamkit.web._app import build_app
 from streamkit.web._guard import RequestGuard
 from streamkit.web._limits import RequestLimit
+from streamkit.web._sse import comment, frame, with_heartbeat
 
 PROBLEM = "application/problem+json"
 
@@ -1238,3 +1240,47 @@ async def test_events_read_as_a_processor_come_in_its_current_shape(serve: Serve
                 break
     assert followed["type"] == "task.created"
     assert followed["upcast"]["from_version"] == 1
+
+
+async def test_a_follow_from_below_the_path_s_start_is_refused_before_it_opens(
+    serve: Serve,
+) -> None:
+    """History retention took: 400 HISTORY_TRUNCATED before the 200, as the plain read says,
+    not a stream that opens and ends (an EventSource would reconnect to it for ever)."""
+    served = await serve()
+    for n in range(5):
+        await served.client.post("/v1/events?path=/other", json=item(n))
+    assert served.host.log is not None
+    run = await host_store(served.host.log).retention.run("/other", through=3)
+    assert run.events == 3
+    plain = await served.client.get("/v1/events?path=/other&after=0")
+    assert_problem(plain, 400, "HISTORY_TRUNCATED")
+    refused = await served.client.get(
+        "/v1/events?path=/other&after=0", headers={"Accept": "text/event-stream"}
+    )
+    body = assert_problem(refused, 400, "HISTORY_TRUNCATED")
+    assert body["details"]["path"] == "/other"
+    async with served.client.stream(
+        "GET", "/v1/events?path=/other&after=3", headers={"Accept": "text/event-stream"}
+    ) as response:
+        assert response.status_code == 200
+
+
+async def test_a_refusal_a_stream_meets_after_it_opened_is_its_last_frame() -> None:
+    """Headers are sent: the refusal goes as an ``error`` event with the problem, then the end."""
+
+    async def source() -> AsyncIterator[bytes]:
+        yield frame("{}", event="first", id="1")
+        raise HistoryTruncated(
+            "history before 4 was deleted; nothing was read",
+            details={"path": "/", "start": 4},
+        )
+
+    frames = [bytes(chunk) async for chunk in with_heartbeat(source())]
+    assert frames[0] == comment("connected")
+    assert frames[1].startswith(b"event: first")
+    last = frames[-1].decode()
+    assert last.startswith("event: error\ndata: ")
+    problem = json.loads(last.split("data: ", 1)[1])
+    assert (problem["code"], problem["status"]) == ("HISTORY_TRUNCATED", 400)
+    assert problem["details"] == {"path": "/", "start": 4}

@@ -76,11 +76,23 @@ def beat(conn: sqlite3.Connection, owner: str, pid: int, processors: list[str], 
 
 
 def live_hosts(conn: sqlite3.Connection, now: float, ttl: float) -> dict[str, list[str]]:
-    """The hosts that beat within ``ttl`` of ``now``: owner -> the processors it runs."""
+    """The hosts that beat within ``ttl`` of ``now``: owner -> the processors it runs.
+
+    Empty on a file no host ever ran on (no table yet: it reads as empty).
+    """
+    if not _has_hosts_table(conn):
+        return {}
     rows = conn.execute(
         f"SELECT owner, processors FROM {HOSTS_TABLE} WHERE beat_at > ?", (now - ttl,)
     ).fetchall()
     return {str(owner): [str(k) for k in json.loads(keys)] for owner, keys in rows}
+
+
+def _has_hosts_table(conn: sqlite3.Connection) -> bool:
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (HOSTS_TABLE,)
+    ).fetchone()
+    return found is not None
 
 
 def register(conn: sqlite3.Connection, owner: str, socket: str, pid: int, now: float) -> None:
