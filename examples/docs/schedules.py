@@ -79,7 +79,7 @@ async def main() -> None:
         print(missed.reason, missed.count, missed.first.isoformat(), missed.last.isoformat())
     # window 1 2026-05-01T01:00:00+00:00 2026-05-01T01:00:00+00:00
     # coalesced 2 2026-05-02T01:00:00+00:00 2026-05-03T01:00:00+00:00
-    # --- docs/schedules.md:225
+    # --- docs/schedules.md:234
     from itertools import islice
     from zoneinfo import ZoneInfo
 
@@ -100,7 +100,7 @@ async def main() -> None:
     skipping = Cron("30 2 * * *", tz="Europe/Berlin", gap="skip")
     print(walls(skipping, datetime(2026, 3, 28, tzinfo=UTC), 2))
     # ['03-28 02:30 CET', '03-30 02:30 CEST']
-    # --- docs/schedules.md:303
+    # --- docs/schedules.md:312
     from streamkit.processors.tasks import TASK_SUCCEEDED
 
     report = Schedule(

@@ -82,6 +82,15 @@ ALIASES = {
 # offset change, so a slot of a repeated or skipped hour is never passed over.
 _MARGIN = timedelta(hours=3)
 
+HORIZON = timedelta(days=366 * 50)
+"""How far a cron walk looks for its next (or previous) slot.
+
+A cron expression has no year field, so its slots come back within the
+28-year cycle of weekdays and leap days (40 around a century year that is
+not a leap year). A walk that finds none within 50 years never will: it
+ends there instead of walking to year 9999 on the event loop, and a
+definition whose timing has no slot in that horizon is refused."""
+
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
 _UNITS = {
     "ms": timedelta(milliseconds=1),
@@ -246,6 +255,13 @@ class Cron:
         object.__setattr__(self, "fold", fold)
         object.__setattr__(self, "_zone", zone)
         object.__setattr__(self, "_fields", fields)
+        if next(self.forward(datetime(2000, 1, 1, tzinfo=UTC)), None) is None:
+            raise InvalidRequest(
+                f"cron expression {expr!r} in {tz} has no slot: every time it names falls "
+                f'where the wall clock of {tz} skips (a daylight saving gap, with gap="skip"), '
+                'or never comes; no schedule was made; choose another time or gap="shift"',
+                details={"field": "cron", "value": repr(expr), "tz": tz, "gap": gap},
+            )
 
     def _instant(self, wall: datetime) -> datetime | None:
         """The UTC instant of a naive wall time of the zone, by the rules (None: skipped)."""
@@ -268,11 +284,15 @@ class Cron:
         start = _utc(after, "after")
         wall = start.astimezone(self._zone).replace(tzinfo=None) - _MARGIN
         last: datetime | None = None
-        for candidate in CronSim(self._fields, wall):
+        ends = _shifted(wall, HORIZON)
+        for candidate in _bounded(CronSim(self._fields, wall)):
+            if candidate > ends:
+                return  # none within the horizon: none at all (see HORIZON)
             instant = self._instant(candidate)
             if instant is None or instant <= start or instant == last:
                 continue
             last = instant
+            ends = _shifted(candidate, HORIZON)
             yield instant
 
     def backward(self, through: datetime) -> Iterator[datetime]:
@@ -280,11 +300,15 @@ class Cron:
         end = _utc(through, "through")
         wall = end.astimezone(self._zone).replace(tzinfo=None) + _MARGIN
         last: datetime | None = None
-        for candidate in CronSim(self._fields, wall, reverse=True):
+        ends = _shifted(wall, -HORIZON)
+        for candidate in _bounded(CronSim(self._fields, wall, reverse=True)):
+            if candidate < ends:
+                return
             instant = self._instant(candidate)
             if instant is None or instant > end or instant == last:
                 continue
             last = instant
+            ends = _shifted(candidate, -HORIZON)
             yield instant
 
     def count(self, after: datetime, through: datetime, most: int) -> int:
@@ -298,6 +322,23 @@ class Cron:
 
     def spec(self) -> dict[str, Any]:
         return {"cron": self.expr, "tz": self.tz, "gap": self.gap, "fold": self.fold}
+
+
+def _shifted(wall: datetime, by: timedelta) -> datetime:
+    """``wall + by``, held at the calendar's ends (year 1 or 9999)."""
+    try:
+        return wall + by
+    except OverflowError:
+        return datetime.max if by > timedelta(0) else datetime.min
+
+
+def _bounded(walk: Iterator[datetime]) -> Iterator[datetime]:
+    """cronsim's candidates, ending quietly where its calendar does (year 1 or 9999)."""
+    while True:
+        try:
+            yield next(walk)
+        except (StopIteration, OverflowError, ValueError):
+            return
 
 
 def _cronsim() -> tuple[type[CronSimType], type[Exception]]:

@@ -120,6 +120,24 @@ def test_gap_and_fold_are_choices_of_each_schedule() -> None:
     assert walls(take(last, at(2026, 10, 24, 12), 1), BERLIN) == ["10-25 02:30 CET"]
 
 
+def test_a_timing_with_no_slot_is_refused_and_a_rare_one_is_walked_in_bounds() -> None:
+    """A wall time Berlin always skips, with gap "skip", has no slot: refused at once, not
+    walked to year 9999 (0.8 s a pass, then OverflowError). A rare one still has its slots."""
+    with pytest.raises(InvalidRequest, match="has no slot") as refused:
+        Cron("30 2 * 3 0L", tz="Europe/Berlin", gap="skip")
+    assert refused.value.details["tz"] == "Europe/Berlin"
+    shifted = Cron("30 2 * 3 0L", tz="Europe/Berlin")  # the default gap: after the gap
+    assert walls(take(shifted, at(2026, 1, 1), 2), BERLIN) == [
+        "03-29 03:00 CEST",
+        "03-28 03:00 CEST",
+    ]
+    leap = Cron("0 0 29 2 *")  # every fourth year
+    assert take(leap, at(2026, 1, 1), 2) == [at(2028, 2, 29), at(2032, 2, 29)]
+    assert list(islice(leap.backward(at(2026, 1, 1)), 1)) == [at(2024, 2, 29)]
+    # Near the end of cronsim's calendar the walk ends, it does not raise.
+    assert list(leap.forward(datetime(9996, 3, 1, tzinfo=UTC))) == []
+
+
 def test_an_hourly_schedule_across_both_transitions() -> None:
     hourly = Cron("0 * * * *", tz="Europe/Berlin")
     # Spring: 02:00 does not exist; it shifts to 03:00, which is one slot with 03:00 itself.

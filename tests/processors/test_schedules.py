@@ -285,6 +285,42 @@ async def test_a_definition_that_does_not_read_back_is_reported_and_the_others_f
     assert "Mars/Olympus" in refused["error"]
 
 
+async def test_a_stored_timing_with_no_slot_is_refused_and_the_others_fire(rig: Rig) -> None:
+    """A definition written before the door refused it (an older release): a wall time Berlin
+    always skips. The processor refuses it on record and every other schedule fires."""
+    rig.start()
+    good = defined_event(minutely("good"), at=T0)
+    bad = defined_event(minutely("never"), at=T0)
+    bad["payload"]["timing"] = {
+        "cron": "30 2 * 3 0L",
+        "tz": "Europe/Berlin",
+        "gap": "skip",
+        "fold": "first",
+    }
+    with structlog.testing.capture_logs() as logs:
+        await rig.stream.append(good, bad)
+        await settle()
+        await rig.at(60)
+        await rig.at(120)
+    assert [p["name"] for p in rig.of_type(SCHEDULE_FIRED)] == ["good", "good"]
+    (refused,) = [e for e in logs if e["event"] == "schedule.definition_refused"]
+    assert refused["name"] == "never"
+    assert "has no slot" in refused["error"]
+
+
+def test_the_cli_refuses_a_timing_with_no_slot_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "never.db"
+    add = ["schedules", "add", "never", "--cron", "30 2 * 3 0L", "--tz", "Europe/Berlin"]
+    code = main([*add, "--gap", "skip", "--task", "ping", "--db", str(db)], out=io.StringIO())
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "has no slot" in err
+    assert "[INVALID_REQUEST]" in err
+    assert not db.exists()
+
+
 async def test_sync_appends_only_what_differs_and_deletes_only_when_asked(rig: Rig) -> None:
     stream = rig.stream
     first = await sync(stream, [minutely("a"), minutely("b")], clock=rig.clock)

@@ -165,6 +165,20 @@ async def test_bad_schedule_requests_are_refused_and_nothing_is_written(
     )
     assert two_actions.status_code == 400
     assert '"task"' in two_actions.json()["detail"]
+    # A wall time Berlin always skips (the last Sunday of March, 02:30), gap "skip": the
+    # timing has no slot, refused at the door rather than walked to year 9999 on each pass.
+    no_slot = await client.post(
+        "/v1/schedules",
+        json={
+            "name": "x",
+            "cron": "30 2 * 3 0L",
+            "tz": "Europe/Berlin",
+            "gap": "skip",
+            "task": "ping",
+        },
+    )
+    assert (no_slot.status_code, no_slot.json()["code"]) == (400, "INVALID_REQUEST")
+    assert "has no slot" in no_slot.json()["detail"]
     missing = await client.post("/v1/schedules/nobody/pause", json={})
     assert (missing.status_code, missing.json()["code"]) == (404, "NOT_FOUND")
     events = (await client.get("/v1/events")).json()
