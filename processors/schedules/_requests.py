@@ -56,19 +56,21 @@ def defined_event(
     schedule: Schedule, *, at: float | None = None, by: str | None = None
 ) -> dict[str, Any]:
     """``schedule.defined`` for ``schedule``; no slot before ``at`` (now) fires."""
-    body = ScheduleDefined(**schedule.spec(), defined_at=time.time() if at is None else at, by=by)
+    body = ScheduleDefined(
+        **schedule.spec(), defined_at=time.time() if at is None else at, by=_who(by)
+    )
     return named_input(SCHEDULES_CONTRACT, SCHEDULE_DEFINED, body)
 
 
 def paused_event(name: str, *, at: float | None = None, by: str | None = None) -> dict[str, Any]:
     """``schedule.paused``: from ``at`` (now) its slots are recorded as missed, not fired."""
-    body = SchedulePaused(name=name, at=time.time() if at is None else at, by=by)
+    body = SchedulePaused(name=name, at=time.time() if at is None else at, by=_who(by))
     return named_input(SCHEDULES_CONTRACT, SCHEDULE_PAUSED, body)
 
 
 def resumed_event(name: str, *, at: float | None = None, by: str | None = None) -> dict[str, Any]:
     """``schedule.resumed``: slots after ``at`` (now) fire again."""
-    body = ScheduleResumed(name=name, at=time.time() if at is None else at, by=by)
+    body = ScheduleResumed(name=name, at=time.time() if at is None else at, by=_who(by))
     return named_input(SCHEDULES_CONTRACT, SCHEDULE_RESUMED, body)
 
 
@@ -94,7 +96,14 @@ def backfill_event(
             "appended",
             details={"field": "from"},
         )
-    slots = schedule.timing.count(first - timedelta(seconds=1), last, MAX_BACKFILL + 1)
+    try:
+        before = first - timedelta(seconds=1)
+    except OverflowError:
+        before = first  # the calendar's first second: nothing lies before it
+    try:
+        slots = schedule.timing.count(before, last, MAX_BACKFILL + 1)
+    except OverflowError:
+        slots = MAX_BACKFILL + 1  # a walk off the calendar's end: a range far too long
     if slots > MAX_BACKFILL:
         raise InvalidRequest(
             f"the backfill range of schedule {schedule.name!r} holds more than {MAX_BACKFILL} "
@@ -102,9 +111,24 @@ def backfill_event(
             details={"name": schedule.name, "most": MAX_BACKFILL},
         )
     body = ScheduleBackfillRequested(
-        name=schedule.name, first=first.timestamp(), last=last.timestamp(), by=by
+        name=schedule.name, first=first.timestamp(), last=last.timestamp(), by=_who(by)
     )
     return named_input(SCHEDULES_CONTRACT, SCHEDULE_BACKFILL_REQUESTED, body)
+
+
+MAX_BY = 200
+"""The longest ``by`` (who made a change) a schedule event takes."""
+
+
+def _who(by: Any) -> str | None:
+    """``by`` as recorded: None or a string of at most :data:`MAX_BY` characters."""
+    if by is None or (isinstance(by, str) and len(by) <= MAX_BY):
+        return by
+    raise InvalidRequest(
+        f'"by" (who made the change) must be a string of at most {MAX_BY} characters, got '
+        f"{type(by).__name__}; nothing was appended",
+        details={"field": "by"},
+    )
 
 
 def instant_of(text: str, what: str) -> datetime:
@@ -128,7 +152,7 @@ def instant_of(text: str, what: str) -> datetime:
 
 def deleted_event(name: str, *, by: str | None = None) -> dict[str, Any]:
     """``schedule.deleted``: the schedule fires no more (its history stays on the log)."""
-    body = ScheduleDeleted(name=name, by=by)
+    body = ScheduleDeleted(name=name, by=_who(by))
     return named_input(SCHEDULES_CONTRACT, SCHEDULE_DELETED, body)
 
 

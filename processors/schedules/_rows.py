@@ -39,6 +39,15 @@ def next_slot(entry: dict[str, Any]) -> float | None:
     return None
 
 
+def refusal(entry: dict[str, Any]) -> str | None:
+    """Why the processor refuses the entry's definition (it fires nothing), or None."""
+    try:
+        schedule_of(entry["definition"])
+    except InvalidRequest as exc:
+        return exc.message
+    return None
+
+
 def schedule_rows(state: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Each schedule of a schedules state (as JSON), by name, with ``next_slot`` and lateness."""
     entries = (state or {}).get("schedules") or {}
@@ -51,6 +60,7 @@ def schedule_rows(state: dict[str, Any] | None) -> list[dict[str, Any]]:
                 **{k: v for k, v in entry.items() if k != "lateness"},
                 "name": name,
                 "next_slot": next_slot(entry),
+                "refused": refusal(entry),
                 "lateness_p50": percentile(lateness, 0.5),
                 "lateness_p99": percentile(lateness, 0.99),
             }

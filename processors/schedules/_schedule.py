@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, get_args
 
+from pydantic import ValidationError
 from streamkit.processors.schedules._timing import Catchup, Cron, Every, parse_duration
+from streamkit.processors.tasks import TaskRequested
 
 from streamkit.errors import InvalidRequest
 
@@ -41,6 +43,30 @@ class RunTask:
     args: Mapping[str, Any] = field(default_factory=dict)
     max_attempts: int = 5
     timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        # The request each slot sends is checked here, by the tasks processor's own model:
+        # one it would refuse would fail every pass of the schedules processor.
+        try:
+            checked = TaskRequested(
+                task_id="sched/check",
+                name=self.name,
+                args=self.args,
+                max_attempts=self.max_attempts,
+                timeout_s=self.timeout_s,
+            )
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = str(first["loc"][0]) if first["loc"] else "task"
+            shown = "task" if where == "name" else where
+            raise InvalidRequest(
+                f"the task request each slot would send is refused by the tasks processor: "
+                f"{shown} {str(first.get('input'))[:100]!r}: {first['msg']}; no schedule was made",
+                details={"field": shown},
+            ) from None
+        object.__setattr__(self, "args", checked.args)
+        object.__setattr__(self, "max_attempts", checked.max_attempts)
+        object.__setattr__(self, "timeout_s", checked.timeout_s)
 
     def spec(self) -> dict[str, Any]:
         return {

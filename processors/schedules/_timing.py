@@ -102,6 +102,10 @@ _UNITS = {
 }
 
 
+MAX_DURATION = timedelta(days=366 * 100)
+"""The longest duration a schedule takes (an interval, a window, a jitter): a century."""
+
+
 def parse_duration(text: str | timedelta, what: str = "duration") -> timedelta:
     """``"90s"``, ``"5m"``, ``"1h30m"``, ``"2d"`` (or a timedelta) as a timedelta; never negative.
 
@@ -122,7 +126,16 @@ def parse_duration(text: str | timedelta, what: str = "duration") -> timedelta:
             'one or more of them, such as "90s", "5m" or "1h30m"; no schedule was made',
             details={"field": what, "value": repr(text)},
         )
-    return sum((int(n) * _UNITS[u] for n, u in parts), timedelta(0))
+    # Summed in microseconds first: a number too large for a timedelta is refused, not an
+    # OverflowError.
+    micros = sum(int(n) * (_UNITS[u] // timedelta(microseconds=1)) for n, u in parts)
+    if micros > MAX_DURATION // timedelta(microseconds=1):
+        raise InvalidRequest(
+            f"{what} {text!r} is longer than a schedule takes ({MAX_DURATION.days} days at "
+            "most); no schedule was made",
+            details={"field": what, "value": repr(text)[:200]},
+        )
+    return timedelta(microseconds=micros)
 
 
 def _utc(instant: datetime, what: str) -> datetime:
@@ -231,12 +244,14 @@ class Cron:
                 details={"field": "fold"},
             )
         try:
+            if not isinstance(tz, str) or not 0 < len(tz) <= 100:
+                raise ValueError(tz)
             zone = ZoneInfo(tz)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
+        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
             raise InvalidRequest(
-                f"time zone {tz!r} is not in the zone database (an IANA name such as "
-                '"Europe/Berlin" or "UTC"); no schedule was made',
-                details={"field": "tz", "value": tz},
+                f"time zone {str(tz)[:100]!r} is not in the zone database (an IANA name such "
+                'as "Europe/Berlin" or "UTC"); no schedule was made',
+                details={"field": "tz", "value": repr(tz)[:200]},
             ) from exc
         spoken = expr.strip() if isinstance(expr, str) else ""
         fields = ALIASES.get(spoken.lower(), spoken)
@@ -403,7 +418,7 @@ class Catchup:
         window: str | timedelta | None = None,
         max_runs: int = 100,
     ) -> None:
-        if policy not in WINDOWS:
+        if not isinstance(policy, str) or policy not in WINDOWS:
             raise InvalidRequest(
                 f'catch-up policy {policy!r} is none of "skip", "latest", "all"; no schedule '
                 "was made",

@@ -321,6 +321,31 @@ def test_the_cli_refuses_a_timing_with_no_slot_and_writes_nothing(
     assert not db.exists()
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--every", "99999999999w", "--task", "ping"],
+        ["--every", "1m", "--window", "99999999999d", "--task", "ping"],
+        ["--every", "1m", "--jitter", "99999999999w", "--task", "ping"],
+        ["--cron", "@daily", "--tz", "A" * 5000, "--task", "ping"],
+        ["--every", "1m", "--task", ""],
+        ["--every", "1m", "--task", "t" * 5000],
+    ],
+    ids=["every", "window", "jitter", "tz", "empty-task", "long-task"],
+)
+def test_the_cli_refuses_what_the_door_refuses_with_a_coded_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    """No traceback, no 500: the coded refusal, and nothing written."""
+    db = tmp_path / "bad.db"
+    code = main(["schedules", "add", "x", *flags, "--db", str(db)], out=io.StringIO())
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "[INVALID_REQUEST]" in err
+    assert "Traceback" not in err
+    assert not db.exists()
+
+
 async def test_sync_appends_only_what_differs_and_deletes_only_when_asked(rig: Rig) -> None:
     stream = rig.stream
     first = await sync(stream, [minutely("a"), minutely("b")], clock=rig.clock)

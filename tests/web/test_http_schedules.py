@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from streamkit.processors.schedules import SchedulesProcessor
 from streamkit.processors.tasks import TasksProcessor
@@ -206,3 +208,142 @@ async def test_every_metric_the_host_exports_is_documented(client: httpx.AsyncCl
         name for name in families if f"`{name}`" not in docs and f"`{name}_total`" not in docs
     )
     assert undocumented == []
+
+
+_BAD_DEFINITIONS = {
+    "every that overflows": {"every": "99999999999w"},
+    "window that overflows": {"window": "99999999999d"},
+    "jitter that overflows": {"jitter": "99999999999w"},
+    "tz a number": {"every": None, "cron": "@daily", "tz": 5},
+    "tz null": {"every": None, "cron": "@daily", "tz": None},
+    "tz of 5,000 characters": {"every": None, "cron": "@daily", "tz": "A" * 5000},
+    "catchup a list": {"catchup": ["all"]},
+    "catchup an object": {"catchup": {"policy": "all"}},
+    "max_attempts -5": {"max_attempts": -5},
+    "max_attempts 0": {"max_attempts": 0},
+    "max_attempts 10^9": {"max_attempts": 10**9},
+    "max_attempts x": {"max_attempts": "x"},
+    "timeout_s 0": {"timeout_s": 0},
+    "timeout_s -1": {"timeout_s": -1},
+    "timeout_s 1e308": {"timeout_s": 1e308},
+    "timeout_s [1]": {"timeout_s": [1]},
+    "an empty task name": {"task": ""},
+    "a task name of 5,000 characters": {"task": "t" * 5000},
+    "by a number": {"by": 5},
+}
+
+
+@pytest.mark.parametrize("bad", list(_BAD_DEFINITIONS), ids=list(_BAD_DEFINITIONS))
+async def test_a_definition_is_checked_whole_at_the_door(
+    client: httpx.AsyncClient, bad: str
+) -> None:
+    """Issue 55: each of these answered 202 (and stopped every schedule) or 500."""
+    body: dict[str, Any] = {"name": "x", "every": "1m", "task": "ping", **_BAD_DEFINITIONS[bad]}
+    body = {k: v for k, v in body.items() if v is not None or k == "tz"}
+    refused = await client.post("/v1/schedules", json=body)
+    assert (refused.status_code, refused.json()["code"]) == (400, "INVALID_REQUEST"), refused.text
+    assert refused.json()["details"]["field"]
+    events = (await client.get("/v1/events")).json()["events"]
+    assert [e for e in events if e["type"].startswith("schedule.")] == []
+
+
+async def test_the_change_verbs_refuse_a_bad_by_and_an_endless_backfill(
+    client: httpx.AsyncClient,
+) -> None:
+    defined = await client.post("/v1/schedules", json={"name": "x", "every": "1h", "task": "ping"})
+    assert defined.status_code == 202
+
+    async def listed() -> bool:
+        return bool((await client.get("/v1/schedules")).json()["schedules"])
+
+    await eventually(listed)
+    for verb in ("pause", "resume", "delete"):
+        refused = await client.post(f"/v1/schedules/x/{verb}", json={"by": [1]})
+        assert (refused.status_code, refused.json()["details"]) == (400, {"field": "by"}), verb
+    backfill = await client.post(
+        "/v1/schedules/x/backfill",
+        json={"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T05:00:00Z", "by": 5},
+    )
+    assert (backfill.status_code, backfill.json()["details"]) == (400, {"field": "by"})
+    endless = await client.post(
+        "/v1/schedules/x/backfill",
+        json={"from": "0001-01-01T00:00:00Z", "to": "9999-12-31T00:00:00Z"},
+    )
+    assert (endless.status_code, endless.json()["code"]) == (400, "INVALID_REQUEST")
+    assert "more than" in endless.json()["detail"]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_FIELDS = st.sampled_from(
+    [
+        "name", "cron", "every", "tz", "gap", "fold", "task", "args", "max_attempts",
+        "timeout_s", "catchup", "window", "max_runs", "jitter", "overlap", "max_buffered", "by",
+        "from", "to",
+    ]
+)  # fmt: skip
+_PLAUSIBLE = st.fixed_dictionaries(
+    {},
+    optional={
+        "name": st.sampled_from(["x", "y"]) | _JSON,
+        "every": st.sampled_from(["1m", "1s", "99999999999w", "0s"]) | _JSON,
+        "cron": st.sampled_from(["@daily", "30 2 * 3 0L", "* * * * *"]) | _JSON,
+        "tz": st.sampled_from(["UTC", "Europe/Berlin", "Nowhere/At_All"]) | _JSON,
+        "gap": st.sampled_from(["skip", "shift"]) | _JSON,
+        "task": st.sampled_from(["ping", ""]) | _JSON,
+        "max_attempts": st.integers(-3, 2000) | _JSON,
+        "timeout_s": st.floats(-1, 1e9) | _JSON,
+        "catchup": st.sampled_from(["skip", "latest", "all"]) | _JSON,
+        "window": st.sampled_from(["1h", "1s"]) | _JSON,
+        "jitter": st.sampled_from(["0s", "1m"]) | _JSON,
+        "by": st.text(max_size=5) | _JSON,
+        "from": st.sampled_from(["2026-01-01T00:00:00Z", "0001-01-01T00:00:00Z"]) | _JSON,
+        "to": st.sampled_from(["2026-01-02T00:00:00Z", "9999-12-31T00:00:00Z"]) | _JSON,
+    },
+)
+_BODIES = _PLAUSIBLE | st.dictionaries(_FIELDS, _JSON, max_size=6) | _JSON
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    verb=st.sampled_from(["", "/x/pause", "/x/resume", "/x/delete", "/x/backfill"]),
+    body=_BODIES,
+)
+async def test_any_json_to_a_schedules_verb_is_a_coded_answer_and_stops_no_schedule(
+    client: httpx.AsyncClient, verb: str, body: Any
+) -> None:
+    """Random JSON to each verb: success or a coded 4xx, never a 500; and whatever was
+    accepted, a healthy every-second schedule keeps firing (checked once below)."""
+    answer = await client.post(f"/v1/schedules{verb}", json=body)
+    assert answer.status_code < 500, answer.text
+    if answer.status_code >= 400:
+        assert answer.json()["code"], answer.text  # a coded refusal, as problem+json
+
+
+async def test_no_accepted_definition_stops_another_schedule(client: httpx.AsyncClient) -> None:
+    """The definitions the door lets through, side by side with a healthy one: it fires."""
+    accepted = [
+        {"name": "rare", "cron": "0 0 29 2 *", "task": "ping"},
+        {"name": "big", "every": "1s", "task": "ping", "max_attempts": 1000, "timeout_s": 604800},
+        {"name": "shifted", "cron": "30 2 * 3 0L", "tz": "Europe/Berlin", "task": "ping"},
+        {"name": "long", "every": "36500d", "task": "ping", "catchup": "all", "window": "1s"},
+    ]
+    for body in accepted:
+        assert (await client.post("/v1/schedules", json=body)).status_code == 202, body
+    ran.clear()
+    healthy = {"name": "healthy", "every": "1s", "task": "ping"}
+    assert (await client.post("/v1/schedules", json=healthy)).status_code == 202
+
+    async def fired_twice() -> bool:
+        return len([t for t in ran if t.startswith("sched/healthy/")]) >= 2
+
+    await eventually(fired_twice)
