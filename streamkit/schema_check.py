@@ -31,12 +31,14 @@ exits non-zero when any processor has one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from streamkit._event_builders import failure_text
 from streamkit.contract import EventDefinition, ProcessorContract
+from streamkit.errors import HistoryTruncated, StorageError
+from streamkit.events import ReadPage
 from streamkit.failure_policy import OnMalformed, failure_choice
 from streamkit.protocols import StreamAccess
 from streamkit.records import StoredType
@@ -58,6 +60,9 @@ FIRST_OFFSETS = 5
 
 _PAGE = 1000
 
+PageSource = Callable[[int, int], Awaitable[ReadPage]]
+"""``read(after, limit)``: a page of a stream's durable events (see :func:`check_processor`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class StoredVerdict:
@@ -77,6 +82,10 @@ class StoredVerdict:
     first_skipped: tuple[int, ...] = ()
     why: str | None = None
     """Why the first of them would be skipped."""
+    unchecked: tuple[tuple[int, int], ...] = ()
+    """Ranges of this key's offsets that could not be validated: history retention took
+    whose archive cannot be read (deleted, or its files gone). A rebuild cannot read them
+    either."""
 
     @property
     def problem(self) -> bool:
@@ -95,6 +104,7 @@ class StoredVerdict:
             "dropped": self.dropped,
             "first_skipped": list(self.first_skipped),
             "why": self.why,
+            "unchecked": [list(r) for r in self.unchecked],
         }
 
     def describe(self, on_malformed: OnMalformed) -> str:
@@ -129,6 +139,9 @@ class StoredVerdict:
             elif self.skipped:
                 offsets = ", ".join(str(o) for o in self.first_skipped)
                 what += f", {self.skipped} would be skipped (first: {offsets}): {self.why}"
+        if self.unchecked:
+            gone = ", ".join(f"{a}..{b}" for a, b in self.unchecked)
+            what += f"; NOT CHECKED: {gone} (taken by retention, and no archive of it is readable)"
         return f"{head}: {what}"
 
 
@@ -217,6 +230,7 @@ async def check_processor(
     on_malformed: OnMalformed | None = None,
     validate: int | Literal["all"] | None = None,
     scan_limit: int | None = None,
+    read: PageSource | None = None,
 ) -> ProcessorCheck:
     """Judge every key of ``stored`` that ``contract`` reads (see the module).
 
@@ -228,7 +242,10 @@ async def check_processor(
     config does); ``validate`` is ``"all"``, N (payloads per stored key) or None;
     ``scan_limit`` bounds the events read per key while looking for them (a host's
     check at start: a rare type spread over a long log is validated on what that
-    scan met, and its verdict says how many).
+    scan met, and its verdict says how many). ``read(after, limit)`` reads a page
+    as a rebuild does, through the archive (a log's ``Stream.read`` with
+    ``include_archive=True``); without it ``stream.read``. A range retention
+    deleted (not archived) is skipped and named in the verdict's ``unchecked``.
     """
     path = stream.path
     through = max((row.last_offset for row in stored), default=0)
@@ -241,7 +258,9 @@ async def check_processor(
             continue
         verdict = _judge(row, current, definition)
         if validate is not None and verdict.outcome in ("current", "lifted"):
-            verdict = await _validate(stream, verdict, definition, validate, scan_limit)
+            verdict = await _validate(
+                stream, read or stream.read, verdict, definition, validate, scan_limit
+            )
         verdicts.append(verdict)
     return ProcessorCheck(
         slug=contract.slug,
@@ -272,6 +291,7 @@ def _judge(row: StoredType, current: str, definition: EventDefinition) -> Stored
 
 async def _validate(
     stream: StreamAccess,
+    read: PageSource,
     verdict: StoredVerdict,
     definition: EventDefinition,
     validate: int | Literal["all"],
@@ -284,8 +304,19 @@ async def _validate(
     seen = skipped = dropped = scanned = 0
     first: list[int] = []
     why: str | None = None
+    unchecked: list[tuple[int, int]] = []
     while seen < wanted and after < row.last_offset:
-        page = await stream.read(after, _PAGE)
+        try:
+            page = await read(after, _PAGE)
+        except (HistoryTruncated, StorageError):
+            # What retention took and no archive gives back, no rebuild reads either:
+            # named and passed over, if the plain read says the path starts later.
+            start = await _start_after(stream, after)
+            if start is None:
+                raise
+            unchecked.append((after + 1, min(start - 1, row.last_offset)))
+            after = start - 1
+            continue
         for event in page.events:
             if event.type != row.type or event.payload_version != row.version:
                 continue
@@ -313,7 +344,17 @@ async def _validate(
         dropped=dropped,
         first_skipped=tuple(first),
         why=why,
+        unchecked=tuple(unchecked),
     )
+
+
+async def _start_after(stream: StreamAccess, after: int) -> int | None:
+    """The path's first offset still held, when it lies past ``after``; else None."""
+    try:
+        await stream.read(after, 1)
+    except HistoryTruncated as exc:
+        return int(exc.details["start"])
+    return None
 
 
 def _read_fails(

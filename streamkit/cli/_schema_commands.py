@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 from typing import Literal, TextIO
 
@@ -137,6 +138,7 @@ def _cmd_check(args: argparse.Namespace, out: TextIO) -> int:
                         head,
                         on_malformed=spec.on_malformed,
                         validate=validate,
+                        read=functools.partial(stream.read, include_archive=True),
                     )
                 )
         return checks

@@ -22,6 +22,7 @@ producer wrote is caught before a shadow build skips or stalls on it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -78,6 +79,7 @@ async def start_check(
             on_malformed=on_malformed,
             validate=sample or None,
             scan_limit=sample * SCAN_PER_SAMPLE,
+            read=functools.partial(log.stream(path).read, include_archive=True),
         )
         checks.append(check)
         if mode == "auto" and check.problems:

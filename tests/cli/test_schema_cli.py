@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import shutil
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from support.upcasting import board_log
 
 from streamkit import open_log
+from streamkit.backends import host_store
 from streamkit.cli import main
 from streamkit.cli._schema_commands import PROBLEMS_FOUND
 
@@ -133,3 +135,35 @@ def test_a_summary_behind_the_log_fails_the_check_until_it_is_recounted(
         "recounted the summary of stored types: 6 (path, type, version) rows, 10 events\n",
     )
     assert run("schema", "check", "--db", path, "--processor", NEXT)[0] == 0
+
+
+def test_validation_reads_archived_payloads_and_names_what_was_deleted(
+    db: tuple[str, list[int]], tmp_path: Path
+) -> None:
+    """Issue 55: --validate exited 1 (HISTORY_TRUNCATED) on any log with archived history.
+    It reads through the archive as a rebuild does; what was deleted is named, not hidden."""
+    path, offsets = db
+
+    async def archive_then_delete() -> None:
+        async with open_log(path) as log:
+            retention = host_store(log).retention
+            await retention.run("/tasks", through=offsets[4], archive=str(tmp_path / "archive"))
+
+    asyncio.run(archive_then_delete())
+    code, out = run("schema", "check", "--db", path, "--processor", NEXT, "--validate", "all")
+    # The malformed payload at offsets[4] is in the archive now, and still found there.
+    assert code == PROBLEMS_FOUND, out
+    (line,) = [line for line in out.splitlines() if line.startswith(" ! ")]
+    assert f"1 malformed: the processor would stall at {offsets[4]}" in line
+
+    # Its archive's files gone: the ranges that cannot be read are named, the rest checked.
+    shutil.rmtree(tmp_path / "archive")
+    code, out = run("schema", "check", "--db", path, "--processor", NEXT, "--validate", "all")
+    assert code == 0, out
+    lines = out.splitlines()
+    gone = "(taken by retention, and no archive of it is readable)"
+    assert f"   task.created v2: 1 events (3..3): lifted to v4; NOT CHECKED: 3..3 {gone}" in lines
+    assert (
+        f"   task.created v3: 3 events (4..6): lifted to v4; validated 1; NOT CHECKED: 4..5 {gone}"
+        in lines
+    )
