@@ -209,7 +209,9 @@ class StorageUnavailable(StorageError):
 
 
 class LogTampered(StorageError):
-    """The log's write-ahead log was deleted or replaced under a live process; nothing written."""
+    """The log's storage was changed behind its back: its write-ahead log deleted or replaced
+    under a live process, or an archive segment that no longer matches its record (size, hash,
+    manifest). Refused: nothing written, nothing read from it."""
 
     code = "LOG_TAMPERED"
 

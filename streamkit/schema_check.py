@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from streamkit._event_builders import failure_text
 from streamkit.contract import EventDefinition, ProcessorContract
-from streamkit.errors import HistoryTruncated, StorageError
+from streamkit.errors import HistoryTruncated, LogTampered, StorageError
 from streamkit.events import ReadPage
 from streamkit.failure_policy import OnMalformed, failure_choice
 from streamkit.protocols import StreamAccess
@@ -308,6 +308,8 @@ async def _validate(
     while seen < wanted and after < row.last_offset:
         try:
             page = await read(after, _PAGE)
+        except LogTampered:
+            raise  # an archive that does not match its record is never passed over
         except (HistoryTruncated, StorageError):
             # What retention took and no archive gives back, no rebuild reads either:
             # named and passed over, if the plain read says the path starts later.

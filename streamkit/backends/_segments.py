@@ -21,6 +21,12 @@ the segment's row in the log (its hash, and the previous segment's) is
 what :func:`check_segment` and :func:`check_chain` prove a file against:
 a flipped byte, a truncated or missing file, a range that does not
 follow on, a link of the chain that does not match are each named.
+
+Every read of a segment (:func:`archive_page`) is checked against its record
+first: a file that does not match is refused (``LOG_TAMPERED``, naming the
+segment), so a read fails and a rebuild stalls instead of folding altered
+history. The check hashes a file once per process, then again only when
+the file's identity (device, inode, size, modification time) changes.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any
 
 from streamkit._version import __version__
 from streamkit.backends._stored import Row, decode_rows
+from streamkit.errors import LogTampered
 from streamkit.events import ReadPage
 from streamkit.protocols import PayloadTypes
 from streamkit.records import Segment
@@ -234,6 +241,35 @@ def read_segment(file: str | Path, after: int = 0, limit: int | None = None) -> 
     ]
 
 
+_PROVEN: dict[str, tuple[tuple[int, int, int, int], str]] = {}
+"""Per segment file, the identity it had when it was last proven, and the hash proven."""
+
+
+def prove(segment: Segment) -> None:
+    """Refuse (LogTampered) a segment whose file is not as recorded (see the module)."""
+    try:
+        stat = os.stat(segment.file)
+        identity = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    except OSError:
+        identity = (0, 0, -1, 0)
+    if _PROVEN.get(segment.file) == (identity, segment.sha256):
+        return
+    problem = check_segment(segment)
+    if problem is not None:
+        raise LogTampered(
+            f"{problem}; the read was refused and nothing was read from it (a rebuild over it "
+            "stalls); restore the segment's file from a copy (`streamkit verify --archive` "
+            "checks every one)",
+            details={
+                "path": segment.path,
+                "file": segment.file,
+                "first": segment.first,
+                "last": segment.last,
+            },
+        )
+    _PROVEN[segment.file] = (identity, segment.sha256)
+
+
 def check_segment(segment: Segment) -> str | None:
     """What is wrong with ``segment``'s file, in words, or None when it is as recorded.
 
@@ -325,6 +361,7 @@ def archive_page(
             continue
         if segment.first > after + 1:
             return None
+        prove(segment)
         rows = read_segment(segment.file, after, limit)
         if upto is not None:
             rows = [row for row in rows if row[0] <= upto]

@@ -26,7 +26,13 @@ import streamkit.backends._truncation as truncation
 from streamkit.backends import host_store
 from streamkit.backends._segments import check_chain, check_segment, read_segment
 from streamkit.backends._stored import decode_rows
-from streamkit.errors import HistoryTruncated, IdempotencyConflict, InvalidRequest, LeaseLost
+from streamkit.errors import (
+    HistoryTruncated,
+    IdempotencyConflict,
+    InvalidRequest,
+    LeaseLost,
+    LogTampered,
+)
 from streamkit.history import TRUNCATED_EVENT
 from streamkit.holds import check_hold
 from streamkit.host._lease_keeper import HeldLease
@@ -486,3 +492,39 @@ async def test_a_run_cancelled_while_its_cut_commits_keeps_the_segment_the_cut_r
     (segment,) = await store.retention.segments("/")
     assert await asyncio.to_thread(Path(segment.file).exists)
     assert await store.retention.verify_archive("/") == []
+
+
+@pytest.mark.parametrize("attack", ["a payload changed", "a row deleted", "a segment swapped"])
+async def test_a_segment_that_does_not_match_its_record_is_refused_on_every_read(
+    log: Log, store: HostStore, tmp_path: Path, attack: str
+) -> None:
+    """Issue 55: `verify --archive` found each of these, but reads served the altered history
+    (and a rebuild over it cut over with a wrong state). Each read now proves the segment."""
+    await fill(log, "/", 20)
+    archive = tmp_path / "archive"
+    await store.retention.run("/", through=16, archive=str(archive), chunk=8)
+    segments = sorted(archive.glob("*.segment"))
+    assert len(segments) == 2
+    stream = log.stream("/")
+    page = await stream.read(0, 4, include_archive=True)  # proven once, as recorded
+    assert [e.offset for e in page.events] == [1, 2, 3, 4]
+    first, second = segments
+    if attack == "a segment swapped":
+        second.replace(first)  # the second range's file where the first's should be
+    else:
+        with sqlite3.connect(first) as conn:
+            if attack == "a payload changed":
+                conn.execute("""UPDATE events SET payload = '{"i":9}' WHERE "offset" = 2""")
+            else:
+                conn.execute('DELETE FROM events WHERE "offset" = 3')
+        conn.close()
+    with pytest.raises(LogTampered) as refused:
+        await stream.read(0, 4, include_archive=True)
+    assert refused.value.details["first"] == 1
+    assert "the read was refused" in refused.value.message
+    assert check_segment(await _first_segment(store)) is not None  # as verify says too
+
+
+async def _first_segment(store: HostStore) -> Any:
+    (first, *_) = await store.retention.segments("/")
+    return first
