@@ -47,7 +47,7 @@ from pydantic import BaseModel, ValidationError
 from streamkit._event_builders import failure_text
 from streamkit.contract import EventDefinition, ProcessorContract
 from streamkit.errors import InvalidEvent
-from streamkit.events import PreparedEvent, StreamEvent
+from streamkit.events import PreparedEvent, StreamEvent, canonical_json
 from streamkit.upcasting import DROP, upcast
 
 __all__ = ["EventCatalog"]
@@ -176,7 +176,7 @@ class EventCatalog:
         Compared by a definition that reads both names; False (the key's
         conflict stands) when none does, or a payload cannot be lifted.
         """
-        if json.loads(prepared.metadata_json) != existing.metadata:
+        if canonical_json(json.loads(prepared.metadata_json)) != canonical_json(existing.metadata):
             return False
         stored_readers = self._readers.get(existing.type, [])
         for current, definition in self._readers.get(prepared.type, []):
@@ -198,7 +198,7 @@ class EventCatalog:
                     )
                 except Exception:
                     return False
-                return retried is not DROP and retried == kept
+                return retried is not DROP and canonical_json(retried) == canonical_json(kept)
         return False
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "ScannedRange",
     "StreamEvent",
     "appended_to_dicts",
+    "canonical_json",
     "format_timestamp",
     "prepare_event",
     "prepare_event_plain",
@@ -564,11 +565,32 @@ def prepare_events(raws: Sequence[EventInput | Mapping[str, Any]]) -> list[Prepa
     return [prepare_event(raw, i) for i, raw in enumerate(raws)]
 
 
+def canonical_json(value: Any) -> str:
+    """One text per JSON value, what two bodies are compared by (and kept keys hashed by).
+
+    Keys sorted; an integral float is its int (``1.0`` is ``1``); ``true`` is never ``1``
+    (Python's ``True == 1`` is not JSON's), so a retry gets the same verdict whether its
+    event is stored or only its key's hash is kept.
+    """
+    return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _canonical(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_canonical(item) for item in value]
+    return value
+
+
 def same_body(prepared: PreparedEvent, existing: StreamEvent) -> bool:
     """Whether a retried input matches a committed event (type, payload, metadata as JSON).
 
-    Of another payload version or type name, an input the log's catalog admitted is
-    compared by the catalog, in the newer shape (see :mod:`streamkit.catalog`).
+    Compared as JSON (:func:`canonical_json`). Of another payload version or type name,
+    an input the log's catalog admitted is compared by the catalog, in the newer shape
+    (see :mod:`streamkit.catalog`).
     """
     if prepared.same_as is not None and (
         prepared.payload_version != existing.payload_version or prepared.type != existing.type
@@ -579,6 +601,6 @@ def same_body(prepared: PreparedEvent, existing: StreamEvent) -> bool:
         existing_payload = existing_payload.model_dump(mode="json")
     return (
         prepared.type == existing.type
-        and json.loads(prepared.payload_json) == existing_payload
-        and json.loads(prepared.metadata_json) == existing.metadata
+        and canonical_json(json.loads(prepared.payload_json)) == canonical_json(existing_payload)
+        and canonical_json(json.loads(prepared.metadata_json)) == canonical_json(existing.metadata)
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 from streamkit.backends._stored import decode_prepared
 from streamkit.errors import IdempotencyConflict
-from streamkit.events import PreparedEvent, StreamEvent
+from streamkit.events import PreparedEvent, StreamEvent, canonical_json
 
 __all__ = ["KeptKey", "body_sha256", "kept_event", "key_rows"]
 
@@ -38,26 +38,13 @@ class KeptKey:
     created_at: str | None
 
 
-def _canonical(value: Any) -> Any:
-    # An integral float and its int are one JSON number to same_body (json.loads
-    # equality); the hash must agree with it.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _canonical(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_canonical(item) for item in value]
-    return value
-
-
 def body_sha256(type_: str, payload_json: str, metadata_json: str) -> str:
     """The hex SHA-256 of an event's body (type, payload, metadata) in one canonical JSON form.
 
     Two bodies :func:`~streamkit.events.same_body` calls equal (JSON-equal
     payload and metadata, keys in any order) hash alike.
     """
-    body = [type_, _canonical(json.loads(payload_json)), _canonical(json.loads(metadata_json))]
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = canonical_json([type_, json.loads(payload_json), json.loads(metadata_json)])
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -528,3 +528,31 @@ async def test_a_segment_that_does_not_match_its_record_is_refused_on_every_read
 async def _first_segment(store: HostStore) -> Any:
     (first, *_) = await store.retention.segments("/")
     return first
+
+
+async def test_a_retry_is_judged_as_json_the_same_before_and_after_retention(
+    log: Log, store: HostStore, tmp_path: Path
+) -> None:
+    """Issue 55: `{"on": 1}` was taken as a retry of `{"on": true}` while stored (Python's
+    True == 1) and refused once archived. JSON's types decide, the same both times; 1.0
+    and 1 stay one number."""
+    stream = log.stream("/")
+    (first,) = await stream.append(
+        {"type": "flag", "payload": {"on": True, "n": 1.0}, "idempotency_key": "f"}
+    )
+    await fill(log, "/", 3)
+
+    async def verdicts() -> tuple[str, str]:
+        with pytest.raises(IdempotencyConflict):
+            await stream.append(
+                {"type": "flag", "payload": {"on": 1, "n": 1}, "idempotency_key": "f"}
+            )
+        (again,) = await stream.append(
+            {"type": "flag", "payload": {"n": 1, "on": True}, "idempotency_key": "f"}
+        )
+        assert again.offset == first.offset
+        return "conflict", "same"
+
+    assert await verdicts() == ("conflict", "same")  # stored
+    await store.retention.run("/", through=2, archive=str(tmp_path / "archive"))
+    assert await verdicts() == ("conflict", "same")  # archived: only its hash is compared
