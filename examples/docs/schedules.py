@@ -100,7 +100,7 @@ async def main() -> None:
     skipping = Cron("30 2 * * *", tz="Europe/Berlin", gap="skip")
     print(walls(skipping, datetime(2026, 3, 28, tzinfo=UTC), 2))
     # ['03-28 02:30 CET', '03-30 02:30 CEST']
-    # --- docs/schedules.md:325
+    # --- docs/schedules.md:329
     from streamkit.processors.tasks import TASK_SUCCEEDED
 
     report = Schedule(

@@ -151,12 +151,14 @@ class ScheduleBackfillRequested(_Payload):
 class ScheduleBackfilled(_Payload):
     """The backfill requested at ``request_offset`` is done: ``slots`` slots were fired (or kept).
 
-    ``refused`` says why none was, when none was.
+    ``kept``: of those, how many had fired already (under an earlier definition, say) and
+    keep their first firing. ``refused`` says why the backfill did not fire its range.
     """
 
     name: str = _NAME
     request_offset: int = Field(ge=1)
     slots: int = Field(ge=0)
+    kept: int = Field(default=0, ge=0)
     refused: str | None = None
 
 

@@ -70,6 +70,7 @@ from streamkit.processors.schedules._slot_events import (
 from streamkit.processors.schedules._timing import Catchup, Missed, MissedReason, due, jitter
 
 from streamkit import (
+    IdempotencyConflict,
     InvalidContract,
     ProcessEventArgs,
     ProcessorContract,
@@ -82,6 +83,43 @@ from streamkit import (
 __all__ = ["SchedulesProcessor"]
 
 _log = structlog.get_logger("streamkit.schedules")
+
+
+_PIECE = 100
+"""Slots a backfill fires per append (each slot's events keyed by the slot)."""
+
+
+async def _fire_each(
+    args: ProcessEventArgs[SchedulesState], schedule: Schedule, slots: Sequence[datetime]
+) -> tuple[int, str | None]:
+    """Fire ``slots``: ``(kept, why)``, the slots that had fired already, and why it stopped.
+
+    A piece of slots is one append; a piece refused (a key that names an earlier
+    firing with another body: the schedule was redefined since) is sent slot by
+    slot, so the slots that fired keep their first firing and the others fire. A
+    refusal that cannot change stops the backfill (``why``); one that may
+    (storage busy, lease lost) is raised: the batch is retried.
+    """
+    kept = 0
+    for start in range(0, len(slots), _PIECE):
+        piece = slots[start : start + _PIECE]
+        try:
+            await args.append(*(e for slot in piece for e in fired_events(schedule, slot)))
+            continue
+        except StreamkitError as exc:
+            if exc.retryable:
+                raise
+        # One slot of the piece was refused (an earlier firing's key, say): slot by slot.
+        for slot in piece:
+            try:
+                await args.append(*fired_events(schedule, slot))
+            except IdempotencyConflict:
+                kept += 1
+            except StreamkitError as exc:
+                if exc.retryable:
+                    raise
+                return kept, f"slot {slot.isoformat()} was refused: {exc.message}"
+    return kept, None
 
 
 def _created_seconds(event: StreamEvent) -> float | None:
@@ -308,8 +346,11 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         """Fire the slots of a backfill range that are decided already, then say it is done.
 
         Whatever runs (overlap does not apply): the operator asked for these
-        slots. A slot that fired before keeps its first firing (its keys).
-        At most :data:`MAX_BACKFILL` slots; a larger range is refused whole.
+        slots. A slot that fired before keeps its first firing (its keys),
+        whatever the definition says now: it is counted ``kept``. At most
+        :data:`MAX_BACKFILL` slots; a larger range is refused whole. A slot
+        refused for another reason that will not change ends the backfill,
+        ``refused`` with the reason, instead of retrying it for ever.
         """
         assert entry.backfill is not None
         first, last, at = entry.backfill
@@ -330,31 +371,33 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         elif len(slots) > MAX_BACKFILL:
             refused = f"the range holds more than {MAX_BACKFILL} slots; none was fired"
             slots = []
-        events: list[dict[str, Any]] = []
-        for slot in slots:
-            events += fired_events(schedule, slot)
-        body = ScheduleBackfilled(
-            name=schedule.name, request_offset=request, slots=len(slots), refused=refused
-        )
-        events.append(
-            {
-                "type": SCHEDULE_BACKFILLED,
-                "payload": body.model_dump(mode="json"),
-                "idempotency_key": f"schedules/backfilled/{schedule.name}/{request}",
-            }
-        )
         self._backfilling[schedule.name] = request
         name = schedule.name
-        # In pieces of 100 slots: each keyed, so a piece sent twice appends nothing new.
-        pieces = [events[i : i + 200] for i in range(0, len(events), 200)]
-        for piece in pieces:
-            appended = args.append(*piece)
 
-            def unsent(done: Any) -> None:
-                if done.cancelled() or done.exception() is not None:
-                    self._backfilling.pop(name, None)
+        async def fire() -> None:
+            try:
+                kept, why = await _fire_each(args, schedule, slots)
+            except BaseException:
+                self._backfilling.pop(name, None)  # the batch is retried: send it again
+                raise
+            body = ScheduleBackfilled(
+                name=name,
+                request_offset=request,
+                slots=len(slots) if why is None else 0,
+                kept=kept,
+                refused=refused or why,
+            )
+            await args.append(
+                {
+                    "type": SCHEDULE_BACKFILLED,
+                    "payload": body.model_dump(mode="json"),
+                    "idempotency_key": f"schedules/backfilled/{name}/{request}",
+                }
+            )
 
-            appended.add_done_callback(unsent)
+        # A blocker: the cursor waits for the slots and the done event, so a crash
+        # sends the backfill again (each slot keyed: nothing fires twice).
+        args.block_processor_while(fire)
 
     def _now(self, args: ProcessEventArgs[SchedulesState]) -> float:
         return self._clock() if self._clock is not None else args.now()

@@ -31,6 +31,7 @@ from streamkit.processors.schedules import (
     resumed_event,
     sync,
 )
+from streamkit.processors.schedules._processor import _fire_each
 from streamkit.processors.schedules._slot_events import fired_events
 from streamkit.processors.tasks import TASK_CANCEL_REQUESTED, TASK_REQUESTED, TASK_SUCCEEDED
 from streamkit.testing import (
@@ -45,11 +46,13 @@ from streamkit.testing import (
 from streamkit import (
     EventDefinition,
     InvalidContract,
+    InvalidEvent,
     InvalidRequest,
     ProcessorEngine,
     define_processor_contract,
 )
 from streamkit.cli import main
+from streamkit.errors import StorageBusy, StreamkitError
 
 # A minute boundary: 2023-11-14T22:14:00Z.
 T0 = 1_700_000_040.0
@@ -496,6 +499,71 @@ async def test_a_backfill_fires_the_missed_slots_of_its_range_once(rig: Rig) -> 
     # A second pass does nothing more.
     await rig.at(610)
     assert len(rig.of_type(SCHEDULE_FIRED)) == 6
+
+
+async def test_a_backfill_after_a_redefinition_keeps_what_fired_and_fires_the_rest(
+    rig: Rig,
+) -> None:
+    """Issue 55: slots that fired under the old args met IDEMPOTENCY_CONFLICT (same key, new
+    body), the backfill was resent every pass and never done. A slot that fired keeps its
+    first firing; the missed ones fire under the new definition; the backfill is done."""
+    rig.start()
+    schedule = minutely()
+    await rig.stream.append(defined_event(schedule, at=T0))
+    await settle()
+    await rig.at(60)
+    await rig.at(600)  # 60 and 600 fire; 120..540 missed
+    redefined = Schedule("tick", Every("1m"), action=RunTask("ping", {"v": 2}), overlap="allow_all")
+    await rig.stream.append(defined_event(redefined, at=T0 + 601))
+    await settle()
+    first = datetime.fromtimestamp(T0 + 60, UTC)
+    last = datetime.fromtimestamp(T0 + 300, UTC)
+    await rig.stream.append(backfill_event(redefined, first, last, by="ops"))
+    await settle()
+    fired = sorted(p["slot"] - T0 for p in rig.of_type(SCHEDULE_FIRED))
+    assert fired == [60, 120, 180, 240, 300, 600]
+    (done,) = rig.of_type("schedule.backfilled")
+    assert (done["slots"], done["kept"], done["refused"]) == (5, 1, None)
+    requested = {
+        e.payload["task_id"]: e.payload["args"]
+        for e in rig.stream.events
+        if e.type == TASK_REQUESTED
+    }
+    slot_60 = datetime.fromtimestamp(T0 + 60, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert requested[f"sched/tick/{slot_60}"] == {"n": 1}  # its first firing, kept
+    assert sum(1 for args in requested.values() if args == {"v": 2}) == 4
+    assert (await rig.state()).schedules["tick"].backfill is None
+    await rig.at(610)
+    assert len(rig.of_type("schedule.backfilled")) == 1  # done once, not resent
+
+
+async def test_a_backfill_stops_at_a_refusal_that_cannot_change_and_says_why() -> None:
+    """A refusal that a retry cannot change ends the backfill with its reason (the done event
+    says it) instead of resending it every pass; one that may change is raised (retried)."""
+
+    class Appends:
+        def __init__(self, error: StreamkitError) -> None:
+            self.error = error
+            self.calls = 0
+
+        async def append(self, *events: Any) -> list[Any]:
+            self.calls += 1
+            if any(
+                e["type"] == TASK_REQUESTED and "00:02:00" in e["payload"]["task_id"]
+                for e in events
+            ):
+                raise self.error
+            return []
+
+    schedule = minutely()
+    slots = [datetime(2026, 5, 4, 0, minute, tzinfo=UTC) for minute in (1, 2, 3)]
+    refused = InvalidEvent("the payload does not validate", details={})
+    kept, why = await _fire_each(Appends(refused), schedule, slots)  # type: ignore[arg-type]
+    assert kept == 0
+    assert why is not None
+    assert why.startswith("slot 2026-05-04T00:02:00+00:00 was refused: ")
+    with pytest.raises(StorageBusy):
+        await _fire_each(Appends(StorageBusy("busy", details={})), schedule, slots)  # type: ignore[arg-type]
 
 
 async def test_a_backfill_of_too_many_slots_is_refused_before_and_by_the_processor(
