@@ -44,7 +44,7 @@ from typing import Any
 from streamkit._version import __version__
 from streamkit.backends._stored import Row, decode_rows
 from streamkit.errors import LogTampered
-from streamkit.events import ReadPage
+from streamkit.events import ReadPage, StreamEvent
 from streamkit.protocols import PayloadTypes
 from streamkit.records import Segment
 
@@ -52,6 +52,7 @@ __all__ = [
     "SEGMENT_FORMAT",
     "Segment",
     "archive_page",
+    "archived_event",
     "check_chain",
     "check_segment",
     "file_sha256",
@@ -268,6 +269,14 @@ def prove(segment: Segment) -> None:
             },
         )
     _PROVEN[segment.file] = (identity, segment.sha256)
+
+
+def archived_event(segments: Sequence[Segment], path: str, offset: int) -> StreamEvent | None:
+    """The event at ``offset`` of ``path`` from the segment that holds it (proven), or None."""
+    page = archive_page(segments, path, offset - 1, 1, offset)
+    if page is None or not page.events or page.events[0].offset != offset:
+        return None
+    return page.events[0]
 
 
 def check_segment(segment: Segment) -> str | None:

@@ -24,6 +24,7 @@ from streamkit import (
     define_processor_contract,
     replayed_offsets,
 )
+from streamkit.backends import host_store
 
 
 async def test_an_append_that_does_not_fit_a_known_definition_writes_nothing(
@@ -153,3 +154,56 @@ async def test_an_event_must_fit_every_definition_of_its_type_here(log_target: T
         (ok,) = await stream.append({"type": "task.created", "payload": both, "payload_version": 3})
         assert ok.payload_version == 3
         assert CREATED.version == 3
+
+
+async def test_a_retry_across_a_deploy_of_an_archived_event_returns_it_too(
+    log_target: Target, tmp_path: Any
+) -> None:
+    """Issue 55: once retention archived the event, the retry in the new shape was compared
+    with the stored body's hash only, and refused. The archive gives the event back, and the
+    retry is judged as it was while stored."""
+
+    class TaskV1(BaseModel):
+        title: str
+        assignee: str
+
+    class OldBoard(TaskBoard):
+        contract = define_processor_contract(
+            slug="task-board",
+            version="1",
+            state_schema=Tasks,
+            events={
+                "task.opened": EventDefinition(description="v1", payload_schema=TaskV1),
+                "task.retired": RETIRED,
+            },
+        )
+
+    first = {
+        "type": "task.opened",
+        "payload": {"title": "a", "assignee": "ana"},
+        "idempotency_key": "order-1",
+    }
+    async with log_target.open(contracts=[OldBoard.contract]) as old:
+        (stored,) = await old.stream("/tasks").append(first)
+        await old.stream("/tasks").append({"type": "note", "payload": {}})
+        run = await host_store(old).retention.run(
+            "/tasks", through=stored.offset, archive=str(tmp_path / "archive")
+        )
+        assert run.events == 1
+    retry = {
+        "type": "task.created",
+        "payload": {"title": "a", "priority": 0, "owner": "ana"},
+        "idempotency_key": "order-1",
+    }
+    async with log_target.open(contracts=[TaskBoard.contract]) as new:
+        stream = new.stream("/tasks")
+        head = await stream.head()
+        result = await stream.append(retry)
+        assert [(e.offset, e.type, e.payload) for e in result] == [
+            (stored.offset, "task.opened", {"title": "a", "assignee": "ana"})
+        ]
+        assert replayed_offsets(result) == {stored.offset}
+        changed = {**retry, "payload": {"title": "a", "priority": 5, "owner": "ana"}}
+        with pytest.raises(IdempotencyConflict):
+            await stream.append(changed)
+        assert await stream.head() == head  # nothing appended

@@ -18,7 +18,7 @@ from typing import Any
 
 from streamkit._requests import PageRead
 from streamkit.backends._keys import KeptKey
-from streamkit.backends._segments import archive_page, segment_of
+from streamkit.backends._segments import archive_page, archived_event, segment_of
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent
@@ -204,7 +204,13 @@ def select_key(conn: sqlite3.Connection, path: str, key: str) -> StreamEvent | K
     if row is None:
         return None
     if row[3] is None:
-        return KeptKey(int(row[0]), row[1], row[2])
+        offset = int(row[0])
+
+        def archived() -> StreamEvent | None:
+            at = [segment_of(r) for r in conn.execute(_SEGMENT_AT, (path, offset))]
+            return archived_event(at, path, offset)
+
+        return KeptKey(offset, row[1], row[2], archived)
     return decode_rows(path, [row[3:]])[0]
 
 
