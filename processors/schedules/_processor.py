@@ -38,6 +38,8 @@ from streamkit.processors.schedules._events import (
     MAX_BACKFILL,
     SCHEDULE_BACKFILLED,
     SCHEDULE_DELETED,
+    SCHEDULE_FIRED,
+    SCHEDULE_MISSED,
     SCHEDULES_CONTRACT,
     TASK_SETTLED,
     ScheduleBackfilled,
@@ -441,7 +443,7 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
             events += fired
         if events:
             marked = self._sent[name] = seconds(through)
-            appended = args.append(*events)
+            appended = self._append_or_record(args, name, events)
 
             def unsent(done: Any) -> None:
                 # Not in the log: the next pass decides again (the keys keep it single).
@@ -456,6 +458,34 @@ class SchedulesProcessor(StreamProcessor[SchedulesState]):
         for slot in schedule.timing.forward(through):
             return seconds(slot + jitter(name, slot, schedule.jitter))
         return None
+
+    def _append_or_record(
+        self, args: ProcessEventArgs[SchedulesState], name: str, events: list[dict[str, Any]]
+    ) -> Any:
+        """Append one schedule's events; slots refused at the door of the append are missed.
+
+        An append refused before it is sent (a payload its contract does not
+        take, say) would fail the whole pass, every schedule with it: the
+        slots it would fire go on record instead, missed for ``refused``, with
+        the reason in the host's log, and the pass goes on.
+        """
+        try:
+            return args.append(*events)
+        except StreamkitError as exc:
+            if exc.retryable:
+                raise
+            slots = sorted(e["payload"]["slot"] for e in events if e["type"] == SCHEDULE_FIRED)
+            _log.error(
+                "schedule.slot_refused",
+                name=name,
+                error=exc.message,
+                detail="its slots are recorded as missed (refused) until it is defined again",
+            )
+            kept = [e for e in events if e["type"] == SCHEDULE_MISSED]
+            if slots:
+                refused = Missed("refused", instant(slots[0]), instant(slots[-1]), len(slots))
+                kept.append(missed_event(name, refused))
+            return args.append(*kept)
 
     def _undeclared(self, schedule: Schedule) -> str | None:
         """The event type an AppendEvent schedule names that this processor may not emit."""

@@ -439,7 +439,15 @@ class Catchup:
 
 
 MissedReason = Literal[
-    "window", "coalesced", "max_runs", "paused", "overlap", "buffer_full", "deleted", "undeclared"
+    "window",
+    "coalesced",
+    "max_runs",
+    "paused",
+    "overlap",
+    "buffer_full",
+    "deleted",
+    "undeclared",
+    "refused",
 ]
 """Why slots did not fire: :func:`due` gives the first three; the processor the others."""
 

@@ -705,6 +705,38 @@ async def test_an_append_event_schedule_appends_its_event_once_per_slot() -> Non
         rig.storage.close()
 
 
+async def test_a_slot_whose_events_are_refused_is_missed_on_record_and_the_others_fire() -> None:
+    """Issue 55: an event the schedule's contract refuses (a payload that does not fit) failed
+    the whole pass, every schedule with it. Its slots go on record, missed for "refused"."""
+    rig = Rig()
+    try:
+        rig.stream.engines.clear()
+        engine = ProcessorEngine(
+            SchedulesProcessor(clock=rig.clock, emits=[REPORTS]),
+            stream=rig.stream,
+            storage=rig.storage,
+            clock=rig.clock,
+        )
+        rig.stream.engines.append(engine)
+        rig.engine = engine
+        bad = Schedule("bad", Every("1m"), action=AppendEvent("report.due", {"kind": 5}))
+        await rig.stream.append(defined_event(bad, at=T0), defined_event(minutely("good"), at=T0))
+        await settle()
+        with structlog.testing.capture_logs() as logs:
+            for at in (60, 120, 180):
+                await rig.at(at)
+        assert [p["name"] for p in rig.of_type(SCHEDULE_FIRED)] == ["good"] * 3
+        missed = rig.of_type("schedule.missed")
+        assert [(m["name"], m["reason"], m["count"]) for m in missed] == [("bad", "refused", 1)] * 3
+        assert engine.statistics().batch_failures == 0
+        refused = [e for e in logs if e["event"] == "schedule.slot_refused"]
+        assert refused
+        assert "report.due" in refused[0]["error"]
+        assert [e for e in rig.stream.events if e.type == "report.due"] == []
+    finally:
+        rig.storage.close()
+
+
 async def test_an_event_the_processor_may_not_append_misses_its_slots_on_record(rig: Rig) -> None:
     rig.start()  # no emits: it may append no report.due
     due = Schedule("reports", Every("1m"), action=AppendEvent("report.due"))
