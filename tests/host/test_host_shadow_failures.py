@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import io
+import sqlite3
 import time
+from contextlib import closing
 from typing import Any
 
 from support.backends import Target
-from support.host import Effector, Sums
+from support.host import Effector, EffectorV2, Sums
 
 from streamkit import StreamEvent, define_processor_contract, open_log
+from streamkit.backends import host_store
 from streamkit.cli import main
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
@@ -181,3 +184,40 @@ async def test_a_shadow_that_chose_skip_holds_its_cutover_when_it_skipped_more_t
         assert kept["2"]["reduce_failures"] == skipped
     finally:
         await again.stop()
+
+
+async def test_a_shadow_build_over_a_tampered_archive_stalls_and_never_cuts_over(
+    target: Target, tmp_path: Any
+) -> None:
+    """Issue 55: a segment changed after it was written was folded by a rebuild, which cut
+    over with a wrong sum and retired the right version. The read is refused (LOG_TAMPERED):
+    the build stalls there, version 1 serves on."""
+    old, last = await serve_items(target)
+    archive = tmp_path / "archive"
+    async with open_log(target.target) as log:
+        run = await host_store(log).retention.run("/", through=400, archive=str(archive))
+        assert run.events == 400
+    (segment, *_) = sorted(archive.glob("*.segment"))
+    with closing(sqlite3.connect(segment)) as conn, conn:
+        conn.execute("""UPDATE events SET payload = '{"n":2,"quiet":true}' WHERE "offset" = 7""")
+    new = ProcessorHost(config(target), processors=[EffectorV2()], serve_control=False, owner="b")
+    try:
+        await new.start()
+
+        async def stalled() -> bool:
+            (row,) = (await new.status())["processors"]
+            return bool(row["stalled"])
+
+        await until(stalled)
+        (row,) = (await new.status())["processors"]
+        assert row["last_error"]["code"] == "LOG_TAMPERED"
+        assert str(segment) in row["last_error"]["error"]
+        assert row["shadow"] is True
+        await asyncio.sleep(0.3)
+        (served,) = (await old.status())["processors"]
+        assert served["serving_version"] == "1"
+        assert served["cursor"] >= last  # (past the retention run's own record)
+        assert old.runner("effector").engine is not None  # not fenced: no cutover
+    finally:
+        await new.stop()
+        await old.stop()

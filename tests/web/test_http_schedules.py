@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -351,3 +352,57 @@ async def test_no_accepted_definition_stops_another_schedule(client: httpx.Async
         return len([t for t in ran if t.startswith("sched/healthy/")]) >= 2
 
     await eventually(fired_twice)
+
+
+async def test_a_stored_definition_the_door_now_refuses_stops_no_schedule_on_a_host(
+    client: httpx.AsyncClient,
+) -> None:
+    """Definitions an older release let in (a timing with no slot, a task the tasks
+    processor refuses), written straight to the log: refused on record, listed as refused,
+    and the healthy schedule fires on."""
+    base = {
+        "defined_at": time.time(),
+        "catchup": {"policy": "skip", "window_s": 60.0, "max_runs": 100},
+    }
+    never = {
+        **base,
+        "name": "never",
+        "timing": {"cron": "30 2 * 3 0L", "tz": "Europe/Berlin", "gap": "skip", "fold": "first"},
+        "action": {
+            "kind": "run_task",
+            "name": "ping",
+            "args": {},
+            "max_attempts": 5,
+            "timeout_s": 60,
+        },
+    }
+    endless = {
+        **base,
+        "name": "endless",
+        "timing": {"every_seconds": 1.0, "anchor": "1970-01-01T00:00:00+00:00"},
+        "action": {
+            "kind": "run_task",
+            "name": "ping",
+            "args": {},
+            "max_attempts": -5,
+            "timeout_s": 60,
+        },
+    }
+    for payload in (never, endless):
+        written = await client.post(
+            "/v1/events", json={"type": "schedule.defined", "payload": payload}
+        )
+        assert written.status_code == 201, written.text
+    ran.clear()
+    healthy = {"name": "healthy", "every": "1s", "task": "ping"}
+    assert (await client.post("/v1/schedules", json=healthy)).status_code == 202
+
+    async def fired_twice() -> bool:
+        return len([t for t in ran if t.startswith("sched/healthy/")]) >= 2
+
+    await eventually(fired_twice)
+    rows = {r["name"]: r for r in (await client.get("/v1/schedules")).json()["schedules"]}
+    assert "has no slot" in rows["never"]["refused"]
+    assert "max_attempts" in rows["endless"]["refused"]
+    assert rows["healthy"]["refused"] is None
+    assert not [t for t in ran if t.startswith(("sched/never/", "sched/endless/"))]
