@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import given, settings
 from pydantic import BaseModel
 from streamkit.processors.schedules import (
     SCHEDULE_FIRED,
@@ -32,8 +33,14 @@ from streamkit.processors.schedules import (
     sync,
 )
 from streamkit.processors.schedules._processor import _fire_each
+from streamkit.processors.schedules._requests import schedule_from_request
 from streamkit.processors.schedules._slot_events import fired_events
-from streamkit.processors.tasks import TASK_CANCEL_REQUESTED, TASK_REQUESTED, TASK_SUCCEEDED
+from streamkit.processors.tasks import (
+    TASK_CANCEL_REQUESTED,
+    TASK_REQUESTED,
+    TASK_SUCCEEDED,
+    TaskRequested,
+)
 from streamkit.testing import (
     ManualClock,
     MemoryStorage,
@@ -42,6 +49,7 @@ from streamkit.testing import (
     memory_stream,
     settle,
 )
+from support.schedule_bodies import PLAUSIBLE
 
 from streamkit import (
     EventDefinition,
@@ -53,6 +61,7 @@ from streamkit import (
 )
 from streamkit.cli import main
 from streamkit.errors import StorageBusy, StreamkitError
+from streamkit.events import prepare_events
 
 # A minute boundary: 2023-11-14T22:14:00Z.
 T0 = 1_700_000_040.0
@@ -783,3 +792,23 @@ def test_sync_can_come_first_on_a_fresh_deploy(tmp_path: Path) -> None:
     assert sync().splitlines()[0] == "1 were added: nightly"
     assert (tmp_path / "app.db").exists()
     assert sync().splitlines()[-1] == "1 unchanged"
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=PLAUSIBLE)
+def test_no_definition_the_door_accepts_can_have_its_slots_refused(body: dict[str, Any]) -> None:
+    """Random requests: refused at the door (coded), or a schedule that has a slot and whose
+    slot's events the log and the tasks processor take. So no accepted definition can fail a
+    pass of the processor, for itself or for the others."""
+    fields = {k: v for k, v in body.items() if k not in ("by", "from", "to")}
+    try:
+        schedule = schedule_from_request(fields)
+    except InvalidRequest:
+        return
+    slot = next(schedule.timing.forward(datetime(2026, 5, 4, tzinfo=UTC)), None)
+    assert slot is not None, schedule.spec()
+    events = fired_events(schedule, slot)
+    prepare_events(events)  # the log's door: refuses nothing here
+    for event in events:
+        if event["type"] == TASK_REQUESTED:
+            TaskRequested.model_validate(event["payload"])

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from streamkit.processors.schedules import SchedulesProcessor
 from streamkit.processors.tasks import TasksProcessor
+from support.schedule_bodies import BODIES
 
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
@@ -274,46 +275,6 @@ async def test_the_change_verbs_refuse_a_bad_by_and_an_endless_backfill(
     assert "more than" in endless.json()["detail"]
 
 
-_JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=30),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-_FIELDS = st.sampled_from(
-    [
-        "name", "cron", "every", "tz", "gap", "fold", "task", "args", "max_attempts",
-        "timeout_s", "catchup", "window", "max_runs", "jitter", "overlap", "max_buffered", "by",
-        "from", "to",
-    ]
-)  # fmt: skip
-_PLAUSIBLE = st.fixed_dictionaries(
-    {},
-    optional={
-        "name": st.sampled_from(["x", "y"]) | _JSON,
-        "every": st.sampled_from(["1m", "1s", "99999999999w", "0s"]) | _JSON,
-        "cron": st.sampled_from(["@daily", "30 2 * 3 0L", "* * * * *"]) | _JSON,
-        "tz": st.sampled_from(["UTC", "Europe/Berlin", "Nowhere/At_All"]) | _JSON,
-        "gap": st.sampled_from(["skip", "shift"]) | _JSON,
-        "task": st.sampled_from(["ping", ""]) | _JSON,
-        "max_attempts": st.integers(-3, 2000) | _JSON,
-        "timeout_s": st.floats(-1, 1e9) | _JSON,
-        "catchup": st.sampled_from(["skip", "latest", "all"]) | _JSON,
-        "window": st.sampled_from(["1h", "1s"]) | _JSON,
-        "jitter": st.sampled_from(["0s", "1m"]) | _JSON,
-        "by": st.text(max_size=5) | _JSON,
-        "from": st.sampled_from(["2026-01-01T00:00:00Z", "0001-01-01T00:00:00Z"]) | _JSON,
-        "to": st.sampled_from(["2026-01-02T00:00:00Z", "9999-12-31T00:00:00Z"]) | _JSON,
-    },
-)
-_BODIES = _PLAUSIBLE | st.dictionaries(_FIELDS, _JSON, max_size=6) | _JSON
-
-
 @settings(
     max_examples=60,
     deadline=None,
@@ -321,7 +282,7 @@ _BODIES = _PLAUSIBLE | st.dictionaries(_FIELDS, _JSON, max_size=6) | _JSON
 )
 @given(
     verb=st.sampled_from(["", "/x/pause", "/x/resume", "/x/delete", "/x/backfill"]),
-    body=_BODIES,
+    body=BODIES,
 )
 async def test_any_json_to_a_schedules_verb_is_a_coded_answer_and_stops_no_schedule(
     client: httpx.AsyncClient, verb: str, body: Any
