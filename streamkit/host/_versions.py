@@ -46,6 +46,9 @@ COUNTED = (
 )
 """The counters of a status row shown per version."""
 
+_IN_STATUS = {"events_dropped": "dropped_events"}
+"""A counter shown under another name than its status row's."""
+
 MAX_PATCH_OPERATIONS = 200
 """The most patch operations listed per version (the count says how many there were)."""
 
@@ -117,7 +120,7 @@ def _counts(owner: str, row: dict[str, Any]) -> dict[str, Any]:
         "version": row.get("version"),
         "phase": row.get("phase"),
         "reachable": True,
-        **{name: row.get(name) for name in COUNTED},
+        **{name: row.get(_IN_STATUS.get(name, name)) for name in COUNTED},
     }
 
 
