@@ -10,7 +10,7 @@ import asyncio
 
 
 async def main() -> None:
-    # --- docs/schedules.md:39
+    # --- docs/schedules.md:40
     from datetime import UTC, datetime
 
     from streamkit.processors.schedules import (
@@ -36,14 +36,14 @@ async def main() -> None:
         jitter="30s",
     )
     heartbeat = Schedule("heartbeat", Every("1m"), action=RunTask("ping"))
-    # --- docs/schedules.md:124
+    # --- docs/schedules.md:125
     clock = ManualClock(datetime(2026, 5, 4, 0, 0, tzinfo=UTC).timestamp())
     memory = memory_stream(clock=clock)
     synced = await sync(memory.stream, [nightly, heartbeat], clock=clock)
     print(synced.added)  # ('nightly-report', 'heartbeat')
     again = await sync(memory.stream, [nightly, heartbeat], clock=clock)
     print(again.unchanged)  # ('nightly-report', 'heartbeat'): nothing appended
-    # --- docs/schedules.md:153
+    # --- docs/schedules.md:154
     engine = ProcessorEngine(
         SchedulesProcessor(clock=clock), stream=memory.stream, storage=memory_storage(), clock=clock
     )
@@ -56,7 +56,7 @@ async def main() -> None:
     await settle()
     print([e.payload["task_id"] for e in memory.events if e.type == TASK_REQUESTED])
     # ['sched/heartbeat/2026-05-04T00:01:00Z']
-    # --- docs/schedules.md:193
+    # --- docs/schedules.md:194
     sync = Schedule("sync", Every("1m"), action=RunTask("ping"), catchup=Catchup("all", window="10m"))
     await memory.stream.append(defined_event(sync, at=clock()))
     await settle()
@@ -68,7 +68,7 @@ async def main() -> None:
     # [('schedule.fired', None, None), ('schedule.missed', 'overlap', 4)]
     assert [e.type for e in decided] == ["schedule.fired", "schedule.missed"]
     assert (decided[1].payload["reason"], decided[1].payload["count"]) == ("overlap", 4)
-    # --- docs/schedules.md:210
+    # --- docs/schedules.md:211
     from streamkit.processors.schedules import due
 
     slept_from = datetime(2026, 5, 1, tzinfo=UTC)
@@ -79,7 +79,7 @@ async def main() -> None:
         print(missed.reason, missed.count, missed.first.isoformat(), missed.last.isoformat())
     # window 1 2026-05-01T01:00:00+00:00 2026-05-01T01:00:00+00:00
     # coalesced 2 2026-05-02T01:00:00+00:00 2026-05-03T01:00:00+00:00
-    # --- docs/schedules.md:247
+    # --- docs/schedules.md:248
     from itertools import islice
     from zoneinfo import ZoneInfo
 
@@ -100,7 +100,7 @@ async def main() -> None:
     skipping = Cron("30 2 * * *", tz="Europe/Berlin", gap="skip")
     print(walls(skipping, datetime(2026, 3, 28, tzinfo=UTC), 2))
     # ['03-28 02:30 CET', '03-30 02:30 CEST']
-    # --- docs/schedules.md:329
+    # --- docs/schedules.md:330
     from streamkit.processors.tasks import TASK_SUCCEEDED
 
     report = Schedule(

@@ -25,7 +25,7 @@ follow on, a link of the chain that does not match are each named.
 Every read of a segment (:func:`archive_page`) is checked against its record
 first: a file that does not match is refused (``LOG_TAMPERED``, naming the
 segment), so a read fails and a rebuild stalls instead of folding altered
-history. The check hashes a file once per process, then again only when
+history; a file that is gone is a ``STORAGE_ERROR`` saying so. The check hashes a file once per process, then again only when
 the file's identity (device, inode, size, modification time) changes.
 """
 
@@ -43,7 +43,7 @@ from typing import Any
 
 from streamkit._version import __version__
 from streamkit.backends._stored import Row, decode_rows
-from streamkit.errors import LogTampered
+from streamkit.errors import LogTampered, StorageError
 from streamkit.events import ReadPage, StreamEvent
 from streamkit.protocols import PayloadTypes
 from streamkit.records import Segment
@@ -255,6 +255,20 @@ def prove(segment: Segment) -> None:
         identity = (0, 0, -1, 0)
     if _PROVEN.get(segment.file) == (identity, segment.sha256):
         return
+    if identity[2] < 0:
+        # Gone, not changed: nothing of it can be read (a copy may be restored), and
+        # nothing altered is served either.
+        raise StorageError(
+            f"segment {segment.file} of {segment.path} ({segment.first}..{segment.last}) is "
+            "missing; nothing was read from it; restore the segment's file from a copy "
+            "(`streamkit verify --archive` checks every one)",
+            details={
+                "path": segment.path,
+                "file": segment.file,
+                "first": segment.first,
+                "last": segment.last,
+            },
+        )
     problem = check_segment(segment)
     if problem is not None:
         raise LogTampered(
