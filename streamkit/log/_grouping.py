@@ -96,7 +96,7 @@ class CommitGrouping:
         none to share: holding longer would only delay everyone.
         """
         self._client_commits.pop(future, None)
-        if self._pending and self._handover is not None and not self.clients_contend():
+        if self._pending and self._handover is not None and not self._commit_to_share():
             self._hand_over_soon(future.get_loop())
 
     def clients_contend(self) -> bool:
@@ -118,10 +118,17 @@ class CommitGrouping:
         steady 200 tasks/s a task starts about 1 ms after its request.
         """
         # A settled future stays in the map until its done-callback runs, a turn later;
-        # a processor woken by that same commit may ask in between. And a commit the
-        # writer made is done with, whether or not its future is settled yet: a
-        # processor may have read its events already (a catch-up reads the log), and
-        # its checkpoint must not wait for a commit that will not come.
+        # a processor woken by that same commit may ask in between.
+        return any(not future.done() for future in self._client_commits)
+
+    def _commit_to_share(self) -> bool:
+        """Whether a client's commit is still to be made, for a held write to ride.
+
+        Narrower than :meth:`clients_contend`: a commit the writer made is done
+        with, whether or not its future is settled yet. A processor may have read
+        its events already (a catch-up reads the log), and its checkpoint must not
+        wait for a commit that will not come; the client may be waiting for it.
+        """
         return any(
             not future.done() and not call.fresh for future, call in self._client_commits.items()
         )
@@ -129,10 +136,11 @@ class CommitGrouping:
     def holds(self) -> bool:
         """Whether a processor's write made now waits for a client's commit (see :meth:`enqueue`).
 
-        Only where this log groups commits on the loop: a backend that groups
-        them on its own thread (PostgreSQL) holds nothing.
+        Only where this log groups commits on the loop (a backend that groups
+        them on its own thread, PostgreSQL, holds nothing), and only while a
+        client's commit is still to be made (:meth:`_commit_to_share`).
         """
-        return self._inline_commits and self.clients_contend()
+        return self._inline_commits and self._commit_to_share()
 
     def commits_now(self, loop: asyncio.AbstractEventLoop) -> bool:
         """The one decision to commit on the loop, now, rather than hand over to the backend.

@@ -66,19 +66,22 @@ async def test_an_append_that_settled_is_no_contention_before_its_callbacks_run(
         assert not log.clients_contend()
 
 
-async def test_an_append_the_writer_committed_is_no_contention_before_it_settles(
+@pytest.mark.speed_trick
+async def test_an_append_the_writer_committed_holds_no_write_before_it_settles(
     log_file: Path,
 ) -> None:
     """A catch-up may read a client's event before its future is settled: its checkpoint
-    must not wait to share a commit that was made already."""
+    must not wait to share a commit that was made already. The client still counts as
+    contending (for the pacing of ranges) until it settles."""
     async with open_log(log_file) as log:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         call = AppendCall(loop, future, "/", [])
-        log._grouping.client_waits(future, call)
-        assert log.clients_contend()
+        grouping = log._grouping
+        grouping.client_waits(future, call)
+        assert (log.clients_contend(), grouping.holds()) == (True, True)
         call.fresh = [StreamEvent(path="/", offset=1, type="order")]  # the writer committed it
-        assert not log.clients_contend()
+        assert (log.clients_contend(), grouping.holds()) == (True, False)
         future.set_result([])
 
 
