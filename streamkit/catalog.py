@@ -45,9 +45,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from streamkit._event_builders import failure_text
+from streamkit._json_canonical import canonical_json
 from streamkit.contract import EventDefinition, ProcessorContract
 from streamkit.errors import InvalidEvent
-from streamkit.events import PreparedEvent, StreamEvent, canonical_json
+from streamkit.events import PreparedEvent, StreamEvent
 from streamkit.upcasting import DROP, upcast
 
 __all__ = ["EventCatalog"]

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from streamkit._json import encode_object, encode_object_plain
+from streamkit._json_canonical import canonical_json
 from streamkit._json_size import utf8_json_size
 from streamkit._speed import FAST as SPEED_TRICKS
 from streamkit._timestamps import format_timestamp
@@ -563,26 +564,6 @@ def prepare_events(raws: Sequence[EventInput | Mapping[str, Any]]) -> list[Prepa
     if len(raws) == 1:
         return [prepare_event(raws[0], 0)]
     return [prepare_event(raw, i) for i, raw in enumerate(raws)]
-
-
-def canonical_json(value: Any) -> str:
-    """One text per JSON value, what two bodies are compared by (and kept keys hashed by).
-
-    Keys sorted; an integral float is its int (``1.0`` is ``1``); ``true`` is never ``1``
-    (Python's ``True == 1`` is not JSON's), so a retry gets the same verdict whether its
-    event is stored or only its key's hash is kept.
-    """
-    return json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _canonical(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_canonical(item) for item in value]
-    return value
 
 
 def same_body(prepared: PreparedEvent, existing: StreamEvent) -> bool:

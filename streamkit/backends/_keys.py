@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from streamkit._json_canonical import canonical_json
 from streamkit.backends._stored import decode_prepared
 from streamkit.errors import IdempotencyConflict
-from streamkit.events import PreparedEvent, StreamEvent, canonical_json, same_body
+from streamkit.events import PreparedEvent, StreamEvent, same_body
 
 __all__ = ["KeptKey", "body_sha256", "kept_event", "key_rows"]
 

@@ -77,46 +77,55 @@ async def test_versions_are_stamped_kept_or_passed_on_by_what_the_code_knows(
         assert page.events[0].payload == current["payload"]
 
 
+class TaskV1(BaseModel):
+    title: str
+    assignee: str
+
+
+class OldBoard(TaskBoard):
+    """The board of the release before: ``task.opened`` at version 1."""
+
+    contract = define_processor_contract(
+        slug="task-board",
+        version="1",
+        state_schema=Tasks,
+        events={
+            "task.opened": EventDefinition(description="v1", payload_schema=TaskV1),
+            "task.retired": RETIRED,
+        },
+    )
+
+
+FIRST = {
+    "type": "task.opened",
+    "payload": {"title": "a", "assignee": "ana"},
+    "idempotency_key": "order-1",
+}
+"""A request as the release before sent it."""
+
+RETRY = {
+    "type": "task.created",
+    "payload": {"title": "a", "priority": 0, "owner": "ana"},
+    "idempotency_key": "order-1",
+}
+"""The same request retried by the next release, in the new name and shape."""
+
+
 async def test_a_retry_across_a_deploy_returns_the_event_its_first_attempt_stored(
     log_target: Target,
 ) -> None:
-    class TaskV1(BaseModel):
-        title: str
-        assignee: str
-
-    class OldBoard(TaskBoard):
-        contract = define_processor_contract(
-            slug="task-board",
-            version="1",
-            state_schema=Tasks,
-            events={
-                "task.opened": EventDefinition(description="v1", payload_schema=TaskV1),
-                "task.retired": RETIRED,
-            },
-        )
-
-    first = {
-        "type": "task.opened",
-        "payload": {"title": "a", "assignee": "ana"},
-        "idempotency_key": "order-1",
-    }
     async with log_target.open(contracts=[OldBoard.contract]) as old:
-        (stored,) = await old.stream("/tasks").append(first)
+        (stored,) = await old.stream("/tasks").append(FIRST)
     assert (stored.type, stored.payload_version) == ("task.opened", 1)
 
     # The producer's next release retries the same request in the new shape and name.
-    retry = {
-        "type": "task.created",
-        "payload": {"title": "a", "priority": 0, "owner": "ana"},
-        "idempotency_key": "order-1",
-    }
     async with log_target.open(contracts=[TaskBoard.contract]) as new:
         stream = new.stream("/tasks")
-        result = await stream.append(retry)
+        result = await stream.append(RETRY)
         assert result == [stored]
         assert replayed_offsets(result) == {stored.offset}
         # A different body under the key is still a conflict.
-        changed = {**retry, "payload": {"title": "a", "priority": 5, "owner": "ana"}}
+        changed = {**RETRY, "payload": {"title": "a", "priority": 5, "owner": "ana"}}
         with pytest.raises(IdempotencyConflict):
             await stream.append(changed)
         # The other way round: stored at 3, retried by a producer still on version 2.
@@ -163,47 +172,22 @@ async def test_a_retry_across_a_deploy_of_an_archived_event_returns_it_too(
     with the stored body's hash only, and refused. The archive gives the event back, and the
     retry is judged as it was while stored."""
 
-    class TaskV1(BaseModel):
-        title: str
-        assignee: str
-
-    class OldBoard(TaskBoard):
-        contract = define_processor_contract(
-            slug="task-board",
-            version="1",
-            state_schema=Tasks,
-            events={
-                "task.opened": EventDefinition(description="v1", payload_schema=TaskV1),
-                "task.retired": RETIRED,
-            },
-        )
-
-    first = {
-        "type": "task.opened",
-        "payload": {"title": "a", "assignee": "ana"},
-        "idempotency_key": "order-1",
-    }
     async with log_target.open(contracts=[OldBoard.contract]) as old:
-        (stored,) = await old.stream("/tasks").append(first)
+        (stored,) = await old.stream("/tasks").append(FIRST)
         await old.stream("/tasks").append({"type": "note", "payload": {}})
         run = await host_store(old).retention.run(
             "/tasks", through=stored.offset, archive=str(tmp_path / "archive")
         )
         assert run.events == 1
-    retry = {
-        "type": "task.created",
-        "payload": {"title": "a", "priority": 0, "owner": "ana"},
-        "idempotency_key": "order-1",
-    }
     async with log_target.open(contracts=[TaskBoard.contract]) as new:
         stream = new.stream("/tasks")
         head = await stream.head()
-        result = await stream.append(retry)
+        result = await stream.append(RETRY)
         assert [(e.offset, e.type, e.payload) for e in result] == [
             (stored.offset, "task.opened", {"title": "a", "assignee": "ana"})
         ]
         assert replayed_offsets(result) == {stored.offset}
-        changed = {**retry, "payload": {"title": "a", "priority": 5, "owner": "ana"}}
+        changed = {**RETRY, "payload": {"title": "a", "priority": 5, "owner": "ana"}}
         with pytest.raises(IdempotencyConflict):
             await stream.append(changed)
         assert await stream.head() == head  # nothing appended

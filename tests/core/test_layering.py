@@ -61,6 +61,7 @@ BASE = {
     "streamkit.history",
     "streamkit._json",
     "streamkit._json_size",
+    "streamkit._json_canonical",
     "streamkit._event_builders",
     "streamkit._speed",
     "streamkit._json_diff",

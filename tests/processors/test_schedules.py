@@ -687,18 +687,23 @@ REPORTS = define_processor_contract(
 )
 
 
-async def test_an_append_event_schedule_appends_its_event_once_per_slot() -> None:
+def reports_rig() -> Rig:
+    """A rig whose schedules processor may append the reports contract's events."""
     rig = Rig()
+    rig.stream.engines.clear()
+    rig.engine = ProcessorEngine(
+        SchedulesProcessor(clock=rig.clock, emits=[REPORTS]),
+        stream=rig.stream,
+        storage=rig.storage,
+        clock=rig.clock,
+    )
+    rig.stream.engines.append(rig.engine)
+    return rig
+
+
+async def test_an_append_event_schedule_appends_its_event_once_per_slot() -> None:
+    rig = reports_rig()
     try:
-        rig.stream.engines.clear()
-        engine = ProcessorEngine(
-            SchedulesProcessor(clock=rig.clock, emits=[REPORTS]),
-            stream=rig.stream,
-            storage=rig.storage,
-            clock=rig.clock,
-        )
-        rig.stream.engines.append(engine)
-        rig.engine = engine
         due = Schedule("reports", Every("1m"), action=AppendEvent("report.due", {"kind": "daily"}))
         await rig.stream.append(defined_event(due, at=T0))
         await settle()
@@ -717,17 +722,8 @@ async def test_an_append_event_schedule_appends_its_event_once_per_slot() -> Non
 async def test_a_slot_whose_events_are_refused_is_missed_on_record_and_the_others_fire() -> None:
     """Issue 55: an event the schedule's contract refuses (a payload that does not fit) failed
     the whole pass, every schedule with it. Its slots go on record, missed for "refused"."""
-    rig = Rig()
+    rig = reports_rig()
     try:
-        rig.stream.engines.clear()
-        engine = ProcessorEngine(
-            SchedulesProcessor(clock=rig.clock, emits=[REPORTS]),
-            stream=rig.stream,
-            storage=rig.storage,
-            clock=rig.clock,
-        )
-        rig.stream.engines.append(engine)
-        rig.engine = engine
         bad = Schedule("bad", Every("1m"), action=AppendEvent("report.due", {"kind": 5}))
         await rig.stream.append(defined_event(bad, at=T0), defined_event(minutely("good"), at=T0))
         await settle()
@@ -737,7 +733,7 @@ async def test_a_slot_whose_events_are_refused_is_missed_on_record_and_the_other
         assert [p["name"] for p in rig.of_type(SCHEDULE_FIRED)] == ["good"] * 3
         missed = rig.of_type("schedule.missed")
         assert [(m["name"], m["reason"], m["count"]) for m in missed] == [("bad", "refused", 1)] * 3
-        assert engine.statistics().batch_failures == 0
+        assert rig.engine.statistics().batch_failures == 0
         refused = [e for e in logs if e["event"] == "schedule.slot_refused"]
         assert refused
         assert "report.due" in refused[0]["error"]
