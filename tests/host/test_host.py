@@ -709,6 +709,8 @@ async def test_a_processor_set_to_stall_on_malformed_stops_there_until_an_operat
         # The engine stopped there is replaced by one that reads past the skipped event.
         await wait_for(lambda: (runner.engine.cursor if runner.engine else 0) >= after.offset)
         assert (await host.snapshot("task-board"))["state"]["titles"] == ["a", "c"]
+        # The stall is over once the item that moved the cursor completes, a moment after.
+        await wait_for(lambda: not runner.failures.stalled)
         (row,) = (await host.status())["processors"]
         assert (row["stalled"], row["stopped_at"]) == (False, None)
     finally:
