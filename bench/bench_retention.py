@@ -56,6 +56,7 @@ from bench_host import percentile
 
 from streamkit import open_log
 from streamkit.history import RETENTION_CHUNK, RETENTION_SHARE
+from streamkit.protocols import RetentionAsk
 
 KEYED_EVERY = 10
 
@@ -117,7 +118,9 @@ async def run_beside(
 
     async with open_log(db) as log:
         task = asyncio.create_task(
-            host_store(log).retention.run("/", archive=str(archive), chunk=chunk, share=share)
+            host_store(log).retention.run(
+                RetentionAsk("/", archive=str(archive), chunk=chunk, share=share)
+            )
         )
         during = await probe(db, rate, task.done, log)
         return (await task).to_dict(), during

@@ -34,14 +34,26 @@ from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import EventInput, ReadPage, StreamEvent
 from streamkit.horizon import Hold, Horizon
 from streamkit.key_window import KeyWindow
-from streamkit.records import RELEASED, Lease, LogStats, RetentionRun, Segment, StoredType
+from streamkit.records import (
+    RELEASED,
+    FirstCheckpoint,
+    Lease,
+    LeaseAsk,
+    LogStats,
+    RetentionAsk,
+    RetentionRun,
+    Segment,
+    StoredType,
+)
 
 __all__ = [
     "RELEASED",
     "CheckpointStorage",
     "Clock",
+    "FirstCheckpoint",
     "HostStore",
     "Lease",
+    "LeaseAsk",
     "LeaseExchange",
     "LeaseGuard",
     "LeaseRenewer",
@@ -49,6 +61,7 @@ __all__ = [
     "LogStats",
     "PayloadTypes",
     "ProcessorStream",
+    "RetentionAsk",
     "RetentionVerbs",
     "StoredType",
     "StreamAccess",
@@ -360,26 +373,15 @@ class RetentionVerbs(Protocol):
         """Give ``path`` a key window of ``keep_for`` seconds (None: forever), with its record."""
         ...
 
-    async def run(
-        self,
-        path: str,
-        *,
-        through: int | None = None,
-        archive: str | None = None,
-        chunk: int = 2_000,
-        keep_for: float | None = None,
-        keep_last: int | None = None,
-        fence: Callable[[Connection], None] | None = None,
-        share: float = 1.0,
-    ) -> RetentionRun:
-        """Take ``path``'s history below its horizon (through ``through``), archived or deleted.
+    async def run(self, ask: RetentionAsk) -> RetentionRun:
+        """Take ``ask.path``'s history below its horizon (through ``ask.through``).
 
-        ``archive``: an absolute directory for the segment files; None deletes.
-        ``keep_for`` seconds of the newest events and the ``keep_last`` newest
-        offsets stay; ``fence`` runs first in every cut's transaction. While
-        other writes go through the log's writer, the run takes at most
-        ``share`` of its time, pausing between cuts. Then the keys the path's
-        key window lets go are forgotten.
+        Archived or deleted as the ask says (:class:`~streamkit.records.RetentionAsk`):
+        the newest ``keep_for`` seconds and ``keep_last`` offsets stay; its
+        ``fence`` runs first in every cut's transaction; while other writes go
+        through the log's writer, the run takes at most ``share`` of its time,
+        pausing between cuts. Then the keys the path's key window lets go are
+        forgotten.
         """
         ...
 
@@ -409,17 +411,8 @@ class HostStore(Protocol):
         """The stored lease of ``(path, slug)``, or None if none was ever taken."""
         ...
 
-    async def try_acquire(
-        self,
-        path: str,
-        slug: str,
-        owner: str,
-        now: float,
-        ttl: float,
-        *,
-        stale: Lease | None = None,
-    ) -> Lease | None:
-        """Take a free (or released, or ``stale`` and unchanged) lease; None if another holds it."""
+    async def try_acquire(self, ask: LeaseAsk) -> Lease | None:
+        """Take a free (or released, or ``ask.stale`` and unchanged) lease; None if another holds it."""
         ...
 
     async def release(self, lease: Lease) -> bool:
@@ -446,19 +439,10 @@ class HostStore(Protocol):
         ...
 
     async def begin_processor(
-        self,
-        guard: LeaseGuard,
-        path: str,
-        slug: str,
-        *,
-        version: str,
-        state_json: str,
-        start: str,
-        after: int,
-        by: str,
+        self, guard: LeaseGuard, path: str, first: FirstCheckpoint
     ) -> StreamEvent:
-        """A new processor's first checkpoint at ``after`` with its ``streamkit.processor-began``
-        record, in one transaction fenced by ``guard``; refused if it has a checkpoint."""
+        """A new processor's first checkpoint with its ``streamkit.processor-began`` record
+        on ``path``, in one transaction fenced by ``guard``; refused if it has a checkpoint."""
         ...
 
     async def version_rows(

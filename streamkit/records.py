@@ -1,17 +1,35 @@
 """The plain records that cross the backend boundary: a stored lease, a log's counters,
-what a log stores of each event type, an archived segment, what a retention run did.
+what a log stores of each event type, an archived segment, what a retention run did,
+and the asks a host hands a backend (a lease to take, a processor's first checkpoint,
+a retention run).
 
-Values, not protocols: a backend builds them, the layers above read them.
+Values, not protocols: a backend builds the records and the layers above read
+them; the layers above build the asks and a backend reads them. An ask is one
+value so that every layer between the caller and the statements passes it on
+in one line: a new field is one edit where it is made and one where it is read.
 :mod:`streamkit.protocols` names them in its protocols and re-exports them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RELEASED", "Lease", "LogStats", "RetentionRun", "Segment", "StoredType"]
+from streamkit.history import RETENTION_CHUNK
+
+__all__ = [
+    "RELEASED",
+    "FirstCheckpoint",
+    "Lease",
+    "LeaseAsk",
+    "LogStats",
+    "RetentionAsk",
+    "RetentionRun",
+    "Segment",
+    "StoredType",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +98,62 @@ class Lease:
             "beat": self.beat,
             "released": self.released,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseAsk:
+    """A lease to take: ``(path, slug)`` for ``owner`` from epoch second ``now`` for ``ttl``.
+
+    ``stale`` is another holder's row the caller watched go unrenewed for a ttl
+    of its own monotonic time: it is taken over only if still exactly that row.
+    The statements check each field (InvalidRequest, nothing written).
+    """
+
+    path: str
+    slug: str
+    owner: str
+    now: float
+    ttl: float
+    stale: Lease | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FirstCheckpoint:
+    """A new processor's first checkpoint: ``slug`` at ``version`` begins after ``after``.
+
+    ``state_json`` is its initial state, ``start`` where it declared it
+    starts (``beginning``, ``now`` or an offset, as written in its record),
+    ``by`` who began it.
+    """
+
+    slug: str
+    version: str
+    state_json: str
+    start: str
+    after: int
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionAsk:
+    """A retention run of ``path``: what to take, where it goes, and how fast.
+
+    ``through`` caps the run (default: all below the horizon); ``archive`` is
+    an absolute directory for the segment files (None deletes); ``chunk``
+    events go per transaction; the ``keep_for`` seconds of newest events and
+    the ``keep_last`` newest offsets stay; ``fence`` runs first in every
+    cut's transaction (a host passes its lease's); ``share`` (0 < share <= 1)
+    is the most of the writer's time the run takes while other writes go on.
+    """
+
+    path: str
+    through: int | None = None
+    archive: str | None = None
+    chunk: int = RETENTION_CHUNK
+    keep_for: float | None = None
+    keep_last: int | None = None
+    fence: Callable[[Any], None] | None = None
+    share: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

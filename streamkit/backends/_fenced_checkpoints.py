@@ -40,7 +40,7 @@ from streamkit.checkpoint import (
 from streamkit.errors import InvalidRequest, LeaseLost
 from streamkit.events import StreamEvent
 from streamkit.log import Log
-from streamkit.protocols import Lease, LeaseExchange, LeaseGuard
+from streamkit.protocols import FirstCheckpoint, Lease, LeaseExchange, LeaseGuard
 
 __all__ = ["CheckpointRows", "FencedCheckpoints"]
 
@@ -169,24 +169,16 @@ class FencedCheckpoints:
         await self._log.write_transaction(fenced_write, inline=True, processor=True)
         self._written(staged)
 
-    async def begin(
-        self,
-        slug: str,
-        *,
-        reducer_version: str,
-        state_json: str,
-        start: str,
-        after: int,
-        by: str,
-    ) -> StreamEvent:
-        """A new processor's first checkpoint at ``after``, with its record, in one transaction.
+    async def begin(self, first: FirstCheckpoint) -> StreamEvent:
+        """A new processor's first checkpoint after ``first.after``, with its record, in one transaction.
 
         The record (:data:`~streamkit.checkpoint.BEGAN_EVENT`) and the row
         commit together, fenced; refused (InvalidRequest, nothing written) if
         the slug has a checkpoint by then.
         """
-        check_checkpoint(slug, reducer_version, after, state_json, None, None)
-        row = CheckpointRow(slug, reducer_version, after, state_json, None, self._path, None)
+        slug, after = first.slug, first.after
+        check_checkpoint(slug, first.version, after, first.state_json, None, None)
+        row = CheckpointRow(slug, first.version, after, first.state_json, None, self._path, None)
         rows, fence = self._rows, self.held.fence
 
         def seal(conn: Connection, events: list[StreamEvent]) -> None:
@@ -201,11 +193,11 @@ class FencedCheckpoints:
 
         payload = {
             "slug": slug,
-            "version": reducer_version,
-            "start": start,
+            "version": first.version,
+            "start": first.start,
             "from": after + 1,
             "skipped": after,
-            "by": by,
+            "by": first.by,
         }
         return await self._log.append_control(
             self._path, {"type": BEGAN_EVENT, "payload": payload}, seal

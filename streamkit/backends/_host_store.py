@@ -10,7 +10,7 @@ behaves the same on each: only the SQL differs. Checkpoints are
 :class:`~streamkit.backends._fenced_checkpoints.FencedCheckpoints` over the
 same rows, skips the shared rules of
 :mod:`~streamkit.backends._skip_rules`, and retention one
-:class:`~streamkit.backends._retention.Retention`.
+:class:`~streamkit.backends._retention.verbs.Retention`.
 """
 
 from __future__ import annotations
@@ -18,19 +18,28 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Protocol
 
 from streamkit._requests import Connection
-from streamkit.backends._chunk_prep import Opener
 from streamkit.backends._fenced_checkpoints import CheckpointRows, FencedCheckpoints
-from streamkit.backends._retention import Retention
+from streamkit.backends._retention.chunk_prep import Opener
+from streamkit.backends._retention.cuts import TruncationRows
+from streamkit.backends._retention.verbs import Retention
 from streamkit.backends._skip_rules import SkipStore, record_skip
 from streamkit.backends._status_rows import checkpoint_snapshot_of
-from streamkit.backends._truncation import TruncationRows
 from streamkit.checkpoint import ReduceCheckpoint
 from streamkit.events import StreamEvent
 from streamkit.log import Log
-from streamkit.protocols import CheckpointStorage, Lease, LeaseExchange, LeaseGuard, LeaseRenewer
+from streamkit.protocols import (
+    CheckpointStorage,
+    FirstCheckpoint,
+    Lease,
+    LeaseAsk,
+    LeaseExchange,
+    LeaseGuard,
+    LeaseRenewer,
+)
 
 __all__ = ["HostRows", "LogHostStore"]
 
@@ -100,7 +109,7 @@ class LogHostStore:
 
     ``renewer(timeout)`` opens the lease keeper's connection of its own;
     ``retention_rows``, ``chunk_opener`` and ``cut_log`` build the
-    store's :class:`~streamkit.backends._retention.Retention`.
+    store's :class:`~streamkit.backends._retention.verbs.Retention`.
     """
 
     __slots__ = ("_log", "_renewer", "_rows", "retention")
@@ -133,20 +142,10 @@ class LogHostStore:
         read = self._rows.lease_rows.read_lease
         return await self._log.query(lambda conn: read(conn, path, slug))
 
-    async def try_acquire(
-        self,
-        path: str,
-        slug: str,
-        owner: str,
-        now: float,
-        ttl: float,
-        *,
-        stale: Lease | None = None,
-    ) -> Lease | None:
+    async def try_acquire(self, ask: LeaseAsk) -> Lease | None:
         """One conditional statement on the writer connection."""
-        acquire = self._rows.lease_rows.try_acquire
         return await self._log.write_transaction(
-            lambda conn: acquire(conn, path, slug, owner, now, ttl, stale=stale)
+            partial(self._rows.lease_rows.try_acquire, ask=ask)
         )
 
     async def release(self, lease: Lease) -> bool:
@@ -175,21 +174,10 @@ class LogHostStore:
         return FencedCheckpoints(self._log, guard, self._rows, path, exchange)
 
     async def begin_processor(
-        self,
-        guard: LeaseGuard,
-        path: str,
-        slug: str,
-        *,
-        version: str,
-        state_json: str,
-        start: str,
-        after: int,
-        by: str,
+        self, guard: LeaseGuard, path: str, first: FirstCheckpoint
     ) -> StreamEvent:
         """A new processor's first checkpoint where it declared it starts, with its record."""
-        return await FencedCheckpoints(self._log, guard, self._rows, path).begin(
-            slug, reducer_version=version, state_json=state_json, start=start, after=after, by=by
-        )
+        return await FencedCheckpoints(self._log, guard, self._rows, path).begin(first)
 
     async def version_rows(
         self, slug: str, version: str

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from streamkit._requests import Connection
 from streamkit.errors import InvalidRequest, LeaseLost
-from streamkit.protocols import RELEASED, Lease
+from streamkit.protocols import RELEASED, Lease, LeaseAsk
 
 __all__ = ["LeaseRows", "check_names", "check_time", "lease_lost"]
 
@@ -27,17 +27,7 @@ class LeaseRows(Protocol):
         """The stored row of ``(path, slug)``, or None if nobody ever held it."""
         ...
 
-    def try_acquire(
-        self,
-        conn: Connection,
-        path: str,
-        slug: str,
-        owner: str,
-        now: float,
-        ttl: float,
-        *,
-        stale: Lease | None = None,
-    ) -> Lease | None:
+    def try_acquire(self, conn: Connection, ask: LeaseAsk) -> Lease | None:
         """ONE conditional statement: the lease taken for ``owner``, or None (nothing changed)."""
         ...
 

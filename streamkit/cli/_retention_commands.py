@@ -480,17 +480,10 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     async def run() -> list[RetentionRun]:
         async with existing_log(db) as log:
             store = host_store(log)
+            # No pauses (share 1): this process has no appends of its own to leave the
+            # writer to, and it cannot see another process's (docs/retention.md).
             return [
-                await store.retention.run(
-                    policy.path,
-                    through=args.through,
-                    archive=None if policy.archive is None else str(policy.archive),
-                    chunk=policy.chunk,
-                    # No pauses: this process has no appends of its own to leave the
-                    # writer to, and it cannot see another process's (docs/retention.md).
-                    keep_for=policy.keep_for,
-                    keep_last=policy.keep_last,
-                )
+                await store.retention.run(policy.ask(through=args.through, share=1.0))
                 for policy in policies
             ]
 

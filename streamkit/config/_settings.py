@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, TextIO
 
@@ -31,6 +32,7 @@ from streamkit.errors import InvalidRequest, LogOpenError
 from streamkit.events import validate_path
 from streamkit.failure_policy import OnMalformed, OnReduceError
 from streamkit.history import RETENTION_CHUNK, RETENTION_SHARE
+from streamkit.records import RetentionAsk
 
 # The public names of this module are listed once, in streamkit.config's __all__.
 
@@ -238,6 +240,25 @@ class RetentionPolicy(_Section):
     def mode(self) -> Literal["archive", "delete"]:
         """Where the events go."""
         return "delete" if self.archive is None else "archive"
+
+    def ask(
+        self,
+        *,
+        through: int | None = None,
+        share: float | None = None,
+        fence: Callable[[Any], None] | None = None,
+    ) -> RetentionAsk:
+        """The run this policy asks for (``share``: the policy's own unless given)."""
+        return RetentionAsk(
+            self.path,
+            through=through,
+            archive=None if self.archive is None else str(self.archive),
+            chunk=self.chunk,
+            keep_for=self.keep_for,
+            keep_last=self.keep_last,
+            fence=fence,
+            share=self.share if share is None else share,
+        )
 
 
 def _stream_path_of(value: str) -> str:

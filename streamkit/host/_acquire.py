@@ -36,7 +36,7 @@ from streamkit.host._runner import ProcessorRunner
 from streamkit.host._serving_watch import ServingWatch
 from streamkit.host._spread import Key, assign, key_of
 from streamkit.log import Log
-from streamkit.protocols import Clock, HostStore
+from streamkit.protocols import Clock, HostStore, LeaseAsk
 
 __all__ = ["LeaseAcquirer"]
 
@@ -172,7 +172,7 @@ class LeaseAcquirer:
         started = time.monotonic()
         try:
             taken = await store.try_acquire(
-                runner.path, lease_slug, self._owner, self._clock(), ttl, stale=stale
+                LeaseAsk(runner.path, lease_slug, self._owner, self._clock(), ttl, stale)
             )
         finally:
             runner.observed = None

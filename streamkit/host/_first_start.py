@@ -24,7 +24,7 @@ from streamkit.errors import InvalidRequest
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
 from streamkit.processor import StreamProcessor
-from streamkit.protocols import Clock, HostStore
+from streamkit.protocols import Clock, FirstCheckpoint, HostStore
 
 __all__ = ["FirstStart"]
 
@@ -72,16 +72,15 @@ class FirstStart:
             known = await self._store.retention.horizons(self._clock(), self._path)
             after = known[0].start - 1 if known else 0
         try:
-            record = await self._store.begin_processor(
-                held,
-                self._path,
+            first = FirstCheckpoint(
                 contract.slug,
-                version=contract.version,
-                state_json=contract.dump_state(contract.initial_state()),
-                start=str(self._start),
-                after=after,
-                by=held.lease.owner,
+                contract.version,
+                contract.dump_state(contract.initial_state()),
+                str(self._start),
+                after,
+                held.lease.owner,
             )
+            record = await self._store.begin_processor(held, self._path, first)
         except InvalidRequest:
             began = await self._store.version_rows(contract.slug, contract.version)
             if began[0] is None:

@@ -610,24 +610,18 @@ class ProcessorHost:
         asked for while a cutover swaps the engine comes from the new one.
         """
         runner = self.runner(slug, path)
-        loop = asyncio.get_running_loop()
-        # Set once an engine was swapped under a seed: the one whose work was cancelled,
-        # and how long to wait for the next one (a lease ttl).
-        swapped: object = None
-        swap_deadline: float | None = None
+        # Set once an engine was swapped under a seed: the one whose work was cancelled.
+        swapped = None
         while True:
-            engine = runner.engine
-            if engine is None or engine is swapped:
-                # Between the engine built in the shadow and the one serving after the
-                # cutover, or after an engine was stopped under this seed: wait for the
-                # next one.
-                if swap_deadline is None and runner.role.switching:
-                    swap_deadline = loop.time() + self.config.lease.ttl
-                if swap_deadline is None or loop.time() > swap_deadline:
-                    break
-                await asyncio.sleep(0.01)
-                continue
-            if runner.role.shadow or engine.in_shadow():
+            # Between the engine built in the shadow and the one serving after the cutover,
+            # or after an engine was stopped under this seed: wait (a lease ttl at most)
+            # for the next one.
+            engine = await runner.next_engine(
+                self.config.lease.ttl, than=swapped, patient=swapped is not None
+            )
+            if engine is None:
+                break
+            if runner.builds_in_shadow(engine):
                 stored = await self._require_store().stored_snapshot(slug)
                 return LiveSnapshot(0, stored.get("state"))
             try:
@@ -640,7 +634,7 @@ class ProcessorHost:
                 # lost lease). Seed from the engine that runs the processor next.
                 if swapped is not None:
                     break
-                swapped, swap_deadline = engine, loop.time() + self.config.lease.ttl
+                swapped = engine
         raise InvalidRequest(
             f"processor {slug!r} is not running in this host (another host holds its "
             "lease); watch it through that host's socket; nothing was done",
@@ -837,14 +831,13 @@ class ProcessorHost:
         """Wait until ``slug`` (running here) has processed through ``offset``."""
         runner = self.runner(slug, path)
         deadline = time.monotonic() + timeout
-        while runner.engine is None:
-            if time.monotonic() >= deadline:
-                raise InvalidRequest(
-                    f"processor {slug!r} is not running in this host; nothing to wait for",
-                    details={"slug": slug},
-                )
-            await asyncio.sleep(0.01)
-        await runner.engine.wait_until_processed(offset, max(0.0, deadline - time.monotonic()))
+        engine = await runner.next_engine(timeout)
+        if engine is None:
+            raise InvalidRequest(
+                f"processor {slug!r} is not running in this host; nothing to wait for",
+                details={"slug": slug},
+            )
+        await engine.wait_until_processed(offset, max(0.0, deadline - time.monotonic()))
 
     def _require_log(self) -> Log:
         if self.log is None:

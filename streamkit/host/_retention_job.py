@@ -10,7 +10,7 @@ fence runs first in every chunk's transaction: a host that lost it (frozen,
 cut off) writes nothing.
 
 Every ``retention_interval`` seconds the holder runs each policy in turn
-(:func:`~streamkit.backends._truncation.run_retention`: below the horizon
+(:func:`~streamkit.backends._retention.run.run_retention`: below the horizon
 only, in chunks that let appends go on). A run that fails is logged and
 counted, its error kept for ``status``, ``/metrics`` and the admin page,
 and tried again at the next interval. A kill mid-run loses nothing: each
@@ -31,7 +31,7 @@ import structlog
 from streamkit.config import RetentionPolicy
 from streamkit.errors import LeaseLost, StreamkitError
 from streamkit.host._lease_keeper import HeldLease
-from streamkit.protocols import Clock, HostStore, Lease
+from streamkit.protocols import Clock, HostStore, Lease, LeaseAsk
 
 __all__ = ["RETENTION_LEASE", "PolicyRecord", "RetentionJob"]
 
@@ -173,7 +173,7 @@ class RetentionJob:
         started = time.monotonic()
         self._observed = None
         taken = await self._store.try_acquire(
-            path, slug, self._owner, self._clock(), self._ttl, stale=stale
+            LeaseAsk(path, slug, self._owner, self._clock(), self._ttl, stale)
         )
         if taken is None:
             return None
@@ -208,15 +208,7 @@ class RetentionJob:
         record.last_at = self._clock()
         try:
             held.check()
-            run = await self._store.retention.run(
-                policy.path,
-                archive=None if policy.archive is None else str(policy.archive),
-                chunk=policy.chunk,
-                share=policy.share,
-                keep_for=policy.keep_for,
-                keep_last=policy.keep_last,
-                fence=held.fence,
-            )
+            run = await self._store.retention.run(policy.ask(fence=held.fence))
         except StreamkitError as exc:
             record.failures += 1
             record.last_error = {"code": exc.code, "message": exc.message, "at": record.last_at}

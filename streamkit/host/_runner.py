@@ -28,7 +28,7 @@ fence inside a checkpoint or engine-append transaction
 background work too, and the runner returns to waiting with the reason in
 ``failures.last_error``; the host's heartbeat takes the lease again when it is free.
 
-It is one class at about 620 lines because its lease, engine, follower and
+It is one class at about 670 lines because its lease, engine, follower and
 worker change together: each of the transitions above touches all four at
 once, and its other state (the failures) is already a part of its own.
 """
@@ -120,7 +120,9 @@ class ProcessorRunner:
             start, processor, path=path, log=log, store=store, clock=clock
         )
         self.skipped = skipped
-        self.engine: ProcessorEngine[Any] | None = None
+        self._engine: ProcessorEngine[Any] | None = None
+        # Set (and replaced) each time the engine changes: what next_engine waits on.
+        self._engine_changed = asyncio.Event()
         self.held: HeldLease | None = None
         # The other owner's lease row as this host first saw it, and when (monotonic):
         # unchanged for a ttl, it is stale and may be taken over.
@@ -157,6 +159,54 @@ class ProcessorRunner:
         # Set while a hand-off waits for the item in flight: an item that keeps failing
         # gives up at its next retry instead of holding the hand-off forever.
         self._handing_off = False
+
+    # -- the engine ----------------------------------------------------------------
+
+    @property
+    def engine(self) -> ProcessorEngine[Any] | None:
+        """The engine running the processor here now (None: this host does not run it)."""
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: ProcessorEngine[Any] | None) -> None:
+        self._engine = engine
+        changed, self._engine_changed = self._engine_changed, asyncio.Event()
+        changed.set()
+
+    async def next_engine(
+        self,
+        timeout: float,  # noqa: ASYNC109 - a wait for a state change, not an I/O deadline
+        *,
+        than: ProcessorEngine[Any] | None = None,
+        patient: bool = True,
+    ) -> ProcessorEngine[Any] | None:
+        """The engine running the processor here (other than ``than``), once there is one.
+
+        Waits at most ``timeout`` seconds for one to be built, woken by the
+        change itself (no polling); None when none came. Not ``patient``: waits
+        only while one is on its way (a cutover swapping the engine here),
+        otherwise answers at once.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            engine = self._engine
+            if engine is not None and engine is not than:
+                return engine
+            if not patient and not self.role.switching:
+                return None
+            left = deadline - loop.time()
+            if left <= 0:
+                return None
+            changed = self._engine_changed
+            try:
+                await asyncio.wait_for(changed.wait(), left)
+            except TimeoutError:
+                return None
+
+    def builds_in_shadow(self, engine: ProcessorEngine[Any]) -> bool:
+        """Whether ``engine`` builds a version that does not serve yet (its state is partial)."""
+        return self.role.shadow or engine.in_shadow()
 
     # -- state for status ----------------------------------------------------------
 

@@ -165,27 +165,50 @@ class CommitGrouping:
         """Whether appends of this turn of ``loop`` wait to be handed over (a job may join them)."""
         return bool(self._pending) and self._pending[0].loop is loop
 
-    def submit(self, job: AppendCall) -> None:
-        """Hand ``job`` to the writer at the end of this loop turn, with its turn's peers.
+    def hand(
+        self, job: AppendCall | TransactionJob, *, processor: bool
+    ) -> asyncio.Future[Any] | None:
+        """The one decision of where a write goes; None if it committed on the loop, now.
 
-        The job is registered at once (so a close that follows still commits
-        it) and handed over at the end of the loop's current turn, together
-        with every other append that became ready in that turn: they share
-        one group commit, run inline if the writer is idle and the loop has
-        nothing else to run (no hand-off to the thread and back), else on the
-        writer thread, whose fsync then overlaps the loop's other work. When
-        nothing else is ready to run on the loop, no peer can join before the
-        turn ends, so the job commits at once and its caller never gives up
-        the loop.
+        Then its outcome is on ``job`` (no future is made). Else it is handed
+        on and the future that settles with its outcome comes back. It goes:
+
+        - held for a client's commit to ride, if it is a ``processor``'s write
+          (a fenced append, a checkpoint) made while a client's commit is still
+          to be made (:meth:`holds`, :meth:`enqueue`);
+        - into this turn's group, handed over at the end of the turn: an
+          append always (it opens the group if none is forming: its peers of
+          this turn share one commit, run inline if the writer is idle and the
+          loop has nothing else to run, else on the writer thread, whose fsync
+          then overlaps the loop's other work); a short transaction only to
+          join appends already forming one;
+        - else straight to the writer thread: a transaction that is not short
+          (the caller's function may take long), a short one with no group to
+          join, and every write where inline commits are off.
+
+        It commits now, inline, only when :meth:`commits_now` says so and the
+        backend does not decline: nothing else is ready on the loop, so no
+        peer could join before the turn ends and its caller never gives up
+        the loop. A job is registered before this returns, so a close that
+        follows still commits it.
         """
-        if not self._inline_commits or (self._pending and self._pending[0].loop is not job.loop):
-            self._backend.submit(job)
-            return
-        if self.commits_now(job.loop):
-            if not self._backend.try_inline([job]):
-                self._backend.submit(job)
-            return
-        self.enqueue(job, hold=False)
+        loop = job.loop
+        short = not isinstance(job, TransactionJob) or job.short
+        hold = short and processor and self.holds()
+        if short and not hold and self.commits_now(loop):
+            if self._backend.try_inline([job]):
+                return None
+        elif hold or (
+            short
+            and self._inline_commits
+            and (isinstance(job, AppendCall) or self.pending_on(loop))
+        ):
+            future = job.future = loop.create_future() if job.future is None else job.future
+            self.enqueue(job, hold=hold)
+            return future
+        future = job.future = loop.create_future() if job.future is None else job.future
+        self._backend.submit(job)
+        return future
 
     def enqueue(self, job: AppendCall | TransactionJob, *, hold: bool) -> None:
         """Add ``job`` to this turn's group; ``hold``: a processor's write, which may wait.

@@ -25,7 +25,7 @@ the fan-out of new events to followers. One :class:`Log` per process and
 target serves its readers and writers (followers in the process see each
 commit once); ``open_log`` (in :mod:`streamkit.backends`) builds it over
 the backend the target names. A PostgreSQL retention run commits its cuts
-through a second, private one (:mod:`streamkit.backends._truncation`):
+through a second, private one (:mod:`streamkit.backends._retention.run`):
 there two logs are two writers, as two hosts are.
 """
 
@@ -285,21 +285,9 @@ class Log:
         self._check_writable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        job = TransactionJob(loop, future, fn, short=inline)
-        # ``fn`` is the caller's code: only on request may it hold the event loop, and
-        # only when nothing else is waiting to run (see ``CommitGrouping.submit``).
-        grouping = self._grouping
-        hold = processor and grouping.holds()
-        if inline and not hold and grouping.commits_now(loop):
-            if not self._backend.try_inline([job]):
-                self._backend.submit(job)
-        elif inline and (hold or grouping.pending_on(loop)):
-            grouping.enqueue(job, hold=hold)  # rides the group commit of this turn's appends
-        else:
-            # The thread commits it while the loop runs the work that is ready (a
-            # catch-up reads its next page meanwhile), still grouped with any append
-            # queued there beside it.
-            self._backend.submit(job)
+        # ``fn`` is the caller's code: only on request (short) may it hold the event loop,
+        # and only when nothing else is waiting to run (``CommitGrouping.hand``).
+        self._grouping.hand(TransactionJob(loop, future, fn, short=inline), processor=processor)
         return await future
 
     async def query(self, fn: Callable[[Connection], T]) -> T:
@@ -376,7 +364,7 @@ class Log:
     ) -> list[StreamEvent] | asyncio.Future[list[StreamEvent]]:
         """Commit one append call: its committed events, or a future of them.
 
-        When the log commits now (``CommitGrouping.commits_now``) the call is a group of
+        When the log commits now (``CommitGrouping.hand``) the call is a group of
         one, run on the loop at once: its outcome is on the call when the
         backend's ``try_inline`` returns, so there is no future to settle and
         no coroutine to wait on (the caller awaits only a future). Else, or if
@@ -386,26 +374,14 @@ class Log:
             self._check_writable()
         if self._catalog is not None:
             events = self._catalog.admit(events)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[StreamEvent]]
+        call = AppendCall(asyncio.get_running_loop(), None, path, events, fence, seal, expect_head)
         grouping = self._grouping
-        hold = fence is not None and grouping.holds()
-        if not hold and grouping.commits_now(loop):
-            call = AppendCall(loop, None, path, events, fence, seal, expect_head)
-            if self._backend.try_inline([call]):
-                if call.error is not None:
-                    raise call.error
-                committed: list[StreamEvent] = call.result
-                return committed
-            call.future = future = loop.create_future()
-            self._backend.submit(call)
-        else:
-            future = loop.create_future()
-            call = AppendCall(loop, future, path, events, fence, seal, expect_head)
-            if hold:
-                grouping.enqueue(call, hold=True)
-            else:
-                grouping.submit(call)
+        future = grouping.hand(call, processor=fence is not None)
+        if future is None:
+            if call.error is not None:
+                raise call.error
+            committed: list[StreamEvent] = call.result
+            return committed
         if fence is None:
             grouping.client_waits(future, call)
         return future

@@ -21,12 +21,14 @@ import pytest
 from support.backends import Target
 
 from streamkit.backends import host_store
-from streamkit.backends._truncation import Cut, run_retention
+from streamkit.backends._retention.cuts import Cut
+from streamkit.backends._retention.run import run_retention
 from streamkit.backends.postgres._backend import PostgresLogBackend, second_log
 from streamkit.backends.postgres.retention import PostgresRetentionRows
 from streamkit.errors import InvalidRequest
 from streamkit.history import TRUNCATED_EVENT
 from streamkit.log import Log
+from streamkit.protocols import RetentionAsk
 
 
 class _Paused:
@@ -82,7 +84,9 @@ async def test_an_append_to_the_path_commits_while_a_cut_deletes_its_rows(
         archive = str(tmp_path / "archive")
         try:
             run = asyncio.create_task(
-                run_retention(log, paused, "/", archive=archive, open_cutter=_cutter(log))  # type: ignore[arg-type]
+                run_retention(
+                    log, paused, RetentionAsk("/", archive=archive), open_cutter=_cutter(log)
+                )  # type: ignore[arg-type]
             )
             assert await asyncio.to_thread(paused.entered.wait, 30)
             # The cut's transaction has deleted offsets 1..10 and not committed yet.
@@ -119,9 +123,13 @@ async def test_two_runs_of_one_path_wait_for_each_other_and_the_second_takes_not
         first, second = _Paused(_rows(log)), _Paused(_rows(log))
         second.release.set()
         try:
-            one = asyncio.create_task(run_retention(log, first, "/", open_cutter=_cutter(log)))  # type: ignore[arg-type]
+            one = asyncio.create_task(
+                run_retention(log, first, RetentionAsk("/"), open_cutter=_cutter(log))
+            )  # type: ignore[arg-type]
             assert await asyncio.to_thread(first.entered.wait, 30)
-            two = asyncio.create_task(run_retention(log, second, "/", open_cutter=_cutter(log)))  # type: ignore[arg-type]
+            two = asyncio.create_task(
+                run_retention(log, second, RetentionAsk("/"), open_cutter=_cutter(log))
+            )  # type: ignore[arg-type]
             await asyncio.to_thread(_await_advisory_wait, pg)
             first.release.set()
             done = await one

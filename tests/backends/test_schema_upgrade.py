@@ -40,11 +40,12 @@ from streamkit import (
     open_log,
 )
 from streamkit.backends import host_store
-from streamkit.backends._key_windows import forget_expired_keys
+from streamkit.backends._retention.key_windows import forget_expired_keys
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
 from streamkit.backends.sqlite._layout import SCHEMA_VERSION as SQLITE_VERSION
 from streamkit.cli import main
 from streamkit.host._lease_keeper import HeldLease
+from streamkit.protocols import LeaseAsk, RetentionAsk
 from streamkit.records import StoredType
 
 
@@ -566,7 +567,7 @@ async def leased_checkpoints(target: str) -> None:
         store = host_store(log)
         await store.prepare()
         for path, slug, cursor in (("/orders", "board", 4), ("/orders", "audit", 2)):
-            lease = await store.try_acquire(path, slug, "a", time.time(), 60.0)
+            lease = await store.try_acquire(LeaseAsk(path, slug, "a", time.time(), 60.0))
             assert lease is not None
             held = HeldLease(
                 lease,
@@ -578,7 +579,9 @@ async def leased_checkpoints(target: str) -> None:
             await store.checkpoints(held, path).save(
                 slug, reducer_version="1", reduced_through_offset=cursor, state_json="{}"
             )
-        assert await store.try_acquire("/other", "audit", "a", time.time(), 60.0) is not None
+        assert (
+            await store.try_acquire(LeaseAsk("/other", "audit", "a", time.time(), 60.0)) is not None
+        )
 
 
 async def check_paths_after_upgrade(target: str) -> None:
@@ -653,7 +656,7 @@ async def taken_keys_then_window(target: str, before_upgrade: Callable[[], None]
     """Keys of taken events, a downgrade to 7, then a window set and the keys let go."""
     async with open_log(target) as log:
         await log.stream("/").append(*[{"type": "x", "idempotency_key": f"k{n}"} for n in range(3)])
-        run = await host_store(log).retention.run("/")
+        run = await host_store(log).retention.run(RetentionAsk("/"))
         assert run.events == 3
     before_upgrade()
     async with open_log(target) as log:
@@ -678,7 +681,9 @@ async def test_a_sqlite_log_of_schema_7_upgrades_without_touching_what_7_had(
     path = tmp_path / "v7.db"
     async with open_log(path) as log:
         await log.stream("/").append(*[{"type": "x", "idempotency_key": f"k{n}"} for n in range(4)])
-        await host_store(log).retention.run("/", through=2, archive=str(tmp_path / "archive"))
+        await host_store(log).retention.run(
+            RetentionAsk("/", through=2, archive=str(tmp_path / "archive"))
+        )
         counted = await log.stored_types("/")
     downgrade_sqlite(path, 7)
     async with open_log(path) as log:

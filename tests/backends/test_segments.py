@@ -1,4 +1,4 @@
-"""Archive segments (streamkit.backends._segments): written whole, read back, proven, chained."""
+"""Archive segments (streamkit.backends._retention.segments): written whole, read back, proven, chained."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamkit import open_log
-from streamkit.backends._segments import (
+from streamkit.backends._retention.segments import (
     archive_page,
     check_chain,
     check_segment,

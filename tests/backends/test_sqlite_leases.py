@@ -22,6 +22,7 @@ from streamkit.backends.sqlite.leases import (
     try_acquire,
 )
 from streamkit.errors import InvalidRequest, LeaseLost, StorageBusy, StorageError
+from streamkit.protocols import LeaseAsk
 
 TTL = 10.0
 
@@ -45,53 +46,55 @@ def fenced(conn: sqlite3.Connection, lease: Lease, now: float) -> None:
 
 def take_stale(conn: sqlite3.Connection, owner: str, now: float) -> Lease | None:
     """Take over the row as it stands, as a host does after watching it unrenewed for a ttl."""
-    return try_acquire(conn, "/", "board", owner, now, TTL, stale=read_lease(conn, "/", "board"))
+    return try_acquire(
+        conn, LeaseAsk("/", "board", owner, now, TTL, stale=read_lease(conn, "/", "board"))
+    )
 
 
 def test_first_acquire_starts_at_generation_one(conn: sqlite3.Connection) -> None:
     """A lease nobody ever held is taken at generation 1, expiring at now + ttl."""
-    lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    lease = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert lease == Lease("/", "board", "host-a", 1, 110.0)
     assert leases(conn) == [lease]
 
 
 def test_held_lease_is_refused_to_another_owner(conn: sqlite3.Connection) -> None:
     """A second owner gets None while the lease is unexpired, and the row is unchanged."""
-    first = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
-    assert try_acquire(conn, "/", "board", "host-b", 109.9, TTL) is None
+    first = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
+    assert try_acquire(conn, LeaseAsk("/", "board", "host-b", 109.9, TTL)) is None
     assert leases(conn) == [first]
 
 
 def test_acquire_by_current_holder_renews_same_generation(conn: sqlite3.Connection) -> None:
     """try_acquire by the unexpired holder extends it under the same generation."""
-    try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
-    again = try_acquire(conn, "/", "board", "host-a", 105.0, TTL)
+    try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
+    again = try_acquire(conn, LeaseAsk("/", "board", "host-a", 105.0, TTL))
     assert again == Lease("/", "board", "host-a", 1, 115.0, beat=1)
 
 
 def test_takeover_of_the_observed_stale_row_bumps_generation(conn: sqlite3.Connection) -> None:
     """Another owner takes the lease, with the next generation, only as the stale row it saw."""
-    try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     taken = take_stale(conn, "host-b", 105.0)
     assert taken == Lease("/", "board", "host-b", 2, 115.0)
 
 
 def test_no_wall_clock_lets_another_owner_take_a_lease(conn: sqlite3.Connection) -> None:
     """Without an observed stale row, even a clock an hour ahead cannot take the lease."""
-    first = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
-    assert try_acquire(conn, "/", "board", "host-b", 100.0 + 3600, TTL) is None
+    first = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
+    assert try_acquire(conn, LeaseAsk("/", "board", "host-b", 100.0 + 3600, TTL)) is None
     assert leases(conn) == [first]
 
 
 def test_a_renewal_since_the_observation_defeats_the_takeover(conn: sqlite3.Connection) -> None:
     """A row renewed after the taker looked at it is alive: the takeover changes nothing."""
-    first = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    first = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert first is not None
     observed = read_lease(conn, "/", "board")
     # The holder's clock is frozen (an injected clock): the beat still moves.
     renewed = renew(conn, first, 100.0, TTL)
     assert renewed.beat == first.beat + 1
-    assert try_acquire(conn, "/", "board", "host-b", 200.0, TTL, stale=observed) is None
+    assert try_acquire(conn, LeaseAsk("/", "board", "host-b", 200.0, TTL, stale=observed)) is None
     assert leases(conn) == [renewed]
 
 
@@ -99,9 +102,9 @@ def test_same_owner_reacquiring_after_expiry_gets_new_generation(
     conn: sqlite3.Connection,
 ) -> None:
     """Reacquiring an expired lease under the same owner string still fences the old holder."""
-    old = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    old = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert old is not None
-    new = try_acquire(conn, "/", "board", "host-a", 111.0, TTL)
+    new = try_acquire(conn, LeaseAsk("/", "board", "host-a", 111.0, TTL))
     assert new is not None
     assert new.generation == old.generation + 1
     with pytest.raises(LeaseLost):
@@ -111,9 +114,9 @@ def test_same_owner_reacquiring_after_expiry_gets_new_generation(
 
 def test_leases_are_per_path_and_slug(conn: sqlite3.Connection) -> None:
     """One slug on two paths, or two slugs on one path, are independent leases."""
-    a = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
-    b = try_acquire(conn, "/orders", "board", "host-b", 100.0, TTL)
-    c = try_acquire(conn, "/", "tasks", "host-b", 100.0, TTL)
+    a = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
+    b = try_acquire(conn, LeaseAsk("/orders", "board", "host-b", 100.0, TTL))
+    c = try_acquire(conn, LeaseAsk("/", "tasks", "host-b", 100.0, TTL))
     assert a is not None
     assert b is not None
     assert c is not None
@@ -127,16 +130,16 @@ def test_leases_are_per_path_and_slug(conn: sqlite3.Connection) -> None:
 
 def test_renew_extends_expiry(conn: sqlite3.Connection) -> None:
     """renew moves the expiry to now + ttl and keeps the generation."""
-    lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    lease = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert lease is not None
     renewed = renew(conn, lease, 108.0, TTL)
     assert renewed == Lease("/", "board", "host-a", 1, 118.0, beat=1)
-    assert try_acquire(conn, "/", "board", "host-b", 115.0, TTL) is None
+    assert try_acquire(conn, LeaseAsk("/", "board", "host-b", 115.0, TTL)) is None
 
 
 def test_renew_after_takeover_raises_and_changes_nothing(conn: sqlite3.Connection) -> None:
     """A holder whose lease was taken over cannot renew it; the new holder's row stays."""
-    old = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    old = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert old is not None
     new = take_stale(conn, "host-b", 111.0)
     with pytest.raises(LeaseLost) as caught:
@@ -151,7 +154,7 @@ def test_renew_after_takeover_raises_and_changes_nothing(conn: sqlite3.Connectio
 
 def test_renew_of_expired_untaken_lease_is_allowed(conn: sqlite3.Connection) -> None:
     """An expired lease nobody took is renewed under the same generation."""
-    lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    lease = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert lease is not None
     with pytest.raises(LeaseLost, match=r"expired at 110\.0"):
         fenced(conn, lease, 111.0)
@@ -162,7 +165,7 @@ def test_renew_of_expired_untaken_lease_is_allowed(conn: sqlite3.Connection) -> 
 
 def test_renew_of_released_lease_is_refused(conn: sqlite3.Connection) -> None:
     """A lease its holder released cannot be revived by renew."""
-    lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    lease = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert lease is not None
     assert release(conn, lease) is True
     with pytest.raises(LeaseLost, match="this holder released it"):
@@ -173,7 +176,7 @@ def test_check_fence_passes_for_holder_and_fails_for_stale_holder(
     conn: sqlite3.Connection,
 ) -> None:
     """Only the current, unexpired holder passes the fence; a stale one learns who holds it."""
-    old = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    old = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert old is not None
     fenced(conn, old, 109.0)
     with pytest.raises(LeaseLost) as expired:
@@ -195,7 +198,7 @@ def test_check_fence_passes_for_holder_and_fails_for_stale_holder(
 
 def test_check_fence_refuses_to_run_outside_a_transaction(conn: sqlite3.Connection) -> None:
     """A fence checked outside the write's transaction is refused rather than trusted."""
-    lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    lease = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert lease is not None
     with pytest.raises(InvalidRequest, match="outside a transaction"):
         check_fence(conn, lease, 101.0)
@@ -203,13 +206,13 @@ def test_check_fence_refuses_to_run_outside_a_transaction(conn: sqlite3.Connecti
 
 def test_release_frees_lease_and_keeps_generation_counting(conn: sqlite3.Connection) -> None:
     """A released lease is free at once, and the next holder gets the next generation."""
-    lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    lease = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert lease is not None
     assert release(conn, lease) is True
     (row,) = leases(conn)
     assert row.released
     assert row.to_dict()["expires_at"] is None
-    taken = try_acquire(conn, "/", "board", "host-b", 101.0, TTL)
+    taken = try_acquire(conn, LeaseAsk("/", "board", "host-b", 101.0, TTL))
     assert taken == Lease("/", "board", "host-b", 2, 111.0)
 
 
@@ -217,10 +220,10 @@ def test_same_owner_reacquiring_after_release_gets_new_generation(
     conn: sqlite3.Connection,
 ) -> None:
     """Release then reacquire by the same owner string fences the released incarnation."""
-    old = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    old = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert old is not None
     release(conn, old)
-    new = try_acquire(conn, "/", "board", "host-a", 101.0, TTL)
+    new = try_acquire(conn, LeaseAsk("/", "board", "host-a", 101.0, TTL))
     assert new is not None
     assert new.generation == 2
     with pytest.raises(LeaseLost):
@@ -229,7 +232,7 @@ def test_same_owner_reacquiring_after_release_gets_new_generation(
 
 def test_release_by_non_holder_does_nothing(conn: sqlite3.Connection) -> None:
     """A stale holder's release leaves the current holder's lease in force."""
-    old = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    old = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert old is not None
     new = take_stale(conn, "host-b", 110.0)
     assert new is not None
@@ -241,7 +244,7 @@ def test_release_by_non_holder_does_nothing(conn: sqlite3.Connection) -> None:
 
 def test_release_twice_reports_second_as_not_ours(conn: sqlite3.Connection) -> None:
     """Releasing an already released lease changes nothing and returns False."""
-    lease = try_acquire(conn, "/", "board", "host-a", 100.0, TTL)
+    lease = try_acquire(conn, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert lease is not None
     assert release(conn, lease) is True
     assert release(conn, lease) is False
@@ -254,7 +257,7 @@ def test_generation_strictly_increases_over_many_takeovers(conn: sqlite3.Connect
     for turn in range(12):
         owner = f"host-{turn % 3}"
         lease = try_acquire(
-            conn, "/", "board", owner, now, TTL, stale=read_lease(conn, "/", "board")
+            conn, LeaseAsk("/", "board", owner, now, TTL, stale=read_lease(conn, "/", "board"))
         )
         assert lease is not None
         seen.append(lease.generation)
@@ -279,14 +282,14 @@ def test_bad_times_are_refused(
 ) -> None:
     """Non-finite times and non-positive ttls are refused before any SQL runs."""
     with pytest.raises(InvalidRequest, match=match):
-        try_acquire(conn, "/", "board", "host-a", now, ttl)
+        try_acquire(conn, LeaseAsk("/", "board", "host-a", now, ttl))
     assert leases(conn) == []
 
 
 def test_empty_owner_is_refused(conn: sqlite3.Connection) -> None:
     """An empty owner string could not be told apart, so it is refused."""
     with pytest.raises(InvalidRequest, match="owner must be a non-empty string"):
-        try_acquire(conn, "/", "board", "", 100.0, TTL)
+        try_acquire(conn, LeaseAsk("/", "board", "", 100.0, TTL))
 
 
 def test_sqlite_failures_become_storage_errors() -> None:
@@ -295,7 +298,7 @@ def test_sqlite_failures_become_storage_errors() -> None:
         closing(sqlite3.connect(":memory:")) as bare,
         pytest.raises(StorageError, match="streamkit_leases") as caught,
     ):
-        try_acquire(bare, "/", "board", "host-a", 100.0, TTL)
+        try_acquire(bare, LeaseAsk("/", "board", "host-a", 100.0, TTL))
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
 
 
@@ -325,7 +328,7 @@ def test_fence_and_write_are_atomic_across_two_connections(tmp_path: Path) -> No
             conn.execute("COMMIT")
 
         host_a.execute("BEGIN IMMEDIATE")
-        lease_a = try_acquire(host_a, "/", "board", "host-a", 100.0, TTL)
+        lease_a = try_acquire(host_a, LeaseAsk("/", "board", "host-a", 100.0, TTL))
         host_a.execute("COMMIT")
         assert lease_a is not None
         fenced_write(host_a, lease_a, 101.0, 5)
@@ -340,9 +343,10 @@ def test_fence_and_write_are_atomic_across_two_connections(tmp_path: Path) -> No
         host_a.execute("COMMIT")
 
         host_b.execute("BEGIN IMMEDIATE")
-        assert try_acquire(host_b, "/", "board", "host-b", 111.0, TTL) is None
+        assert try_acquire(host_b, LeaseAsk("/", "board", "host-b", 111.0, TTL)) is None
         lease_b = try_acquire(
-            host_b, "/", "board", "host-b", 111.0, TTL, stale=read_lease(host_b, "/", "board")
+            host_b,
+            LeaseAsk("/", "board", "host-b", 111.0, TTL, stale=read_lease(host_b, "/", "board")),
         )
         host_b.execute("COMMIT")
         assert lease_b is not None
@@ -368,7 +372,7 @@ def test_busy_database_surfaces_as_storage_busy(tmp_path: Path) -> None:
         ensure_lease_table(first)
         first.execute("BEGIN IMMEDIATE")
         with pytest.raises(StorageBusy) as caught:
-            try_acquire(second, "/", "board", "host-b", 100.0, TTL)
+            try_acquire(second, LeaseAsk("/", "board", "host-b", 100.0, TTL))
         first.execute("ROLLBACK")
     assert caught.value.retryable
 
@@ -404,7 +408,7 @@ def test_any_interleaving_keeps_one_fence_holder_and_fresh_generations(
             mine = held[owner]
             if kind in ("acquire", "take-stale"):
                 stale = read_lease(db, "/", "board") if kind == "take-stale" else None
-                lease = try_acquire(db, "/", "board", owner, now, ttl, stale=stale)
+                lease = try_acquire(db, LeaseAsk("/", "board", owner, now, ttl, stale=stale))
                 if lease is not None:
                     if mine is None or lease.generation != mine.generation:
                         # A takeover: strictly newer than every generation handed out.

@@ -17,6 +17,7 @@ from streamkit import open_log
 from streamkit.backends import host_store
 from streamkit.cli import main
 from streamkit.cli._schema_commands import PROBLEMS_FOUND
+from streamkit.protocols import RetentionAsk
 
 NEXT = "support.upcasting:NextTaskBoard@/tasks"
 BOARD = "support.upcasting:TaskBoard@/tasks"
@@ -147,7 +148,9 @@ def test_validation_reads_archived_payloads_and_names_what_was_deleted(
     async def archive_then_delete() -> None:
         async with open_log(path) as log:
             retention = host_store(log).retention
-            await retention.run("/tasks", through=offsets[4], archive=str(tmp_path / "archive"))
+            await retention.run(
+                RetentionAsk("/tasks", through=offsets[4], archive=str(tmp_path / "archive"))
+            )
 
     asyncio.run(archive_then_delete())
     code, out = run("schema", "check", "--db", path, "--processor", NEXT, "--validate", "all")

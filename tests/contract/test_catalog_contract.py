@@ -25,6 +25,7 @@ from streamkit import (
     replayed_offsets,
 )
 from streamkit.backends import host_store
+from streamkit.protocols import RetentionAsk
 
 
 async def test_an_append_that_does_not_fit_a_known_definition_writes_nothing(
@@ -176,7 +177,7 @@ async def test_a_retry_across_a_deploy_of_an_archived_event_returns_it_too(
         (stored,) = await old.stream("/tasks").append(FIRST)
         await old.stream("/tasks").append({"type": "note", "payload": {}})
         run = await host_store(old).retention.run(
-            "/tasks", through=stored.offset, archive=str(tmp_path / "archive")
+            RetentionAsk("/tasks", through=stored.offset, archive=str(tmp_path / "archive"))
         )
         assert run.events == 1
     async with log_target.open(contracts=[TaskBoard.contract]) as new:

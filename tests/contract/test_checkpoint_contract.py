@@ -19,7 +19,7 @@ from streamkit.backends import host_store
 from streamkit.checkpoint import MAX_CHECKPOINT_STATE_BYTES, ReduceCheckpoint
 from streamkit.errors import CheckpointTooLarge, CutoverRaced, InvalidRequest
 from streamkit.host._lease_keeper import HeldLease
-from streamkit.protocols import CheckpointStorage
+from streamkit.protocols import CheckpointStorage, LeaseAsk
 
 
 @pytest.fixture(params=["memory", *sorted(BACKENDS)])
@@ -34,7 +34,7 @@ async def checkpoints(request: pytest.FixtureRequest) -> AsyncIterator[Checkpoin
     try:
         store = host_store(log)
         await store.prepare()
-        lease = await store.try_acquire("/", "board", "owner", time.time(), 60.0)
+        lease = await store.try_acquire(LeaseAsk("/", "board", "owner", time.time(), 60.0))
         assert lease is not None
         held = HeldLease(
             lease, store.check_fence, ttl=60.0, renewal_started=time.monotonic(), clock=time.time

@@ -18,20 +18,20 @@ from pathlib import Path
 import pytest
 from support.retention import retention_rows
 
-import streamkit.backends._chunk_prep as chunk_prep
-import streamkit.backends._truncation as truncation
+import streamkit.backends._retention.chunk_prep as chunk_prep
+import streamkit.backends._retention.run as truncation
 from streamkit import SPEED_TRICKS
-from streamkit.backends._chunk_prep import (
+from streamkit.backends._retention.chunk_prep import (
     ChunkAsk,
     Prepared,
     ProcessPreparer,
     ThreadPreparer,
 )
-from streamkit.backends._chunk_worker import NICENESS
+from streamkit.backends._retention.chunk_worker import NICENESS
 from streamkit.backends.sqlite._schema import connect_reader
 from streamkit.errors import InvalidRequest, StorageError
 from streamkit.log import Log
-from streamkit.protocols import HostStore
+from streamkit.protocols import HostStore, RetentionAsk
 
 
 async def fill(log: Log, count: int) -> None:
@@ -90,7 +90,9 @@ async def test_a_host_store_prepares_chunks_in_a_worker_process(
     # Background work: it yields the CPU to this process's event loop.
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, worker) == min(19, ours + NICENESS) > ours
-    run = await store.retention.run("/", through=16, archive=str(tmp_path / "run"), chunk=8)
+    run = await store.retention.run(
+        RetentionAsk("/", through=16, archive=str(tmp_path / "run"), chunk=8)
+    )
     assert (run.events, run.chunks, run.start_after) == (16, 2, 17)
     assert [e.offset for e in (await log.stream("/").read(16, 3)).events][:2] == [17, 18]
 
@@ -104,7 +106,9 @@ async def test_a_worker_that_cannot_read_takes_nothing(log: Log, tmp_path: Path)
         functools.partial(connect_reader, missing, busy_timeout=1.0), retention_rows(log)
     )
     with pytest.raises(StorageError, match=r"the chunk of '/' after offset 0 could not be read"):
-        await truncation.run_retention(log, retention_rows(log), "/", preparer=preparer)
+        await truncation.run_retention(
+            log, retention_rows(log), RetentionAsk("/"), preparer=preparer
+        )
     assert [e.offset for e in (await log.stream("/").read(0, 20)).events] == list(range(1, 11))
 
 
@@ -134,10 +138,7 @@ async def test_a_run_beside_other_writes_pauses_to_keep_its_share(log: Log) -> N
     run = await truncation.run_retention(
         log,
         retention_rows(log),
-        "/",
-        through=20,
-        chunk=5,
-        share=0.25,
+        RetentionAsk("/", through=20, chunk=5, share=0.25),
         preparer=WritesBeside(log),
         sleep=sleep,
     )
@@ -157,7 +158,7 @@ async def test_a_run_on_an_idle_log_does_not_pause(log: Log) -> None:
         pauses.append(seconds)
 
     run = await truncation.run_retention(
-        log, retention_rows(log), "/", through=20, chunk=5, share=0.01, sleep=sleep
+        log, retention_rows(log), RetentionAsk("/", through=20, chunk=5, share=0.01), sleep=sleep
     )
     assert (run.chunks, pauses, run.paused_seconds) == (4, [], 0.0)
 
@@ -166,7 +167,7 @@ async def test_a_run_on_an_idle_log_does_not_pause(log: Log) -> None:
 async def test_a_share_outside_zero_to_one_is_refused(log: Log, share: float) -> None:
     await fill(log, 5)
     with pytest.raises(InvalidRequest, match="a retention share must be a number in"):
-        await truncation.run_retention(log, retention_rows(log), "/", share=share)
+        await truncation.run_retention(log, retention_rows(log), RetentionAsk("/", share=share))
     assert len((await log.stream("/").read(0, 10)).events) == 5
 
 
@@ -176,6 +177,7 @@ from pathlib import Path
 
 from streamkit import open_log
 from streamkit.backends import host_store
+from streamkit.protocols import RetentionAsk
 
 with open(sys.argv[2], "a") as marker:  # at import: once per run of this file
     marker.write("ran\\n")
@@ -184,7 +186,7 @@ with open(sys.argv[2], "a") as marker:  # at import: once per run of this file
 async def main() -> None:
     async with open_log(sys.argv[1]) as log:
         await log.stream("/").append(*({"type": "n"} for _ in range(30)))
-        run = await host_store(log).retention.run("/", through=30, chunk=10)
+        run = await host_store(log).retention.run(RetentionAsk("/", through=30, chunk=10))
         print(run.events, run.chunks)
 
 

@@ -15,12 +15,12 @@ import time
 import pytest
 from support.retention import retention_rows
 
-import streamkit.backends._truncation as truncation
-from streamkit.backends._key_windows import forget_expired_keys
+import streamkit.backends._retention.run as truncation
+from streamkit.backends._retention.key_windows import forget_expired_keys
 from streamkit.errors import HistoryTruncated, InvalidRequest, LeaseLost
 from streamkit.key_window import KEY_WINDOW_SET, KEYS_FORGOTTEN
 from streamkit.log import Log
-from streamkit.protocols import HostStore
+from streamkit.protocols import HostStore, RetentionAsk
 
 # On a private in-memory log too: these tests keep to the one log they open.
 ALSO_IN_MEMORY = True
@@ -52,7 +52,7 @@ async def of_type(log: Log, path: str, etype: str) -> list[dict[str, object]]:
 async def test_keys_of_taken_events_answer_forever_by_default(log: Log, store: HostStore) -> None:
     offsets = await keyed(log, "/", range(4))
     run = await truncation.run_retention(
-        log, retention_rows(log), "/", clock=lambda: time.time() + 10 * 365 * 86400
+        log, retention_rows(log), RetentionAsk("/"), clock=lambda: time.time() + 10 * 365 * 86400
     )
     assert run.events == 4
     assert run.keys_forgotten == 0
@@ -67,11 +67,13 @@ async def test_a_window_lets_the_keys_of_taken_events_go_and_a_retry_then_append
     set_event = await store.retention.set_key_window("/", HOUR, by="ops", reason="r", now=now)
     offsets = await keyed(log, "/", range(3))
     # Not yet: an hour has not passed since the events were created.
-    early = await truncation.run_retention(log, retention_rows(log), "/", clock=lambda: now + 60)
+    early = await truncation.run_retention(
+        log, retention_rows(log), RetentionAsk("/"), clock=lambda: now + 60
+    )
     assert (early.events, early.keys_forgotten) == (4, 0)
     assert await retry(log, "/", 0) == offsets[0]
     later = await truncation.run_retention(
-        log, retention_rows(log), "/", clock=lambda: now + 2 * HOUR
+        log, retention_rows(log), RetentionAsk("/"), clock=lambda: now + 2 * HOUR
     )
     assert later.keys_forgotten == 3
     (record,) = await of_type(log, "/", KEYS_FORGOTTEN)
@@ -100,7 +102,7 @@ async def test_forgetting_is_batched_and_fenced(log: Log, store: HostStore) -> N
     now = time.time()
     await store.retention.set_key_window("/", HOUR, by="ops", reason="r", now=now)
     await keyed(log, "/", range(7))
-    await truncation.run_retention(log, retention_rows(log), "/", clock=lambda: now)
+    await truncation.run_retention(log, retention_rows(log), RetentionAsk("/"), clock=lambda: now)
 
     def lost(conn: object) -> None:
         raise LeaseLost("the retention lease was taken over")
@@ -125,7 +127,7 @@ async def test_forever_restores_the_default_and_each_change_is_recorded(
         (None, 2 * HOUR),
     ]
     await keyed(log, "/", range(2))
-    await truncation.run_retention(log, retention_rows(log), "/", clock=lambda: now)
+    await truncation.run_retention(log, retention_rows(log), RetentionAsk("/"), clock=lambda: now)
     assert await forget_expired_keys(log, retention_rows(log), "/", now + 1e9) == 0
 
 

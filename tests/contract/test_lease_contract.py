@@ -13,14 +13,14 @@ import pytest
 from streamkit.errors import LeaseLost
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
-from streamkit.protocols import HostStore, Lease
+from streamkit.protocols import HostStore, Lease, LeaseAsk
 
 TTL = 10.0
 NOW = 1_000.0
 
 
 async def take(store: HostStore, owner: str, *, stale: Lease | None = None) -> Lease | None:
-    return await store.try_acquire("/", "board", owner, NOW, TTL, stale=stale)
+    return await store.try_acquire(LeaseAsk("/", "board", owner, NOW, TTL, stale=stale))
 
 
 async def fenced(log: Log, store: HostStore, lease: Lease, now: float = NOW) -> None:
@@ -77,9 +77,9 @@ async def test_a_released_lease_keeps_its_generation(store: HostStore) -> None:
 
 async def test_leases_of_other_paths_and_slugs_are_independent(store: HostStore) -> None:
     """One slug on two paths, or two slugs on one path, are separate leases."""
-    assert await store.try_acquire("/a", "board", "a", NOW, TTL) is not None
-    assert await store.try_acquire("/b", "board", "b", NOW, TTL) is not None
-    assert await store.try_acquire("/a", "tasks", "b", NOW, TTL) is not None
+    assert await store.try_acquire(LeaseAsk("/a", "board", "a", NOW, TTL)) is not None
+    assert await store.try_acquire(LeaseAsk("/b", "board", "b", NOW, TTL)) is not None
+    assert await store.try_acquire(LeaseAsk("/a", "tasks", "b", NOW, TTL)) is not None
 
 
 async def test_the_fence_passes_for_the_holder_and_refuses_after_a_takeover(

@@ -18,7 +18,7 @@ from streamkit.holds import HOLD_PLACED, HOLD_RELEASED, PROCESSOR_FORGOTTEN, che
 from streamkit.horizon import Horizon
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
-from streamkit.protocols import CheckpointStorage, HostStore
+from streamkit.protocols import CheckpointStorage, HostStore, LeaseAsk
 
 # On a private in-memory log too: these tests keep to the one log they open.
 ALSO_IN_MEMORY = True
@@ -27,7 +27,7 @@ TTL = 60.0
 
 
 async def fenced(store: HostStore, path: str, slug: str) -> CheckpointStorage:
-    lease = await store.try_acquire(path, slug, "owner", time.time(), TTL)
+    lease = await store.try_acquire(LeaseAsk(path, slug, "owner", time.time(), TTL))
     assert lease is not None
     held = HeldLease(
         lease, store.check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=time.time

@@ -36,16 +36,17 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from support.backends import WITH_MEMORY, Backend
 from support.retention import retention_rows
 
-import streamkit.backends._chunk_prep as chunk_prep
-import streamkit.backends._truncation as truncation
+import streamkit.backends._retention.chunk_prep as chunk_prep
+import streamkit.backends._retention.run as truncation
 from streamkit import StreamEvent
 from streamkit.backends import host_store
-from streamkit.backends._segments import segment_name, segment_range
-from streamkit.backends._truncation import Cut, TruncationRows
+from streamkit.backends._retention.cuts import Cut, TruncationRows
+from streamkit.backends._retention.segments import segment_name, segment_range
 from streamkit.errors import HistoryTruncated, IdempotencyConflict
 from streamkit.holds import check_hold
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
+from streamkit.protocols import LeaseAsk, RetentionAsk
 
 PATH = "/"
 SLUGS = ("p1", "p2", "p3")
@@ -175,7 +176,9 @@ class RetentionModel(RuleBasedStateMachine):
         cursor = min(head, self.cursors.get(slug, self.start() - 1) + step)
         held = self.held.get(slug)
         if held is None:
-            lease = self.run(self.store.try_acquire(PATH, slug, "model", time.time(), TTL))
+            lease = self.run(
+                self.store.try_acquire(LeaseAsk(PATH, slug, "model", time.time(), TTL))
+            )
             assert lease is not None
             held = HeldLease(
                 lease,
@@ -263,11 +266,13 @@ class RetentionModel(RuleBasedStateMachine):
             done = self.run(
                 truncation.run_retention(
                     self.log,
-                    crashing if crashing is not None else rows,  # type: ignore[arg-type]
-                    PATH,
-                    through=through,
-                    archive=str(self.archive) if archive else None,
-                    chunk=chunk,
+                    crashing if crashing is not None else rows,
+                    RetentionAsk(
+                        PATH,
+                        through=through,
+                        archive=str(self.archive) if archive else None,
+                        chunk=chunk,
+                    ),
                 )
             )
         except Crash:

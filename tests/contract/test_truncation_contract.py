@@ -21,10 +21,11 @@ import pytest
 from support.backends import Target
 from support.retention import retention_rows
 
-import streamkit.backends._chunk_prep as chunk_prep
-import streamkit.backends._truncation as truncation
+import streamkit.backends._retention.chunk_prep as chunk_prep
+import streamkit.backends._retention.run as truncation
 from streamkit.backends import host_store
-from streamkit.backends._segments import check_chain, check_segment, read_segment
+from streamkit.backends._retention.cuts import Cut
+from streamkit.backends._retention.segments import check_chain, check_segment, read_segment
 from streamkit.backends._stored import decode_rows
 from streamkit.errors import (
     HistoryTruncated,
@@ -37,7 +38,7 @@ from streamkit.history import TRUNCATED_EVENT
 from streamkit.holds import check_hold
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
-from streamkit.protocols import HostStore
+from streamkit.protocols import HostStore, LeaseAsk, RetentionAsk
 
 # On a private in-memory log too: these tests keep to the one log they open.
 ALSO_IN_MEMORY = True
@@ -63,7 +64,7 @@ def damage(changed: str, removed: str) -> None:
 
 
 async def cursor_at(store: HostStore, path: str, slug: str, cursor: int) -> None:
-    lease = await store.try_acquire(path, slug, "owner", time.time(), TTL)
+    lease = await store.try_acquire(LeaseAsk(path, slug, "owner", time.time(), TTL))
     assert lease is not None
     held = HeldLease(
         lease, store.check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=time.time
@@ -79,7 +80,7 @@ async def test_a_run_stops_at_the_horizon_and_the_path_then_starts_after_it(
     """Deleted below the horizon only; a read below the start is refused, naming it."""
     await fill(log, "/orders", 30, keyed=True)
     await cursor_at(store, "/orders", "board", 20)
-    run = await store.retention.run("/orders", through=25, chunk=8)
+    run = await store.retention.run(RetentionAsk("/orders", through=25, chunk=8))
     assert (run.mode, run.horizon, run.start_before, run.start_after) == ("delete", 21, 1, 21)
     assert (run.events, run.chunks) == (20, 3)
     stream = log.stream("/orders")
@@ -122,10 +123,10 @@ async def test_nothing_goes_while_a_hold_or_an_unstarted_processor_keeps_it(
     await fill(log, "/", 10)
     now = time.time()
     await store.retention.place_hold(check_hold("/", "audit", 4, None, "ops", "audit", now))
-    run = await store.retention.run("/")
+    run = await store.retention.run(RetentionAsk("/"))
     assert (run.events, run.start_after) == (3, 4)
     await store.host_beat("host-a", ["mailer@/"], now)
-    run = await store.retention.run("/")
+    run = await store.retention.run(RetentionAsk("/"))
     assert run.events == 0
     assert [e.offset for e in (await log.stream("/").read(3, 2)).events] == [4, 5]
 
@@ -138,7 +139,9 @@ async def test_an_archive_keeps_every_event_in_a_proven_chain(
     before = (await log.stream("/orders").read(0, 100)).events
     archive = tmp_path / "archive"
     summary = await log.stored_types("/orders")
-    run = await store.retention.run("/orders", through=22, archive=str(archive), chunk=10)
+    run = await store.retention.run(
+        RetentionAsk("/orders", through=22, archive=str(archive), chunk=10)
+    )
     kept = [t for t in await log.stored_types("/orders") if t.type != TRUNCATED_EVENT]
     assert kept == summary  # archived events are still read, by rebuilds: still counted
     assert (run.mode, run.events, [(s.first, s.last) for s in run.segments]) == (
@@ -177,7 +180,7 @@ async def test_a_segment_no_row_records_is_removed_by_the_run_that_takes_its_ran
     pending.write_bytes(b"another run's, not recorded yet")
     other_path = archive / "_other.00000000000000000001-00000000000000000003.segment"
     other_path.write_bytes(b"not this path's")
-    run = await store.retention.run("/", through=3, archive=str(archive))
+    run = await store.retention.run(RetentionAsk("/", through=3, archive=str(archive)))
     assert sorted(run.orphans_removed) == sorted([str(orphan), str(partial)])
     assert other_path.exists()
     assert pending.exists()
@@ -185,7 +188,7 @@ async def test_a_segment_no_row_records_is_removed_by_the_run_that_takes_its_ran
     assert Path(segment.file).name.startswith("_.00000000000000000001-00000000000000000003.")
     assert check_segment(segment) is None
     # The next run takes 4..6: the file above the start is now dead and goes too.
-    later = await store.retention.run("/", through=6, archive=str(archive))
+    later = await store.retention.run(RetentionAsk("/", through=6, archive=str(archive)))
     assert later.orphans_removed == [str(pending)]
     assert sorted(str(f) for f in archive.iterdir()) == sorted(
         [s.file for s in await store.retention.segments("/")] + [str(other_path)]
@@ -212,7 +215,10 @@ async def test_two_runs_that_write_one_range_at_once_leave_the_recorded_segment_
     rows = retention_rows(log)
     # The rule itself, chunks prepared in this process (where the patch is).
     outcomes = await asyncio.gather(
-        *(truncation.run_retention(log, rows, "/", archive=str(archive)) for _ in range(2)),
+        *(
+            truncation.run_retention(log, rows, RetentionAsk("/", archive=str(archive)))
+            for _ in range(2)
+        ),
         return_exceptions=True,
     )
     refused = [o for o in outcomes if isinstance(o, BaseException)]
@@ -249,7 +255,7 @@ async def test_a_cut_the_horizon_moved_under_is_refused_and_its_segment_removed(
     with pytest.raises(InvalidRequest, match=r"the horizon is 2 now \(held by hold late\)"):
         # The rule itself, chunks prepared in this process (where the patch is).
         await truncation.run_retention(
-            log, retention_rows(log), "/", through=5, archive=str(archive)
+            log, retention_rows(log), RetentionAsk("/", through=5, archive=str(archive))
         )
     assert [f.name for f in archive.iterdir()] == []
     assert [e.offset for e in (await log.stream("/").read(0, 3)).events] == [1, 2, 3]
@@ -264,7 +270,9 @@ async def test_a_read_may_include_the_archive_and_goes_on_into_the_log(
     await log.stream("/").append({"type": "delta", "ephemeral": True})
     await fill(log, "/", 5)
     before = await read_everything(log, "/", include_archive=False)
-    await store.retention.run("/", through=28, archive=str(tmp_path / "archive"), chunk=7)
+    await store.retention.run(
+        RetentionAsk("/", through=28, archive=str(tmp_path / "archive"), chunk=7)
+    )
     after = await read_everything(log, "/", include_archive=True)
     assert [e for e in after if e.type != TRUNCATED_EVENT] == before
 
@@ -273,8 +281,8 @@ async def test_a_range_deleted_after_an_archive_is_refused_even_with_the_archive
     log: Log, store: HostStore, tmp_path: Path
 ) -> None:
     await fill(log, "/", 10)
-    await store.retention.run("/", through=4, archive=str(tmp_path / "archive"))
-    await store.retention.run("/", through=7)  # deleted, no archive
+    await store.retention.run(RetentionAsk("/", through=4, archive=str(tmp_path / "archive")))
+    await store.retention.run(RetentionAsk("/", through=7))  # deleted, no archive
     stream = log.stream("/")
     page = await stream.read(0, 10, include_archive=True)
     assert ([e.offset for e in page.events], page.scanned_through_offset) == ([1, 2, 3, 4], 4)
@@ -312,8 +320,8 @@ async def test_two_runs_at_once_never_cut_one_range_twice(log: Log, store: HostS
     """A chunk whose start another run moved is refused, nothing written; together they cut all."""
     await fill(log, "/", 12)
     outcomes = await asyncio.gather(
-        store.retention.run("/", through=12, chunk=1),
-        store.retention.run("/", through=12, chunk=1),
+        store.retention.run(RetentionAsk("/", through=12, chunk=1)),
+        store.retention.run(RetentionAsk("/", through=12, chunk=1)),
         return_exceptions=True,
     )
     for outcome in outcomes:
@@ -341,7 +349,7 @@ async def test_a_run_gives_the_space_back_on_sqlite(
         await log.stream("/").append(*({"type": "n", "payload": big} for _ in range(100)))
     file = log.path if log_target.backend.name == "sqlite" else None
     before = await asyncio.to_thread(size_after_checkpoint, file)
-    run = await store.retention.run("/", chunk=400)
+    run = await store.retention.run(RetentionAsk("/", chunk=400))
     assert run.events == 1000
     if log_target.backend.name == "postgres":
         assert run.pages_reclaimed == 0
@@ -369,16 +377,16 @@ async def test_keep_last_keeps_the_newest_offsets_whatever_the_horizon_allows(
 ) -> None:
     """A policy by count: the newest N offsets stay, and the run says what stopped it."""
     await fill(log, "/", 30)
-    run = await store.retention.run("/", keep_last=10, chunk=8)
+    run = await store.retention.run(RetentionAsk("/", keep_last=10, chunk=8))
     assert (run.events, run.start_after, run.stopped_by) == (20, 21, "keep_last")
     # Each chunk's control event is an offset too: the head is 33, the newest 10 24..33.
-    again = await store.retention.run("/", keep_last=10)
+    again = await store.retention.run(RetentionAsk("/", keep_last=10))
     assert (again.events, again.start_after, again.stopped_by) == (3, 24, "keep_last")
-    assert (await store.retention.run("/", keep_last=0)).stopped_by == "horizon"
+    assert (await store.retention.run(RetentionAsk("/", keep_last=0))).stopped_by == "horizon"
     # What is left is the runs' own records: a run leaves them and writes nothing, or each
     # run would take the one before's record and write its own, forever.
     head = await log.stream("/").head()
-    idle = await store.retention.run("/", keep_last=0)
+    idle = await store.retention.run(RetentionAsk("/", keep_last=0))
     assert (idle.events, idle.chunks, idle.stopped_by) == (0, 0, "own_records")
     assert await log.stream("/").head() == head
 
@@ -397,13 +405,13 @@ async def test_keep_for_stops_at_the_first_event_too_young_to_go(
         await fill(log, "/", 6)
         stamp[0] = time.time()  # the runs' own control events
         run = await store.retention.run(
-            "/", keep_for=3600, chunk=5, archive=str(tmp_path / "archive")
+            RetentionAsk("/", keep_for=3600, chunk=5, archive=str(tmp_path / "archive"))
         )
         assert (run.events, run.chunks, run.start_after, run.stopped_by) == (12, 3, 13, "keep_for")
         assert [s.last for s in run.segments] == [5, 10, 12]
-        assert (await store.retention.run("/", keep_for=3600)).events == 0
+        assert (await store.retention.run(RetentionAsk("/", keep_for=3600))).events == 0
         # Younger than an hour, no longer younger than a minute: they go too.
-        run = await store.retention.run("/", keep_for=30)
+        run = await store.retention.run(RetentionAsk("/", keep_for=30))
         assert (run.events, run.start_after) == (6, 19)
     finally:
         await log.aclose()
@@ -414,7 +422,7 @@ async def test_a_run_under_a_lease_it_no_longer_holds_writes_nothing(
 ) -> None:
     """The fence runs first in each cut's transaction: a lost lease refuses the cut whole."""
     await fill(log, "/", 6)
-    lease = await store.try_acquire("/", "streamkit:retention", "here", time.time(), TTL)
+    lease = await store.try_acquire(LeaseAsk("/", "streamkit:retention", "here", time.time(), TTL))
     assert lease is not None
     held = HeldLease(
         lease, store.check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=time.time
@@ -422,17 +430,17 @@ async def test_a_run_under_a_lease_it_no_longer_holds_writes_nothing(
     assert await store.release(lease)
     archive = tmp_path / "archive"
     with pytest.raises(LeaseLost, match="this holder released it; nothing was written"):
-        await store.retention.run("/", archive=str(archive), fence=held.fence)
+        await store.retention.run(RetentionAsk("/", archive=str(archive), fence=held.fence))
     assert list(archive.iterdir()) == []
     assert [e.offset for e in (await log.stream("/").read(0, 10)).events] == list(range(1, 7))
     assert await store.retention.segments() == []
     # Taken again, the same run goes through.
-    taken = await store.try_acquire("/", "streamkit:retention", "here", time.time(), TTL)
+    taken = await store.try_acquire(LeaseAsk("/", "streamkit:retention", "here", time.time(), TTL))
     assert taken is not None
     held = HeldLease(
         taken, store.check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=time.time
     )
-    run = await store.retention.run("/", archive=str(archive), fence=held.fence)
+    run = await store.retention.run(RetentionAsk("/", archive=str(archive), fence=held.fence))
     assert (run.events, run.start_after) == (6, 7)
 
 
@@ -451,7 +459,7 @@ async def test_a_policy_that_cannot_be_kept_is_refused_before_anything_is_read(
 ) -> None:
     await fill(log, "/", 3)
     with pytest.raises(InvalidRequest, match=refused + ".*nothing was written"):
-        await store.retention.run("/", **keep)
+        await store.retention.run(RetentionAsk("/", **keep))
     assert len((await log.stream("/").read(0, 10)).events) == 3
 
 
@@ -468,7 +476,7 @@ async def test_a_run_cancelled_while_its_cut_commits_keeps_the_segment_the_cut_r
         def __getattr__(self, name: str) -> Any:
             return getattr(rows, name)
 
-        def move_start(self, conn: Any, cut: truncation.Cut) -> None:
+        def move_start(self, conn: Any, cut: Cut) -> None:
             entered.set()
             # On the writer thread (PostgreSQL) this holds the commit past the cancel. A
             # SQLite log idle enough commits inline, on the loop: there it only delays.
@@ -476,7 +484,7 @@ async def test_a_run_cancelled_while_its_cut_commits_keeps_the_segment_the_cut_r
             rows.move_start(conn, cut)
 
     run = asyncio.create_task(
-        truncation.run_retention(log, Slow(), "/", archive=str(tmp_path / "archive"))  # type: ignore[arg-type]
+        truncation.run_retention(log, Slow(), RetentionAsk("/", archive=str(tmp_path / "archive")))  # type: ignore[arg-type]
     )
     await asyncio.to_thread(entered.wait, 30)
     run.cancel()
@@ -502,7 +510,7 @@ async def test_a_segment_that_does_not_match_its_record_is_refused_on_every_read
     (and a rebuild over it cut over with a wrong state). Each read now proves the segment."""
     await fill(log, "/", 20)
     archive = tmp_path / "archive"
-    await store.retention.run("/", through=16, archive=str(archive), chunk=8)
+    await store.retention.run(RetentionAsk("/", through=16, archive=str(archive), chunk=8))
     segments = sorted(archive.glob("*.segment"))
     assert len(segments) == 2
     stream = log.stream("/")
@@ -554,5 +562,5 @@ async def test_a_retry_is_judged_as_json_the_same_before_and_after_retention(
         return "conflict", "same"
 
     assert await verdicts() == ("conflict", "same")  # stored
-    await store.retention.run("/", through=2, archive=str(tmp_path / "archive"))
+    await store.retention.run(RetentionAsk("/", through=2, archive=str(tmp_path / "archive")))
     assert await verdicts() == ("conflict", "same")  # archived: only its hash is compared

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamkit.backends._retention_rules import RetentionFacts, horizon_in
+from streamkit.backends._retention.rules import RetentionFacts, horizon_in
 from streamkit.horizon import CheckpointNeed, Hold, horizon_of, needs_of
 
 PATHS = ["/", "/a", None]

@@ -23,6 +23,7 @@ from streamkit import open_log
 from streamkit.backends import host_store
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
+from streamkit.protocols import RetentionAsk
 from streamkit.web._health import assess, readiness
 from streamkit.web._metrics import exposition
 
@@ -51,7 +52,7 @@ async def test_a_shadow_build_over_deleted_history_stops_with_cannot_build(
                 *({"type": "item", "payload": {"n": 1, "quiet": True}} for _ in range(30))
             )
             await old.wait_until_processed("effector", placed[-1].offset, timeout=30)
-            run = await host_store(log).retention.run("/", through=20, chunk=8)
+            run = await host_store(log).retention.run(RetentionAsk("/", through=20, chunk=8))
         assert (run.mode, run.start_after) == ("delete", 21)
         with capture_logs() as logs:
             await new.start()

@@ -33,6 +33,7 @@ from streamkit.host._engine_stream import EngineStream
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.log import Log
 from streamkit.processor import ProcessEventArgs
+from streamkit.protocols import LeaseAsk
 
 TTL = 30.0
 
@@ -100,7 +101,7 @@ async def target(request: pytest.FixtureRequest) -> AsyncIterator[Target]:
 async def _held(log: Log, clock: list[float]) -> HeldLease:
     store = host_store(log)
     await store.prepare()
-    lease = await store.try_acquire("/", "lapsing", "host-a", time.time(), TTL)
+    lease = await store.try_acquire(LeaseAsk("/", "lapsing", "host-a", time.time(), TTL))
     assert lease is not None
     return HeldLease(
         lease,

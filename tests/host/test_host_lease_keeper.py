@@ -20,6 +20,7 @@ from streamkit.backends.sqlite.leases import (
 )
 from streamkit.errors import LeaseLost
 from streamkit.host._lease_keeper import HeldLease, LeaseKeeper
+from streamkit.protocols import LeaseAsk
 
 TTL = 2.0
 
@@ -45,7 +46,7 @@ def db(tmp_path: Path) -> str:
 
 def take(path: str, owner: str, now: float = 100.0) -> HeldLease:
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        lease = try_acquire(conn, "/", "board", owner, now, TTL)
+        lease = try_acquire(conn, LeaseAsk("/", "board", owner, now, TTL))
     assert lease is not None
     return HeldLease(
         lease, check_fence, ttl=TTL, renewal_started=time.monotonic(), clock=lambda: now
@@ -56,7 +57,7 @@ def test_a_lease_is_trusted_for_one_ttl_of_monotonic_time(db: str) -> None:
     """check() passes until a ttl after the renewal began, then refuses with LEASE_LOST."""
     clock = Monotonic()
     with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        lease = try_acquire(conn, "/", "board", "a", 100.0, TTL)
+        lease = try_acquire(conn, LeaseAsk("/", "board", "a", 100.0, TTL))
     assert lease is not None
     held = HeldLease(
         lease, check_fence, ttl=TTL, renewal_started=clock(), clock=lambda: 100.0, monotonic=clock
@@ -79,7 +80,7 @@ def test_the_fence_refuses_once_another_owner_took_the_row(db: str) -> None:
         held.fence(conn)
         conn.execute("ROLLBACK")
         stale = read_lease(conn, "/", "board")
-        assert try_acquire(conn, "/", "board", "b", 100.0, TTL, stale=stale) is not None
+        assert try_acquire(conn, LeaseAsk("/", "board", "b", 100.0, TTL, stale=stale)) is not None
         conn.execute("BEGIN IMMEDIATE")
         with pytest.raises(LeaseLost, match="'b' holds it at generation 2"):
             held.fence(conn)
@@ -100,7 +101,7 @@ async def test_the_keeper_renews_and_reports_a_taken_lease_on_the_loop(db: str) 
         assert mine.lease.beat == 1
         assert [row.beat for row in leases(conn)] == [1]
         stale = read_lease(conn, "/", "board")
-        assert try_acquire(conn, "/", "board", "b", 100.0, TTL, stale=stale) is not None
+        assert try_acquire(conn, LeaseAsk("/", "board", "b", 100.0, TTL, stale=stale)) is not None
         keeper.renew_all()
     await asyncio.sleep(0.01)  # the report arrives through call_soon_threadsafe
     assert len(lost) == 1

@@ -24,6 +24,7 @@ from streamkit.backends import host_store
 from streamkit.cli import main
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
+from streamkit.protocols import RetentionAsk
 from streamkit.web._health import assess, readiness
 
 ITEMS = 1000
@@ -195,7 +196,9 @@ async def test_a_shadow_build_over_a_tampered_archive_stalls_and_never_cuts_over
     old, last = await serve_items(target)
     archive = tmp_path / "archive"
     async with open_log(target.target) as log:
-        run = await host_store(log).retention.run("/", through=400, archive=str(archive))
+        run = await host_store(log).retention.run(
+            RetentionAsk("/", through=400, archive=str(archive))
+        )
         assert run.events == 400
     (segment, *_) = sorted(archive.glob("*.segment"))
     with closing(sqlite3.connect(segment)) as conn, conn:

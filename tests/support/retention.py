@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamkit.backends._truncation import TruncationRows
+from streamkit.backends._retention.cuts import TruncationRows
 from streamkit.backends.postgres._backend import PostgresLogBackend
 from streamkit.backends.postgres.retention import PostgresRetentionRows
 from streamkit.backends.sqlite.retention import ROWS

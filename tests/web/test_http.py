@@ -36,6 +36,7 @@ from streamkit.engine._pages import PAGE_SIZE, PageReader
 from streamkit.engine._turns import FIRST_READ
 from streamkit.errors import HistoryTruncated, InvalidConfig, StorageError
 from streamkit.host import ProcessorHost
+from streamkit.protocols import RetentionAsk
 from streamkit.web import HttpService
 from streamkit.web import _routes as routes_module
 from streamkit.web import _server as server_module
@@ -1251,7 +1252,7 @@ async def test_a_follow_from_below_the_path_s_start_is_refused_before_it_opens(
     for n in range(5):
         await served.client.post("/v1/events?path=/other", json=item(n))
     assert served.host.log is not None
-    run = await host_store(served.host.log).retention.run("/other", through=3)
+    run = await host_store(served.host.log).retention.run(RetentionAsk("/other", through=3))
     assert run.events == 3
     plain = await served.client.get("/v1/events?path=/other&after=0")
     assert_problem(plain, 400, "HISTORY_TRUNCATED")

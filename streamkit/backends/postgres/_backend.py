@@ -266,7 +266,7 @@ def second_log(backend: PostgresLogBackend) -> Log:
 
     Its commits do not queue behind the first log's, nor theirs behind its: a
     retention run commits its cuts through one
-    (:mod:`streamkit.backends._truncation`). Close it when done.
+    (:mod:`streamkit.backends._retention.run`). Close it when done.
     """
     return Log(
         backend.path,

@@ -133,7 +133,7 @@ _HOLDS = """CREATE TABLE IF NOT EXISTS {schema}.streamkit_holds (
         PRIMARY KEY (path, name)
     )"""
 # Each archived range of a path, in a segment file of its own, chained by hash (see
-# streamkit.backends._segments); a range deleted without an archive has none.
+# streamkit.backends._retention.segments); a range deleted without an archive has none.
 _SEGMENTS = """CREATE TABLE IF NOT EXISTS {schema}.streamkit_segments (
         path text NOT NULL,
         first_offset bigint NOT NULL,

@@ -33,7 +33,7 @@ from psycopg.pq import TransactionStatus
 
 from streamkit.backends._lease_rules import check_names, check_time, lease_lost
 from streamkit.errors import InvalidRequest
-from streamkit.protocols import RELEASED, Lease
+from streamkit.protocols import RELEASED, Lease, LeaseAsk
 
 __all__ = ["CLOCK", "Leases"]
 
@@ -100,18 +100,10 @@ class Leases:
             f"SELECT owner, generation, expires_at FROM {t} WHERE path = %s AND slug = %s"
         )
 
-    def try_acquire(
-        self,
-        conn: psycopg.Connection[Any],
-        path: str,
-        slug: str,
-        owner: str,
-        now: float,
-        ttl: float,
-        *,
-        stale: Lease | None = None,
-    ) -> Lease | None:
+    def try_acquire(self, conn: psycopg.Connection[Any], ask: LeaseAsk) -> Lease | None:
         """Take the lease of ``(path, slug)`` for ``owner`` (one statement), or None."""
+        path, slug, owner, now, ttl = ask.path, ask.slug, ask.owner, ask.now, ask.ttl
+        stale = ask.stale
         check_names(path, slug, owner)
         check_time(now, ttl)
         row = conn.execute(

@@ -1,6 +1,6 @@
 """Retention's rows in a PostgreSQL log: checkpoint needs, holds, what hosts run, and cuts.
 
-The table operations :mod:`streamkit.backends._retention_rules` needs, over
+The table operations :mod:`streamkit.backends._retention.rules` needs, over
 the tables of the log's schema (all made when the log is opened). Reads run
 on the log's reader threads, writes inside the control event's transaction
 on a writer's connection (a cut's, on the writer of a log of its own).
@@ -13,8 +13,9 @@ from typing import Any
 
 import psycopg
 
-from streamkit.backends._key_windows import KEY_WINDOW_COLUMNS, key_window_of
-from streamkit.backends._retention_rules import (
+from streamkit.backends._retention.cuts import Cut, check_start_unmoved, segment_values
+from streamkit.backends._retention.key_windows import KEY_WINDOW_COLUMNS, key_window_of
+from streamkit.backends._retention.rules import (
     HOLD_COLUMNS,
     NEED_COLUMNS,
     RetentionFacts,
@@ -22,9 +23,8 @@ from streamkit.backends._retention_rules import (
     hold_values,
     need_of,
 )
-from streamkit.backends._segments import segment_of
+from streamkit.backends._retention.segments import segment_of
 from streamkit.backends._stored import Row
-from streamkit.backends._truncation import Cut, check_start_unmoved, segment_values
 from streamkit.horizon import CheckpointNeed, Hold
 from streamkit.key_window import KeyWindow
 from streamkit.records import Segment

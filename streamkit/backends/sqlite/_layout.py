@@ -107,7 +107,7 @@ CREATE TABLE IF NOT EXISTS streamkit_holds (
 """
 
 # Each archived range of a path, in a segment file of its own, chained by hash (see
-# streamkit.backends._segments); a range deleted without an archive has none.
+# streamkit.backends._retention.segments); a range deleted without an archive has none.
 SEGMENTS_TABLE = """
 CREATE TABLE IF NOT EXISTS streamkit_segments (
     path TEXT NOT NULL,

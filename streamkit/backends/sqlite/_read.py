@@ -18,7 +18,7 @@ from typing import Any
 
 from streamkit._requests import PageRead
 from streamkit.backends._keys import KeptKey
-from streamkit.backends._segments import archive_page, archived_event, segment_of
+from streamkit.backends._retention.segments import archive_page, archived_event, segment_of
 from streamkit.backends._stored import MAX_PAGE_BYTES, decode_rows, page_of
 from streamkit.backends._stored_types import stored_type
 from streamkit.events import ReadPage, StreamEvent

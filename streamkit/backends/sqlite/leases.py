@@ -55,7 +55,7 @@ from typing import Any
 from streamkit.backends._lease_rules import check_names, check_time, lease_lost
 from streamkit.backends.sqlite._schema import storage_error
 from streamkit.errors import InvalidRequest, LeaseLost
-from streamkit.protocols import RELEASED, Lease
+from streamkit.protocols import RELEASED, Lease, LeaseAsk
 
 __all__ = [
     "LEASES",
@@ -100,16 +100,7 @@ def ensure_lease_table(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE {LEASE_TABLE} ADD COLUMN beat INTEGER NOT NULL DEFAULT 0")
 
 
-def try_acquire(
-    conn: sqlite3.Connection,
-    path: str,
-    slug: str,
-    owner: str,
-    now: float,
-    ttl: float,
-    *,
-    stale: Lease | None = None,
-) -> Lease | None:
+def try_acquire(conn: sqlite3.Connection, ask: LeaseAsk) -> Lease | None:
     """Take the lease of ``(path, slug)`` for ``owner`` until ``now + ttl``, or return ``None``.
 
     - A missing row starts at generation 1.
@@ -124,6 +115,7 @@ def try_acquire(
 
     Otherwise ``None`` comes back and nothing changed.
     """
+    path, slug, owner, now, ttl, stale = ask.path, ask.slug, ask.owner, ask.now, ask.ttl, ask.stale
     check_names(path, slug, owner)
     check_time(now, ttl)
     # One UPSERT decides and writes, so two hosts racing for a free lease cannot

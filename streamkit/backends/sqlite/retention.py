@@ -1,6 +1,6 @@
 """Retention's rows in a SQLite log: checkpoint needs, holds, what hosts run, and cuts.
 
-The table operations :mod:`streamkit.backends._retention_rules` needs, over
+The table operations :mod:`streamkit.backends._retention.rules` needs, over
 the log's own file: the checkpoint table a host made (none yet: no rows),
 ``streamkit_holds`` (made at open), the heads and the host registry. Reads
 run on the log's reader connection, writes inside the control event's
@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from streamkit.backends._key_windows import KEY_WINDOW_COLUMNS, key_window_of
-from streamkit.backends._retention_rules import (
+from streamkit.backends._retention.cuts import Cut, check_start_unmoved, segment_values
+from streamkit.backends._retention.key_windows import KEY_WINDOW_COLUMNS, key_window_of
+from streamkit.backends._retention.rules import (
     HOLD_COLUMNS,
     NEED_COLUMNS,
     RetentionFacts,
@@ -21,9 +22,8 @@ from streamkit.backends._retention_rules import (
     hold_values,
     need_of,
 )
-from streamkit.backends._segments import segment_of
+from streamkit.backends._retention.segments import segment_of
 from streamkit.backends._stored import Row
-from streamkit.backends._truncation import Cut, check_start_unmoved, segment_values
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE
 from streamkit.backends.sqlite.registry import HOSTS_TABLE
 from streamkit.backends.sqlite.status import stream_heads
@@ -66,7 +66,7 @@ _RAISE_HEAD = (
 
 
 class SqliteRetentionRows:
-    """The retention rows of a SQLite log (see :class:`~streamkit.backends._retention_rules.RetentionRows`)."""
+    """The retention rows of a SQLite log (see :class:`~streamkit.backends._retention.rules.RetentionRows`)."""
 
     @staticmethod
     def facts(conn: sqlite3.Connection) -> RetentionFacts:

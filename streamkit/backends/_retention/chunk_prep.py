@@ -15,7 +15,7 @@ wherever it runs. Two preparers call it:
   and prepares them in a worker thread (the plain path, and the only one
   for a log no other process can open, such as a memory log);
 - :class:`ProcessPreparer` hands the whole chunk to one worker process
-  (:mod:`streamkit.backends._chunk_worker`) shared by every run in this
+  (:mod:`streamkit.backends._retention.chunk_worker`) shared by every run in this
   process, which opens its own read
   connection (``opener``), reads the rows, prepares them and sends back
   only the cut: the segment's record, the keys with their hashes and the
@@ -48,7 +48,7 @@ from typing import IO, Any, Protocol
 
 from streamkit._requests import Connection
 from streamkit.backends._keys import body_sha256
-from streamkit.backends._segments import write_segment
+from streamkit.backends._retention.segments import write_segment
 from streamkit.backends._stored import Row
 from streamkit.history import TRUNCATED_EVENT
 from streamkit.log import Log
@@ -228,7 +228,7 @@ def read_and_prepare(opener: Opener, rows: RowReader, ask: ChunkAsk) -> Prepared
 class _Worker:
     """The one worker process of this process's runs: started at the first chunk, then kept.
 
-    Its own interpreter (``python -m streamkit.backends._chunk_worker``), fed
+    Its own interpreter (``python -m streamkit.backends._retention.chunk_worker``), fed
     over a pipe, rather than :mod:`multiprocessing`: both of its ways to
     start a clean process import the parent's ``__main__`` again in the
     child, and an application script without a ``__name__`` guard would
@@ -266,7 +266,7 @@ class _Worker:
         # The worker imports the streamkit this process runs, wherever that came from.
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         process = subprocess.Popen(
-            [sys.executable, "-m", "streamkit.backends._chunk_worker"],
+            [sys.executable, "-m", "streamkit.backends._retention.chunk_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

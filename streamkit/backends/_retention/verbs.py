@@ -1,7 +1,7 @@
 """A log's retention in one part, whatever the backend: its reads, its verbs and its runs.
 
 A host store holds one :class:`Retention` over its log and its backend's rows
-(:class:`~streamkit.backends._truncation.TruncationRows`): horizons, holds,
+(:class:`~streamkit.backends._retention.cuts.TruncationRows`): horizons, holds,
 forgetting a processor, key windows, retention runs and the archive's proof,
 each the backend-independent rule of its own module. The part owns no state
 beyond what it was built with; every promise is the rule module's.
@@ -11,16 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from streamkit._requests import Connection
 from streamkit._speed import FAST
-from streamkit.backends import _key_windows, _retention_rules, _truncation
-from streamkit.backends._chunk_prep import ChunkPreparer, Opener, ProcessPreparer, ThreadPreparer
-from streamkit.backends._truncation import DEFAULT_CHUNK, TruncationRows
+from streamkit.backends._retention import key_windows, rules
+from streamkit.backends._retention.archive_files import verify_archive
+from streamkit.backends._retention.chunk_prep import (
+    ChunkPreparer,
+    Opener,
+    ProcessPreparer,
+    ThreadPreparer,
+)
+from streamkit.backends._retention.cuts import TruncationRows
+from streamkit.backends._retention.run import run_retention
 from streamkit.events import StreamEvent
 from streamkit.horizon import Hold, Horizon
 from streamkit.key_window import KeyWindow
 from streamkit.log import Log
-from streamkit.records import RetentionRun, Segment
+from streamkit.records import RetentionAsk, RetentionRun, Segment
 
 __all__ = ["LiveHosts", "Retention"]
 
@@ -55,13 +61,13 @@ class Retention:
         )
 
     async def horizons(self, now: float, path: str | None = None) -> list[Horizon]:
-        return await _retention_rules.horizons(self._log, self._rows, now, path)
+        return await rules.horizons(self._log, self._rows, now, path)
 
     async def place_hold(self, hold: Hold) -> StreamEvent:
-        return await _retention_rules.place_hold(self._log, hold, self._rows)
+        return await rules.place_hold(self._log, hold, self._rows)
 
     async def release_hold(self, path: str, name: str, *, by: str, reason: str) -> StreamEvent:
-        return await _retention_rules.release_hold(self._log, path, name, by, reason, self._rows)
+        return await rules.release_hold(self._log, path, name, by, reason, self._rows)
 
     @property
     def preparer(self) -> ChunkPreparer:
@@ -71,7 +77,7 @@ class Retention:
     async def forget_processor(
         self, slug: str, version: str | None, *, by: str, reason: str, now: float, ttl: float
     ) -> StreamEvent:
-        return await _retention_rules.forget_processor(
+        return await rules.forget_processor(
             self._log,
             slug,
             version,
@@ -82,44 +88,22 @@ class Retention:
         )
 
     async def key_window(self, path: str) -> KeyWindow | None:
-        return await _key_windows.key_window(self._log, self._rows, path)
+        return await key_windows.key_window(self._log, self._rows, path)
 
     async def set_key_window(
         self, path: str, keep_for: float | None, *, by: str, reason: str, now: float
     ) -> StreamEvent:
-        return await _key_windows.set_key_window(
+        return await key_windows.set_key_window(
             self._log, self._rows, path, keep_for, by=by, reason=reason, now=now
         )
 
-    async def run(
-        self,
-        path: str,
-        *,
-        through: int | None = None,
-        archive: str | None = None,
-        chunk: int = DEFAULT_CHUNK,
-        keep_for: float | None = None,
-        keep_last: int | None = None,
-        fence: Callable[[Connection], None] | None = None,
-        share: float = 1.0,
-    ) -> RetentionRun:
-        return await _truncation.run_retention(
-            self._log,
-            self._rows,
-            path,
-            through=through,
-            archive=archive,
-            chunk=chunk,
-            keep_for=keep_for,
-            keep_last=keep_last,
-            fence=fence,
-            preparer=self._preparer,
-            share=share,
-            open_cutter=self._cut_log,
+    async def run(self, ask: RetentionAsk) -> RetentionRun:
+        return await run_retention(
+            self._log, self._rows, ask, preparer=self._preparer, open_cutter=self._cut_log
         )
 
     async def segments(self, path: str | None = None) -> list[Segment]:
         return await self._log.query(lambda conn: self._rows.segments(conn, path))
 
     async def verify_archive(self, path: str | None = None) -> list[str]:
-        return await _truncation.verify_archive(self._log, self._rows, path)
+        return await verify_archive(self._log, self._rows, path)

@@ -1,9 +1,9 @@
 """The retention worker process: prepares the chunks its parent sends, one at a time.
 
-Started by :class:`streamkit.backends._chunk_prep.ProcessPreparer` as
-``python -m streamkit.backends._chunk_worker``. It reads requests from its
+Started by :class:`streamkit.backends._retention.chunk_prep.ProcessPreparer` as
+``python -m streamkit.backends._retention.chunk_worker``. It reads requests from its
 standard input (``(opener, rows, ask)``, see
-:func:`~streamkit.backends._chunk_prep.read_and_prepare`) and answers each
+:func:`~streamkit.backends._retention.chunk_prep.read_and_prepare`) and answers each
 on its standard output, ``("ok", Prepared)`` or ``("error", (kind, words))``
 for a chunk that could not be read or written; it leaves when its input
 ends, which is when its parent closes the pipe or dies. The pipe is
@@ -22,7 +22,7 @@ import os
 import sqlite3
 import sys
 
-from streamkit.backends._chunk_prep import read_and_prepare, read_message, write_message
+from streamkit.backends._retention.chunk_prep import read_and_prepare, read_message, write_message
 
 NICENESS = 10
 """How much lower than its parent's the worker's CPU priority is (``nice``)."""
