@@ -218,6 +218,35 @@ async def test_second_host_waits_then_takes_over_on_release(
     assert status["processors"][0]["lease"]["generation"] == 2
 
 
+async def test_a_wait_for_the_engine_is_woken_by_the_takeover_itself(
+    tmp_path: Path, hosts: HostFactory
+) -> None:
+    """``next_engine`` answers at once when no engine is on its way, and a patient wait
+    (``wait_until_processed`` on a host still waiting for the lease) is woken by the
+    engine being built, whatever its timeout."""
+    db = tmp_path / "h.db"
+    first = hosts(Tally(), owner="first")
+    second = hosts(Tally(), owner="second")
+    await first.start()
+    await second.start()
+    runner = second.runner("tally")
+    assert runner.engine is None
+    assert await runner.next_engine(3600.0, patient=False) is None
+    with pytest.raises(InvalidRequest, match="not running in this host"):
+        await second.live_snapshot("tally")
+    (offset,) = await items(db, 1)
+    coming = asyncio.create_task(runner.next_engine(3600.0))
+    processed = asyncio.create_task(second.wait_until_processed("tally", offset, 3600.0))
+    await asyncio.sleep(0)
+    assert not coming.done()
+    await first.stop()
+    engine = await asyncio.wait_for(coming, 30)
+    assert engine is not None
+    assert engine is runner.engine
+    await asyncio.wait_for(processed, 30)
+    assert await runner.next_engine(0.0, than=engine) is None
+
+
 async def test_a_heartbeat_that_trips_on_an_unexpected_error_keeps_beating(
     hosts: HostFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
