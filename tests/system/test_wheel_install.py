@@ -146,6 +146,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("built")  # one worker builds the distributions once for all three
 @pytest.mark.parametrize("kind", ["wheel", "sdist"])
 def test_an_installed_distribution_works_from_outside_the_repository(
     built: dict[str, Path], kind: str, tmp_path: Path
@@ -207,6 +208,7 @@ def tutorial_last_step() -> tuple[str, str, list[list[str]]]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("built")
 def test_the_tutorial_s_last_step_runs_from_the_installed_wheel(
     built: dict[str, Path], tmp_path: Path
 ) -> None:
