@@ -27,7 +27,7 @@ async def main() -> None:
         assert "redis://" in refused.message
     else:
         raise AssertionError("expected LogOpenError")
-    # --- docs/log.md:145
+    # --- docs/log.md:165
     from pathlib import Path
     from streamkit import LogOpenError
 
@@ -39,7 +39,7 @@ async def main() -> None:
     else:
         raise AssertionError("expected LogOpenError")
     assert Path("notes.txt").read_text() == "not a database\n"
-    # --- docs/log.md:192
+    # --- docs/log.md:212
     import sqlite3
     from contextlib import closing
 
@@ -52,14 +52,14 @@ async def main() -> None:
         assert await trimmed.stream("/orders").head() == 3
         (placed,) = await trimmed.stream("/orders").append({"type": "order.placed"})
         assert placed.offset == 4  # never 2 again
-    # --- docs/log.md:234
+    # --- docs/log.md:254
     placed, paid = await orders.append(
         {"type": "order.placed", "payload": {"order": 7, "total": 30}},
         {"type": "order.paid", "payload": {"order": 7}, "metadata": {"via": "card"}},
     )
     assert (placed.offset, paid.offset) == (1, 2)
     assert paid.payload == {"order": 7} and paid.path == "/orders"
-    # --- docs/log.md:262
+    # --- docs/log.md:282
     from streamkit import IdempotencyConflict, replayed_offsets
 
     first = await orders.append(
@@ -83,7 +83,7 @@ async def main() -> None:
     else:
         raise AssertionError("expected IdempotencyConflict")
     assert await orders.head() == 3
-    # --- docs/log.md:325
+    # --- docs/log.md:345
     from streamkit import OffsetConflict
 
     notes = log.stream("/notes")
@@ -97,7 +97,7 @@ async def main() -> None:
         assert stale.details == {"path": "/notes", "expected_head": head, "actual_head": head + 2}
     else:
         raise AssertionError("expected OffsetConflict")
-    # --- docs/log.md:348
+    # --- docs/log.md:368
     head = await orders.head()
     await orders.append({"type": "order.shipped", "payload": {"order": 7}, "offset": head + 1})
     try:
@@ -106,13 +106,13 @@ async def main() -> None:
         assert refused.details == {"path": "/orders", "index": 0, "expected": 4, "actual": 5}
     else:
         raise AssertionError("expected OffsetConflict")
-    # --- docs/log.md:365
+    # --- docs/log.md:385
     (tick,) = await orders.append({"type": "order.progress", "payload": {"pct": 50}, "ephemeral": True})
     (done,) = await orders.append({"type": "order.delivered", "payload": {"order": 7}})
     assert tick.ephemeral and (tick.offset, done.offset) == (5, 6)
     page = await orders.read(4)
     assert [e.offset for e in page.events] == [6]  # reads return durable events only
-    # --- docs/log.md:388
+    # --- docs/log.md:408
     from streamkit import InvalidEvent
 
     try:
@@ -122,7 +122,7 @@ async def main() -> None:
     else:
         raise AssertionError("expected InvalidEvent")
     assert await orders.head() == 6
-    # --- docs/log.md:418
+    # --- docs/log.md:438
     page = await orders.read(0, limit=2)
     assert [e.offset for e in page.events] == [1, 2]
     assert (page.scanned_through_offset, page.at_head) == (2, False)
@@ -130,7 +130,7 @@ async def main() -> None:
     page = await orders.read(2)
     assert [e.offset for e in page.events] == [3, 4, 6]
     assert (page.scanned_through_offset, page.at_head) == (6, True)
-    # --- docs/log.md:481
+    # --- docs/log.md:501
     from pydantic import BaseModel
 
 
@@ -151,7 +151,7 @@ async def main() -> None:
             {"celsius": "warm"},  # refused by the model: left as stored
             {"room": "hall"},  # a type not named
         ]
-    # --- docs/log.md:509
+    # --- docs/log.md:529
     import asyncio
 
     follower = orders.follow()
@@ -163,7 +163,7 @@ async def main() -> None:
     assert [(e.offset, e.ephemeral) for e in events] == [(7, True), (8, False)]
     assert scanned == (6, 8)
     await follower.aclose()
-    # --- docs/log.md:562
+    # --- docs/log.md:582
     follower = orders.follow()
     follower.skip_to(8)  # offsets 1 to 8 were read another way
     follower.wake()
@@ -172,7 +172,7 @@ async def main() -> None:
     events, scanned = await asyncio.wait_for(follower.next_or_woken(), 5)
     assert events == [opened] and scanned == (8, opened.offset) and follower.at_head
     follower.close()
-    # --- docs/log.md:578
+    # --- docs/log.md:598
     jobs = log.stream("/jobs")
     await jobs.claim(1_900_000_000.0, claimant="mailer")
     view = jobs.for_processor("billing")  # what a processor engine is given
@@ -180,7 +180,7 @@ async def main() -> None:
     assert await jobs.claims() == {"billing": 1_800_000_000.0, "mailer": 1_900_000_000.0}
     await view.claim(None)  # release
     assert await jobs.claims() == {"mailer": 1_900_000_000.0}
-    # --- docs/log.md:596
+    # --- docs/log.md:616
     def create_leases(conn):
         conn.execute("CREATE TABLE IF NOT EXISTS leases (slug TEXT PRIMARY KEY, holder TEXT)")
         conn.execute("INSERT OR REPLACE INTO leases VALUES ('mailer', 'host-1')")
@@ -190,7 +190,7 @@ async def main() -> None:
     assert await log.write_transaction(create_leases) == "ok"
     rows = await log.query(lambda conn: conn.execute("SELECT * FROM leases").fetchall())
     assert rows == [("mailer", "host-1")]
-    # --- docs/log.md:662
+    # --- docs/log.md:682
     async with (
         open_log("inline.db") as quick,
         open_log("threaded.db", inline_commits=False) as threaded,
@@ -204,7 +204,7 @@ async def main() -> None:
             )
             assert [s[0].offset for s in singles] == [1, 2, 3]
             assert sorted(t[0].offset for t in together) == list(range(4, 12))
-    # --- docs/log.md:763
+    # --- docs/log.md:783
     stats = log.stats
     assert (stats.appended, stats.ephemeral, stats.refused) == (9, 3, 3)
     await log.aclose()

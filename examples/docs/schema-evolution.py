@@ -223,7 +223,7 @@ async def main() -> None:
     assert (read.type, read.payload_version) == ("task.created", 3)
     assert read.payload == {"title": "a", "priority": 0, "owner": "ana"}
     assert note == {"from_type": "task.opened", "from_version": 1}
-    # --- docs/schema-evolution.md:454
+    # --- docs/schema-evolution.md:455
     from streamkit.schema_check import check_processor
 
     checked = open_log("deploy-check.db")

@@ -44,6 +44,7 @@ from streamkit.backends._retention.key_windows import forget_expired_keys
 from streamkit.backends.postgres._schema import SCHEMA_VERSION, ensure_schema, stored_version
 from streamkit.backends.sqlite._layout import SCHEMA_VERSION as SQLITE_VERSION
 from streamkit.cli import main
+from streamkit.history import TRUNCATED_EVENT
 from streamkit.host._lease_keeper import HeldLease
 from streamkit.protocols import LeaseAsk, RetentionAsk
 from streamkit.records import StoredType
@@ -69,6 +70,28 @@ def downgrade_sqlite(path: Path, to: int = 1) -> None:
     """Make ``path`` look as schema ``to`` left it: without what later schemas added."""
     with closing(sqlite3.connect(path)) as conn:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if to < 10:
+            # Schemas 4 to 9 moved streamkit_stored_types in every commit: exact, no marks.
+            conn.execute(
+                "CREATE TABLE streamkit_stored_types (path TEXT NOT NULL, type TEXT NOT NULL,"
+                " version INTEGER NOT NULL, events INTEGER NOT NULL,"
+                " first_offset INTEGER NOT NULL, last_offset INTEGER NOT NULL,"
+                " PRIMARY KEY (path, type, version)) WITHOUT ROWID"
+            )
+            # What release 10 reads (archived events counted), as 9 kept it.
+            conn.execute(
+                "INSERT INTO streamkit_stored_types SELECT path, type, version, sum(n),"
+                " min(f), max(la) FROM (SELECT path, type, version, events AS n,"
+                " CASE WHEN events > 0 THEN first_offset END AS f,"
+                " CASE WHEN events > 0 THEN last_offset END AS la FROM streamkit_type_summary"
+                " UNION ALL SELECT e.path, e.type, coalesce(e.payload_version, 1), count(*),"
+                ' min(e."offset"), max(e."offset") FROM streamkit_heads h JOIN streamkit_events e'
+                ' ON e.path = h.path AND e."offset" > h.summarized_through'
+                " GROUP BY e.path, e.type, coalesce(e.payload_version, 1))"
+                " GROUP BY path, type, version HAVING sum(n) > 0"
+            )
+            conn.execute("DROP TABLE streamkit_type_summary")
+            conn.execute("ALTER TABLE streamkit_heads DROP COLUMN summarized_through")
         if to < 9:
             # Schemas 6 to 8 moved each heads row in every commit: exact, with no trigger.
             conn.execute("DROP TRIGGER streamkit_events_deleted")
@@ -485,7 +508,7 @@ async def test_a_sqlite_log_of_schema_5_gets_each_path_s_head_from_its_rows(
         open_log(path, read_only=True)
     async with open_log(path) as log:
         assert await log.paths() == ["/a", "/b"]
-        assert version(path) == str(SQLITE_VERSION) == "9"
+        assert version(path) == str(SQLITE_VERSION) == "10"
     with closing(sqlite3.connect(path)) as conn, conn:
         heads = conn.execute(
             "SELECT path, head, reserved_through FROM streamkit_heads ORDER BY path"
@@ -719,6 +742,46 @@ async def test_a_sqlite_log_of_schema_8_keeps_deleted_offsets_through_its_new_tr
         assert await log.stream("/").head() == 5
         (sixth,) = await log.stream("/").append({"type": "x"})
         assert sixth.offset == 6
+
+
+async def test_a_sqlite_log_of_schema_9_keeps_its_summary_and_settles_it_in_steps(
+    tmp_path: Path,
+) -> None:
+    """9 to 10: the summary (exact, archived events counted) moves to its own table as it
+    stands and every path's mark is its newest row; the old table is left to a writer of
+    release 9 that may still append (it moves it; no read looks at it)."""
+    path = tmp_path / "v9.db"
+    await fill(str(path))
+    async with open_log(path) as log:
+        await host_store(log).retention.run(
+            RetentionAsk("/b", through=1, archive=str(tmp_path / "archive"))
+        )
+        before = await log.stored_types()
+    assert [t for t in before if t.type != TRUNCATED_EVENT] == COUNTED
+    downgrade_sqlite(path, 9)
+    with closing(sqlite3.connect(path)) as conn, conn:
+        # What release 9 counted: the archived event too, which the rows no longer hold.
+        conn.execute("DELETE FROM streamkit_stored_types")
+        conn.executemany(
+            "INSERT INTO streamkit_stored_types VALUES (?, ?, ?, ?, ?, ?)",
+            [(t.path, t.type, t.version, t.count, t.first_offset, t.last_offset) for t in before],
+        )
+    async with open_log(path) as log:
+        assert await log.stored_types() == before
+        await log.stream("/a").append({"type": "y", "payload": {}})
+        assert (await log.stored_types("/a"))[-1] == StoredType("/a", "y", 1, 2, 3, 5)
+    assert version(path) == str(SQLITE_VERSION)
+    with closing(sqlite3.connect(path)) as conn:
+        marks = dict(conn.execute("SELECT path, summarized_through FROM streamkit_heads"))
+        heads = dict(conn.execute('SELECT path, max("offset") FROM streamkit_events GROUP BY path'))
+        # The upgrade marked every path at its newest row; the append after it is counted by
+        # reads past the mark until a settle (at once under STREAMKIT_PLAIN=1).
+        assert marks["/a"] == (5 if not SPEED_TRICKS else 4)
+        assert {p: m for p, m in marks.items() if p != "/a"} == {
+            p: h for p, h in heads.items() if p != "/a"
+        }
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert {"streamkit_stored_types", "streamkit_type_summary"} <= tables
 
 
 async def test_a_postgres_log_of_schema_7_gets_key_windows() -> None:

@@ -121,13 +121,23 @@ def test_a_summary_behind_the_log_fails_the_check_until_it_is_recounted(
 ) -> None:
     path, offsets = db
     with closing(sqlite3.connect(path)) as conn, conn:
-        # What a writer of a release before the summary leaves: a row the summary misses.
+        # A row the summary misses: added by hand, with the path's settled mark moved past
+        # it (reads count what lies past the mark themselves; no writer leaves this).
         conn.execute(
             'INSERT INTO streamkit_events (path, "offset", type, payload, metadata, created_at) '
             'VALUES (\'/tasks\', ?, \'task.opened\', \'{"title": "z", "assignee": "zo"}\', '
             "'{}', '2026-01-01T00:00:00Z')",
             (offsets[-1] + 1,),
         )
+        conn.execute(
+            "INSERT INTO streamkit_type_summary SELECT path, type, coalesce(payload_version, 1),"
+            ' count(*), min("offset"), max("offset") FROM streamkit_events'
+            ' WHERE "offset" <= ? GROUP BY path, type, coalesce(payload_version, 1)'
+            " ON CONFLICT DO UPDATE SET events = excluded.events,"
+            " first_offset = excluded.first_offset, last_offset = excluded.last_offset",
+            (offsets[-1],),
+        )
+        conn.execute("UPDATE streamkit_heads SET summarized_through = ?", (offsets[-1] + 1,))
     code, out = run("schema", "check", "--db", path, "--processor", NEXT)
     assert code == PROBLEMS_FOUND
     assert "  SUMMARY BEHIND: the log's head is 10 but its summary" in out

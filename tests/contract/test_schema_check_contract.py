@@ -157,10 +157,19 @@ async def write_as_an_earlier_release(log_target: Target, path: str, offset: int
 async def test_a_summary_behind_the_log_is_reported_and_a_recount_makes_it_exact(
     log_target: Target,
 ) -> None:
+    """PostgreSQL: a row the summary does not count is reported; on SQLite a read counts
+    every row past the path's settled mark, so a row a writer of an earlier release added
+    there is counted at once (it can add none below it: it appends past the head)."""
     async with open_log(log_target.target) as log:
         offsets = await board_log(log)
     await write_as_an_earlier_release(log_target, "/tasks", offsets[-1] + 1)
     async with open_log(log_target.target) as log:
+        if log_target.schema is None:
+            counted = await check(log, TaskBoard())
+            assert not counted.summary_behind
+            opened = next(v for v in counted.verdicts if v.stored.type == "task.opened")
+            assert (opened.stored.count, opened.stored.last_offset) == (3, offsets[-1] + 1)
+            return
         behind = await check(log, TaskBoard())
         assert behind.summary_behind
         assert not behind.ok

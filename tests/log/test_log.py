@@ -64,7 +64,7 @@ async def test_open_creates_a_wal_log_of_the_current_schema_version(log_file: Pa
                 "SELECT value FROM streamkit_meta WHERE key = 'schema_version'"
             ).fetchone()[0]
         )
-        assert version == "9"
+        assert version == "10"
     assert {"streamkit_meta", "streamkit_events", "streamkit_heads", "streamkit_claims"} <= (
         tables(log_file)
     )
@@ -441,10 +441,13 @@ async def test_an_inline_commit_never_blocks_the_loop_on_a_foreign_lock(log_file
 
 
 async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
-    """One plain event on an idle loop: BEGIN, a look for others' commits, the row, its summary,
-    COMMIT. The path's heads row is set by the writer's first commit there, not by this one."""
+    """One plain event on an idle loop: BEGIN, a look for others' commits, the row, COMMIT.
+    The path's heads row is set by the writer's first commit there, and a type's summary
+    row by its first event; neither by this one (under STREAMKIT_PLAIN=1 each commit
+    raises the heads row and settles the summary)."""
     stream = log.stream()
     await stream.append(order(1))
+    await stream.append({"type": "shaped", "payload": {}})
     statements: list[str] = []
     log._backend.writer._conn.set_trace_callback(statements.append)
     before = log.stats
@@ -458,13 +461,16 @@ async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
     )
     log._backend.writer._conn.set_trace_callback(None)
     words = [statement.split() for statement in statements]
-    heads = [] if SPEED_TRICKS else ["INSERT INTO streamkit_heads"]  # plain: every commit
+    plain = [
+        "INSERT INTO streamkit_heads",
+        "INSERT INTO streamkit_type_summary",
+        "UPDATE",
+    ]
     assert [w[0] if w[0] != "INSERT" else " ".join(w[:3]) for w in words] == [
         "BEGIN",
         "PRAGMA",
         "INSERT INTO streamkit_events",
-        "INSERT INTO streamkit_stored_types",
-        *heads,
+        *([] if SPEED_TRICKS else plain),
         "COMMIT",
     ]
     assert (log.stats.transactions, log.stats.appended) == (
@@ -472,7 +478,7 @@ async def test_a_lone_plain_append_is_one_short_transaction(log: Log) -> None:
         before.appended + 1,
     )
     # Returned as stored: the tuple became a list and the int key a string, as a read shows.
-    (read,) = (await stream.read(1)).events
+    (read,) = (await stream.read(2)).events
     assert appended == read
     assert appended.payload == {"pair": [1, 2], "3": "x"}
     assert (appended.metadata, appended.source) == ({"m": 1}, {"tool": "cli"})

@@ -5,9 +5,9 @@ runs a group through on SQLite. The group runs in ONE ``BEGIN IMMEDIATE``
 transaction, each refusable call in its own savepoint (a refused call rolls
 back alone and keeps its error), each short transaction riding the group in
 a savepoint of its own; a group of ephemerals that fits this writer's
-reserved blocks runs with no transaction at all. Before the commit, the
-summary of stored types moves by what the group added, one upsert per
-(path, type, version) (:mod:`streamkit.backends._stored_types`), and a
+reserved blocks runs with no transaction at all. Before the commit, a
+(path, type, version) stored for the first time gets its summary row, and a
+path far enough past its settled mark is settled (:mod:`._summary`), and a
 path's first stored event sets the floor of its heads row (later commits
 leave the row alone: the head is the greater of it and the newest row, and
 a trigger raises it when a row above it is deleted, see :mod:`._offsets`).
@@ -40,6 +40,7 @@ from streamkit.backends.sqlite._foreign import ForeignCommits
 from streamkit.backends.sqlite._offsets import RELEASE, PathState, Snapshot
 from streamkit.backends.sqlite._placement import INSERT, Placement
 from streamkit.backends.sqlite._schema import is_busy, storage_error
+from streamkit.backends.sqlite._summary import TypeSummary
 from streamkit.backends.sqlite._wal_guard import WalIdentity
 from streamkit.errors import StorageError
 from streamkit.log import Feed
@@ -48,14 +49,6 @@ __all__ = ["SqliteStatements", "TakenElsewhere", "begin_waiting", "transaction_e
 
 monotonic = time.monotonic
 
-SUMMARIZE = (
-    "INSERT INTO streamkit_stored_types (path, type, version, events, first_offset, last_offset) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (path, type, version) DO UPDATE SET "
-    "events = events + excluded.events, "
-    "first_offset = min(first_offset, excluded.first_offset), "
-    "last_offset = max(last_offset, excluded.last_offset)"
-)
-"""One summary row moved by what a group adds (see :mod:`streamkit.backends._stored_types`)."""
 HEAD = (
     "INSERT INTO streamkit_heads (path, reserved_through, reserved_by, head) VALUES (?, 0, '', ?) "
     "ON CONFLICT (path) DO UPDATE SET head = max(head, excluded.head)"
@@ -139,6 +132,7 @@ class SqliteStatements:
         # A speed trick: under STREAMKIT_PLAIN=1 every commit raises the row.
         self._headed: set[str] = set()
         self._skip_heads = SPEED_TRICKS
+        self._summary = TypeSummary()
         # The protocol's hooks that only pass a call on are the parts' own methods:
         # no frame of ours on every commit.
         self.forget: Callable[[], None] = placement.forget
@@ -204,25 +198,28 @@ class SqliteStatements:
                 summary = summary_rows(calls)
                 if len(summary) == 1:
                     row = summary[0]
-                    cur.execute(SUMMARIZE, row)
                     if row[0] not in headed:
                         fresh = [(row[0], row[5])]
                         cur.execute(HEAD, fresh[0])
                 elif summary:
-                    self._conn.executemany(SUMMARIZE, summary)
                     fresh = _heads(summary, headed)
                     self._conn.executemany(HEAD, fresh)
+                if summary:
+                    self._summary.stage(self._conn, summary)
                 if group.following:
                     self._feed.set_inflight(group.starts)
                     inflight = True
                 cur.execute("COMMIT")
                 self._counters.transactions += 1
+                if summary:
+                    self._summary.committed()
                 if self._skip_heads:
                     headed.update(path for path, _ in fresh)
             else:
                 cur.execute("ROLLBACK")
         except BaseException:
             self._headed.clear()
+            self._summary.forget()
             if inflight:
                 self._feed.clear_inflight(set(group.starts))
             if self._conn.in_transaction:

@@ -25,7 +25,7 @@ __all__ = [
     "table_names",
     "upgrade_tables",
 ]
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """The layout this release writes. 2: a checkpoint's state has an offset of its own. 3: an
 event row records the version of its payload's shape. 4: the summary of stored types
 (``streamkit_stored_types``, see :mod:`streamkit.backends._stored_types`). 5: a checkpoint
@@ -39,18 +39,22 @@ taken (``truncated_through``) and the archived ranges are recorded in
 ``streamkit_segments``. 8: a path's key window is kept in ``streamkit_key_windows``
 (:mod:`streamkit.key_window`), and the keys of taken events are indexed by when their
 events were created. 9: a commit no longer moves the heads row; a trigger raises it when
-a row above it is deleted (:data:`HEADS_TRIGGER`)."""
+a row above it is deleted (:data:`HEADS_TRIGGER`). 10: a commit no longer moves the summary
+of stored types, now ``streamkit_type_summary``; each heads row says through which offset
+it counts its path (``summarized_through``, see :mod:`._summary`)."""
 
 CHECKPOINT_TABLE = "streamkit_checkpoints"
 """The table a host keeps its checkpoints in (made by the host store, not at open)."""
 
-UPGRADABLE = frozenset({"1", "2", "3", "4", "5", "6", "7", "8"})
+UPGRADABLE = frozenset({"1", "2", "3", "4", "5", "6", "7", "8", "9"})
 """Older layouts the writer upgrades in place when it opens the file."""
 
-# One row per stored (path, type, payload version), moved in each commit's transaction
-# (see streamkit.backends._stored_types).
-_STORED_TYPES_TABLE = """
-CREATE TABLE IF NOT EXISTS streamkit_stored_types (
+# One row per stored (path, type, payload version), made by the first event's commit and
+# settled in steps (see streamkit.backends.sqlite._summary). Layouts 4 to 9 kept it in
+# streamkit_stored_types, moved in every commit: an upgraded file keeps that table for a
+# writer of such a release still appending (it moves it, harmlessly: nothing reads it).
+_TYPE_SUMMARY_TABLE = """
+CREATE TABLE IF NOT EXISTS streamkit_type_summary (
     path TEXT NOT NULL,
     type TEXT NOT NULL,
     version INTEGER NOT NULL,
@@ -155,7 +159,8 @@ CREATE TABLE IF NOT EXISTS streamkit_heads (
     reserved_through INTEGER NOT NULL,
     reserved_by TEXT NOT NULL,
     head INTEGER NOT NULL DEFAULT 0,
-    truncated_through INTEGER NOT NULL DEFAULT 0
+    truncated_through INTEGER NOT NULL DEFAULT 0,
+    summarized_through INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS streamkit_claims (
     path TEXT NOT NULL,
@@ -164,7 +169,7 @@ CREATE TABLE IF NOT EXISTS streamkit_claims (
     PRIMARY KEY (path, slug)
 ) WITHOUT ROWID;
 """
-    + _STORED_TYPES_TABLE
+    + _TYPE_SUMMARY_TABLE
     + ";"
     + _KEYS_TABLE
     + ";"
@@ -284,9 +289,11 @@ def add_payload_version(conn: sqlite3.Connection) -> None:
 
 
 _COUNT_STORED_TYPES = """
-INSERT INTO streamkit_stored_types (path, type, version, events, first_offset, last_offset)
+INSERT INTO streamkit_type_summary (path, type, version, events, first_offset, last_offset)
 SELECT path, type, coalesce(payload_version, 1), count(*), min("offset"), max("offset")
-FROM streamkit_events GROUP BY path, type, coalesce(payload_version, 1)
+FROM streamkit_events WHERE true GROUP BY path, type, coalesce(payload_version, 1)
+ON CONFLICT (path, type, version) DO UPDATE SET events = excluded.events,
+    first_offset = excluded.first_offset, last_offset = excluded.last_offset
 """
 
 
@@ -326,16 +333,50 @@ def add_key_table(conn: sqlite3.Connection) -> None:
     conn.execute("DROP INDEX IF EXISTS streamkit_events_idempotency")
 
 
-def add_stored_types(conn: sqlite3.Connection) -> None:
-    """Give a log made before the summary of stored types its table, counted from the rows."""
-    conn.execute(_STORED_TYPES_TABLE)
-    recount_stored_types(conn)
-
-
 def recount_stored_types(conn: sqlite3.Connection) -> None:
-    """Count the summary of stored types from the events again (in the caller's write lock)."""
-    conn.execute("DELETE FROM streamkit_stored_types")
+    """Count the summary of stored types from the events again (in the caller's write lock).
+
+    Rows are zeroed and counted, never deleted (a writer may remember that
+    one exists, see :mod:`._summary`), and every path's mark moves to its
+    newest row: the rows count everything.
+    """
+    conn.execute("UPDATE streamkit_type_summary SET events = 0")
     conn.execute(_COUNT_STORED_TYPES)
+    conn.execute(_MARK_ALL)
+
+
+_MARK_ALL = """
+UPDATE streamkit_heads SET summarized_through = max(summarized_through,
+    coalesce((SELECT max("offset") FROM streamkit_events e WHERE e.path = streamkit_heads.path), 0))
+"""
+
+
+def add_type_summary(conn: sqlite3.Connection) -> None:
+    """Give a file made before the summary was settled in steps its table and marks.
+
+    A file of layout 4 to 9 has its summary carried over as it stands:
+    those releases moved ``streamkit_stored_types`` in every commit, so it is
+    exact and counts the archived events too (which the events table no
+    longer holds); that table stays for a writer of such a release still
+    appending. An older file's summary is counted from its events, the one
+    time it reads the whole log. Then every path's mark is its newest row.
+    """
+    conn.execute(_TYPE_SUMMARY_TABLE)
+    heads = {row[1] for row in conn.execute("PRAGMA table_info(streamkit_heads)")}
+    if "summarized_through" not in heads:
+        conn.execute(
+            "ALTER TABLE streamkit_heads ADD COLUMN summarized_through INTEGER NOT NULL DEFAULT 0"
+        )
+    if "streamkit_stored_types" in table_names(conn):
+        conn.execute(
+            "INSERT INTO streamkit_type_summary"
+            " (path, type, version, events, first_offset, last_offset)"
+            " SELECT path, type, version, events, first_offset, last_offset"
+            " FROM streamkit_stored_types WHERE events > 0"
+        )
+        conn.execute(_MARK_ALL)
+    else:
+        recount_stored_types(conn)
 
 
 def upgrade_tables(conn: sqlite3.Connection, version: str) -> None:
@@ -346,9 +387,8 @@ def upgrade_tables(conn: sqlite3.Connection, version: str) -> None:
     row: that release wrote the state every batch, so it is the cursor's).
     2 to 3: the events table gains ``payload_version`` (NULL on every old
     row, read as version 1: no release before it knew another). Adding a
-    column rewrites no row. 3 to 4: the summary of stored types is made and
-    counted from the events, the one time it reads the whole log (0.17 s
-    for 300,000 events, measured). 4 to 5: the checkpoint table (when a host
+    column rewrites no row. 3 to 4: the summary of stored types (made at
+    the step to 10 now). 4 to 5: the checkpoint table (when a host
     made one) becomes one row per slug and version, each old row serving
     (:func:`create_checkpoint_table`). 5 to 6: the heads table gains ``head``,
     set to each path's last offset (an index probe or two per path), and the
@@ -360,12 +400,15 @@ def upgrade_tables(conn: sqlite3.Connection, version: str) -> None:
     the key windows table and the index of recorded keys are made. 8 to 9:
     the trigger that raises a head when a row above it is deleted
     (:data:`HEADS_TRIGGER`; every heads row is exact already: those
-    releases moved it in each commit).
+    releases moved it in each commit). 9 to 10: the heads gain
+    ``summarized_through`` and the summary of stored types moves to its own
+    table: carried over from a file of 4 to 9 (exact, archived events
+    counted), counted from the events of an older one, the one time it reads
+    the whole log (0.17 s for 300,000 events, measured) (:func:`add_type_summary`).
     """
     old = int(version)
     if old < 5:
         add_payload_version(conn)
-        add_stored_types(conn)
     if old < 6:
         add_durable_heads(conn)
         add_key_table(conn)
@@ -384,3 +427,5 @@ def upgrade_tables(conn: sqlite3.Connection, version: str) -> None:
         conn.execute(RECORDED_KEYS_INDEX)
     if old < 9:
         conn.execute(HEADS_TRIGGER)
+    if old < 10:
+        add_type_summary(conn)

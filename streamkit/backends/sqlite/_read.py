@@ -74,9 +74,27 @@ _SEGMENT_AT = (
 )
 # A path is a stream once a durable event was stored in it (its head moved past 0).
 _PATHS = "SELECT path FROM streamkit_heads WHERE head > 0 ORDER BY path"
-_STORED_TYPES = (
-    "SELECT path, type, version, events, first_offset, last_offset FROM streamkit_stored_types"
+# The rows, plus what each path holds past its settled mark (see ._summary): a walk of
+# the primary key from the mark on, per path.
+_STORED_TYPES = """
+SELECT path, type, version, sum(events), min(first_offset), max(last_offset) FROM (
+    SELECT path, type, version, events,
+        CASE WHEN events > 0 THEN first_offset END AS first_offset,
+        CASE WHEN events > 0 THEN last_offset END AS last_offset
+    FROM streamkit_type_summary
+    WHERE {where}
+    UNION ALL
+    SELECT e.path, e.type, coalesce(e.payload_version, 1), count(*), min(e."offset"),
+        max(e."offset")
+    FROM streamkit_heads h JOIN streamkit_events e
+        ON e.path = h.path AND e."offset" > h.summarized_through
+    WHERE {where_h}
+    GROUP BY e.path, e.type, coalesce(e.payload_version, 1)
 )
+GROUP BY path, type, version HAVING sum(events) > 0 ORDER BY path, type, version
+"""
+_ALL_STORED_TYPES = _STORED_TYPES.format(where="1", where_h="1")
+_PATH_STORED_TYPES = _STORED_TYPES.format(where="path = ?1", where_h="h.path = ?1")
 
 
 # Rows fetched at a time, first and at most: a page of large events never holds
@@ -220,9 +238,13 @@ def stream_paths(conn: sqlite3.Connection) -> list[str]:
 
 
 def stored_types(conn: sqlite3.Connection, path: str | None = None) -> list[StoredType]:
-    """The summary of stored types (of ``path`` only if given), sorted: no scan of the events."""
+    """The summary of stored types (of ``path`` only if given), sorted.
+
+    Its rows and each path's events past its settled mark (:mod:`._summary`):
+    no scan of the rest of the log.
+    """
     if path is None:
-        rows = conn.execute(_STORED_TYPES + " ORDER BY path, type, version")
+        rows = conn.execute(_ALL_STORED_TYPES)
     else:
-        rows = conn.execute(_STORED_TYPES + " WHERE path = ? ORDER BY type, version", (path,))
+        rows = conn.execute(_PATH_STORED_TYPES, (path,))
     return [stored_type(row) for row in rows]

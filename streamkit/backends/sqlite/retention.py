@@ -24,6 +24,7 @@ from streamkit.backends._retention.rules import (
 )
 from streamkit.backends._retention.segments import segment_of
 from streamkit.backends._stored import Row
+from streamkit.backends.sqlite._summary import settle
 from streamkit.backends.sqlite.checkpoints import DEFAULT_CHECKPOINT_TABLE
 from streamkit.backends.sqlite.registry import HOSTS_TABLE
 from streamkit.backends.sqlite.status import stream_heads
@@ -215,6 +216,9 @@ class SqliteRetentionRows:
         # The heads row first up to the newest row: every row deleted below lies under it,
         # so the trigger that keeps deleted offsets (_layout.HEADS_TRIGGER) does nothing.
         conn.execute(_RAISE_HEAD, (cut.path,))
+        # The summary counts every row of the path before any goes: what a deleted chunk
+        # takes out (move_start) and what an archived one keeps counted are in its rows.
+        settle(conn, cut.path)
         deleted = conn.execute(
             'DELETE FROM streamkit_events WHERE path = ? AND "offset" > ? AND "offset" <= ?',
             (cut.path, cut.after, cut.through),
@@ -223,13 +227,12 @@ class SqliteRetentionRows:
 
     @staticmethod
     def move_start(conn: sqlite3.Connection, cut: Cut) -> None:
+        # A row left at 0 events stays (reads leave it out): a writer that saw it made
+        # inserts it no more (see ._summary).
         conn.executemany(
-            "UPDATE streamkit_stored_types SET events = events - ?,"
+            "UPDATE streamkit_type_summary SET events = events - ?,"
             " first_offset = max(first_offset, ?) WHERE path = ? AND type = ? AND version = ?",
             [(n, cut.through + 1, cut.path, t, v) for (t, v), n in cut.types.items()],
-        )
-        conn.execute(
-            "DELETE FROM streamkit_stored_types WHERE path = ? AND events <= 0", (cut.path,)
         )
         conn.execute(
             "UPDATE streamkit_heads SET truncated_through = ? WHERE path = ?",
