@@ -14,14 +14,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import SUPPORT
-from support.backends import BACKENDS, Target
-from support.daemon import DaemonRig, eventually
+from support.backends import BACKENDS
+from support.daemon import HostRig as Rig
+from support.daemon import eventually
 
 from streamkit import open_log
 from streamkit._targets import default_socket
@@ -30,62 +30,6 @@ from streamkit.errors import InvalidRequest
 from streamkit.host._signals import REPEAT_SIGNAL_WINDOW
 
 pytestmark = pytest.mark.slow
-
-
-class Rig(DaemonRig):
-    """Spawns hosts and CLI commands against one log; kills every child at the end.
-
-    ``db`` is a SQLite file in ``tmp_path`` or, given a PostgreSQL ``target``,
-    its URL (a schema of its own on the test server).
-    """
-
-    def __init__(self, tmp_path: Path, target: Target | None = None) -> None:
-        shutil.copy(SUPPORT / "host.py", tmp_path / "hostprocs.py")
-        super().__init__(tmp_path, socket_prefix="skd", tmp_on_pythonpath=True)
-        self.db = str(tmp_path / "d.db") if target is None else target.target
-        self.target = target
-
-    def host(self, name: str, *processors: str, ttl: str = "5") -> subprocess.Popen[bytes]:
-        argv = ["--db", self.db, "--lease-ttl", ttl, "--log-format", "json"]
-        for processor in processors or ("hostprocs:Tally",):
-            argv += ["--processor", processor]
-        return self.start_host(name, *argv)
-
-    def cli(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "streamkit", *argv],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if check:
-            assert done.returncode == 0, done.stderr
-        return done
-
-    def status(self, name: str) -> dict[str, Any]:
-        out = self.cli("status", "--db", self.db, "--socket", self.socket(name), "--json").stdout
-        status: dict[str, Any] = json.loads(out)
-        return status
-
-    def row(self, name: str, slug: str = "tally") -> dict[str, Any]:
-        return next(r for r in self.status(name)["processors"] if r["slug"] == slug)
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
-    """A rig on a fresh log of each backend in turn (the same daemon tests over both)."""
-    if request.param == "sqlite":
-        with closing(Rig(tmp_path)) as made:
-            yield made
-        return
-    target = BACKENDS[request.param].fresh()
-    try:
-        with closing(Rig(tmp_path, target)) as made:
-            yield made
-    finally:
-        target.remove()
 
 
 def append_items(db: str, count: int) -> list[int]:

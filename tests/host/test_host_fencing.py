@@ -8,17 +8,13 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import psycopg.sql
 import pytest
-from support.backends import BACKENDS
+from support.daemon import HostRig as Rig
 from support.daemon import eventually
-from test_host_daemon import Rig
 
 from streamkit import SPEED_TRICKS, open_log
 
@@ -28,18 +24,6 @@ FREEZE_ROUNDS = 3 if SPEED_TRICKS else 2
 """Freezes of the holder: three with the speed tricks on, two in the plain pass (CI time)."""
 JOBS_PER_ROUND = 35
 """Jobs appended before each freeze: about what the holders echo in one round (~10 s)."""
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
-    """A rig on a fresh log of each backend in turn."""
-    target = None if request.param == "sqlite" else BACKENDS[request.param].fresh()
-    try:
-        with closing(Rig(tmp_path, target)) as made:
-            yield made
-    finally:
-        if target is not None:
-            target.remove()
 
 
 def query(rig: Rig, sql: str, *args: Any) -> list[tuple[Any, ...]]:

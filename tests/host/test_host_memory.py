@@ -13,8 +13,8 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from support.daemon import HostRig as Rig
 from support.daemon import eventually
-from test_host_daemon import Rig
 
 from streamkit.control import request_sync
 

@@ -21,15 +21,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.backends import BACKENDS
+from support.daemon import HostRig as Rig
 from support.daemon import eventually
-from test_host_daemon import Rig
 
 from streamkit import open_log
 from streamkit.backends import host_store
@@ -64,20 +61,6 @@ share = 0.5
 """
 
 ALL = ("hostprocs:Effector", "hostprocs:Tally", "hostprocs:Second")
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
-    if request.param == "sqlite":
-        with closing(Rig(tmp_path)) as made:
-            yield made
-        return
-    target = BACKENDS[request.param].fresh()
-    try:
-        with closing(Rig(tmp_path, target)) as made:
-            yield made
-    finally:
-        target.remove()
 
 
 def host(rig: Rig, name: str, *processors: str) -> subprocess.Popen[bytes]:

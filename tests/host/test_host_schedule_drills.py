@@ -18,17 +18,13 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import pytest
 from streamkit.processors.schedules import Catchup, Every, RunTask, Schedule, definitions, sync
-from support.backends import BACKENDS
+from support.daemon import HostRig as Rig
 from support.daemon import eventually
 from test_host_cutover_drills import read_all
-from test_host_daemon import Rig
 from test_host_fencing import freeze, holder_pid
 
 from streamkit import SPEED_TRICKS, open_log
@@ -44,17 +40,6 @@ Four kills and four freezes, each at a random moment of a slot, cover the
 ways a holder goes; more rounds repeat them and cost CI's time. The suite's
 second pass (``STREAMKIT_PLAIN=1``) proves the plain twins give the same
 outcome with half the rounds."""
-
-
-@pytest.fixture(params=sorted(BACKENDS))
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
-    target = None if request.param == "sqlite" else BACKENDS[request.param].fresh()
-    try:
-        with closing(Rig(tmp_path, target)) as made:
-            yield made
-    finally:
-        if target is not None:
-            target.remove()
 
 
 def define(rig: Rig, schedule: Schedule) -> float:

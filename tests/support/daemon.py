@@ -11,10 +11,14 @@ guarantees:
   fails with the host's log if the child exits first or is not up within 30 s;
 - control sockets live in a fresh short directory under /tmp (a Unix socket path must stay
   under ~100 bytes, too short for pytest's ``tmp_path``), removed by ``close``.
+
+A :class:`HostRig` is the one the host drills share (tests/host/conftest.py makes one per
+backend): hosts over ``support/host.py``'s processors and CLI commands against one log.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +30,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from streamkit.control import live_server_at
+from support import SUPPORT
+from support.backends import Target
 
 STARTUP_TIMEOUT = 30.0
 
@@ -142,3 +148,44 @@ def wait_for_http(base: str) -> None:
             return False
 
     eventually(up)
+
+
+class HostRig(DaemonRig):
+    """Spawns hosts and CLI commands against one log; kills every child at the end.
+
+    ``db`` is a SQLite file in ``tmp_path`` or, given a PostgreSQL ``target``,
+    its URL (a schema of its own on the test server).
+    """
+
+    def __init__(self, tmp_path: Path, target: Target | None = None) -> None:
+        shutil.copy(SUPPORT / "host.py", tmp_path / "hostprocs.py")
+        super().__init__(tmp_path, socket_prefix="skd", tmp_on_pythonpath=True)
+        self.db = str(tmp_path / "d.db") if target is None else target.target
+        self.target = target
+
+    def host(self, name: str, *processors: str, ttl: str = "5") -> subprocess.Popen[bytes]:
+        argv = ["--db", self.db, "--lease-ttl", ttl, "--log-format", "json"]
+        for processor in processors or ("hostprocs:Tally",):
+            argv += ["--processor", processor]
+        return self.start_host(name, *argv)
+
+    def cli(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "streamkit", *argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def status(self, name: str) -> dict[str, Any]:
+        out = self.cli("status", "--db", self.db, "--socket", self.socket(name), "--json").stdout
+        status: dict[str, Any] = json.loads(out)
+        return status
+
+    def row(self, name: str, slug: str = "tally") -> dict[str, Any]:
+        return next(r for r in self.status(name)["processors"] if r["slug"] == slug)
