@@ -11,12 +11,11 @@ offset; asked during the build, the cutover follows as soon as it is built.
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import structlog
 from streamkit.testing import settle
 from support.engine import Recorder, Rig, Tally, item, recorder_contract
+from support.waits import until
 
 from streamkit import StreamEvent
 from streamkit.engine import _shadow
@@ -32,12 +31,6 @@ class ManualDoubler(Recorder):
         return Tally(
             total=state.total + 2 * event.payload.n, offsets=[*state.offsets, event.offset]
         )
-
-
-async def until(check: object) -> None:
-    async with asyncio.timeout(10):
-        while not check():  # type: ignore[operator]  # noqa: ASYNC110 (no event to wait on)
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ import pytest
 import structlog
 from streamkit.testing import settle
 from support.engine import Recorder, Rig, Tally, item, recorder_contract
+from support.waits import until
 
 from streamkit import StreamEvent
 from streamkit.checkpoint import ReduceCheckpoint
@@ -36,6 +37,16 @@ class Doubler(Recorder):
         )
 
 
+async def checkpointed(rig: Rig, appended: list[StreamEvent]) -> None:
+    """Wait until the serving checkpoint covers the events just ``appended``."""
+    last = appended[-1].offset
+    await until(lambda: (rig.checkpoint() or NONE).reduced_through_offset >= last)
+
+
+NONE = ReduceCheckpoint("none", 0, None)
+"""What a slug with no checkpoint yet reads as, to the wait above."""
+
+
 def rebuild_logs(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [entry for entry in logs if entry["event"].startswith("processor.rebuild.")]
 
@@ -44,8 +55,7 @@ async def test_a_new_version_builds_in_the_shadow_and_cuts_over_at_the_serving_c
     rig: Rig,
 ) -> None:
     first = rig.engine(Recorder())
-    await rig.stream.append(*(item(1) for _ in range(30)))
-    await settle()
+    await checkpointed(rig, await rig.stream.append(*(item(1) for _ in range(30))))
     served = rig.checkpoint().reduced_through_offset
     assert first.processor.delivered[-1] == served  # type: ignore[attr-defined]
 
@@ -61,7 +71,7 @@ async def test_a_new_version_builds_in_the_shadow_and_cuts_over_at_the_serving_c
     )
 
     [later] = await rig.stream.append(item(5))
-    await settle()
+    await until(lambda: doubler.delivered == [later.offset])
     assert later.offset > served
     assert doubler.delivered == [later.offset]  # effects resume after the cutover offset only
     assert (await second.snapshot()).state.total == 70
@@ -72,8 +82,7 @@ async def test_a_rebuild_that_died_mid_way_resumes_from_the_shadow_s_own_checkpo
 ) -> None:
     first = rig.engine(Recorder())
     items = PAGE_SIZE * 4
-    await rig.stream.append(*(item(1) for _ in range(items)))
-    await settle()
+    await checkpointed(rig, await rig.stream.append(*(item(1) for _ in range(items))))
     target = rig.checkpoint().reduced_through_offset
 
     # The shadow checkpoints after every page; its third read fails like a lost disk.
@@ -116,13 +125,11 @@ async def test_a_rebuild_that_died_mid_way_resumes_from_the_shadow_s_own_checkpo
 async def test_a_replaced_version_stands_aside_until_a_rollback_reinstates_it(rig: Rig) -> None:
     """Deployed again, version 1 refuses (VersionRetired); reinstated, it resumes from its row."""
     first = rig.engine(Recorder())
-    await rig.stream.append(*(item(1) for _ in range(10)))
-    await settle()
+    await checkpointed(rig, await rig.stream.append(*(item(1) for _ in range(10))))
     second = rig.restart(first, Doubler())
     await second.snapshot()
     cut = rig.checkpoint().reduced_through_offset
-    await rig.stream.append(*(item(1) for _ in range(5)))
-    await settle()
+    await checkpointed(rig, await rig.stream.append(*(item(1) for _ in range(5))))
     served = rig.checkpoint().reduced_through_offset
     assert rig.checkpoint().reducer_version == "2"
 

@@ -11,13 +11,13 @@ skipped no more cuts over by itself.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 from pydantic import BaseModel
 from streamkit.testing import settle
 from support.engine import Rig, SkippingRecorder, Tally, item, recorder_contract
+from support.waits import until
 
 from streamkit import EventDefinition, StreamEvent, define_processor_contract
 from streamkit.engine import SkipTally, _shadow
@@ -47,12 +47,6 @@ def malformed() -> dict[str, object]:
 @pytest.fixture(autouse=True)
 def quick_follow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_shadow, "FOLLOW_EVERY", 0.02)
-
-
-async def until(check: object) -> None:
-    async with asyncio.timeout(10):
-        while not check():  # type: ignore[operator]  # noqa: ASYNC110 (no event to wait on)
-            await asyncio.sleep(0.01)
 
 
 async def test_a_skip_is_kept_with_the_checkpoint_and_a_restart_goes_on_counting(

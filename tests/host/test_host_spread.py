@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from support.backends import Target
 from support.host import Offsets
+from support.waits import until
 
 from streamkit import StreamEvent, StreamProcessor, define_processor_contract, open_log
 from streamkit.backends import host_store
@@ -110,13 +111,6 @@ async def start_host(target: Target, hosts: list[ProcessorHost], name: str) -> P
 
 def running(host: ProcessorHost) -> set[str]:
     return {r.slug for r in host.runners if r.engine is not None}
-
-
-async def until(check: Any, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def append_items(target: Target, count: int) -> list[int]:

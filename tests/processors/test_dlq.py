@@ -45,6 +45,7 @@ from streamkit.testing import (
     reduce_processor,
     settle,
 )
+from support.waits import until
 
 from streamkit import (
     EventDefinition,
@@ -102,15 +103,6 @@ def rig() -> Iterator[Rig]:
     finally:
         for storage in made.storages:
             storage.close()
-
-
-async def until(predicate: Any, rounds: int = 400) -> None:
-    """Let the loop run until ``predicate()`` holds."""
-    for _ in range(rounds):
-        if predicate():
-            return
-        await settle(0.005)
-    raise AssertionError("condition never held")
 
 
 async def records(stream: MemoryStream, **kwargs: Any) -> dict[str, DlqRecord]:
@@ -388,7 +380,7 @@ async def test_replay_pages_through_many_records_with_bounded_state(rig: Rig) ->
     assert len(state.model_dump_json()) < small + 200
     reads_before = rig.stream.reads
     await rig.stream.append(replay_requested_event())
-    await until(lambda: bool(rig.of_type(REPLAY_COMPLETED)), rounds=2000)
+    await until(lambda: bool(rig.of_type(REPLAY_COMPLETED)))
     (done,) = rig.of_type(REPLAY_COMPLETED)
     assert done["report"]["counts"]["replayed"] == 1200
     assert len(set(done["report"]["replayed"])) == 1000  # ids capped, counts exact
@@ -436,7 +428,7 @@ async def test_interrupted_replay_resumes_without_replaying_twice(rig: Rig) -> N
 
     second = rig.start(DlqProcessor(handlers={"op": ok}, clock=rig.clock))
     await second.revive()
-    await until(lambda: bool(rig.of_type(REPLAY_COMPLETED)), rounds=2000)
+    await until(lambda: bool(rig.of_type(REPLAY_COMPLETED)))
     (done,) = rig.of_type(REPLAY_COMPLETED)
     assert done["report"]["counts"]["replayed"] == 700
     assert len(rig.of_type(RECORD_SUCCEEDED)) == 700

@@ -25,6 +25,7 @@ from streamkit.processors.notifications import (
 )
 from streamkit.testing import ManualClock, MemoryStorage, MemoryStream, reduce_processor
 from support.notifications import SmtpPeer, WebhookPeer
+from support.waits import until
 
 from streamkit import (
     EventDefinition,
@@ -90,16 +91,6 @@ class FailingChannel:
     async def send(self, notification: Notification) -> dict[str, Any]:
         self.calls += 1
         raise ChannelError("the test channel is down", retryable=True)
-
-
-async def until(condition: Callable[[], bool], within: float = 5.0) -> None:
-    """Wait (polling) until ``condition()`` holds; fail the test if it never does."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 class Rig:

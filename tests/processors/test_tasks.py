@@ -46,6 +46,7 @@ from streamkit.testing import (
     settle,
 )
 from support.daemon import DaemonRig
+from support.waits import until
 
 from streamkit import InvalidEvent, ProcessorEngine, ProcessorHost, SharedMap, StreamEvent, open_log
 from streamkit.cli import main
@@ -100,15 +101,6 @@ def rig() -> Iterator[Rig]:
         yield made
     finally:
         made.storage.close()
-
-
-async def until(predicate: Any, rounds: int = 200) -> None:
-    """Let the loop run until ``predicate()`` holds (fails after ``rounds`` short settles)."""
-    for _ in range(rounds):
-        if predicate():
-            return
-        await settle(0.005)
-    raise AssertionError("condition never held")
 
 
 async def test_task_runs_and_succeeds_then_leaves_state(rig: Rig) -> None:

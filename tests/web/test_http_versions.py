@@ -9,25 +9,16 @@ reinstates version 1; bad bodies are refused with nothing changed.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 from support.host import Effector, ManualEffectorV2
+from support.waits import until
 
 from streamkit import open_log
 from streamkit.config import HostConfig
 from streamkit.host import ProcessorHost
 from streamkit.web import HttpService
-
-
-async def until(check: Any, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_versions_cutover_and_rollback_over_http(tmp_path: Path) -> None:
