@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from streamkit.control import live_server_at
+from streamkit.cli._args import served_log
+from streamkit.cli._host_commands import _merged_status as merged_status
+from streamkit.control import live_server_at, request_sync
 from support import SUPPORT
 from support.backends import Target
 
@@ -183,6 +185,14 @@ class HostRig(DaemonRig):
         return done
 
     def status(self, name: str) -> dict[str, Any]:
+        """What ``streamkit status --socket`` of host ``name`` prints as JSON, asked from this
+        process over the control socket: the drills poll it, and a CLI process a poll cost
+        each a Python start-up (tests/cli and docs/cli.md run the command itself)."""
+        answer = request_sync(self.socket(name), "status", db=served_log(self.db), timeout=30)
+        return merged_status([answer])
+
+    def cli_status(self, name: str) -> dict[str, Any]:
+        """The same through ``streamkit status --json`` in a process of its own."""
         out = self.cli("status", "--db", self.db, "--socket", self.socket(name), "--json").stdout
         status: dict[str, Any] = json.loads(out)
         return status
