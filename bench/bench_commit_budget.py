@@ -148,8 +148,10 @@ def syscalls_per_append(folder: Path, synchronous: str, count: int) -> float | N
             env=os.environ,
         )
         for line in out.read_text().splitlines():
-            if line.strip().endswith("total"):
-                return int(line.split()[2])
+            fields = line.split()
+            if fields and fields[-1] == "total":
+                # % time, seconds, usecs/call, calls, [errors,] total
+                return int(fields[3] if len(fields) >= 6 else fields[2])
         raise RuntimeError(f"no total in {out}")
 
     return (total(count, "many") - total(1, "one")) / (count - 1)
