@@ -25,11 +25,16 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under STREAMKIT_PLAIN=1 the tests that pin a speed trick itself are skipped, saying so.
+    """The slow tests first; under STREAMKIT_PLAIN=1 the tests that pin a speed trick itself
+    are skipped, saying so.
 
+    Slow first: scripts/test spreads a pass over worker processes, which take
+    tests in this order, so the multi-process drills start at once, side by
+    side, rather than one of them last, alone, while the other workers idle.
     Every other test runs both ways (scripts/test runs the suite with the
     switch on, then off): the plain twins must give the same outcomes.
     """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if SPEED_TRICKS:
         return
     off = pytest.mark.skip(reason="pins a speed trick, which STREAMKIT_PLAIN=1 turns off")

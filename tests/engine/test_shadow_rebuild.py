@@ -105,6 +105,9 @@ async def test_a_rebuild_that_died_mid_way_resumes_from_the_shadow_s_own_checkpo
     assert 0 < reads[1] < resumed_at == reads[2]
     assert rig.storage.read("recorder").reducer_version == "1"  # still serving
 
+    # The dying engine is gone (as its process would be): nothing of it may retry the
+    # rebuild once reads work again, beside the engine that resumes it.
+    await dying.aclose()
     monkeypatch.setattr(_pages.PageReader, "read", read)
     with structlog.testing.capture_logs() as logs:
         doubler = Doubler()

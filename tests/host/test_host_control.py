@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from support.host import Pinged, Tally
 
-from streamkit import apply_delta
+from streamkit import StreamEvent, apply_delta
 from streamkit.config import HostConfig
 from streamkit.control import ControlClient
 from streamkit.errors import (
@@ -258,7 +258,7 @@ async def test_a_follower_over_its_byte_budget_is_told_where_to_resume(
 
 def test_a_watcher_over_its_byte_budget_is_re_seeded() -> None:
     """A watcher's mailbox keeps only its key's deltas, and past its budget it is told to re-seed."""
-    from streamkit import LIVE_STATE_CHANGED, StreamEvent
+    from streamkit import LIVE_STATE_CHANGED
     from streamkit.events import ScannedRange
     from streamkit.host import Subscription
 
@@ -342,12 +342,24 @@ async def test_read_follow_resumes_by_itself_after_slow_consumer(
     )
     async with ProcessorHost(config, processors=[Tally()]) as running:
         count = 300
+        # Told when the child's follow reaches the host (its start-up takes a while on a
+        # busy machine, and appends made before it would be read, not pushed).
+        started = asyncio.Event()
+        follow = running.follow
+
+        async def watched(path: str, after_offset: int = 0) -> AsyncIterator[StreamEvent]:
+            inner = follow(path, after_offset)
+            started.set()
+            async for event in inner:
+                yield event
+
+        running.follow = watched  # type: ignore[method-assign]
         child = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "streamkit", "read", "--db", str(config.db),
             "--socket", str(config.socket_path), "--follow", "--limit", str(count),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        await asyncio.sleep(1.0)  # the follow is registered
+        await asyncio.wait_for(started.wait(), 60)
         blob = "z" * 10_000
         appended = []
         for n in range(count):

@@ -24,6 +24,8 @@ from support.daemon import DaemonRig
 from streamkit import open_log
 from streamkit.engine._batch import EFFECTS_PER_CHECKPOINT
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[DaemonRig]:

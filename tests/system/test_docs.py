@@ -98,6 +98,7 @@ def _expected_matches(expected: list[str], actual: list[str]) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", pages.pages_with("console"), ids=_page_id)
 def test_console_blocks_run(page: Path, tmp_path: Path) -> None:
     """Each console transcript of the page prints what the page says, command by command."""
