@@ -92,7 +92,7 @@ async def test_a_rebuild_that_died_mid_way_resumes_from_the_shadow_s_own_checkpo
 
     async def failing(self: Any, after: int, limit: int) -> Any:
         reads.append(after)
-        if len(reads) == 3:
+        if len(reads) >= 3:  # and stays away: a retry of the dying engine gets no further
             raise StorageError("the disk went away (a test's failure)")
         return await read(self, after, limit)
 
