@@ -534,6 +534,8 @@ class TasksProcessor(StreamProcessor[TasksState]):
         label = f"task handler {task.name!r} (task {task.task_id}, attempt {attempt})"
         call = loop.create_task(run_handler(handler, dict(task.args), ctx), name=label)
         self._inflight[run] = call
+        if run in self._cancelling:
+            call.cancel()  # cancelled between its start's commit and now (see _cancel)
         try:
             done, _ = await asyncio.wait({call}, timeout=task.timeout_s)
         finally:
@@ -591,7 +593,11 @@ class TasksProcessor(StreamProcessor[TasksState]):
             call.cancel()
             return
         if task.running and f"{run}/{task.attempt}" in self._owned:
-            return  # its outcome is being appended; the next pass sees where it went
+            # Started here and not in flight: its handler is about to be called (its start
+            # committed, its coroutine not yet run), which then cancels it at once, or its
+            # outcome is being appended and the next pass sees where it went.
+            self._cancelling[run] = task.cancel_reason
+            return
         if (run, "cancel") in self._settling:
             return
         self._settling.add((run, "cancel"))

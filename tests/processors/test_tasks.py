@@ -583,6 +583,45 @@ async def test_cancel_stops_an_attempt_in_flight(rig: Rig) -> None:
     assert state.counts.cancelled == 1
 
 
+async def test_a_cancel_between_an_attempt_s_start_and_its_handler_call_stops_it(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel read after ``task.attempt-started`` committed but before the attempt's
+    coroutine called the handler (a busy loop runs other work in between) cancels the
+    handler at its call, not after it ran to its end."""
+    gate = asyncio.Event()
+    attempt = TasksProcessor._attempt
+
+    async def gated(self: TasksProcessor, *args: Any) -> None:
+        await gate.wait()
+        await attempt(self, *args)
+
+    monkeypatch.setattr(TasksProcessor, "_attempt", gated)
+    ran: list[str] = []
+
+    async def long(args: dict[str, Any], ctx: TaskContext) -> None:
+        ran.append(ctx.task_id)
+        await asyncio.sleep(30)
+
+    engine = rig.start(TasksProcessor(handlers={"long": long}, clock=rig.clock))
+    await rig.stream.append(task_requested_event(task_id="t", name="long"))
+    await until(lambda: TASK_ATTEMPT_STARTED in rig.types())
+    await rig.stream.append(cancel_requested_event("t", reason="user asked", requested_by="ann"))
+
+    async def cancel_read() -> bool:
+        _, state = await engine.snapshot()
+        task = state.tasks.get("t")
+        return task is not None and task.cancel_requested
+
+    await until(cancel_read)
+    gate.set()
+    await until(lambda: TASK_CANCELLED in rig.types(), within=10)
+    (cancelled,) = rig.of_type(TASK_CANCELLED)
+    assert (cancelled["reason"], cancelled["attempts"]) == ("user asked", 1)
+    assert ran == []  # cancelled at its call: the handler never began
+    assert TASK_SUCCEEDED not in rig.types()
+
+
 async def test_cancel_of_waiting_task_and_of_unknown_task(rig: Rig) -> None:
     """A scheduled task is cancelled without running; cancelling an unknown id is rejected."""
     ran: list[int] = []
