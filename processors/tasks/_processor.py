@@ -30,6 +30,11 @@ Guarantees:
 A task run is identified by its id and the offset of its request: once a task
 has finished, a new request with the same id is a new run (with new keys); a
 request for an id that is still live is rejected.
+
+The class stays whole at about 600 lines: its slots, attempts in flight, cancels
+and settling steps change together in every pass; what splits off already has:
+the outcomes' appends (``_outcomes``), the index of waiting tasks (``_index``),
+the joint appends (``_joint``) and the handler's call (``_handler_call``).
 """
 
 from __future__ import annotations
