@@ -160,8 +160,9 @@ class RetentionAsk:
 class StoredType:
     """What a log holds of one event type at one payload version on one path.
 
-    Kept by the writer in the same transaction as the rows it counts, so it
-    is exact for every event this release (or a later one) wrote; see
+    Exact after every commit this release (or a later one) made: kept by the
+    writer with the rows it counts (on SQLite settled in steps, reads adding
+    the newest rows: docs/log.md); see
     docs/schema-evolution.md for a log a writer of an earlier release still
     appends to.
     """

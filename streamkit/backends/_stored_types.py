@@ -2,14 +2,17 @@
 
 Every backend keeps a small table beside its events, one row per stored
 (path, type, version) with the number of events and their first and last
-offsets, written in the SAME transaction as the rows it counts: a commit
-that lands moves it, a rollback leaves it as it was. Questions about what a
-log holds (``streamkit schema check``, a host's check at start) read it
-instead of scanning the log.
+offsets, exact after every commit: a commit that lands counts, a rollback
+leaves it as it was. PostgreSQL moves the rows in the SAME transaction as the
+rows they count; SQLite makes a key's row in its first event's transaction
+and settles the counts in steps, its reads adding what lies past each path's
+mark (:mod:`streamkit.backends.sqlite._summary`). Questions about what a log
+holds (``streamkit schema check``, a host's check at start) read it instead
+of scanning the log.
 
-:func:`summary_rows` turns the calls of one committed group into the upserts
-that transaction runs: one per distinct key in the group, never one per
-event, so a group of a hundred appends of one type adds one statement.
+:func:`summary_rows` turns the calls of one committed group into one row per
+distinct key in the group, never one per event (PostgreSQL's upserts; on
+SQLite, the keys a commit may make and the paths it may settle).
 Ephemeral events are never stored and are not counted; an idempotent hit
 added nothing and is not counted again; a refused call has no fresh events.
 """
